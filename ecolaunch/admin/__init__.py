@@ -1,0 +1,1 @@
+"""The lab admin's side: the policy file (:mod:`.rules`) and the privileged cap agent."""

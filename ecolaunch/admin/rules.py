@@ -1,0 +1,319 @@
+"""The lab admin's power policy as data (:class:`Rules`), the policy file that sets it, and its precedence.
+
+What lives here: :class:`Rules` (defaults = behaviour without a policy file), :func:`load_rules` /
+:func:`parse_rules` (TOML file or text → rules + the source of each value), and the helpers that apply
+the policy over a user's request: :func:`clip_slowdown`, :func:`effective_slowdown_pct`,
+:func:`cap_bounds_w`, :func:`may_use_gpu`, :func:`user_gpu_limit`. Key checking and line finding live in
+:mod:`ecolaunch.admin.schema`; what the policy *means* for a placement is applied by ``ecolaunch.policy``.
+
+The policy file (default ``/etc/ecolaunch/policy.toml``, or ``$ECOLAUNCH_POLICY``) is TOML. Every table
+and key is optional; an unset key keeps its default. Unknown keys are errors. ``examples/policy.toml`` is a
+commented example::
+
+    [slowdown]                  # how much slower than alone and uncapped a job may run
+    default_pct = 10.0          # percent; when the user asks for nothing                 default 10.0
+    max_pct = 25.0              # percent, 0-1000; users may ask for less, never more     default 25.0
+                                # (if only max_pct is set and below 10, default_pct follows it down)
+    [energy]
+    eta = 0.5                   # 0-1; weight of energy against time (Zeus's eta):        default 0.5
+                                # 0 = time only, 1 = energy only
+    [colocation]
+    enabled = true              # may two jobs share one GPU at all                       default true
+    max_jobs_per_gpu = 2        # 1-64; jobs on one GPU at once                           default 2
+    memory_margin_mib = 1024    # MiB >= 0 kept free on a shared GPU beyond the peaks     default 1024
+
+    [caps."A100-SXM4-80GB"]     # power-cap bounds for every GPU of this model (name as nvidia-smi shows
+    min_w = 200.0               #   it; case, spacing and a leading "NVIDIA" are ignored). Watts > 0 ...
+    max_w = 350.0
+    [caps.index.3]              # ... or for the GPU with this NVML index; it replaces the model's table
+    max_fraction = 0.8          #   (no merging). Fractions of the board's max limit, in (0, 1].
+                                # One unit per table; min <= max; an unset side is the board's own limit.
+                                # Bounds are always clipped into the board's range. Default: board range.
+    [reserve.0]                 # GPU by NVML index, or [reserve."GPU-<uuid>"] by UUID: only these may use it
+    users = ["alice"]           #   user names                                            default: none
+    groups = ["vision-lab"]     #   Unix group names (at least one of users/groups; [] = nobody)
+
+    [users.alice]               # per-user limit;  [users."*"] applies to users without a table
+    max_gpus = 2                #   the most GPUs held at once, 0-4096                    default: no limit
+
+    [profiling]                 # budget for profiling a job that history does not know
+    max_iterations = 50         #   iterations >= 0                                       default: no limit
+    max_time_s = 120.0          #   seconds >= 0                                          default: no limit
+    max_caps = 4                #   at most this many power caps tried, >= 0              default: no limit
+
+    [state]
+    dir = "/var/lib/ecolaunch"  # absolute path of the state directory  default: $ECOLAUNCH_STATE_DIR or
+                                #   /var/tmp/ecolaunch (the environment variable still wins over the file)
+    group = "gpu-users"         # Unix group that shares the state directory              default: none
+
+Errors read ``<file>:<line>: <dotted.key> = <value>: <problem>`` with a hint; TOML syntax errors carry
+tomllib's line and column.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import Iterable
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ecolaunch.admin.schema import ANY_USER, CAP_KEYS, normalize_model, validate
+from ecolaunch.config import DEFAULT_POLICY_FILE, ENV_ALLOWED_SLOWDOWN, ENV_POLICY_FILE
+from ecolaunch.errors import ConfigError, DeviceError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = [
+    "CapBounds",
+    "Rules",
+    "cap_bounds_w",
+    "clip_slowdown",
+    "effective_slowdown_pct",
+    "load_rules",
+    "may_use_gpu",
+    "parse_rules",
+    "user_gpu_limit",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CapBounds:
+    """Power-cap bounds for one GPU model or index: watts, or fractions of the board's maximum limit.
+
+    The file uses one unit per table; an unset side falls back to the board's own limit.
+    """
+
+    min_w: float | None = None
+    max_w: float | None = None
+    min_fraction: float | None = None
+    max_fraction: float | None = None
+
+    def resolve_w(self, board_min_w: float, board_max_w: float) -> tuple[float, float]:
+        """The bounds in watts on a board whose limits span ``[board_min_w, board_max_w]``, inside that span."""
+        lo = self.min_w if self.min_w is not None else _times(self.min_fraction, board_max_w, board_min_w)
+        hi = self.max_w if self.max_w is not None else _times(self.max_fraction, board_max_w, board_max_w)
+        lo = min(max(lo, board_min_w), board_max_w)
+        hi = min(max(hi, board_min_w), board_max_w)
+        # the upper bound is the admin's power limit: it wins if a hand-built record mixes units badly
+        return min(lo, hi), hi
+
+    def describe(self) -> str:
+        """``min_w=150.0 max_w=250.0``: the bounds that are set, in TOML spelling."""
+        return " ".join(f"{k}={getattr(self, k)!r}" for k in CAP_KEYS if getattr(self, k) is not None)
+
+
+def _times(fraction: float | None, board_max_w: float, fallback_w: float) -> float:
+    return fallback_w if fraction is None else fraction * board_max_w
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """The effective admin policy. Users may ask for less than these allow, never for more."""
+
+    #: may two jobs share one GPU at all
+    allow_colocation: bool = True
+    #: the most jobs on one GPU at once
+    max_jobs_per_gpu: int = 2
+    #: memory kept free on a shared GPU beyond the jobs' peaks (MiB)
+    memory_margin_mib: int = 1024
+    #: allowed slowdown when the user asks for none (percent of solo, uncapped speed)
+    default_slowdown_pct: float = 10.0
+    #: the most slowdown a user may ask for
+    max_slowdown_pct: float = 25.0
+    #: weight of energy against time when choosing a cap (Zeus's eta: 1 = energy only, 0 = time only)
+    eta: float = 0.5
+    #: reserved GPUs (NVML index as a string, or UUID) → the users who may get them; see ``may_use_gpu``
+    reserved: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the most GPUs one user may hold at once (absent: no limit; key ``"*"``: every other user)
+    user_gpu_limit: dict[str, int] = field(default_factory=dict)
+    #: reserved GPUs (same keys as ``reserved``) → the Unix groups whose members may get them
+    reserved_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: power-cap bounds per GPU model name (as written in the file)
+    cap_bounds_model: dict[str, CapBounds] = field(default_factory=dict)
+    #: power-cap bounds per NVML index; these replace the model's bounds for that GPU
+    cap_bounds_index: dict[int, CapBounds] = field(default_factory=dict)
+    #: profiling budget: iterations, seconds, and power caps tried (None: no admin limit)
+    profiling_max_iterations: int | None = None
+    profiling_max_time_s: float | None = None
+    profiling_max_caps: int | None = None
+    #: the state directory for this host (None: ``$ECOLAUNCH_STATE_DIR`` or the built-in default)
+    state_dir: Path | None = None
+    #: the Unix group that shares the state directory (None: not checked)
+    state_group: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form: paths as strings, tuples as lists, bounds as dicts, index keys as strings."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif f.name.startswith("cap_bounds_"):
+                value = {str(k): asdict(b) for k, b in value.items()}
+            elif isinstance(value, dict):
+                value = {str(k): list(v) if isinstance(v, tuple) else v for k, v in value.items()}
+            out[f.name] = value
+        return out
+
+
+def _defaults() -> dict[str, Any]:
+    return {
+        f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        for f in fields(Rules)
+    }
+
+
+def default_sources() -> dict[str, str]:
+    """Every field's source when no file sets it: ``"default"``."""
+    return {f.name: "default" for f in fields(Rules)}
+
+
+def parse_rules(text: str, label: str = "<policy>") -> tuple[Rules, dict[str, str]]:
+    """Rules from policy text; ``label`` names the file in errors and sources. Raises ConfigError only."""
+    try:
+        doc = tomllib.loads(text)
+    except ValueError as e:  # TOMLDecodeError, or an integer too long for int()
+        msg = getattr(e, "msg", None) or str(e)
+        line, col = getattr(e, "lineno", None), getattr(e, "colno", None)
+        if line is None and " (at line " in msg:
+            msg, _, pos = msg.rpartition(" (at line ")
+            line_text, _, col_text = pos.rstrip(")").partition(", column ")
+            line, col = int(line_text), int(col_text)
+        where = f"{label}:{line}:{col}" if line is not None else label
+        raise ConfigError(
+            f"{where}: invalid TOML: {msg}", hint="fix the syntax there (TOML reference: https://toml.io/en/v1.0.0)"
+        ) from e
+    except RecursionError:
+        raise ConfigError(f"{label}: invalid TOML: arrays or tables nested too deeply", hint="flatten the file") from None
+    values, sources = validate(doc, text, label, _defaults())
+    for name in ("cap_bounds_model", "cap_bounds_index"):
+        if name in values:
+            values[name] = {k: CapBounds(**b) for k, b in values[name].items()}
+    all_sources = default_sources()
+    all_sources.update(sources)
+    return Rules(**values), all_sources
+
+
+def load_rules(path: Path | None = None, *, required: bool | None = None) -> tuple[Rules, dict[str, str]]:
+    """Read the policy file at ``path`` (None: ``/etc/ecolaunch/policy.toml``); return rules and sources.
+
+    A missing file gives the defaults when it is the default location, and is a ConfigError for any other
+    path (one named by ``--file`` or ``$ECOLAUNCH_POLICY``); ``required`` overrides that choice.
+    Sources map each :class:`Rules` field (and each entry of a dict field, as ``"field[key]"``) to
+    ``"default"`` or ``"<file>:<line>"``.
+    """
+    path = DEFAULT_POLICY_FILE if path is None else path
+    required = path != DEFAULT_POLICY_FILE if required is None else required
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if not required:
+            logger.debug("no policy file at %s: using the built-in defaults", path)
+            return Rules(), default_sources()
+        raise ConfigError(
+            f"policy file {path} does not exist",
+            hint=f"check the path (without --file or {ENV_POLICY_FILE}, {DEFAULT_POLICY_FILE} is read if it exists)",
+        ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"policy file {path} is a directory", hint="name the TOML file itself") from None
+    except OSError as e:
+        # an unreadable policy must not silently become "no policy": users could escape the admin's limits
+        raise ConfigError(
+            f"cannot read policy file {path}: {e.strerror or e}",
+            hint="the admin should make it readable by every user (chmod 644)",
+        ) from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})", hint="save the policy file as UTF-8") from e
+    rules, sources = parse_rules(text, str(path))
+    logger.debug("policy loaded from %s", path)
+    return rules, sources
+
+
+# --- precedence: the policy over a user's request -------------------------------------------------
+def clip_slowdown(rules: Rules, requested_pct: float | None) -> tuple[float, bool]:
+    """The slowdown bound a job gets, and whether the request was clipped to the policy's maximum.
+
+    None → the policy's default; a request above ``max_slowdown_pct`` → the maximum (clipped = True); a
+    tighter request is kept. A negative or non-finite request is a ConfigError.
+    """
+    if requested_pct is None:
+        return rules.default_slowdown_pct, False
+    if isinstance(requested_pct, bool) or not isinstance(requested_pct, (int, float)) or not (
+        math.isfinite(requested_pct) and requested_pct >= 0
+    ):
+        raise ConfigError(
+            f"allowed slowdown {requested_pct!r} is not a percentage of 0 or more",
+            hint=f"pass --allowed-slowdown (or {ENV_ALLOWED_SLOWDOWN}) between 0 and {rules.max_slowdown_pct:g}",
+        )
+    if requested_pct > rules.max_slowdown_pct:
+        logger.info(
+            "requested slowdown %.1f%% is above the policy's maximum: using %.1f%%",
+            requested_pct,
+            rules.max_slowdown_pct,
+        )
+        return rules.max_slowdown_pct, True
+    return float(requested_pct), False
+
+
+def effective_slowdown_pct(rules: Rules, requested_pct: float | None) -> float:
+    """The slowdown bound a job gets: :func:`clip_slowdown` without the flag."""
+    return clip_slowdown(rules, requested_pct)[0]
+
+
+def cap_bounds_w(
+    rules: Rules, gpu_name: str, gpu_index: int, board_min_w: float, board_max_w: float
+) -> tuple[float, float]:
+    """The power caps (W) the policy allows on one GPU: index rule, else model rule, else the board's range.
+
+    The result always lies inside ``[board_min_w, board_max_w]`` and has min <= max. A board range that
+    is empty or not finite is a DeviceError (it came from the driver, not from the admin).
+    """
+    if not (math.isfinite(board_min_w) and math.isfinite(board_max_w) and 0 <= board_min_w <= board_max_w):
+        raise DeviceError(
+            f"GPU {gpu_index} ({gpu_name}) reports power limits {board_min_w!r}..{board_max_w!r} W",
+            hint="check nvidia-smi -q -d POWER; the driver's limit range looks broken",
+        )
+    bounds = rules.cap_bounds_index.get(gpu_index)
+    if bounds is None:
+        wanted = normalize_model(gpu_name)
+        bounds = next((b for m, b in rules.cap_bounds_model.items() if normalize_model(m) == wanted), None)
+    if bounds is None:
+        return float(board_min_w), float(board_max_w)
+    return bounds.resolve_w(float(board_min_w), float(board_max_w))
+
+
+def may_use_gpu(rules: Rules, user: str, groups: Iterable[str], gpu_uuid: str, gpu_index: int) -> bool:
+    """Whether ``user`` (member of ``groups``) may get this GPU under the reservations.
+
+    A GPU named by no reservation (by NVML index or UUID, UUIDs compared without case) is open to all.
+    A reserved GPU is open to the users and group members of every reservation that names it.
+    """
+    names = {str(gpu_index), gpu_uuid.casefold()}
+    matched = False
+    users: set[str] = set()
+    allowed_groups: set[str] = set()
+    for key in rules.reserved.keys() | rules.reserved_groups.keys():
+        norm = str(int(key)) if key.isascii() and key.isdigit() else key.casefold()
+        if norm in names:
+            matched = True
+            users.update(rules.reserved.get(key, ()))
+            allowed_groups.update(rules.reserved_groups.get(key, ()))
+    if not matched:
+        return True
+    return user in users or not allowed_groups.isdisjoint(groups)
+
+
+def user_gpu_limit(rules: Rules, user: str) -> int | None:
+    """The most GPUs ``user`` may hold at once: their own limit, else ``[users."*"]``'s, else None."""
+    limit = rules.user_gpu_limit.get(user)
+    return rules.user_gpu_limit.get(ANY_USER) if limit is None else limit

@@ -1,0 +1,1 @@
+"""The command-line interface: the only place that prints, reads ``sys.argv`` or exits."""

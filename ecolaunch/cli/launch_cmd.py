@@ -1,0 +1,274 @@
+"""The launch command: ``ecolaunch [torchrun options] [ecolaunch options] script [args]``.
+
+Parses with torch's own parser, places the job through the state graph, runs torchrun's ``run()`` with the
+decided GPUs, and always releases the booking — on success, worker failure, exception or signal.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+import uuid
+from collections.abc import Mapping
+
+import click
+
+from ecolaunch.config import Environment
+from ecolaunch.errors import DriverNotFound, EcolaunchError, NoPlacement, WaitTimeout
+from ecolaunch.launch import argv as launch_argv
+from ecolaunch.launch import exitcodes
+from ecolaunch.launch.argv import ParsedLaunch
+from ecolaunch.launch.session import Launcher, Placement, Session
+from ecolaunch.launch.workerenv import allowed_by_visible_devices, worker_env
+from ecolaunch.policy.base import Decision, JobRequest
+
+logger = logging.getLogger("ecolaunch")
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+HEARTBEAT_S = 10.0
+
+
+class Interrupted(BaseException):
+    """Raised by our signal handlers outside torch's run(), so that ``finally`` blocks release the job."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def launch(argv: list[str], env: Mapping[str, str]) -> int:
+    """Run one launch; returns the exit code (see ``ecolaunch.launch.exitcodes``)."""
+    parsed = launch_argv.parse(argv, env)  # argparse exits 2 on bad arguments, as torchrun
+    _setup_logging(parsed.options.verbose)
+    saved = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
+    for s in _STOP_SIGNALS:
+        signal.signal(s, _raise_interrupted)
+    try:
+        return _launch(parsed, env)
+    except Interrupted as e:
+        return exitcodes.from_signal(e.signum)
+    except (NoPlacement, WaitTimeout) as e:
+        _error(e)
+        return exitcodes.NO_PLACEMENT
+    except EcolaunchError as e:
+        _error(e, parsed.options.verbose)
+        return exitcodes.ERROR
+    except Exception as e:  # noqa: BLE001 - the one place that turns surprises into a clear line
+        click.echo(f"ecolaunch bug: {type(e).__name__}: {e} (rerun with -v for the traceback)", err=True)
+        if parsed.options.verbose:
+            traceback.print_exc()
+        return exitcodes.ERROR
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
+    from ecolaunch.admin.rules import load_rules
+    from ecolaunch.devices.select import open_backend
+    from ecolaunch.launch.torchrun import run_workers
+    from ecolaunch.policy.baselines import get_policy
+    from ecolaunch.state.store import StateStore
+
+    args, opts = parsed.torch_args, parsed.options
+    extra_env = {"PYTHON_EXEC": parsed.python_exec} if parsed.python_exec else {}
+    environment = Environment.from_env(env)
+    if args.nproc_per_node == "cpu":
+        return _plain(parsed, extra_env, "--nproc-per-node cpu asks for no GPUs")
+    try:
+        backend = open_backend(environment.simulate, environment.state_dir)
+    except DriverNotFound as e:
+        return _plain(parsed, extra_env, f"{e}; launching like torchrun without GPU placement")
+    rules, _ = load_rules(environment.policy_file)
+    session = Session(StateStore(environment.state_dir), backend, get_policy(opts.placement_policy), rules)
+    request = _request(parsed, session, rules, env)
+    if opts.dry_run:
+        decision, graph = session.preview(request)
+        _print_decision(parsed, decision, graph.hosts[session.host].gpus, dry_run=True)
+        return exitcodes.OK
+    launcher = Launcher(pid=os.getpid(), start_time=_own_start_time(), uid=os.getuid(), user=request.user)
+    job = session.submit(request, launcher, name=_job_name(args), info=_request_info(parsed, request))
+    stop_heartbeat = threading.Event()
+    try:
+        placement = session.wait_for_placement(job.id, opts.wait_timeout_s, on_wait=_wait_reporter(job.id))
+        _print_decision(parsed, placement.decision, placement.gpus, job_id=job.id, waited_s=placement.waited_s)
+        worker_args = _worker_args(args, placement, request)
+        threading.Thread(target=_heartbeat, args=(session, placement, stop_heartbeat), daemon=True).start()
+        outcome = run_workers(worker_args, {**worker_env(job.id, placement.decision.gpus, placement.gpus), **extra_env})
+    finally:
+        stop_heartbeat.set()
+        _release(session, job.id)
+    if outcome.report:
+        click.echo(outcome.report, err=True)
+    return outcome.exit_code
+
+
+def _plain(parsed: ParsedLaunch, extra_env: dict[str, str], why: str) -> int:
+    from ecolaunch.launch.torchrun import run_workers
+
+    click.echo(f"ecolaunch: {why}", err=True)
+    if parsed.options.dry_run:
+        _emit_json({"gpus": [], "cuda_visible_devices": None, "power_caps_w": {}, "colocated_with": {}, "reasons": [why]})
+        return exitcodes.OK
+    outcome = run_workers(parsed.torch_args, extra_env)
+    if outcome.report:
+        click.echo(outcome.report, err=True)
+    return outcome.exit_code
+
+
+def _request(parsed: ParsedLaunch, session: Session, rules, env: Mapping[str, str]) -> JobRequest:
+    from ecolaunch.admin.rules import effective_slowdown_pct
+
+    args, opts = parsed.torch_args, parsed.options
+    graph = session.snapshot()
+    host_gpus = list(graph.hosts[session.host].gpus.values()) if session.host in graph.hosts else []
+    allowed = allowed_by_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), host_gpus)
+    elastic = args.nproc_per_node in ("gpu", "auto")
+    nproc = 1 if elastic else _int_nproc(args.nproc_per_node)
+    slowdown = effective_slowdown_pct(rules, opts.allowed_slowdown_pct)
+    return JobRequest(
+        id=uuid.uuid4().hex[:8],
+        user=_user(),
+        host=session.host,
+        nproc=nproc,
+        elastic=elastic,
+        memory_mib=parsed.memory_mib,
+        allowed_slowdown_pct=slowdown,
+        allowed_gpus=allowed,
+    )
+
+
+def _int_nproc(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        # torchrun's own message for the same value
+        raise EcolaunchError(f"Unsupported nproc_per_node value: {value}", hint="use an integer, gpu, auto or cpu") from None
+    if n < 1:
+        raise EcolaunchError(f"--nproc-per-node must be at least 1, got {n}", hint="use an integer >= 1, gpu or auto")
+    return n
+
+
+def _worker_args(args, placement: Placement, request: JobRequest):
+    import copy
+
+    worker_args = copy.copy(args)
+    if request.elastic:
+        worker_args.nproc_per_node = str(len(placement.decision.gpus))
+    return worker_args
+
+
+def _heartbeat(session: Session, placement: Placement, stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_S):
+        try:
+            session.heartbeat(placement.job)
+        except Exception:  # noqa: BLE001 - a missed heartbeat must never kill the run
+            logger.warning("heartbeat failed", exc_info=True)
+
+
+def _release(session: Session, job_id: str) -> None:
+    # Block the stop signals while the booking is released, so a second Ctrl-C cannot interrupt the write;
+    # a signal that arrives meanwhile is delivered right after.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        session.release(job_id)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _wait_reporter(job_id: str):
+    last = {"t": -1e9}
+
+    def report(position: int, waited_s: float) -> None:
+        if waited_s - last["t"] >= 10.0:
+            last["t"] = waited_s
+            click.echo(f"ecolaunch: job {job_id} waiting for GPUs: position {position} in the queue, {waited_s:.0f} s so far", err=True)
+
+    return report
+
+
+def _print_decision(
+    parsed: ParsedLaunch,
+    decision: Decision | None,
+    gpus: Mapping,
+    *,
+    job_id: str = "-",
+    waited_s: float = 0.0,
+    dry_run: bool = False,
+) -> None:
+    """``--json``: the decision document on stdout; else one line (stdout for a dry run, stderr otherwise)."""
+    if decision is None:
+        doc = {"placed": False, "gpus": [], "cuda_visible_devices": None, "power_caps_w": {}, "colocated_with": {}, "reasons": ["no GPUs fit now: the job would wait in the queue"]}
+    else:
+        doc = {"placed": True, **decision.to_dict(",".join(str(gpus[u].index) for u in decision.gpus))}
+    if parsed.options.json:
+        _emit_json(doc)
+        return
+    if decision is None:
+        line = f"ecolaunch: {doc['reasons'][0]}"
+    else:
+        names = ", ".join(sorted({gpus[u].name for u in decision.gpus}))
+        waited = f" after waiting {waited_s:.0f} s" if waited_s >= 1 else ""
+        verb = "would run" if dry_run else f"job {job_id} runs"
+        line = f"ecolaunch: {verb} on GPU {doc['cuda_visible_devices']} ({names}), policy {decision.policy}{waited}: {'; '.join(decision.reasons)}"
+    click.echo(line, err=not dry_run)
+
+
+def _emit_json(doc: dict) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def _request_info(parsed: ParsedLaunch, request: JobRequest) -> dict:
+    args = parsed.torch_args
+    return {
+        "nproc_per_node": args.nproc_per_node,
+        "memory_mib": request.memory_mib,
+        "allowed_slowdown_pct": request.allowed_slowdown_pct,
+        "policy": parsed.options.placement_policy,
+        "script": args.training_script,
+        "args": list(args.training_script_args),
+    }
+
+
+def _job_name(args) -> str:
+    return os.path.basename(str(args.training_script))
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def _own_start_time() -> float:
+    from ecolaunch.state.reconcile import process_start_time
+
+    return process_start_time(os.getpid())
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
+def _error(e: EcolaunchError, verbose: bool = False) -> None:
+    click.echo(f"Error: {e}", err=True)
+    if e.hint:
+        click.echo(f"HINT: {e.hint}", err=True)
+    if verbose:
+        traceback.print_exc()
+
+
+def _setup_logging(verbose: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("ecolaunch: %(message)s"))
+    root = logging.getLogger("ecolaunch")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+    root.propagate = False

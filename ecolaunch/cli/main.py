@@ -1,0 +1,49 @@
+"""``ecolaunch``: launch a training job (torchrun's command line) or run a subcommand.
+
+The rule that keeps subcommands from shadowing scripts: the first argument selects a subcommand only when it
+is exactly a subcommand's name (``status``, ``policy``, ...). Anything else — ``./status``, ``status.py``, an
+option — is a launch, so ``ecolaunch ./status`` runs a script named ``status``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import click
+
+from ecolaunch import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ecolaunch")
+def cli() -> None:
+    """ecolaunch subcommands. To launch a job: ecolaunch [torchrun options] script.py [args]."""
+
+
+def _register() -> None:
+    from ecolaunch.cli.status_cmd import status
+
+    cli.add_command(status)
+    try:
+        from ecolaunch.cli.policy_cmd import policy
+    except ImportError:  # pragma: no cover - present once the admin policy commands land
+        return
+    cli.add_command(policy)
+
+
+_register()
+
+SUBCOMMANDS = frozenset(cli.commands)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and (args[0] in SUBCOMMANDS or args[0] == "--version"):
+        cli.main(args=args, prog_name="ecolaunch")
+        return
+    from ecolaunch.cli.launch_cmd import launch
+
+    sys.exit(launch(args, os.environ))

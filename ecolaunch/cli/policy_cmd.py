@@ -1,0 +1,106 @@
+"""``ecolaunch policy``: show the lab admin's effective power policy, or check a policy file.
+
+::
+
+    ecolaunch policy show [--json] [--file PATH]   every policy value and where it comes from
+    ecolaunch policy check FILE                    "OK: FILE" (exit 0), or "Error: ..." + "HINT: ..." (exit 1)
+
+A bad or unreadable policy file is ``Error:`` and exit 1; a usage error is exit 2 (click's own). The
+schema is documented in :mod:`ecolaunch.admin.rules`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from ecolaunch.admin.rules import Rules, load_rules
+from ecolaunch.admin.schema import SCALAR_KEYS, dotted, render
+from ecolaunch.config import DEFAULT_POLICY_FILE, ENV_JSON, ENV_POLICY_FILE, Environment
+from ecolaunch.errors import EcolaunchError
+
+
+def _fail(error: EcolaunchError) -> NoReturn:
+    click.echo(f"Error: {error}", err=True)
+    if error.hint:
+        click.echo(f"HINT: {error.hint}", err=True)
+    raise click.exceptions.Exit(1)
+
+
+@click.group("policy")
+def policy() -> None:
+    """Show or check the lab admin's power policy file."""
+
+
+@policy.command("show")
+@click.option(
+    "--file",
+    "file_",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"Policy file to read. [env var: {ENV_POLICY_FILE}; default: {DEFAULT_POLICY_FILE}]",
+)
+@click.option("--json", "as_json", is_flag=True, envvar=ENV_JSON, help=f"Print JSON. [env var: {ENV_JSON}]")
+def show(file_: Path | None, as_json: bool) -> None:
+    """Print the effective policy and the source of each value (the file and line, or "default")."""
+    path = file_ if file_ is not None else Environment.from_env().policy_file
+    try:
+        # --file names a file that must exist; the environment's choice follows load_rules' rule
+        rules, sources = load_rules(path, required=True if file_ is not None else None)
+    except EcolaunchError as e:
+        _fail(e)
+    found = path.is_file()
+    if as_json:
+        doc = {"file": str(path), "found": found, "rules": rules.to_dict(), "sources": sources}
+        click.echo(json.dumps(doc, indent=2, sort_keys=False))
+        return
+    note = "" if found else " (not found: built-in defaults)"
+    click.echo(f"Policy file: {path}{note}")
+    rows = [("KEY", "VALUE", "SOURCE"), *policy_rows(rules, sources)]
+    key_width = max(len(r[0]) for r in rows)
+    value_width = max(len(r[1]) for r in rows)
+    for key, value, source in rows:
+        click.echo(f"{key:<{key_width}}  {value:<{value_width}}  {source}".rstrip())
+
+
+def policy_rows(rules: Rules, sources: dict[str, str]) -> list[tuple[str, str, str]]:
+    """One (TOML key, value, source) row per policy value, in the order of the file's schema."""
+    rows: list[tuple[str, str, str]] = []
+    for table, keys in SCALAR_KEYS.items():
+        for key, spec in keys.items():
+            value = getattr(rules, spec.field)
+            rows.append((f"{table}.{key}", "N/A" if value is None else render(value), sources[spec.field]))
+    for model, bounds in rules.cap_bounds_model.items():
+        source = sources.get(f"cap_bounds_model[{model}]", "default")
+        rows.append((dotted(("caps", model)), bounds.describe(), source))
+    for index, bounds in sorted(rules.cap_bounds_index.items()):
+        rows.append((f"caps.index.{index}", bounds.describe(), sources.get(f"cap_bounds_index[{index}]", "default")))
+    if not rules.cap_bounds_model and not rules.cap_bounds_index:
+        rows.append(("caps", "none (each board's own range)", "default"))
+    reserved = list(dict.fromkeys([*rules.reserved, *rules.reserved_groups]))
+    for gpu in reserved:
+        users, groups = list(rules.reserved.get(gpu, ())), list(rules.reserved_groups.get(gpu, ()))
+        source = sources.get(f"reserved[{gpu}]", "default")
+        rows.append((dotted(("reserve", gpu)), f"users={render(users)} groups={render(groups)}", source))
+    if not reserved:
+        rows.append(("reserve", "none (every GPU open to all)", "default"))
+    for user, limit in rules.user_gpu_limit.items():
+        source = sources.get(f"user_gpu_limit[{user}]", "default")
+        rows.append((dotted(("users", user, "max_gpus")), str(limit), source))
+    if not rules.user_gpu_limit:
+        rows.append(("users", "none (no per-user GPU limit)", "default"))
+    return rows
+
+
+@policy.command("check")
+@click.argument("file", type=click.Path(path_type=Path))
+def check(file: Path) -> None:
+    """Validate the policy FILE: print "OK: FILE", or the first error with its line and key (exit 1)."""
+    try:
+        load_rules(file, required=True)
+    except EcolaunchError as e:
+        _fail(e)
+    click.echo(f"OK: {file}")

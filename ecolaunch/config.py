@@ -1,0 +1,94 @@
+"""Resolved configuration: pure data, built once by the CLI from flags > environment > admin policy > defaults.
+
+Nothing below this module reads ``os.environ``; the CLI resolves values here and passes them down. The
+environment variable names live here as constants so that help texts, docs and tests share them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ecolaunch.errors import ConfigError
+
+# --- environment variables read by the CLI -------------------------------------------------------
+ENV_SIMULATE = "ECOLAUNCH_SIMULATE"  # simulated GPUs: "4xA100-SXM4-80GB", "2xRTX4090+2xA6000" or a TOML file
+ENV_STATE_DIR = "ECOLAUNCH_STATE_DIR"  # where the state graph, lock and history live
+ENV_POLICY_FILE = "ECOLAUNCH_POLICY"  # the lab admin's policy file (default /etc/ecolaunch/policy.toml)
+ENV_DRY_RUN = "ECOLAUNCH_DRY_RUN"
+ENV_JSON = "ECOLAUNCH_JSON"
+ENV_WAIT_TIMEOUT = "ECOLAUNCH_WAIT_TIMEOUT"
+ENV_NO_WAIT = "ECOLAUNCH_NO_WAIT"
+ENV_PLACEMENT_POLICY = "ECOLAUNCH_PLACEMENT_POLICY"
+ENV_ALLOWED_SLOWDOWN = "ECOLAUNCH_ALLOWED_SLOWDOWN"
+ENV_VERBOSE = "ECOLAUNCH_VERBOSE"
+
+# --- environment variables ecolaunch sets for the workers it launches ----------------------------
+ENV_JOB_ID = "ECOLAUNCH_JOB_ID"
+
+DEFAULT_STATE_DIR = Path("/var/tmp/ecolaunch")
+DEFAULT_POLICY_FILE = Path("/etc/ecolaunch/policy.toml")
+DEFAULT_PLACEMENT_POLICY = "exclusive"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    """Read a boolean environment variable; anything but a clear yes/no is a ConfigError."""
+    raw = env.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ConfigError(f"{name}={env[name]!r} is not a boolean", hint=f"set {name} to 1 or 0")
+
+
+def default_state_dir(env: Mapping[str, str]) -> Path:
+    """The state directory: ``$ECOLAUNCH_STATE_DIR``, else one shared by every user of the host.
+
+    A simulated machine gets its own sub-directory (named after a hash of its spec) so that simulated
+    bookings never mix with a real host's.
+    """
+    if env.get(ENV_STATE_DIR):
+        return Path(env[ENV_STATE_DIR]).expanduser()
+    spec = env.get(ENV_SIMULATE, "").strip()
+    if spec:
+        digest = hashlib.sha1(spec.encode()).hexdigest()[:10]
+        return DEFAULT_STATE_DIR / f"sim-{digest}"
+    return DEFAULT_STATE_DIR
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchOptions:
+    """ecolaunch's own launch options (the torchrun ones stay in torch's Namespace)."""
+
+    dry_run: bool = False
+    json: bool = False
+    wait: bool = True
+    wait_timeout_s: float | None = None
+    placement_policy: str = DEFAULT_PLACEMENT_POLICY
+    allowed_slowdown_pct: float | None = None
+    verbose: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """Where ecolaunch finds its machine: resolved from the environment once, by the CLI."""
+
+    state_dir: Path
+    simulate: str | None
+    policy_file: Path
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Environment:
+        env = os.environ if env is None else env
+        policy = env.get(ENV_POLICY_FILE)
+        return cls(
+            state_dir=default_state_dir(env),
+            simulate=env.get(ENV_SIMULATE, "").strip() or None,
+            policy_file=Path(policy) if policy else DEFAULT_POLICY_FILE,
+        )

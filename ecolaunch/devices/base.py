@@ -1,0 +1,105 @@
+"""The GPU backend protocol and the frozen snapshots it returns.
+
+A backend lists the GPUs of one host as :class:`GpuSnapshot` records (one batched read per call), tells
+how each pair of GPUs is connected (:class:`LinkKind`), sets power limits and reads energy counters.
+GPU identity is the NVML UUID; ``index`` is the NVML index (equal to the CUDA index only under
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``, which ecolaunch sets for its workers).
+
+Units are in the names: ``*_mib``, ``*_w``, ``*_j``, ``*_pct`` (0-100). A reading a device cannot give
+is ``None``, never NaN or a string.
+
+What lives elsewhere: which job owns which GPU (``ecolaunch.state``), and any decision (``ecolaunch.policy``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+class LinkKind(enum.IntEnum):
+    """How two GPUs of one host talk, fastest first (the order of ``nvidia-smi topo -m``).
+
+    NVLINK      direct NVLink/NVSwitch connection
+    PCIE_SWITCH behind the same PCIe switch (PIX/PXB)
+    PCIE_HOST   through the same CPU's host bridge (PHB/NODE)
+    SYSTEM      across CPU sockets (SYS)
+    """
+
+    NVLINK = 0
+    PCIE_SWITCH = 1
+    PCIE_HOST = 2
+    SYSTEM = 3
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process holding memory on a GPU, as the driver sees it."""
+
+    pid: int
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSnapshot:
+    """One GPU at one instant. Power limits are the board's range and current enforced value."""
+
+    uuid: str
+    index: int
+    name: str
+    memory_total_mib: int
+    memory_used_mib: int
+    util_gpu_pct: float | None
+    util_mem_pct: float | None
+    power_w: float | None
+    power_limit_min_w: float | None
+    power_limit_default_w: float | None
+    power_limit_max_w: float | None
+    power_limit_w: float | None
+    energy_j: float | None
+    processes: tuple[GpuProcess, ...] = field(default=())
+
+    @property
+    def memory_free_mib(self) -> int:
+        return max(0, self.memory_total_mib - self.memory_used_mib)
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    """What ecolaunch needs from a GPU driver. Implementations: ``NvmlBackend``, ``SimulatedBackend``.
+
+    Every method raises only :class:`ecolaunch.errors.DeviceError` subclasses.
+    """
+
+    #: short name shown to users: "nvml" or "simulated"
+    kind: str
+
+    def hostname(self) -> str:
+        """The host these GPUs belong to."""
+        ...
+
+    def gpus(self) -> list[GpuSnapshot]:
+        """A snapshot of every GPU, ordered by index."""
+        ...
+
+    def topology(self) -> dict[tuple[str, str], LinkKind]:
+        """The link between each unordered pair of GPUs, keyed by ``(uuid_a, uuid_b)`` with ``uuid_a < uuid_b``."""
+        ...
+
+    def set_power_limit(self, uuid: str, power_w: float) -> None:
+        """Enforce a power limit in watts; raises PermissionDenied without the privilege."""
+        ...
+
+    def energy_j(self, uuid: str) -> float | None:
+        """The GPU's total energy counter in joules (monotonic), or None when the device has none."""
+        ...
+
+    def close(self) -> None:
+        """Release driver handles."""
+        ...
+
+
+def pair_key(a: str, b: str) -> tuple[str, str]:
+    """The canonical key of an unordered GPU pair in a topology mapping."""
+    return (a, b) if a < b else (b, a)

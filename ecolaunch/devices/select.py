@@ -1,0 +1,51 @@
+"""Picking the GPU backend: the one place that decides between simulated and real GPUs.
+
+The CLI resolves ``ECOLAUNCH_SIMULATE`` and the state directory (:class:`ecolaunch.config.Environment`)
+and calls :func:`open_backend`; everything else receives the backend as an argument.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+from ecolaunch.devices.base import GpuBackend
+from ecolaunch.devices.nvml import NvmlBackend
+from ecolaunch.devices.simulated import SimulatedBackend
+from ecolaunch.devices.spec import parse_spec
+
+__all__ = ["SIM_STATE_FILE", "open_backend"]
+
+logger = logging.getLogger(__name__)
+
+#: The simulated GPUs' state file, inside ``sim_dir``.
+SIM_STATE_FILE = "simulated-gpus.json"
+
+
+def open_backend(simulate: str | None, sim_dir: Path, *, host: str | None = None) -> GpuBackend:
+    """The backend for this process: simulated GPUs when ``simulate`` is set, else NVML.
+
+    Args:
+        simulate: the value of ``ECOLAUNCH_SIMULATE`` (a spec string or a TOML file), or None.
+        sim_dir: where the simulated GPUs keep their state (``sim_dir / "simulated-gpus.json"``).
+        host: which host of the spec this process runs on. A one-host spec string takes it as its
+            name (default: the real hostname); a multi-host TOML file must contain it (default: the
+            real hostname, or the only host).
+
+    Raises:
+        ConfigError: a bad spec, or a host the spec does not describe.
+        DriverNotFound: no simulation asked and no usable NVIDIA driver (NVML is probed here, once).
+    """
+    if simulate:
+        machine = parse_spec(simulate, hostname=host)
+        if host is None and len(machine.hosts) == 1:
+            spec = machine.hosts[0]
+        else:
+            spec = machine.host(host or socket.gethostname())
+        logger.debug("simulating %d GPU(s) on host %s from %r", len(spec.gpus), spec.name, simulate)
+        return SimulatedBackend(spec, Path(sim_dir) / SIM_STATE_FILE)
+    backend = NvmlBackend()
+    count = backend.probe()
+    logger.debug("NVML sees %d GPU(s)", count)
+    return backend

@@ -1,0 +1,54 @@
+"""The exception tree of ecolaunch.
+
+Every error ecolaunch raises on purpose derives from :class:`EcolaunchError`; the CLI turns them into
+``Error: ...`` lines and documented exit codes (see README, "Exit codes")::
+
+    EcolaunchError
+    ├── ConfigError            bad flag, environment variable or file value (exit 2 from the CLI)
+    ├── DeviceError            a GPU backend failed (vendor errors are translated into this, ``from e``)
+    │   ├── DriverNotFound     no NVIDIA driver / NVML library: ecolaunch falls back to plain torchrun
+    │   └── PermissionDenied   the caller may not change this setting (e.g. power limits without root)
+    ├── StateError             the state directory is unusable (permissions, not a directory, ...)
+    ├── NoPlacement            nothing fits now and the caller asked not to wait (exit 75)
+    └── WaitTimeout            waited ``--wait-timeout`` seconds in the queue without a placement (exit 75)
+
+Each error carries ``hint``: one sentence saying what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class EcolaunchError(Exception):
+    """Base class; ``str(e)`` says what failed and with which value, ``e.hint`` what to do."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class ConfigError(EcolaunchError):
+    """A flag, environment variable or file holds a value ecolaunch cannot use."""
+
+
+class DeviceError(EcolaunchError):
+    """A GPU backend call failed."""
+
+
+class DriverNotFound(DeviceError):
+    """No GPU driver is available (NVML cannot be loaded or finds no device)."""
+
+
+class PermissionDenied(DeviceError):
+    """The operation needs a privilege the caller does not have."""
+
+
+class StateError(EcolaunchError):
+    """The state directory or one of its files cannot be used."""
+
+
+class NoPlacement(EcolaunchError):
+    """No GPU set satisfies the request now, and the caller asked not to wait."""
+
+
+class WaitTimeout(EcolaunchError):
+    """The job waited in the queue for the allowed time without getting GPUs."""

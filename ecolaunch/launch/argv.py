@@ -1,0 +1,181 @@
+"""The launch command line: the installed torch's own torchrun parser plus ecolaunch's options.
+
+Rules this module keeps (tested against the installed torch in ``tests/launch/test_argv.py``):
+
+* every torchrun option, spelling, ``PET_*`` fallback and argparse abbreviation keeps its exact meaning: the
+  parser *is* ``torch.distributed.run.get_args_parser()``, and ecolaunch only adds options none of whose
+  prefixes was a valid torchrun abbreviation;
+* everything after the training script goes to the script, as with torchrun;
+* prefix forms: ``ecolaunch [eco options] torchrun <torchrun args>`` and
+  ``ecolaunch [eco options] python [-m module | script] args`` (one worker);
+* each ecolaunch option has an ``ECOLAUNCH_*`` environment variable, read from the ``env`` mapping the CLI
+  passes in (a flag on the command line wins).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ecolaunch import config
+from ecolaunch.config import LaunchOptions
+from ecolaunch.errors import ConfigError
+
+#: ecolaunch's own launch options: (flags, env var, takes a value, help)
+ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
+    (("--dry-run",), config.ENV_DRY_RUN, False, "decide and print the placement, launch nothing"),
+    (("--json",), config.ENV_JSON, False, "print the decision as JSON (with --dry-run: only the JSON)"),
+    (
+        ("--wait-timeout",),
+        config.ENV_WAIT_TIMEOUT,
+        True,
+        "seconds to wait in the queue when no GPUs fit (default: wait until they do; 0: fail at once, exit 75)",
+    ),
+    (("--policy",), config.ENV_PLACEMENT_POLICY, True, "placement policy (default: exclusive)"),
+    (
+        ("--allowed-slowdown",),
+        config.ENV_ALLOWED_SLOWDOWN,
+        True,
+        "the most slowdown (percent) this job accepts from sharing and power caps; the admin policy's maximum wins",
+    ),
+    (("--memory-mib",), "ECOLAUNCH_MEMORY_MIB", True, "peak GPU memory per worker (MiB) when known, for safe sharing"),
+    (("-v", "--verbose"), config.ENV_VERBOSE, False, "log each step; show tracebacks of ecolaunch errors"),
+)
+
+_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedLaunch:
+    """A parsed launch: torch's Namespace (without ecolaunch's attributes) and ecolaunch's options."""
+
+    torch_args: argparse.Namespace
+    options: LaunchOptions
+    memory_mib: int | None
+    #: the interpreter of the ``ecolaunch python ...`` form when it is not ours (exported as PYTHON_EXEC)
+    python_exec: str | None = None
+
+
+def build_parser(env: Mapping[str, str], prog: str = "ecolaunch") -> argparse.ArgumentParser:
+    """torch's torchrun parser with ecolaunch's option group added."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = prog
+    parser.description = (
+        "Drop-in torchrun: places the job on GPUs shared with the other jobs of this machine, then launches it "
+        "exactly like torchrun. Subcommands: status, policy (see 'ecolaunch status --help'); "
+        "run a script named like a subcommand as ./NAME."
+    )
+    group = parser.add_argument_group("ecolaunch options")
+    for flags, env_var, takes_value, help_text in ECO_OPTIONS:
+        dest = flags[-1].lstrip("-").replace("-", "_")
+        default = env.get(env_var)
+        if takes_value:
+            group.add_argument(*flags, dest=f"eco_{dest}", default=default, metavar="VALUE", help=f"{help_text} [env {env_var}]")
+        else:
+            group.add_argument(*flags, dest=f"eco_{dest}", action="store_const", const="1", default=default, help=f"{help_text} [env {env_var}]")
+    return parser
+
+
+def expand_prefix(argv: Sequence[str], executable: str = sys.executable) -> tuple[list[str], str | None]:
+    """Rewrite the prefix forms into plain torchrun arguments.
+
+    Returns the arguments and, for ``python`` forms naming another interpreter, that interpreter's path.
+    """
+    argv = list(argv)
+    i = _skip_eco_options(argv)
+    if i >= len(argv):
+        return argv, None
+    head, word, rest = argv[:i], argv[i], argv[i + 1 :]
+    if word == "torchrun":
+        return head + rest, None
+    if not _PYTHON_RE.match(os.path.basename(word)):
+        return argv, None
+    if not rest:
+        raise ConfigError(f"'{word}' needs a script or -m MODULE", hint=f"run: ecolaunch {word} train.py [args]")
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise ConfigError(f"'{word} -m' needs a module name", hint=f"run: ecolaunch {word} -m package.module [args]")
+        launch = ["-m", *rest[1:]]
+    elif rest[0].startswith("-"):
+        raise ConfigError(
+            f"interpreter option {rest[0]!r} is not supported in the 'ecolaunch {word} ...' form",
+            hint="use 'ecolaunch python script.py ...' or 'ecolaunch python -m module ...' (PYTHONUNBUFFERED=1 for -u)",
+        )
+    else:
+        launch = rest
+    interpreter = shutil.which(word) or word
+    python_exec = None if os.path.realpath(interpreter) == os.path.realpath(executable) else interpreter
+    return [*head, "--nproc-per-node", "1", *launch], python_exec
+
+
+def _skip_eco_options(argv: list[str]) -> int:
+    """Index of the first argument that is not one of ecolaunch's own options (or its value)."""
+    takes_value = {f for flags, _, value, _ in ECO_OPTIONS if value for f in flags}
+    flags_only = {f for flags, _, value, _ in ECO_OPTIONS if not value for f in flags}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if name in takes_value:
+            i += 1 if "=" in arg else 2
+        elif arg in flags_only:
+            i += 1
+        else:
+            break
+    return i
+
+
+def parse(argv: Sequence[str], env: Mapping[str, str], executable: str = sys.executable) -> ParsedLaunch:
+    """Parse a launch command line; argparse errors exit 2 with its message, as torchrun."""
+    parser = build_parser(env)
+    try:
+        expanded, python_exec = expand_prefix(argv, executable)
+    except ConfigError as e:
+        parser.error(f"{e} ({e.hint})")
+    ns = parser.parse_args(expanded)
+    try:
+        options, memory_mib = _options(ns)
+    except ConfigError as e:
+        parser.error(f"{e} ({e.hint})" if e.hint else str(e))
+    for flags, *_ in ECO_OPTIONS:
+        delattr(ns, "eco_" + flags[-1].lstrip("-").replace("-", "_"))
+    return ParsedLaunch(torch_args=ns, options=options, memory_mib=memory_mib, python_exec=python_exec)
+
+
+def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
+    wait_timeout = _number(ns.eco_wait_timeout, "--wait-timeout", config.ENV_WAIT_TIMEOUT, low=0.0)
+    slowdown = _number(ns.eco_allowed_slowdown, "--allowed-slowdown", config.ENV_ALLOWED_SLOWDOWN, low=0.0)
+    memory = _number(ns.eco_memory_mib, "--memory-mib", "ECOLAUNCH_MEMORY_MIB", low=0.0)
+    options = LaunchOptions(
+        dry_run=_flag(ns.eco_dry_run, config.ENV_DRY_RUN),
+        json=_flag(ns.eco_json, config.ENV_JSON),
+        wait=wait_timeout != 0.0,
+        wait_timeout_s=wait_timeout,
+        placement_policy=ns.eco_policy or config.DEFAULT_PLACEMENT_POLICY,
+        allowed_slowdown_pct=slowdown,
+        verbose=_flag(ns.eco_verbose, config.ENV_VERBOSE),
+    )
+    return options, None if memory is None else int(memory)
+
+
+def _flag(raw: str | None, env_var: str) -> bool:
+    return config.env_flag({env_var: raw or ""}, env_var)
+
+
+def _number(raw: str | None, flag: str, env_var: str, *, low: float) -> float | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{flag} (or {env_var}) must be a number, got {raw!r}") from None
+    if not value >= low or value == float("inf"):
+        raise ConfigError(f"{flag} (or {env_var}) must be a finite number >= {low:g}, got {raw!r}")
+    return value

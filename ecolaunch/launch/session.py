@@ -1,0 +1,236 @@
+"""One launch's conversation with the state graph: queue, placement, heartbeat, release.
+
+Each step is one transaction of the file-locked store that starts with a reconcile (dead launchers released,
+live GPU readings refreshed), so every decision is taken on the current state of the machine. Waiting jobs form
+a strict FIFO ordered by arrival: only the head of the queue may be placed, so a large job is not starved by a
+stream of small ones.
+
+This module decides nothing itself (the policy does) and prints nothing (the CLI does, through ``on_wait``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ecolaunch.admin.rules import Rules
+from ecolaunch.clock import Clock, SystemClock
+from ecolaunch.devices.base import GpuBackend
+from ecolaunch.errors import NoPlacement, StateError, WaitTimeout
+from ecolaunch.policy.base import Decision, JobRequest, Policy
+from ecolaunch.policy.candidates import eligible_gpus
+from ecolaunch.state.graph import Job, JobState, StateGraph
+from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
+from ecolaunch.state.store import StateStore
+
+logger = logging.getLogger(__name__)
+
+#: seconds between two placement attempts of a waiting launcher (plus up to half of it as random jitter)
+POLL_INTERVAL_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    """Who is launching: the process whose life the booking is tied to."""
+
+    pid: int
+    start_time: float
+    uid: int
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    job: Job
+    decision: Decision
+    gpus: dict = field(default_factory=dict)  # uuid -> GpuNode at placement time
+    waited_s: float = 0.0
+
+
+class Session:
+    """Queue, place, keep alive and release jobs of one host.
+
+    Args:
+        store: the state store.
+        backend: the GPU backend of this host.
+        policy: the placement policy.
+        rules: the effective admin policy.
+        processes: the process table (psutil by default).
+        clock: time source for waiting.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        backend: GpuBackend,
+        policy: Policy,
+        rules: Rules,
+        *,
+        processes: ProcessTable | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.policy = policy
+        self.rules = rules
+        self.processes = processes or PsutilProcessTable()
+        self.clock = clock or SystemClock()
+        self.host = backend.hostname()
+        self._topology = None
+        self._requests: dict[str, JobRequest] = {}
+
+    # --- transactions ----------------------------------------------------------------------------
+    def refresh(self, graph: StateGraph) -> list[Job]:
+        """Reconcile ``graph`` with the live GPUs and processes; returns the jobs released as dead."""
+        if self._topology is None:
+            self._topology = self.backend.topology()
+        report = reconcile(graph, self.host, self.processes, self.backend.gpus(), self._topology)
+        return report.released
+
+    def snapshot(self) -> StateGraph:
+        with self.store.transaction() as graph:
+            self.refresh(graph)
+            return graph
+
+    def preview(self, request: JobRequest) -> tuple[Decision | None, StateGraph]:
+        """What the policy would decide now (``--dry-run``); books nothing."""
+        with self.store.transaction() as graph:
+            self.refresh(graph)
+            self._check_feasible(graph, request)
+            return self.policy.decide(graph, request, self.rules), graph
+
+    def submit(self, request: JobRequest, launcher: Launcher, name: str, info: dict) -> Job:
+        """Enter the queue. Raises NoPlacement when the request can never fit this host."""
+        with self.store.transaction() as graph:
+            self.refresh(graph)
+            self._check_feasible(graph, request)
+            job = Job(
+                id=request.id,
+                uid=launcher.uid,
+                user=launcher.user,
+                host=self.host,
+                launcher_pid=launcher.pid,
+                launcher_start_time=launcher.start_time,
+                nproc=request.nproc,
+                name=name,
+                seq=graph.next_seq,
+                submitted_at=time.time(),
+                request=dict(info),
+            )
+            graph.next_seq += 1
+            graph.jobs[job.id] = job
+        self._requests[job.id] = request
+        return job
+
+    def try_place(self, job_id: str) -> Placement | int:
+        """Place the job if it heads the queue and the policy finds GPUs; else its queue position."""
+        request = self._requests[job_id]
+        with self.store.transaction() as graph:
+            self.refresh(graph)
+            job = graph.jobs.get(job_id)
+            if job is None:
+                raise StateError(f"job {job_id} vanished from the state graph while queued", hint="launch it again")
+            position = graph.queue_position(job_id) or 0
+            if position != 1:
+                return position
+            decision = self.policy.decide(graph, request, self.rules)
+            if decision is None:
+                return position
+            job.state = JobState.RUNNING
+            job.gpus = list(decision.gpus)
+            job.power_caps_w = {u: w for u, w in decision.power_caps_w.items() if w is not None}
+            job.decision = decision.to_dict()
+            job.started_at = job.heartbeat_at = time.time()
+            self._attach(job, request)
+            gpus = {u: graph.hosts[self.host].gpus[u] for u in decision.gpus}
+            logger.info("job %s placed on %s by %s: %s", job_id, ",".join(str(g.index) for g in gpus.values()), decision.policy, "; ".join(decision.reasons))
+            return Placement(job=job, decision=decision, gpus=gpus)
+
+    def wait_for_placement(
+        self,
+        job_id: str,
+        timeout_s: float | None,
+        on_wait: Callable[[int, float], None] | None = None,
+    ) -> Placement:
+        """Poll until the job is placed. ``timeout_s`` None waits forever, 0 fails at once.
+
+        Raises WaitTimeout (0: NoPlacement) after removing the job from the queue.
+        """
+        start = self.clock.now()
+        while True:
+            outcome = self.try_place(job_id)
+            waited = self.clock.now() - start
+            if isinstance(outcome, Placement):
+                return Placement(outcome.job, outcome.decision, outcome.gpus, waited)
+            if timeout_s is not None and waited >= timeout_s:
+                self.release(job_id)
+                if timeout_s == 0:
+                    raise NoPlacement(
+                        f"no GPUs fit job {job_id} now (queue position {outcome})",
+                        hint="wait for GPUs (drop --wait-timeout 0), or see 'ecolaunch status' for who uses them",
+                    )
+                raise WaitTimeout(
+                    f"job {job_id} waited {waited:.0f} s (--wait-timeout {timeout_s:g}) without getting GPUs",
+                    hint="raise --wait-timeout, or see 'ecolaunch status' for who uses the GPUs",
+                )
+            if on_wait is not None:
+                on_wait(outcome, waited)
+            self.clock.sleep(POLL_INTERVAL_S * (1.0 + 0.5 * random.random()))
+
+    def heartbeat(self, job: Job) -> None:
+        """Refresh the job's heartbeat; re-register it if the state was rebuilt under it."""
+        with self.store.transaction() as graph:
+            self.refresh(graph)
+            current = graph.jobs.get(job.id)
+            if current is None:
+                logger.warning("job %s was missing from the state graph (rebuilt?); registering it again", job.id)
+                graph.jobs[job.id] = current = job
+            current.heartbeat_at = time.time()
+
+    def release(self, job_id: str) -> Job | None:
+        """Remove the job from the graph and free its GPUs."""
+        with self.store.transaction() as graph:
+            job = graph.jobs.pop(job_id, None)
+            self._detach(job)
+            self.refresh(graph)
+        self._requests.pop(job_id, None)
+        return job
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _check_feasible(self, graph: StateGraph, request: JobRequest) -> None:
+        usable = eligible_gpus(graph, request, self.rules)
+        if len(usable) < request.nproc:
+            raise NoPlacement(
+                f"job asks for {request.nproc} GPU(s) but this host has {len(usable)} that user {request.user!r} may use",
+                hint="lower --nproc-per-node, or ask the lab admin about reserved GPUs",
+            )
+        need = request.memory_mib or 0
+        if need and all(g.memory_total_mib < need for g in usable):
+            raise NoPlacement(
+                f"job needs {need} MiB per GPU but the largest usable GPU has {max(g.memory_total_mib for g in usable)} MiB",
+                hint="lower --memory-mib or the job's memory use",
+            )
+
+    def _attach(self, job: Job, request: JobRequest) -> None:
+        # The simulated backend has no real processes to see: tell it the launcher now uses these GPUs.
+        attach = getattr(self.backend, "attach", None)
+        if attach is None:
+            return
+        profile = request.profile or {}
+        for uuid in job.gpus:
+            attach(
+                uuid,
+                job.launcher_pid,
+                int(request.memory_mib or 0),
+                util_gpu_pct=profile.get("sm_util_pct"),
+                util_mem_pct=profile.get("mem_bw_util_pct"),
+                power_w=profile.get("power_w"),
+            )
+
+    def _detach(self, job: Job | None) -> None:
+        detach = getattr(self.backend, "detach", None)
+        if job is not None and detach is not None and job.state is JobState.RUNNING:
+            detach(job.launcher_pid)

@@ -1,0 +1,1 @@
+"""Placement policies behind one interface (:mod:`.base`): the baselines and, later, the GNN."""

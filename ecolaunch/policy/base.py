@@ -1,0 +1,68 @@
+"""The policy interface: ``decide(state, job, rules) -> Decision | None``.
+
+A policy reads the state graph (already reconciled against live GPUs) and a :class:`JobRequest`, and
+returns a :class:`Decision` or ``None`` when nothing fits now (the launcher then waits or fails). The
+launcher and the simulator call the same ``decide``; a policy never touches devices, files or clocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ecolaunch.admin.rules import Rules
+from ecolaunch.state.graph import StateGraph
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """What a policy needs to know about the job asking for GPUs."""
+
+    id: str
+    user: str
+    host: str
+    #: GPUs wanted (one per worker); with ``elastic`` this is the minimum
+    nproc: int
+    #: ``--nproc-per-node gpu|auto``: take as many GPUs as the policy grants (at least ``nproc``)
+    elastic: bool = False
+    #: peak memory per GPU in MiB when known (profile, history or a hint), else None
+    memory_mib: int | None = None
+    #: the job's slowdown bound in percent, already clipped to the admin policy
+    allowed_slowdown_pct: float = 10.0
+    #: the job profile (DESIGN.md §4) when known
+    profile: dict[str, Any] | None = None
+    #: restrict placement to these GPU UUIDs (e.g. an allocation given through CUDA_VISIBLE_DEVICES)
+    allowed_gpus: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Which GPUs the job gets, who it shares them with, the caps, the predictions and the reasons."""
+
+    policy: str
+    gpus: tuple[str, ...]
+    power_caps_w: dict[str, float | None]
+    colocated_with: dict[str, list[str]]
+    reasons: list[str]
+    predicted: dict[str, Any] = field(default_factory=dict)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self, cuda_visible_devices: str | None = None) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "gpus": list(self.gpus),
+            "cuda_visible_devices": cuda_visible_devices,
+            "power_caps_w": dict(self.power_caps_w),
+            "colocated_with": {u: list(j) for u, j in self.colocated_with.items()},
+            "predicted": dict(self.predicted),
+            "reasons": list(self.reasons),
+            "alternatives": list(self.alternatives),
+        }
+
+
+class Policy(Protocol):
+    """A placement policy. ``name`` is what ``--policy`` selects."""
+
+    name: str
+
+    def decide(self, state: StateGraph, job: JobRequest, rules: Rules) -> Decision | None: ...

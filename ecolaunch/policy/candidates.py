@@ -1,0 +1,101 @@
+"""Candidate GPUs and GPU sets for a job: who may use which GPU, which are free, which sets link well.
+
+Shared by every policy so that the admin rules (reservations, per-user limits, memory margins) are applied in
+one place.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+from ecolaunch.admin.rules import Rules
+from ecolaunch.devices.base import LinkKind
+from ecolaunch.policy.base import JobRequest
+from ecolaunch.state.graph import GpuNode, Host, StateGraph
+
+#: above this many free GPUs, multi-GPU sets are grown greedily instead of enumerated exhaustively
+_EXHAUSTIVE_LIMIT = 12
+
+
+def may_use(rules: Rules, user: str, gpu: GpuNode) -> bool:
+    """False when the admin reserved this GPU (by UUID or index) for other users."""
+    for key in (gpu.uuid, str(gpu.index)):
+        owners = rules.reserved.get(key)
+        if owners is not None and user not in owners:
+            return False
+    return True
+
+
+def eligible_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[GpuNode]:
+    """The GPUs of the job's host that this job may ever use (reservations and allocation applied)."""
+    host = state.hosts.get(job.host)
+    if host is None:
+        return []
+    allowed = set(job.allowed_gpus) if job.allowed_gpus is not None else None
+    return [
+        g
+        for g in sorted(host.gpus.values(), key=lambda g: g.index)
+        if (allowed is None or g.uuid in allowed) and may_use(rules, job.user, g)
+    ]
+
+
+def gpus_held_by(state: StateGraph, user: str) -> int:
+    """How many GPUs the user's running jobs hold (a shared GPU counts once per job)."""
+    return sum(len(j.gpus) for j in state.running_jobs() if j.user == user)
+
+
+def user_quota_left(state: StateGraph, job: JobRequest, rules: Rules) -> int | None:
+    """GPUs the user may still take under the admin's per-user limit (None: no limit)."""
+    limit = rules.user_gpu_limit.get(job.user)
+    if limit is None:
+        return None
+    return max(0, limit - gpus_held_by(state, job.user))
+
+
+def is_idle(state: StateGraph, gpu: GpuNode) -> bool:
+    """No ecolaunch job and no foreign process on the GPU."""
+    return not state.jobs_on(gpu.uuid) and not gpu.foreign_pids
+
+
+def worst_link(host: Host, uuids: Sequence[str]) -> LinkKind:
+    """The slowest link between any two GPUs of the set (NVLINK for a single GPU)."""
+    return max((host.link(a, b) for a, b in itertools.combinations(uuids, 2)), default=LinkKind.NVLINK)
+
+
+def best_set(
+    host: Host,
+    gpus: Sequence[GpuNode],
+    n: int,
+    load: Callable[[GpuNode], tuple],
+) -> list[GpuNode] | None:
+    """The best ``n`` GPUs out of ``gpus``: fastest worst link first, then least total load, then lowest indices."""
+    if n > len(gpus) or n <= 0:
+        return None
+    if n == 1:
+        return [min(gpus, key=lambda g: (load(g), g.index))]
+    if len(gpus) <= _EXHAUSTIVE_LIMIT:
+        combos = itertools.combinations(gpus, n)
+        return list(min(combos, key=lambda c: _set_key(host, c, load)))
+    return _greedy_set(host, gpus, n, load)
+
+
+def _set_key(host: Host, combo: Sequence[GpuNode], load: Callable[[GpuNode], tuple]) -> tuple:
+    loads = [load(g) for g in combo]
+    total = tuple(sum(v) for v in zip(*loads)) if loads else ()
+    return (worst_link(host, [g.uuid for g in combo]), total, [g.index for g in combo])
+
+
+def _greedy_set(host: Host, gpus: Sequence[GpuNode], n: int, load: Callable[[GpuNode], tuple]) -> list[GpuNode]:
+    # grow from each seed by adding the GPU that keeps the worst link fastest; keep the best grown set
+    best: list[GpuNode] | None = None
+    for seed in gpus:
+        chosen = [seed]
+        rest = [g for g in gpus if g is not seed]
+        while len(chosen) < n:
+            nxt = min(rest, key=lambda g: (max(host.link(g.uuid, c.uuid) for c in chosen), load(g), g.index))
+            chosen.append(nxt)
+            rest.remove(nxt)
+        if best is None or _set_key(host, chosen, load) < _set_key(host, best, load):
+            best = chosen
+    return sorted(best or [], key=lambda g: g.index)

@@ -1,0 +1,191 @@
+"""``ecolaunch policy show`` and ``ecolaunch policy check``: whole outputs and exit codes."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ecolaunch.cli.policy_cmd import policy
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.toml"
+POLICY = textwrap.dedent(
+    """\
+    [slowdown]
+    max_pct = 15
+
+    [caps.A40]
+    max_w = 250
+    [caps.index.1]
+    max_fraction = 0.8
+
+    [reserve.0]
+    users = ["alice"]
+
+    [users.bob]
+    max_gpus = 1
+    """
+)
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def invoke(runner: CliRunner, args: list[str], env: dict[str, str] | None = None):
+    env = {"ECOLAUNCH_POLICY": None, "ECOLAUNCH_JSON": None, **(env or {})}
+    return runner.invoke(policy, args, env=env, prog_name="ecolaunch policy")
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY)
+    return path
+
+
+def test_show_prints_every_value_with_its_source(runner: CliRunner, policy_file: Path) -> None:
+    result = invoke(runner, ["show", "--file", str(policy_file)])
+    assert result.exit_code == 0, result.output
+    f = str(policy_file)
+    rows = [
+        ("KEY", "VALUE", "SOURCE"),
+        ("slowdown.default_pct", "10.0", "default"),
+        ("slowdown.max_pct", "15.0", f"{f}:2"),
+        ("energy.eta", "0.5", "default"),
+        ("colocation.enabled", "true", "default"),
+        ("colocation.max_jobs_per_gpu", "2", "default"),
+        ("colocation.memory_margin_mib", "1024", "default"),
+        ("profiling.max_iterations", "N/A", "default"),
+        ("profiling.max_time_s", "N/A", "default"),
+        ("profiling.max_caps", "N/A", "default"),
+        ("state.dir", "N/A", "default"),
+        ("state.group", "N/A", "default"),
+        ("caps.A40", "max_w=250.0", f"{f}:4"),
+        ("caps.index.1", "max_fraction=0.8", f"{f}:6"),
+        ("reserve.0", 'users=["alice"] groups=[]', f"{f}:9"),
+        ("users.bob.max_gpus", "1", f"{f}:13"),
+    ]
+    kw = max(len(r[0]) for r in rows)
+    vw = max(len(r[1]) for r in rows)
+    expected = [f"Policy file: {f}"] + [f"{k:<{kw}}  {v:<{vw}}  {s}" for k, v, s in rows]
+    assert result.output == "\n".join(expected) + "\n"
+
+
+def test_show_missing_named_file_is_error_exit_1(runner: CliRunner, tmp_path: Path) -> None:
+    missing = tmp_path / "absent.toml"
+    result = invoke(runner, ["show", "--json", "--file", str(missing)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: policy file {missing} does not exist\n"
+        "HINT: check the path (without --file or ECOLAUNCH_POLICY, /etc/ecolaunch/policy.toml is read if it exists)\n"
+    )
+
+
+def test_show_reads_the_environment_variable(runner: CliRunner, policy_file: Path) -> None:
+    result = invoke(runner, ["show", "--json"], env={"ECOLAUNCH_POLICY": str(policy_file)})
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["file"] == str(policy_file) and doc["found"] is True
+    assert doc["rules"]["max_slowdown_pct"] == 15.0
+    assert doc["rules"]["cap_bounds_index"] == {
+        "1": {"min_w": None, "max_w": None, "min_fraction": None, "max_fraction": 0.8}
+    }
+    assert doc["rules"]["reserved"] == {"0": ["alice"]}
+    assert doc["sources"]["max_slowdown_pct"] == f"{policy_file}:2"
+    assert doc["sources"]["eta"] == "default"
+    assert doc["sources"]["user_gpu_limit[bob]"] == f"{policy_file}:13"
+
+
+def test_json_flag_from_environment(runner: CliRunner, policy_file: Path) -> None:
+    result = invoke(runner, ["show", "--file", str(policy_file)], env={"ECOLAUNCH_JSON": "1"})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["found"] is True
+
+
+def test_show_env_named_missing_file_is_error_default_is_not(runner: CliRunner, tmp_path: Path) -> None:
+    # an environment that names a missing file is an explicit choice: an error, not silent defaults
+    result = invoke(runner, ["show"], env={"ECOLAUNCH_POLICY": str(tmp_path / "gone.toml")})
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: policy file {tmp_path / 'gone.toml'} does not exist\n")
+    default = Path("/etc/ecolaunch/policy.toml")
+    if not default.exists():
+        result = invoke(runner, ["show"])
+        assert result.exit_code == 0, result.output
+        assert result.output.splitlines()[0] == f"Policy file: {default} (not found: built-in defaults)"
+        assert "slowdown.max_pct              25.0" in result.output
+
+
+def test_show_bad_file_is_error_exit_1(runner: CliRunner, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[energy]\neta = 3\n")
+    result = invoke(runner, ["show", "--file", str(bad)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: {bad}:2: energy.eta = 3: must be at most 1\n"
+        "HINT: eta weighs energy against time: 0 = time only, 1 = energy only\n"
+    )
+
+
+def test_check_ok(runner: CliRunner, policy_file: Path) -> None:
+    result = invoke(runner, ["check", str(policy_file)])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"OK: {policy_file}\n"
+
+
+def test_check_example_policy(runner: CliRunner) -> None:
+    result = invoke(runner, ["check", str(EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"OK: {EXAMPLE}\n"
+
+
+def test_check_unknown_key_prints_error_and_hint(runner: CliRunner, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[colocation]\nenabled = true\nmax_job_per_gpu = 3\n")
+    result = invoke(runner, ["check", str(bad)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: {bad}:3: unknown key colocation.max_job_per_gpu\n"
+        "HINT: did you mean colocation.max_jobs_per_gpu? [colocation] takes: enabled, max_jobs_per_gpu, "
+        "memory_margin_mib\n"
+    )
+
+
+def test_check_errors_go_to_stderr(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[slowdown\n")
+    # click < 8.2 mixes stderr into output unless told not to; later versions always keep it apart
+    separate = "mix_stderr" in inspect.signature(CliRunner.__init__).parameters
+    result = (CliRunner(mix_stderr=False) if separate else CliRunner()).invoke(policy, ["check", str(bad)])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"Error: {bad}:1:10: invalid TOML: ")
+    assert "HINT: fix the syntax there" in result.stderr
+
+
+def test_check_missing_file_is_exit_1(runner: CliRunner, tmp_path: Path) -> None:
+    result = invoke(runner, ["check", str(tmp_path / "nope.toml")])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: policy file {tmp_path / 'nope.toml'} does not exist\n")
+
+
+def test_usage_errors_exit_2(runner: CliRunner) -> None:
+    result = invoke(runner, ["check"])
+    assert result.exit_code == 2
+    assert "Missing argument 'FILE'" in result.output
+    assert "Try 'ecolaunch policy check --help' for help." in result.output
+    result = invoke(runner, ["show", "--bogus"])
+    assert result.exit_code == 2
+    assert "Error: No such option" in result.output and "--bogus" in result.output
+
+
+def test_help_names_the_environment_variables(runner: CliRunner) -> None:
+    result = invoke(runner, ["show", "--help"])
+    assert result.exit_code == 0
+    assert "ECOLAUNCH_POLICY" in result.output and "ECOLAUNCH_JSON" in result.output
+    assert "/etc/ecolaunch/policy.toml" in result.output

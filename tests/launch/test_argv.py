@@ -1,0 +1,105 @@
+"""The launch parser keeps torchrun's meaning for every option, spelling and abbreviation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pytest
+from torch.distributed.run import get_args_parser
+
+from ecolaunch.launch.argv import ECO_OPTIONS, build_parser, expand_prefix, parse
+
+
+def _resolve(parser: argparse.ArgumentParser, arg: str):
+    """What argparse makes of an option-like argument: the action's dest, 'ambiguous', or None (unknown)."""
+    real_error = parser.error
+
+    def error(message: str):
+        raise ValueError(message)
+
+    parser.error = error
+    try:
+        found = parser._parse_optional(arg)
+    except ValueError as e:
+        return "ambiguous" if "ambiguous" in str(e) else f"error: {e}"
+    finally:
+        parser.error = real_error
+    if isinstance(found, list):  # Python >= 3.12 returns a list of candidates
+        found = found[0] if len(found) == 1 else None
+    if not found or found[0] is None:
+        return None
+    return found[0].dest
+
+
+def test_every_torchrun_abbreviation_keeps_its_meaning() -> None:
+    torch_parser = get_args_parser()
+    ours = build_parser({})
+    checked = 0
+    for action in torch_parser._actions:
+        for option in action.option_strings:
+            if not option.startswith("--"):
+                continue
+            for end in range(3, len(option) + 1):
+                prefix = option[:end]
+                assert _resolve(ours, prefix) == _resolve(torch_parser, prefix), prefix
+                checked += 1
+    assert checked > 300
+
+
+def test_ecolaunch_options_are_new_names_with_env_vars() -> None:
+    torch_strings = {s for a in get_args_parser()._actions for s in a.option_strings}
+    for flags, env_var, _, help_text in ECO_OPTIONS:
+        assert not set(flags) & torch_strings
+        assert env_var.startswith("ECOLAUNCH_")
+    help_text = build_parser({}).format_help()
+    for flags, env_var, _, _ in ECO_OPTIONS:
+        assert env_var in help_text
+
+
+def test_torchrun_options_parse_as_torch_parses_them() -> None:
+    argv = ["--nproc_per_node", "2", "--standalone", "--max-r", "3", "-m", "pkg.mod", "--lr", "1", "--dry-run"]
+    theirs = get_args_parser().parse_args(argv)
+    ours = parse(argv, {}).torch_args
+    assert vars(ours) == vars(theirs)
+    assert ours.training_script_args == ["--lr", "1", "--dry-run"]  # after the script: the script's
+
+
+def test_pet_env_fallback_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PET_NPROC_PER_NODE", "3")
+    assert parse(["train.py"], {}).torch_args.nproc_per_node == "3"
+
+
+def test_eco_options_from_flags_and_env() -> None:
+    p = parse(["--dry-run", "--wait-timeout", "0", "--allowed-slowdown=5", "train.py"], {})
+    assert p.options.dry_run and not p.options.wait and p.options.allowed_slowdown_pct == 5.0
+    p = parse(["train.py"], {"ECOLAUNCH_JSON": "1", "ECOLAUNCH_WAIT_TIMEOUT": "30", "ECOLAUNCH_MEMORY_MIB": "2048"})
+    assert p.options.json and p.options.wait and p.options.wait_timeout_s == 30.0 and p.memory_mib == 2048
+    assert not hasattr(p.torch_args, "eco_json")
+
+
+@pytest.mark.parametrize(
+    "argv, env, message",
+    [
+        (["--wait-timeout", "soon", "t.py"], {}, "--wait-timeout (or ECOLAUNCH_WAIT_TIMEOUT) must be a number, got 'soon'"),
+        (["--allowed-slowdown", "-3", "t.py"], {}, "must be a finite number >= 0"),
+        (["t.py"], {"ECOLAUNCH_DRY_RUN": "maybe"}, "ECOLAUNCH_DRY_RUN='maybe' is not a boolean"),
+        (["--nproc", "2", "t.py"], {}, "ambiguous option: --nproc"),
+        (["python", "-u", "t.py"], {}, "interpreter option '-u' is not supported"),
+    ],
+)
+def test_bad_input_exits_2_with_message(argv, env, message, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse(argv, env)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_prefix_forms() -> None:
+    assert expand_prefix(["torchrun", "--nproc-per-node", "2", "t.py"]) == (["--nproc-per-node", "2", "t.py"], None)
+    assert expand_prefix(["--dry-run", "torchrun", "t.py", "a"]) == (["--dry-run", "t.py", "a"], None)
+    args, exe = expand_prefix(["--policy", "exclusive", "python", "t.py", "--x"], executable=sys.executable)
+    assert args == ["--policy", "exclusive", "--nproc-per-node", "1", "t.py", "--x"]
+    assert expand_prefix(["python3", "-m", "pkg.mod", "1"])[0] == ["--nproc-per-node", "1", "-m", "pkg.mod", "1"]
+    assert expand_prefix(["./python_helper.py"]) == (["./python_helper.py"], None)
+    assert expand_prefix(["t.py", "python"]) == (["t.py", "python"], None)

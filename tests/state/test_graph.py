@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import pytest
+
+from ecolaunch.devices.base import LinkKind
+from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
+
+
+def make_graph() -> StateGraph:
+    graph = StateGraph(next_seq=3, generation=7)
+    host = Host(name="ws1")
+    for i in range(2):
+        host.gpus[f"GPU-{i}"] = GpuNode(uuid=f"GPU-{i}", index=i, name="A100", memory_total_mib=81920)
+    host.links[("GPU-0", "GPU-1")] = LinkKind.NVLINK
+    graph.hosts["ws1"] = host
+    graph.jobs["j1"] = Job(
+        id="j1", uid=1000, user="alice", host="ws1", launcher_pid=42, launcher_start_time=1.5,
+        nproc=1, name="train.py", seq=2, submitted_at=10.0, state=JobState.RUNNING,
+        gpus=["GPU-1"], power_caps_w={"GPU-1": 250.0}, request={"memory_mib": 1000},
+    )
+    return graph
+
+
+def test_round_trip_keeps_everything() -> None:
+    graph = make_graph()
+    again = StateGraph.from_dict(graph.to_dict())
+    assert again.to_dict() == graph.to_dict()
+    assert again.jobs["j1"].state is JobState.RUNNING
+    assert again.hosts["ws1"].link("GPU-1", "GPU-0") is LinkKind.NVLINK
+    assert again.jobs["j1"].memory_mib == 1000
+
+
+def test_queue_order_and_positions() -> None:
+    graph = make_graph()
+    for seq, jid in [(9, "late"), (4, "early")]:
+        graph.jobs[jid] = Job(id=jid, uid=1, user="bob", host="ws1", launcher_pid=1, launcher_start_time=0.0,
+                              nproc=1, name="x", seq=seq, submitted_at=0.0)
+    assert [j.id for j in graph.queued_jobs()] == ["early", "late"]
+    assert graph.queue_position("late") == 2
+    assert graph.queue_position("j1") is None
+    assert [j.id for j in graph.jobs_on("GPU-1")] == ["j1"]
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(schema="other"), "schema"),
+        (lambda d: d.update(version=99), "version"),
+        (lambda d: d.update(next_seq=-1), "next_seq"),
+        (lambda d: d["jobs"]["j1"].update(uid="root"), "jobs.j1.uid"),
+        (lambda d: d["jobs"]["j1"].update(state="zombie"), "jobs.j1.state"),
+        (lambda d: d["jobs"]["j1"].update(gpus=[1, 2]), "jobs.j1.gpus"),
+        (lambda d: d["jobs"]["j1"].update(id="j2"), "jobs.j1.id"),
+        (lambda d: d["hosts"]["ws1"]["gpus"]["GPU-0"].update(bogus=1), "hosts.ws1.gpus.GPU-0"),
+        (lambda d: d["hosts"]["ws1"].update(links=[["GPU-0", "GPU-1", "warp"]]), "link kind"),
+    ],
+)
+def test_invalid_documents_name_the_field(mutate, message) -> None:
+    doc = make_graph().to_dict()
+    mutate(doc)
+    with pytest.raises(ValueError, match=message):
+        StateGraph.from_dict(doc)
