@@ -47,19 +47,21 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
     raise ConfigError(f"{name}={env[name]!r} is not a boolean", hint=f"set {name} to 1 or 0")
 
 
-def default_state_dir(env: Mapping[str, str]) -> Path:
-    """The state directory: ``$ECOLAUNCH_STATE_DIR``, else one shared by every user of the host.
+def default_state_dir(env: Mapping[str, str], policy_dir: Path | None = None) -> Path:
+    """The state directory: ``$ECOLAUNCH_STATE_DIR``, else the admin policy's ``[state] dir``, else
+    ``/var/tmp/ecolaunch``, shared by every user of the host.
 
     A simulated machine gets its own sub-directory (named after a hash of its spec) so that simulated
     bookings never mix with a real host's.
     """
     if env.get(ENV_STATE_DIR):
         return Path(env[ENV_STATE_DIR]).expanduser()
+    base = policy_dir or DEFAULT_STATE_DIR
     spec = env.get(ENV_SIMULATE, "").strip()
     if spec:
         digest = hashlib.sha1(spec.encode()).hexdigest()[:10]
-        return DEFAULT_STATE_DIR / f"sim-{digest}"
-    return DEFAULT_STATE_DIR
+        return base / f"sim-{digest}"
+    return base
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +86,12 @@ class Environment:
     policy_file: Path
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Environment:
+    def from_env(cls, env: Mapping[str, str] | None = None, policy_state_dir: Path | None = None) -> Environment:
+        """Resolve from ``env`` (default ``os.environ``); ``policy_state_dir`` is the admin policy's ``[state] dir``."""
         env = os.environ if env is None else env
         policy = env.get(ENV_POLICY_FILE)
         return cls(
-            state_dir=default_state_dir(env),
+            state_dir=default_state_dir(env, policy_state_dir),
             simulate=env.get(ENV_SIMULATE, "").strip() or None,
             policy_file=Path(policy) if policy else DEFAULT_POLICY_FILE,
         )

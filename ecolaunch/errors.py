@@ -4,7 +4,7 @@ Every error ecolaunch raises on purpose derives from :class:`EcolaunchError`; th
 ``Error: ...`` lines and documented exit codes (see README, "Exit codes")::
 
     EcolaunchError
-    ├── ConfigError            bad flag, environment variable or file value (exit 2 from the CLI)
+    ├── ConfigError            bad environment variable or file value (exit 1; bad flags are usage errors, exit 2)
     ├── DeviceError            a GPU backend failed (vendor errors are translated into this, ``from e``)
     │   ├── DriverNotFound     no NVIDIA driver / NVML library: ecolaunch falls back to plain torchrun
     │   └── PermissionDenied   the caller may not change this setting (e.g. power limits without root)

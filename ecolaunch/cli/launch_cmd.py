@@ -6,7 +6,6 @@ decided GPUs, and always releases the booking — on success, worker failure, ex
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import os
@@ -19,7 +18,7 @@ from collections.abc import Mapping
 
 import click
 
-from ecolaunch.config import Environment
+from ecolaunch.cli.context import current_groups, current_user, resolve
 from ecolaunch.errors import DriverNotFound, EcolaunchError, NoPlacement, WaitTimeout
 from ecolaunch.launch import argv as launch_argv
 from ecolaunch.launch import exitcodes
@@ -70,7 +69,6 @@ def launch(argv: list[str], env: Mapping[str, str]) -> int:
 
 
 def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
-    from ecolaunch.admin.rules import load_rules
     from ecolaunch.devices.select import open_backend
     from ecolaunch.launch.torchrun import run_workers
     from ecolaunch.policy.baselines import get_policy
@@ -78,14 +76,13 @@ def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
 
     args, opts = parsed.torch_args, parsed.options
     extra_env = {"PYTHON_EXEC": parsed.python_exec} if parsed.python_exec else {}
-    environment = Environment.from_env(env)
+    environment, rules = resolve(env)
     if args.nproc_per_node == "cpu":
         return _plain(parsed, extra_env, "--nproc-per-node cpu asks for no GPUs")
     try:
         backend = open_backend(environment.simulate, environment.state_dir)
     except DriverNotFound as e:
         return _plain(parsed, extra_env, f"{e}; launching like torchrun without GPU placement")
-    rules, _ = load_rules(environment.policy_file)
     session = Session(StateStore(environment.state_dir), backend, get_policy(opts.placement_policy), rules)
     request = _request(parsed, session, rules, env)
     if opts.dry_run:
@@ -134,7 +131,8 @@ def _request(parsed: ParsedLaunch, session: Session, rules, env: Mapping[str, st
     slowdown = effective_slowdown_pct(rules, opts.allowed_slowdown_pct)
     return JobRequest(
         id=uuid.uuid4().hex[:8],
-        user=_user(),
+        user=current_user(),
+        groups=current_groups(),
         host=session.host,
         nproc=nproc,
         elastic=elastic,
@@ -238,13 +236,6 @@ def _request_info(parsed: ParsedLaunch, request: JobRequest) -> dict:
 
 def _job_name(args) -> str:
     return os.path.basename(str(args.training_script))
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
 
 
 def _own_start_time() -> float:

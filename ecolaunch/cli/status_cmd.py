@@ -19,16 +19,15 @@ def _na(value, fmt: str = "{:.0f}") -> str:
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="print the state as JSON")
 def status(as_json: bool) -> None:
-    from ecolaunch.admin.rules import load_rules
+    from ecolaunch.cli.context import resolve
     from ecolaunch.devices.select import open_backend
     from ecolaunch.launch.session import Session
     from ecolaunch.policy.baselines import ExclusivePolicy
     from ecolaunch.state.store import StateStore
 
-    environment = Environment.from_env()
     try:
+        environment, rules = resolve()
         backend = open_backend(environment.simulate, environment.state_dir)
-        rules, _ = load_rules(environment.policy_file)
         session = Session(StateStore(environment.state_dir), backend, ExclusivePolicy(), rules)
         graph = session.snapshot()
     except EcolaunchError as e:

@@ -47,6 +47,7 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
     (("-v", "--verbose"), config.ENV_VERBOSE, False, "log each step; show tracebacks of ecolaunch errors"),
 )
 
+_METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB"}
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
@@ -77,7 +78,8 @@ def build_parser(env: Mapping[str, str], prog: str = "ecolaunch") -> argparse.Ar
         dest = flags[-1].lstrip("-").replace("-", "_")
         default = env.get(env_var)
         if takes_value:
-            group.add_argument(*flags, dest=f"eco_{dest}", default=default, metavar="VALUE", help=f"{help_text} [env {env_var}]")
+            metavar = _METAVARS[flags[-1]]
+            group.add_argument(*flags, dest=f"eco_{dest}", default=default, metavar=metavar, help=f"{help_text} [env {env_var}]")
         else:
             group.add_argument(*flags, dest=f"eco_{dest}", action="store_const", const="1", default=default, help=f"{help_text} [env {env_var}]")
     return parser

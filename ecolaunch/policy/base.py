@@ -33,6 +33,8 @@ class JobRequest:
     profile: dict[str, Any] | None = None
     #: restrict placement to these GPU UUIDs (e.g. an allocation given through CUDA_VISIBLE_DEVICES)
     allowed_gpus: tuple[str, ...] | None = None
+    #: the user's Unix groups (for GPUs the admin reserved for a group)
+    groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

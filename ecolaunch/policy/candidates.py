@@ -9,22 +9,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
-from ecolaunch.admin.rules import Rules
+from ecolaunch.admin.rules import Rules, may_use_gpu, user_gpu_limit
 from ecolaunch.devices.base import LinkKind
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.state.graph import GpuNode, Host, StateGraph
 
 #: above this many free GPUs, multi-GPU sets are grown greedily instead of enumerated exhaustively
 _EXHAUSTIVE_LIMIT = 12
-
-
-def may_use(rules: Rules, user: str, gpu: GpuNode) -> bool:
-    """False when the admin reserved this GPU (by UUID or index) for other users."""
-    for key in (gpu.uuid, str(gpu.index)):
-        owners = rules.reserved.get(key)
-        if owners is not None and user not in owners:
-            return False
-    return True
 
 
 def eligible_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[GpuNode]:
@@ -36,7 +27,7 @@ def eligible_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[GpuN
     return [
         g
         for g in sorted(host.gpus.values(), key=lambda g: g.index)
-        if (allowed is None or g.uuid in allowed) and may_use(rules, job.user, g)
+        if (allowed is None or g.uuid in allowed) and may_use_gpu(rules, job.user, job.groups, g.uuid, g.index)
     ]
 
 
@@ -47,7 +38,7 @@ def gpus_held_by(state: StateGraph, user: str) -> int:
 
 def user_quota_left(state: StateGraph, job: JobRequest, rules: Rules) -> int | None:
     """GPUs the user may still take under the admin's per-user limit (None: no limit)."""
-    limit = rules.user_gpu_limit.get(job.user)
+    limit = user_gpu_limit(rules, job.user)
     if limit is None:
         return None
     return max(0, limit - gpus_held_by(state, job.user))

@@ -21,7 +21,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -42,15 +42,21 @@ class StateStore:
     Args:
         directory: the state directory; created (group-shared, setgid) when missing.
         lock_timeout_s: how long a transaction waits for the lock before raising StateError.
+        on_lock_wait: called with the seconds each transaction waited for the lock (benchmarks use it).
     """
 
-    def __init__(self, directory: Path, *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        on_lock_wait: Callable[[float], None] | None = None,
+    ) -> None:
         self.directory = Path(directory)
         self.path = self.directory / STATE_FILE
         self._lock_timeout_s = lock_timeout_s
         self._lock: FileLock | None = None
-        #: seconds the last transaction waited for the lock (read by benchmarks)
-        self.last_lock_wait_s = 0.0
+        self._on_lock_wait = on_lock_wait
 
     def __repr__(self) -> str:
         return f"StateStore({str(self.directory)!r})"
@@ -106,7 +112,8 @@ class StateStore:
                 f"waited {self._lock_timeout_s:g} s for the state lock {str(self.directory / LOCK_FILE)!r}",
                 hint="another ecolaunch process holds it; if none is running, the file system may not support locks",
             ) from e
-        self.last_lock_wait_s = time.perf_counter() - start
+        if self._on_lock_wait is not None:
+            self._on_lock_wait(time.perf_counter() - start)
         try:
             yield
         finally:

@@ -1,0 +1,204 @@
+"""How well a few profiled caps predict a job's whole cap curve, replayed on the Zeus (NSDI '23) traces.
+
+For every (GPU, workload, batch size) curve of ``summary_power_<gpu>.csv`` (one row per power limit; the
+optimizer is the one ``summary_train.csv`` pairs with the workload), this takes the caps
+``powercap.profile_caps`` would measure (max, ~65 %, ~45 %, minus caps that cannot bind the job) from
+the trace, fits ``powercap.fit_cap_model`` with a prior **fitted without the evaluated workload**
+(leave-one-workload-out: the prior sees only curves of other networks, on all GPUs; squad and sentiment140
+share BERT and leave together; a leave-one-GPU-out row is printed too),
+predicts time and power at every other cap of the trace, and chooses a cap with ``powercap.choose_cap``.
+
+Reported (primary figures at a 10 % slowdown bound and eta = 1, i.e. energy only, as in "energy-optimal"):
+
+- ``time_mape_pct`` / ``power_mape_pct``: mean absolute percentage error over the caps *not* profiled
+  (pooled over all curves); ``*_all_caps`` includes the profiled ones.
+- ``within_one_step_pct``: share of curves whose chosen cap is within 25 W of the true optimum (the
+  lowest-cost cap of the trace whose measured slowdown is within the bound). Input-bound curves are flat
+  within the traces' noise, so their "true optimum" is noise; ``within_one_step_cap_bound_pct`` counts
+  only curves whose uncapped power exceeds 1.2x the lowest cap.
+- ``energy_loss_pct``: mean of (true energy at the chosen cap / at the true optimum - 1); a choice that
+  breaks the bound is counted in ``bound_violation_pct`` and its saving is not credited (loss >= 0).
+  In the eta = 0.5 row it is the loss in Zeus's cost ``eta*E + (1-eta)*P_max*T`` instead.
+- ``profiling_iterations``: profiled caps x (warm-up + measured iterations per cap), summed over curves,
+  against ``full_sweep_iterations``: Zeus's sweep of every 25 W step from max to min x (10 + 40).
+
+The Zeus profile windows (``profile_windows/*.csv``, V100 and A40, 1-4 GPUs) are replayed the same way as
+recorded traces (fit from <= 3 windows, predict the others); their priors leave out the same network.
+
+Usage: ``python benchmarks/powercap_accuracy.py [--data DIR] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ecolaunch.profile import powercap as pc  # noqa: E402
+from ecolaunch.profile import zeus_data as zd  # noqa: E402
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "zeus-nsdi23"
+# profile-window networks -> the summary-trace workload of the same network (left out of their prior)
+WINDOW_WORKLOAD = {"bert-base-uncased": "bert_base_uncased", "resnet50": "resnet50",
+                   "shufflenetv2": "shufflenetv2", "resnet18": "resnet18"}
+
+
+@dataclass
+class Result:
+    held_time_err: list[float]
+    held_power_err: list[float]
+    all_time_err: list[float]
+    all_power_err: list[float]
+    within: list[bool]
+    within_bound: list[bool]
+    loss_pct: list[float]
+    violation: list[bool]
+    profiling_iters: int
+    sweep_iters: int
+
+    def summary(self) -> dict[str, float]:
+        pct = lambda xs: 100.0 * statistics.fmean(xs) if xs else float("nan")  # noqa: E731
+        return {
+            "time_mape_pct": round(pct(self.held_time_err), 2),
+            "power_mape_pct": round(pct(self.held_power_err), 2),
+            "within_one_step_pct": round(pct(self.within), 1),
+            "energy_loss_pct": round(statistics.fmean(self.loss_pct), 2),
+            "profiling_iterations": self.profiling_iters,
+            "full_sweep_iterations": self.sweep_iters,
+            "time_mape_all_caps_pct": round(pct(self.all_time_err), 2),
+            "power_mape_all_caps_pct": round(pct(self.all_power_err), 2),
+            "within_one_step_cap_bound_pct": round(pct(self.within_bound), 1),
+            "bound_violation_pct": round(pct(self.violation), 1),
+            "curves": len(self.within),
+            "held_out_points": len(self.held_time_err),
+        }
+
+
+def evaluate(curves: list[zd.ZeusCurve], prior_for, *, slowdown_pct: float, eta: float,
+             iters_per_cap: int) -> Result:
+    res = Result([], [], [], [], [], [], [], [], 0, 0)
+    for curve in curves:
+        pts = {p.power_cap_w: p for p in curve.points}
+        caps = sorted(pts)
+        if len(caps) < 2:
+            continue
+        lo, hi = caps[0], caps[-1]
+        wanted = pc.profile_caps(lo, hi, uncapped_power_w=pts[hi].power_w)
+        profiled = sorted({min(caps, key=lambda c: abs(c - w)) for w in wanted})
+        model = pc.fit_cap_model([pts[c] for c in profiled], prior_for(curve))
+        for c in caps:
+            pred, true = model.predict(c), pts[c]
+            et = abs(pred.iter_time_s - true.iter_time_s) / true.iter_time_s
+            ep = abs(pred.power_w - true.power_w) / true.power_w
+            res.all_time_err.append(et)
+            res.all_power_err.append(ep)
+            if c not in profiled:
+                res.held_time_err.append(et)
+                res.held_power_err.append(ep)
+        choice = pc.choose_cap(model, caps, slowdown_pct, eta, hi)
+        opt = _true_optimum(pts, slowdown_pct, eta, hi)
+        cost = lambda p: eta * p.iter_time_s * p.power_w + (1 - eta) * hi * p.iter_time_s  # noqa: E731
+        violated = pts[choice.cap_w].iter_time_s > (1 + slowdown_pct / 100) * pts[hi].iter_time_s * (1 + 1e-9)
+        loss = 100.0 * (cost(pts[choice.cap_w]) / cost(pts[opt]) - 1.0)
+        res.within.append(abs(choice.cap_w - opt) <= pc.DEFAULT_CAP_STEP_W + 1e-9)
+        if pts[hi].power_w > 1.2 * lo:
+            res.within_bound.append(res.within[-1])
+        res.violation.append(violated)
+        res.loss_pct.append(max(0.0, loss) if violated else loss)
+        res.profiling_iters += len(profiled) * iters_per_cap
+        sweep_caps = math.floor((hi - lo) / pc.DEFAULT_CAP_STEP_W + 1e-9) + 1
+        res.sweep_iters += sweep_caps * (pc.ZEUS_WARMUP_ITERS_PER_CAP + pc.ZEUS_MEASURED_ITERS_PER_CAP)
+    return res
+
+
+def _true_optimum(pts: dict[float, pc.CapPoint], slowdown_pct: float, eta: float, hi: float) -> float:
+    t_ref = pts[hi].iter_time_s
+    feasible = [c for c in sorted(pts) if pts[c].iter_time_s <= (1 + slowdown_pct / 100) * t_ref * (1 + 1e-9)]
+    cost = {c: eta * pts[c].iter_time_s * pts[c].power_w + (1 - eta) * hi * pts[c].iter_time_s for c in feasible}
+    best = min(cost.values())
+    return min(c for c in feasible if cost[c] <= best * (1 + 1e-9))
+
+
+def prior_factory(train: list[zd.ZeusCurve], holdout: str):
+    cache: dict[str, pc.CapPrior] = {}
+
+    def network(workload: str) -> str:
+        return workload.split("/")[-1]
+
+    def prior_for(curve: zd.ZeusCurve) -> pc.CapPrior:
+        if holdout == "workload":
+            key = network(WINDOW_WORKLOAD.get(curve.workload, curve.workload))
+            keep = [c for c in train if network(c.workload) != key]
+        else:
+            key = curve.gpu.upper()
+            keep = [c for c in train if c.gpu.upper() != key]
+        if key not in cache:
+            cache[key] = pc.CapPrior.fit([c.points for c in keep], source=f"without {key}")
+        return cache[key]
+
+    return prior_for
+
+
+def run(data: Path, slowdown_pct: float, eta: float, warmup: int, measured: int) -> dict[str, dict[str, float]]:
+    traces = zd.load_power_traces(data)
+    windows = zd.load_profile_windows(data)
+    iters = warmup + measured
+    out = {}
+    for name, curves, holdout, e in [
+        ("traces, leave-one-workload-out", traces, "workload", eta),
+        ("traces, leave-one-GPU-out", traces, "gpu", eta),
+        ("traces, leave-one-workload-out, eta 0.5", traces, "workload", 0.5),
+        ("profile windows, leave-one-network-out", windows, "workload", eta),
+    ]:
+        res = evaluate(curves, prior_factory(traces, holdout), slowdown_pct=slowdown_pct, eta=e, iters_per_cap=iters)
+        out[name] = res.summary()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="zeus-nsdi23 folder")
+    ap.add_argument("--slowdown-pct", type=float, default=10.0)
+    ap.add_argument("--eta", type=float, default=1.0, help="energy weight of Zeus's cost (1 = energy only)")
+    ap.add_argument("--warmup-iters", type=int, default=pc.DEFAULT_WARMUP_ITERS_PER_CAP)
+    ap.add_argument("--measured-iters", type=int, default=pc.DEFAULT_MEASURED_ITERS_PER_CAP)
+    ap.add_argument("--json", action="store_true", help="print the primary figures (and extras) as JSON")
+    args = ap.parse_args(argv)
+    out = run(args.data, args.slowdown_pct, args.eta, args.warmup_iters, args.measured_iters)
+    names = list(out)
+    primary = dict(out[names[0]])
+    if args.json:
+        factor = primary["full_sweep_iterations"] / primary["profiling_iterations"]
+        primary["fewer_iterations_factor"] = round(factor, 2)
+        primary["slowdown_bound_pct"] = args.slowdown_pct
+        primary["eta"] = args.eta
+        for name, prefix in zip(names[1:], ("gpu_holdout_", "eta05_", "windows_")):
+            primary.update({prefix + k: v for k, v in out[name].items()})
+        print(json.dumps(primary, sort_keys=False))
+        return 0
+    cols = ["time_mape_pct", "power_mape_pct", "time_mape_all_caps_pct", "within_one_step_pct",
+            "within_one_step_cap_bound_pct", "energy_loss_pct", "bound_violation_pct", "profiling_iterations",
+            "full_sweep_iterations", "curves"]
+    short = ["time MAPE %", "power MAPE %", "time MAPE all %", "within 1 step %", "(cap-bound) %",
+             "energy loss %", "violations %", "profiling it", "sweep it", "curves"]
+    print(f"Zeus replay: slowdown bound {args.slowdown_pct:g} %, eta {args.eta:g} (unless noted), "
+          f"{args.warmup_iters}+{args.measured_iters} iterations per profiled cap vs Zeus 10+40")
+    width = max(len(n) for n in names)
+    print(" " * width + " | " + " | ".join(short))
+    for name in names:
+        row = out[name]
+        print(f"{name:<{width}} | " + " | ".join(f"{row[c]:>{len(s)}}" for c, s in zip(cols, short)))
+    p = out[names[0]]
+    print(f"profiling: {p['profiling_iterations']} iterations vs {p['full_sweep_iterations']} for full sweeps "
+          f"({p['full_sweep_iterations'] / p['profiling_iterations']:.1f}x fewer)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

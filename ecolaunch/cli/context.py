@@ -1,0 +1,39 @@
+"""What every command resolves first: the environment, the admin policy, and the state directory it implies."""
+
+from __future__ import annotations
+
+import getpass
+import grp
+import os
+from collections.abc import Mapping
+
+from ecolaunch.admin.rules import Rules, load_rules
+from ecolaunch.config import Environment
+
+
+def resolve(env: Mapping[str, str] | None = None) -> tuple[Environment, Rules]:
+    """The environment and the effective admin policy; the policy's ``[state] dir`` applies unless
+    ``ECOLAUNCH_STATE_DIR`` is set."""
+    env = os.environ if env is None else env
+    first = Environment.from_env(env)
+    rules, _ = load_rules(first.policy_file)
+    if rules.state_dir is None:
+        return first, rules
+    return Environment.from_env(env, rules.state_dir), rules
+
+
+def current_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def current_groups() -> tuple[str, ...]:
+    names = []
+    for gid in os.getgroups():
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            names.append(str(gid))
+    return tuple(names)

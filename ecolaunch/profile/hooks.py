@@ -1,0 +1,265 @@
+"""In-process hooks for training scripts: ``step()``, ``track()``, ``@train_step``, ``@job(...)``, ``is_profiling()``.
+
+Use one of the three step markers per training loop::
+
+    import ecolaunch
+
+    @ecolaunch.job(name="bert-ft", max_slowdown_pct=10, memory_mib=20_000, profile_safe=True)
+    def main():
+        for batch in ecolaunch.track(loader):        # marks each iteration ...
+            loss = model(batch).sum(); loss.backward(); opt.step()
+            # ... or call ecolaunch.step() here, at the end of each iteration,
+            # ... or decorate the function doing one step with @ecolaunch.train_step
+        if not ecolaunch.is_profiling():
+            save_checkpoint()                         # skip side effects in a profiling run
+
+**Outside an ecolaunch launch** (``ECOLAUNCH_HOOK_DIR`` unset) everything is a no-op: ``step()`` reads one
+module global and returns (``benchmarks/hook_overhead.py`` measures it), ``track(x)`` returns ``x`` itself,
+``@train_step`` returns the function unchanged. Importing this module loads nothing beyond the standard
+library's ``os`` and ``ecolaunch.errors`` (no torch, no torch_geometric, not even
+``dataclasses`` or ``logging``, which it imports only to report a failure).
+
+**Under ecolaunch** the launcher sets ``ECOLAUNCH_HOOK_DIR`` (and ``ECOLAUNCH_PROFILING=1`` during a profiling
+run); each step appends one monotonic timestamp to ``<dir>/steps-<RANK>.bin`` and ``@job`` hints go to
+``<dir>/hints-<RANK>.json`` (see :mod:`ecolaunch.profile.channel`). A failure to write (directory gone, disk
+full) logs one warning and turns the hooks off: it never raises into the training loop.
+
+The environment is read once, at import: it is this process's own environment, so module-level state is
+the honest place for it. Tests call :func:`_reset_for_tests` with an explicit mapping instead of reloading.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ecolaunch.errors import ConfigError
+
+TYPE_CHECKING = False  # typing costs ~9 ms to import; annotations are strings (PEP 563) and need it only here
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from typing import Any, TypeVar
+
+    from ecolaunch.profile.channel import StepWriter
+
+    F = TypeVar("F", bound=Callable[..., Any])
+
+# Same names as ecolaunch.profile.channel.ENV_*: repeated here so that importing the hooks loads nothing.
+ENV_HOOK_DIR = "ECOLAUNCH_HOOK_DIR"
+ENV_PROFILING = "ECOLAUNCH_PROFILING"
+ENV_RANK = "RANK"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+class JobHints:
+    """What a script says about itself through ``@ecolaunch.job``. Immutable.
+
+    Not a dataclass on purpose: ``dataclasses`` imports ``inspect`` (~10 ms), which ``import ecolaunch``
+    must not pay in a script that is not launched by ecolaunch.
+    """
+
+    __slots__ = ("name", "max_slowdown_pct", "memory_mib", "profile_safe")
+    name: str | None
+    max_slowdown_pct: float | None
+    memory_mib: int | None
+    profile_safe: bool
+
+    def __init__(self, name: str | None = None, max_slowdown_pct: float | None = None,
+                 memory_mib: int | None = None, profile_safe: bool = False) -> None:
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ConfigError(f"job name must be a non-empty string, got {name!r}")
+        if max_slowdown_pct is not None and (isinstance(max_slowdown_pct, bool)
+                                             or not isinstance(max_slowdown_pct, (int, float))
+                                             or not 0 <= max_slowdown_pct < float("inf")):
+            raise ConfigError(f"max_slowdown_pct must be a percentage >= 0, got {max_slowdown_pct!r}",
+                              hint="e.g. max_slowdown_pct=10 allows the job to run 10 % slower")
+        if memory_mib is not None and (isinstance(memory_mib, bool) or not isinstance(memory_mib, int)
+                                       or memory_mib <= 0):
+            raise ConfigError(f"memory_mib must be a positive integer (MiB), got {memory_mib!r}")
+        if not isinstance(profile_safe, bool):
+            raise ConfigError(f"profile_safe must be True or False, got {profile_safe!r}")
+        for slot, value in zip(self.__slots__, (name, max_slowdown_pct, memory_mib, profile_safe)):
+            object.__setattr__(self, slot, value)
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError(f"JobHints is immutable (tried to set {key})")
+
+    def as_dict(self) -> dict[str, object]:
+        return {slot: getattr(self, slot) for slot in self.__slots__}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobHints) and self.as_dict() == other.as_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.as_dict().values()))
+
+    def __repr__(self) -> str:
+        return "JobHints(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
+
+
+class _State:
+    """This process's hook configuration, read from its environment."""
+
+    __slots__ = ("hook_dir", "rank", "profiling", "hints")
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.hook_dir: str | None = env.get(ENV_HOOK_DIR) or None
+        self.profiling: bool = env.get(ENV_PROFILING, "").strip().lower() in _TRUE
+        self.hints: JobHints | None = None
+        raw = env.get(ENV_RANK, "0")
+        try:
+            self.rank = int(raw)
+        except ValueError:
+            self.rank = -1
+        if self.rank < 0:
+            self.rank = 0
+            if self.hook_dir:
+                _warn("RANK=%r is not an integer >= 0; ecolaunch stamps steps as rank 0", raw)
+
+
+_state: _State
+_writer: StepWriter | None = None  # set while active: the one thing step() looks at
+
+
+def _configure(env: Mapping[str, str]) -> None:
+    global _state, _writer
+    _state = _State(env)
+    _writer = None
+    if _state.hook_dir is not None:
+        from ecolaunch.profile.channel import StepWriter  # only under ecolaunch
+
+        _writer = StepWriter(_state.hook_dir, _state.rank)
+
+
+def _reset_for_tests(env: Mapping[str, str]) -> None:
+    """Re-read the hook configuration from ``env`` (closing any open step file). For tests and benchmarks."""
+    if _writer is not None:
+        _writer.close()
+    _configure(env)
+
+
+def _warn(msg: str, *args: object) -> None:
+    import logging  # imported on failure only; see the module docstring
+
+    logging.getLogger(__name__).warning(msg, *args)
+
+
+def _stamp_or_disable(writer: StepWriter) -> None:
+    global _writer
+    try:
+        writer.stamp()
+    except OSError as e:
+        _writer = None
+        writer.close()
+        _warn("ecolaunch step hooks turned off: cannot write %s (%s)", writer.path, e)
+
+
+def step() -> None:
+    """Mark the end of one training iteration. A no-op outside an ecolaunch launch."""
+    w = _writer
+    if w is not None:
+        _stamp_or_disable(w)
+
+
+class _Tracked:
+    """``track()``'s wrapper while active: a stamp before each item and one when the iterable is exhausted."""
+
+    __slots__ = ("_iterable",)
+
+    def __init__(self, iterable: Iterable[Any]) -> None:
+        self._iterable = iterable
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self._iterable:
+            step()
+            yield item
+        step()
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]
+
+
+def track(iterable: Iterable[Any]) -> Iterable[Any]:
+    """``for batch in track(loader)``: marks each iteration. Outside ecolaunch, returns ``iterable`` itself.
+
+    Each interval between stamps is one full iteration (its compute plus fetching the next batch).
+    """
+    if _writer is None:
+        return iterable
+    return _Tracked(iterable)
+
+
+def train_step(fn: F | None = None) -> Any:
+    """Decorator for a function that does one training step; marks one step per successful call.
+
+    Works as ``@train_step`` and ``@train_step()``. Outside ecolaunch the function is returned unchanged
+    (decided when decorating; the environment does not change during a run).
+    """
+
+    def decorate(f: F) -> F:
+        if not callable(f):
+            raise ConfigError(f"@ecolaunch.train_step decorates a function, got {f!r}")
+        if _writer is None:
+            return f
+        import functools
+
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = f(*args, **kwargs)
+            step()
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate if fn is None else decorate(fn)
+
+
+def job(name: str | Callable[..., Any] | None = None, max_slowdown_pct: float | None = None,
+        memory_mib: int | None = None, profile_safe: bool = False) -> Any:
+    """Decorator for a script's main function carrying hints for the launcher.
+
+    ``name``: a readable job name; ``max_slowdown_pct``: the slowdown this job accepts (within the admin's
+    bound); ``memory_mib``: expected peak GPU memory per worker; ``profile_safe``: True if running the
+    first iterations twice (a pre-launch profiling run, then the real run) has no harmful side effects.
+    Works bare (``@job``) or with arguments. The hints are stored for this process (:func:`job_hints`)
+    and, under ecolaunch, written once to the channel. The function is returned unchanged.
+    """
+    if callable(name):  # bare @job
+        return job()(name)
+    hints = JobHints(name, max_slowdown_pct, memory_mib, profile_safe)
+
+    def decorate(f: F) -> F:
+        if not callable(f):
+            raise ConfigError(f"@ecolaunch.job decorates a function, got {f!r}")
+        _state.hints = hints
+        if _state.hook_dir is not None:
+            try:
+                from ecolaunch.profile.channel import write_hints
+
+                write_hints(_state.hook_dir, _state.rank, hints.as_dict())
+            except OSError as e:
+                _warn("ecolaunch could not pass job hints to the launcher (%s)", e)
+        try:
+            f.__ecolaunch_job__ = hints  # type: ignore[attr-defined]
+        except (AttributeError, TypeError):
+            pass  # builtins and some callables take no attributes; the hints are stored anyway
+        return f
+
+    return decorate
+
+
+def job_hints() -> JobHints | None:
+    """The hints of the last ``@ecolaunch.job`` applied in this process, or None."""
+    return _state.hints
+
+
+def is_profiling() -> bool:
+    """True during an ecolaunch profiling run (``ECOLAUNCH_PROFILING=1``): skip checkpoints, remote logging."""
+    return _state.profiling
+
+
+def is_active() -> bool:
+    """True when launched by ecolaunch with hooks on (step stamps reach the launcher)."""
+    return _writer is not None
+
+
+_configure(os.environ)

@@ -1,0 +1,124 @@
+"""Loaders for the Zeus (NSDI '23) power-limit traces, as :class:`~ecolaunch.profile.powercap.CapPoint` curves.
+
+The data are not shipped in the package: they live next to the repository in
+``<repo>/../shared/data/zeus-nsdi23`` (see its SOURCE.md; Apache-2.0, You, Chung, Chowdhury, NSDI '23).
+Two kinds of file:
+
+- ``summary_power_<gpu>.csv``: one row per (workload, batch size, optimizer, power limit) with
+  ``time_per_epoch`` (s) and ``average_power`` (W). :func:`load_power_traces` keeps, for each workload, the
+  optimizer that ``summary_train.csv`` pairs with it (so V100's extra ``adam`` rows for cifar100 are
+  dropped and every GPU uses the same optimizer per workload), and returns one :class:`ZeusCurve` per
+  (GPU, workload, batch size). **Unit:** a curve's ``CapPoint.iter_time_s`` holds *seconds per epoch*
+  (``time_unit == "epoch"``): each epoch is the same amount of work, so time ratios, energy ratios and
+  the cap choice are the same as per iteration.
+- ``profile_windows/<GPU>+<model>+gpu<ids>.csv``: Zeus's GlobalPowerLimitOptimizer profiling windows
+  (elapsed seconds and joules per GPU per power limit). :func:`load_profile_windows` turns each window
+  into a point with ``iter_time_s = elapsed / ZEUS_WINDOW_ITERS`` (the window's iteration count is not
+  stored; we assume Zeus's default of 40 profiled iterations; only ratios matter) and ``power_w`` = mean
+  over the job's GPUs of ``energy / elapsed``.
+
+Nothing here decides anything; the accuracy benchmark and the tests use these loaders.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from ecolaunch.errors import ConfigError
+from ecolaunch.profile.powercap import CapPoint
+
+# <repo>/ecolaunch/profile/zeus_data.py -> <repo>/../shared/data/zeus-nsdi23
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "zeus-nsdi23"
+POWER_TRACE_GPUS = ("v100", "a40", "p100", "rtx6000")
+ZEUS_WINDOW_ITERS = 40  # assumption: Zeus's default profiled iterations per window (not stored in the files)
+
+_WINDOW_NAME = re.compile(r"__GlobalPowerLimitOptimizer_(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class ZeusCurve:
+    """One measured cap curve: ``points`` ascending by cap; see the module docstring for ``time_unit``."""
+
+    gpu: str
+    workload: str  # "<dataset>/<network>", e.g. "imagenet/resnet50"
+    batch_size: int | None
+    optimizer: str | None
+    time_unit: str  # "epoch" (summary traces) or "iteration" (profile windows)
+    points: tuple[CapPoint, ...]
+    num_gpus: int = 1
+
+    @property
+    def key(self) -> str:
+        bs = "" if self.batch_size is None else f" bs{self.batch_size}"
+        return f"{self.gpu} {self.workload}{bs}" + ("" if self.num_gpus == 1 else f" x{self.num_gpus}")
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        raise ConfigError(f"Zeus trace not found: {path}",
+                          hint="pass the zeus-nsdi23 data folder (default <repo>/../shared/data/zeus-nsdi23)")
+    return path
+
+
+def _read_rows(path: Path) -> list[dict[str, str]]:
+    with _require(path).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def workload_optimizers(data_dir: Path = DEFAULT_DATA_DIR) -> dict[str, str]:
+    """``{"<dataset>/<network>": optimizer}`` as paired in summary_train.csv (alphabetically first if several)."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for row in _read_rows(Path(data_dir) / "summary_train.csv"):
+        seen[f"{row['dataset']}/{row['network']}"].add(row["optimizer"])
+    return {w: sorted(opts)[0] for w, opts in seen.items()}
+
+
+def load_power_traces(data_dir: Path = DEFAULT_DATA_DIR, gpus: tuple[str, ...] = POWER_TRACE_GPUS) -> list[ZeusCurve]:
+    """Every (GPU, workload, batch size) curve of ``summary_power_<gpu>.csv``, one point per power limit."""
+    data_dir = Path(data_dir)
+    optimizers = workload_optimizers(data_dir)
+    curves: list[ZeusCurve] = []
+    for gpu in gpus:
+        groups: dict[tuple[str, int, str], dict[float, CapPoint]] = defaultdict(dict)
+        for row in _read_rows(data_dir / f"summary_power_{gpu}.csv"):
+            workload = f"{row['dataset']}/{row['network']}"
+            chosen = optimizers.get(workload)
+            if chosen is not None and row["optimizer"] != chosen:
+                continue
+            try:
+                cap = float(row["power_limit"])
+                point = CapPoint(cap, float(row["time_per_epoch"]), float(row["average_power"]))
+                key = (workload, int(row["batch_size"]), row["optimizer"])
+            except (KeyError, ValueError) as e:
+                raise ConfigError(f"bad row in summary_power_{gpu}.csv: {row!r}") from e
+            groups[key][cap] = point
+        for (workload, bs, opt), pts in sorted(groups.items()):
+            curves.append(ZeusCurve(gpu.upper(), workload, bs, opt, "epoch",
+                                    tuple(pts[c] for c in sorted(pts))))
+    return curves
+
+
+def load_profile_windows(data_dir: Path = DEFAULT_DATA_DIR) -> list[ZeusCurve]:
+    """Every ``profile_windows/*.csv`` as a curve (per-GPU mean power; time per assumed 40-iteration window)."""
+    folder = _require(Path(data_dir) / "profile_windows")
+    curves: list[ZeusCurve] = []
+    for path in sorted(folder.glob("*.csv")):
+        gpu, model, ids = path.stem.split("+")
+        num_gpus = len(ids.removeprefix("gpu").split(","))
+        points: dict[float, CapPoint] = {}
+        for row in _read_rows(path):
+            m = _WINDOW_NAME.match(row.get("window_name", ""))
+            if m is None:
+                raise ConfigError(f"unexpected window name in {path.name}: {row.get('window_name')!r}")
+            elapsed_s = float(row["elapsed_time"])
+            energies = [float(v) for k, v in row.items() if k.endswith("_energy")]
+            power_w = sum(energies) / len(energies) / elapsed_s
+            cap = float(m.group(1))
+            points[cap] = CapPoint(cap, elapsed_s / ZEUS_WINDOW_ITERS, power_w)
+        curves.append(ZeusCurve(gpu, model, None, None, "iteration",
+                                tuple(points[c] for c in sorted(points)), num_gpus))
+    return curves

@@ -1,0 +1,224 @@
+"""The cap-curve model (fit from a few caps, prior from the Zeus traces) and the cap choice."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+
+from ecolaunch.errors import ConfigError
+from ecolaunch.profile import powercap as pc
+from ecolaunch.profile import zeus_data as zd
+
+needs_zeus = pytest.mark.skipif(not (zd.DEFAULT_DATA_DIR / "summary_power_v100.csv").exists(),
+                                reason="Zeus traces not found next to the repository (../shared/data/zeus-nsdi23)")
+
+
+def synthetic(p_free_w: float, exponent: float, caps: list[float], t0_s: float = 0.5) -> dict[float, pc.CapPoint]:
+    """A DVFS-like job independent of the prior: power follows 0.95 x cap below its free draw, time ~ 1/power^b."""
+    out = {}
+    for c in caps:
+        p = min(p_free_w, 0.95 * c)
+        out[c] = pc.CapPoint(c, t0_s * (p_free_w / p) ** exponent, p)
+    return out
+
+
+def fit_from_profile(truth: dict[float, pc.CapPoint],
+                     prior: pc.CapPrior = pc.DEFAULT_PRIOR) -> tuple[pc.CapModel, list[float]]:
+    caps = sorted(truth)
+    wanted = pc.profile_caps(caps[0], caps[-1], uncapped_power_w=truth[caps[-1]].power_w)
+    profiled = sorted({min(caps, key=lambda c: abs(c - w)) for w in wanted})
+    return pc.fit_cap_model([truth[c] for c in profiled], prior), profiled
+
+
+def mape(model: pc.CapModel, truth: dict[float, pc.CapPoint], skip: list[float]) -> tuple[float, float]:
+    caps = [c for c in truth if c not in skip]
+    t = statistics.fmean(abs(model.predict(c).iter_time_s / truth[c].iter_time_s - 1) for c in caps)
+    p = statistics.fmean(abs(model.predict(c).power_w / truth[c].power_w - 1) for c in caps)
+    return 100 * t, 100 * p
+
+
+def true_optimum(truth: dict[float, pc.CapPoint], bound_pct: float) -> float:
+    hi = max(truth)
+    ok = [c for c in truth if truth[c].iter_time_s <= (1 + bound_pct / 100) * truth[hi].iter_time_s]
+    return min(ok, key=lambda c: (truth[c].iter_time_s * truth[c].power_w, c))
+
+
+# --- fitting ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("p_free_w", "exponent"), [(280, 0.9), (220, 0.6), (160, 1.2)])
+def test_fit_on_synthetic_curves(p_free_w: float, exponent: float) -> None:
+    truth = synthetic(p_free_w, exponent, pc.cap_grid(100, 300))
+    model, profiled = fit_from_profile(truth)
+    assert len(profiled) <= 3
+    for c in profiled:  # measured caps are reproduced
+        assert model.predict(c).iter_time_s == pytest.approx(truth[c].iter_time_s, rel=1e-9)
+        assert model.predict(c).power_w == pytest.approx(truth[c].power_w, rel=1e-9)
+    time_mape, power_mape = mape(model, truth, profiled)
+    assert time_mape < 8.0
+    assert power_mape < 5.0
+    choice = pc.choose_cap(model, sorted(truth), 10.0, 1.0, 300)
+    assert abs(choice.cap_w - true_optimum(truth, 10.0)) <= 25
+
+
+def test_flat_job_needs_one_cap_and_gets_the_lowest() -> None:
+    truth = synthetic(60, 1.0, pc.cap_grid(100, 250))
+    model, profiled = fit_from_profile(truth)
+    assert profiled == [250]
+    assert model.is_flat
+    assert {round(model.predict(c).iter_time_s, 12) for c in truth} == {0.5}
+    choice = pc.choose_cap(model, sorted(truth), 10.0, 1.0, 250)
+    assert choice.cap_w == 100
+    assert choice.slowdown_pct == pytest.approx(0.0)
+    assert "not bound by any cap" in choice.reason
+
+
+def test_non_binding_replicates_are_averaged() -> None:
+    points = [pc.CapPoint(250, 1.0, 50), pc.CapPoint(175, 1.1, 52), pc.CapPoint(100, 0.9, 48)]
+    model = pc.fit_cap_model(points)
+    assert model.reference_iter_time_s == pytest.approx(1.0)
+    assert model.reference_power_w == pytest.approx(50)
+    assert model.is_flat
+
+
+def test_duplicate_caps_are_averaged() -> None:
+    model = pc.fit_cap_model([pc.CapPoint(250, 1.0, 200), pc.CapPoint(250, 1.2, 220)])
+    assert model.reference_iter_time_s == pytest.approx(1.1)
+    assert model.reference_power_w == pytest.approx(210)
+
+
+def test_prior_is_monotone_and_normalized() -> None:
+    prior = pc.DEFAULT_PRIOR
+    assert all(a >= b for a, b in zip(prior.time_ratio, prior.time_ratio[1:]))
+    assert all(a <= b for a, b in zip(prior.power_ratio, prior.power_ratio[1:]))
+    assert min(prior.time_ratio) >= 1.0
+    assert prior.time_at(2.0) == pytest.approx(1.0, abs=0.01)  # a cap far above the job's draw changes nothing
+    assert prior.power_at(2.0) == pytest.approx(1.0, abs=0.01)
+
+
+@needs_zeus
+def test_default_prior_matches_a_refit_from_the_traces() -> None:
+    curves = zd.load_power_traces()
+    refit = pc.CapPrior.fit([c.points for c in curves])
+    assert refit.u_grid == pc.DEFAULT_PRIOR.u_grid
+    assert refit.time_ratio == pytest.approx(pc.DEFAULT_PRIOR.time_ratio, abs=1e-4)
+    assert refit.power_ratio == pytest.approx(pc.DEFAULT_PRIOR.power_ratio, abs=1e-4)
+
+
+@needs_zeus
+@pytest.mark.parametrize(("gpu", "workload", "batch_size"), [
+    ("V100", "imagenet/resnet50", 256), ("A40", "squad/bert_base_uncased", 32),
+    ("RTX6000", "librispeech/deepspeech2", 32),
+])
+def test_fit_on_real_zeus_rows(gpu: str, workload: str, batch_size: int) -> None:
+    curves = zd.load_power_traces()
+    (curve,) = [c for c in curves if (c.gpu, c.workload, c.batch_size) == (gpu, workload, batch_size)]
+    network = workload.split("/")[1]
+    prior = pc.CapPrior.fit([c.points for c in curves if c.workload.split("/")[1] != network])  # not trained on it
+    truth = {p.power_cap_w: p for p in curve.points}
+    model, profiled = fit_from_profile(truth, prior)
+    time_mape, power_mape = mape(model, truth, profiled)
+    assert time_mape < 10.0  # 5-7 % today, mostly from the lowest, extrapolated caps
+    assert power_mape < 5.0
+    interpolated = {c: p for c, p in truth.items() if c >= min(profiled)}
+    assert mape(model, interpolated, profiled)[0] < 5.0
+    choice = pc.choose_cap(model, sorted(truth), 10.0, 1.0, max(truth))
+    assert abs(choice.cap_w - true_optimum(truth, 10.0)) <= 25
+
+
+# --- choosing -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bound_job() -> tuple[pc.CapModel, list[float]]:
+    truth = synthetic(240, 0.8, pc.cap_grid(100, 300))
+    return fit_from_profile(truth)[0], sorted(truth)
+
+
+@pytest.mark.parametrize("bound_pct", [0.0, 2.0, 5.0, 10.0, 25.0, 60.0])
+def test_choice_respects_the_slowdown_bound(bound_job, bound_pct: float) -> None:
+    model, caps = bound_job
+    choice = pc.choose_cap(model, caps, bound_pct, 1.0, 300)
+    assert choice.slowdown_pct <= bound_pct + 1e-6
+    ref = model.predict(300).iter_time_s
+    assert choice.predicted_iter_time_s <= ref * (1 + bound_pct / 100) + 1e-12
+
+
+def test_eta_one_picks_minimum_energy(bound_job) -> None:
+    model, caps = bound_job
+    choice = pc.choose_cap(model, caps, None, 1.0, 300)
+    energies = {c: model.predict(c).iter_time_s * model.predict(c).power_w for c in caps}
+    assert choice.cap_w == min(energies, key=energies.get)
+    assert choice.predicted_energy_j_per_iter == pytest.approx(energies[choice.cap_w])
+    assert choice.cap_w < 300
+
+
+def test_eta_zero_picks_the_fastest(bound_job) -> None:
+    model, caps = bound_job
+    choice = pc.choose_cap(model, caps, None, 0.0, 300)
+    times = {c: model.predict(c).iter_time_s for c in caps}
+    assert times[choice.cap_w] == min(times.values())
+
+
+def test_no_feasible_cap_falls_back_to_the_fastest(bound_job) -> None:
+    model, _ = bound_job
+    choice = pc.choose_cap(model, [100.0, 125.0], 5.0, 1.0, 300)
+    assert choice.cap_w == 125.0
+    assert "no candidate cap meets" in choice.reason
+
+
+# --- grids and plans ----------------------------------------------------------------------------------------
+
+
+def test_cap_grid_includes_bounds_and_25w_multiples() -> None:
+    assert pc.cap_grid(100, 260) == [100, 125, 150, 175, 200, 225, 250, 260]
+    assert pc.cap_grid(110, 160) == [110, 125, 150, 160]
+    assert pc.cap_grid(200, 200) == [200]
+
+
+@pytest.mark.parametrize(("lo", "hi", "power", "expected"), [
+    (100, 250, None, [250, 175, 125]), (100, 300, None, [300, 200, 125]), (125, 250, None, [250, 175, 125]),
+    (100, 250, 150.0, [250, 175, 125]), (100, 250, 110.0, [250, 125]), (100, 250, 60.0, [250]),
+    (200, 700, None, [700, 450, 325]),
+])
+def test_profile_caps(lo: float, hi: float, power: float | None, expected: list[float]) -> None:
+    assert pc.profile_caps(lo, hi, uncapped_power_w=power) == expected
+
+
+# --- bad input ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("points", [
+    [], [pc.CapPoint(250, -1.0, 200)], [pc.CapPoint(250, 1.0, 0.0)], [pc.CapPoint(float("nan"), 1.0, 200)],
+    [pc.CapPoint(250, math.inf, 200)],
+])
+def test_fit_rejects_bad_points(points: list[pc.CapPoint]) -> None:
+    with pytest.raises(ConfigError):
+        pc.fit_cap_model(points)
+
+
+def test_bad_choice_arguments(bound_job) -> None:
+    model, caps = bound_job
+    for kwargs in ({"caps_w": []}, {"eta": 1.5}, {"eta": -0.1}, {"allowed_slowdown_pct": -1.0},
+                   {"allowed_slowdown_pct": float("nan")}, {"max_power_w": 0.0}):
+        args = {"model": model, "caps_w": caps, "allowed_slowdown_pct": 10.0, "eta": 1.0, "max_power_w": 300.0}
+        args.update(kwargs)
+        with pytest.raises(ConfigError):
+            pc.choose_cap(**args)
+    with pytest.raises(ConfigError):
+        model.predict(0.0)
+
+
+def test_bad_grid_and_plan_arguments() -> None:
+    with pytest.raises(ConfigError):
+        pc.cap_grid(300, 100)
+    with pytest.raises(ConfigError):
+        pc.cap_grid(100, 300, step_w=0)
+    with pytest.raises(ConfigError):
+        pc.profile_caps(100, 300, fractions=(1.0, 1.5))
+    with pytest.raises(ConfigError):
+        pc.CapPrior((0.5, 0.4), (1.0, 1.0), (1.0, 1.0))
+    with pytest.raises(ConfigError):
+        pc.CapPrior.fit([])

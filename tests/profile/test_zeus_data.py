@@ -1,0 +1,46 @@
+"""Loaders for the Zeus power-limit traces and profiling windows."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ecolaunch.errors import ConfigError
+from ecolaunch.profile import zeus_data as zd
+
+pytestmark = pytest.mark.skipif(not (zd.DEFAULT_DATA_DIR / "SOURCE.md").exists(),
+                                reason="Zeus traces not found next to the repository (../shared/data/zeus-nsdi23)")
+
+
+def test_power_traces_one_curve_per_gpu_workload_batch() -> None:
+    curves = zd.load_power_traces()
+    assert Counter(c.gpu for c in curves) == {"V100": 58, "A40": 53, "P100": 45, "RTX6000": 52}
+    keys = [(c.gpu, c.workload, c.batch_size) for c in curves]
+    assert len(keys) == len(set(keys))
+    cifar_v100 = {c.optimizer for c in curves if c.gpu == "V100" and c.workload == "cifar100/shufflenetv2"}
+    assert cifar_v100 == {"adadelta"}  # the optimizer summary_train.csv uses, not V100's extra adam rows
+    (row,) = [c for c in curves if (c.gpu, c.workload, c.batch_size) == ("A40", "cifar100/shufflenetv2", 1024)]
+    assert row.time_unit == "epoch"
+    assert row.points[0].power_cap_w == 100 and row.points[0].iter_time_s == pytest.approx(27.13)
+    assert row.points[0].power_w == pytest.approx(106.888812)
+    assert [p.power_cap_w for p in row.points] == sorted(p.power_cap_w for p in row.points)
+
+
+def test_profile_windows() -> None:
+    curves = zd.load_profile_windows()
+    assert len(curves) == 12
+    (four,) = [c for c in curves if c.gpu == "A40" and c.workload == "resnet50" and c.num_gpus == 4]
+    assert [p.power_cap_w for p in four.points] == [100 + 25 * i for i in range(9)]
+    top = four.points[-1]  # 300 W window: 8.226 s, energies 1067.5 + 1072.4 + 1049.2 + 1129.6 J
+    assert top.iter_time_s == pytest.approx(8.226085375994444 / zd.ZEUS_WINDOW_ITERS)
+    assert top.power_w == pytest.approx((1067.513 + 1072.433 + 1049.198 + 1129.595) / 4 / 8.226085375994444, rel=1e-5)
+
+
+def test_missing_data_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        zd.load_power_traces(tmp_path)
+    assert info.value.hint
+    with pytest.raises(ConfigError):
+        zd.load_profile_windows(tmp_path)
