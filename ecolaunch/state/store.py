@@ -136,20 +136,25 @@ class StateStore:
             return StateGraph()
 
     def _write(self, doc: dict) -> None:
-        data = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-        fd, tmp = tempfile.mkstemp(prefix=".state-", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o664)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_directory(self.directory)
+        atomic_write_bytes(self.path, json.dumps(doc, separators=(",", ":"), sort_keys=True).encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o664) -> None:
+    """Replace ``path`` with ``data`` atomically: temporary file in the same directory, fsync, rename, fsync
+    of the directory. Readers see the old or the new content, never a mix, even across a crash."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(path.parent)
 
 
 def _fsync_directory(directory: Path) -> None:
