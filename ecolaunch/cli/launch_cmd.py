@@ -70,19 +70,22 @@ def launch(argv: list[str], env: Mapping[str, str]) -> int:
 
 def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
     from ecolaunch.devices.select import open_backend
-    from ecolaunch.launch.torchrun import run_workers
+    from ecolaunch.launch.torchrun import check_args, run_workers
     from ecolaunch.policy.baselines import get_policy
     from ecolaunch.state.store import StateStore
 
     args, opts = parsed.torch_args, parsed.options
     extra_env = {"PYTHON_EXEC": parsed.python_exec} if parsed.python_exec else {}
     environment, rules = resolve(env)
+    # torch's own checks first: a bad command line must never wait in the queue or book GPUs
+    check_args(args, nproc_override="1" if args.nproc_per_node in ("gpu", "auto") else None)
     if args.nproc_per_node == "cpu":
         return _plain(parsed, extra_env, "--nproc-per-node cpu asks for no GPUs")
     try:
         backend = open_backend(environment.simulate, environment.state_dir)
     except DriverNotFound as e:
-        return _plain(parsed, extra_env, f"{e}; launching like torchrun without GPU placement")
+        hint = f" (HINT: {e.hint})" if e.hint else ""
+        return _plain(parsed, extra_env, f"{e}{hint}; launching like torchrun without GPU placement")
     session = Session(StateStore(environment.state_dir), backend, get_policy(opts.placement_policy), rules)
     request = _request(parsed, session, rules, env)
     if opts.dry_run:

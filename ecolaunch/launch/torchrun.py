@@ -17,6 +17,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ecolaunch.errors import ConfigError
 from ecolaunch.launch import exitcodes
 
 logger = logging.getLogger(__name__)
@@ -32,6 +33,27 @@ class WorkerOutcome:
     exit_code: int
     report: str | None = None
     signal: int | None = None
+
+
+def check_args(args: argparse.Namespace, nproc_override: str | None = None) -> None:
+    """Run torch's own validation of a launch (``config_from_args``) without launching anything.
+
+    Raises ConfigError with torch's message (e.g. ``--no-python`` with ``-m``, an unknown ``--logs-specs``),
+    so that a bad command line never waits in the queue or books GPUs. ``nproc_override`` replaces
+    ``--nproc-per-node`` values that only ecolaunch resolves (``gpu``/``auto`` become the granted GPU count).
+    """
+    import torch.distributed.run as torchrun
+
+    probe = copy.deepcopy(args)
+    if nproc_override is not None:
+        probe.nproc_per_node = nproc_override
+    saved_env = {k: os.environ.get(k) for k in _ENV_TOUCHED_BY_TORCH}
+    try:
+        torchrun.config_from_args(probe)
+    except ValueError as e:
+        raise ConfigError(str(e), hint="fix the torchrun arguments (see 'ecolaunch --help')") from e
+    finally:
+        _restore_env(saved_env)
 
 
 def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str]) -> WorkerOutcome:
@@ -53,14 +75,20 @@ def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str]) -> Wor
         return WorkerOutcome(exitcodes.from_worker_codes(root.exitcode, others), report=str(e))
     except SignalException as e:
         return WorkerOutcome(exitcodes.from_signal(e.sigval), signal=int(e.sigval))
+    except ValueError as e:  # torch's own argument checks, raised before any worker starts
+        raise ConfigError(str(e), hint="fix the torchrun arguments (see 'ecolaunch --help')") from e
     finally:
-        for name, value in saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _restore_env(saved_env)
         for sig, handler in saved_handlers.items():
             signal.signal(sig, handler)
+
+
+def _restore_env(saved: Mapping[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 

@@ -100,7 +100,9 @@ def test_without_a_driver_it_launches_like_torchrun(state_dir: Path, tmp_path: P
     out = run(["--nproc-per-node", "2", ENV_DUMP, str(tmp_path)], env)
     assert out.returncode == 0, out.stderr
     notes = [line for line in out.stderr.splitlines() if line.startswith("ecolaunch:")]
-    assert len(notes) == 1 and "launching like torchrun" in notes[0] and "HINT" not in notes[0] or "ECOLAUNCH_SIMULATE" in notes[0]
+    assert len(notes) == 1, notes
+    assert "NVIDIA driver not found" in notes[0] and "launching like torchrun" in notes[0]
+    assert "HINT" in notes[0] and "ECOLAUNCH_SIMULATE" in notes[0]
     seen = json.loads((tmp_path / "rank-1.json").read_text())
     assert seen["WORLD_SIZE"] == "2" and seen.get("CUDA_VISIBLE_DEVICES") is None
 

@@ -1,0 +1,381 @@
+"""Watching one run: sampling, profiling, the early-stage check, energy, and the history record.
+
+What lives here: :class:`RunObserver`, the context manager the launcher wraps around ``run_workers``, and
+:class:`RunSummary` / :func:`format_summary` (what the CLI prints when the job ends)::
+
+    with RunObserver(backend, job_id, gpus, state_dir, clock=SystemClock(), mode=plan.action, ...) as obs:
+        outcome = run_workers(args, {**env, **obs.worker_env()})
+        obs.set_exit_code(outcome.exit_code)
+    click.echo(format_summary(obs.summary()), err=True)
+
+On enter the sampler starts and a monitor thread polls the workers' step marks every ``poll_s``: in
+``inline`` and ``pre`` mode it drives the :class:`~ecolaunch.profile.profiler.Profiler`; with a known profile
+it runs the early-stage check (and raises a cap live when the check finds the job too slow under it). In
+``inline`` mode the chosen cap is set live once profiling is done. On exit the caps this observer set are
+restored to those it found, the job's energy is attributed (:mod:`ecolaunch.profile.energy`), and the profile
+and the :class:`~ecolaunch.profile.history.JobRecord` are stored (a ``pre`` run stores the profile only).
+
+Observation must never break a launch: every failure here is logged as a warning and the job runs on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ecolaunch.admin.rules import Rules
+from ecolaunch.clock import Clock
+from ecolaunch.devices.base import GpuBackend
+from ecolaunch.errors import ConfigError
+from ecolaunch.profile import channel
+from ecolaunch.profile.energy import attribute, demand_weight, intervals_from_samples
+from ecolaunch.profile.history import History, JobRecord, Profile
+from ecolaunch.profile.modes import ProfileAction, pre_run_env
+from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult, ProfilerSettings, check_early, job_cap_bounds
+from ecolaunch.profile.sampler import DEFAULT_INTERVAL_S, Sampler, downsample
+
+logger = logging.getLogger(__name__)
+
+HOOKS_DIR = "hooks"
+SAMPLE_POINTS = 240  # per GPU in a history record: one point every 15 s of a 1-hour job
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """What the CLI shows when a job ends. Energies in J; ``None``: not known."""
+
+    job_id: str
+    duration_s: float
+    energy_j: float | None
+    gpu_energy_j: float | None
+    mean_power_w: float | None
+    iterations: int | None
+    iter_time_s: float | None
+    profile_action: str
+    recommended_cap_w: float | None
+    recommendation: str | None
+    findings: tuple[str, ...] = ()
+    profiling_energy_j: float | None = None
+
+    @property
+    def energy_wh(self) -> float | None:
+        return None if self.energy_j is None else self.energy_j / 3600.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "findings": list(self.findings), "energy_wh": self.energy_wh}
+
+
+def format_summary(s: RunSummary) -> str:
+    """The end-of-job lines (no prefix decisions: the CLI adds none)."""
+    energy = "energy N/A" if s.energy_j is None else f"{s.energy_j / 1e3:.3g} kJ ({s.energy_wh:.3g} Wh)"
+    power = "" if s.mean_power_w is None else f", mean GPU power {s.mean_power_w:.0f} W"
+    shared = ("" if s.gpu_energy_j is None or s.energy_j is None or abs(s.gpu_energy_j - s.energy_j) < 0.5
+              else f" (its share of {s.gpu_energy_j / 1e3:.3g} kJ on shared GPUs)")
+    lines = [f"ecolaunch: job {s.job_id} used {energy}{shared} in {s.duration_s:.1f} s{power}"]
+    if s.iterations:
+        it = "" if s.iter_time_s is None else f", {s.iter_time_s * 1e3:.1f} ms per iteration"
+        lines.append(f"ecolaunch: {s.iterations} iterations{it}")
+    if s.profiling_energy_j:
+        lines.append(f"ecolaunch: plus {s.profiling_energy_j / 1e3:.3g} kJ for the pre-launch profiling run")
+    if s.recommendation:
+        lines.append(f"ecolaunch: power cap: {s.recommendation}")
+    lines += [f"ecolaunch: warning: {f}" for f in s.findings]
+    return "\n".join(lines)
+
+
+class RunObserver:
+    """Observes one run of job ``job_id`` on ``gpu_uuids`` (see the module docstring).
+
+    Args:
+        mode: the resolved profiling action (:class:`~ecolaunch.profile.modes.ProfileAction` or its value).
+        history, fingerprint: where the profile and record go (fingerprint None: no profile is stored).
+        rules, slowdown_pct: the admin policy (cap bounds, eta, budget) and the job's slowdown bound.
+        set_cap: ``set_cap(uuid, watts)`` to change caps (profiling, live adjustment); None: never change caps.
+        profile: what is known of the job before this run (history, or a pre-launch run).
+        colocated_with: per GPU, the jobs already on it (the decision's ``colocated_with``), and
+        co_resident_power_w: their profiles' ``power_w`` where known (for the energy attribution).
+        idle_power_w: per GPU; default the catalogue's assumed idle power for the GPU's model.
+        background: start the sampler and monitor threads (tests pass False and call :meth:`poll`).
+        on_profile_done: called once when profiling ends (a pre-launch run uses it to stop its workers).
+    """
+
+    def __init__(self, backend: GpuBackend, job_id: str, gpu_uuids: Sequence[str], state_dir: Path | str, *,
+                 clock: Clock, mode: ProfileAction | str, history: History, fingerprint: str | None, rules: Rules,
+                 slowdown_pct: float, set_cap: Callable[[str, float], None] | None = None, user: str = "",
+                 name: str = "", profile: Profile | None = None,
+                 colocated_with: Mapping[str, Sequence[str]] | None = None,
+                 co_resident_power_w: Mapping[str, float | None] | None = None,
+                 idle_power_w: Mapping[str, float | None] | None = None, settings: ProfilerSettings | None = None,
+                 interval_s: float = DEFAULT_INTERVAL_S, poll_s: float = 1.0, background: bool = True,
+                 on_profile_done: Callable[[], None] | None = None, profiling_energy_j: float | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.mode = ProfileAction(mode)
+        self.job_id, self.user, self.name = job_id, user, name
+        self._backend, self._uuids, self._clock = backend, tuple(gpu_uuids), clock
+        self._history, self._fp, self._rules = history, fingerprint, rules
+        self._slowdown, self._set_cap, self._wall = slowdown_pct, set_cap, wall_clock
+        self.profile = profile
+        self.settings = settings or ProfilerSettings.from_rules(rules)
+        self._poll_s, self._background, self._on_done = poll_s, background, on_profile_done
+        self._profiling_energy_j = profiling_energy_j
+        self._idle_given = dict(idle_power_w or {})
+        suffix = "-profile" if self.mode is ProfileAction.PRE else ""
+        self.hook_dir = Path(state_dir) / HOOKS_DIR / f"{job_id}{suffix}"
+        self.sampler = Sampler(backend, self._uuids, clock=clock, interval_s=interval_s)
+        self.reader = channel.StepReader(self.hook_dir)
+        self.profiler: Profiler | None = None
+        self.result: ProfileResult | None = None
+        self.findings: list[str] = []
+        self.record: JobRecord | None = None
+        self._exit_code: int | None = None
+        self._bounds: tuple[float, float] | None = None
+        self._found: dict[str, float | None] = {}
+        self._names: dict[str, str] = {}
+        self._live: dict[str, float] = {}  # caps this observer set live (restored on exit)
+        self._check_from_s: float | None = None
+        self._check_skip = self.settings.warmup_iters
+        others = co_resident_power_w or {}
+        self._residency: dict[str, list[tuple[float, dict[str, float | None]]]] = {
+            u: [(-math.inf, {j: others.get(j) for j in (colocated_with or {}).get(u, ())})] for u in self._uuids}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = self._t1 = 0.0
+        self._wall0 = self._wall1 = 0.0
+
+    # --- the launcher's side ----------------------------------------------------------------------
+    def worker_env(self) -> dict[str, str]:
+        """Variables for the workers: the hook channel (and the profiling-run limits in ``pre`` mode)."""
+        try:
+            self.hook_dir.mkdir(parents=True, exist_ok=True, mode=0o2775)
+        except OSError as e:
+            logger.warning("cannot create the step-hook directory %s (%s); iterations will not be measured",
+                           self.hook_dir, e.strerror or e)
+            return {}
+        env = {channel.ENV_HOOK_DIR: str(self.hook_dir)}
+        if self.mode is ProfileAction.PRE:
+            env.update(pre_run_env(self.settings))
+        return env
+
+    def set_exit_code(self, code: int | None) -> None:
+        self._exit_code = code
+
+    def set_co_residents(self, uuid: str, jobs: Mapping[str, float | None]) -> None:
+        """From now on, ``jobs`` (job id -> profile ``power_w`` or None) share GPU ``uuid`` with this job."""
+        with self._lock:
+            if uuid in self._residency and dict(jobs) != self._residency[uuid][-1][1]:
+                self._residency[uuid].append((self._clock.now(), {j: w for j, w in jobs.items() if j != self.job_id}))
+
+    def __enter__(self) -> RunObserver:
+        self._t0, self._wall0 = self._clock.now(), self._wall()
+        self._guard("start observing", self._start)
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        self._guard("finish observing", self._finish)
+        return False  # never swallow the launch's own exceptions
+
+    def poll(self) -> None:
+        """One monitor step: read new step marks, drive the profiler, run the early-stage check."""
+        self._guard("poll", self._poll, final=False)
+
+    def summary(self) -> RunSummary:
+        rec = self.record
+        duration = rec.duration_s if rec else max(0.0, self._t1 - self._t0)
+        gpu_j = rec.gpu_energy_j if rec else None
+        return RunSummary(
+            self.job_id, duration, rec.energy_j if rec else None, gpu_j,
+            gpu_j / duration if gpu_j is not None and duration > 0 else None,
+            rec.iterations if rec else None, rec.iter_time_s if rec else None, self.mode.value,
+            self.result.recommended_cap_w if self.result else None, self.result.reason if self.result else None,
+            tuple(self.findings), self._profiling_energy_j)
+
+    # --- internals ---------------------------------------------------------------------------------
+    def _guard(self, what: str, fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - observation must never break a launch
+            logger.warning("ecolaunch could not %s for job %s: %s: %s", what, self.job_id, type(e).__name__, e)
+            logger.debug("observation failure", exc_info=True)
+
+    def _start(self) -> None:
+        snaps = [g for g in self._backend.gpus() if g.uuid in self._uuids]
+        self._names = {g.uuid: g.name for g in snaps}
+        self._found = {g.uuid: g.power_limit_w for g in snaps}
+        try:
+            self._bounds = job_cap_bounds(self._rules, snaps)
+        except ConfigError as e:
+            logger.warning("no power-cap bounds for job %s: %s", self.job_id, e)
+        if self.mode in (ProfileAction.INLINE, ProfileAction.PRE):
+            self.profiler = Profiler(self._uuids, self.sampler, clock=self._clock, bounds_w=self._bounds,
+                                     found_caps_w=self._found, set_cap=self._set_cap,
+                                     allowed_slowdown_pct=self._slowdown, eta=self._rules.eta, settings=self.settings)
+        elif self.profile is not None:
+            self._check_from_s = self._t0
+        if self._background:
+            self.sampler.start()
+            self._thread = threading.Thread(target=self._monitor, name="ecolaunch-observer", daemon=True)
+            self._thread.start()
+        else:
+            self.sampler.sample_once()
+
+    def _monitor(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            self.poll()
+
+    def _poll(self, final: bool) -> None:
+        if not final and not self._background:
+            self.sampler.sample_once()
+        self.reader.poll()
+        stamps = self.reader.stamps()
+        if self.profiler is not None and self.result is None:
+            if self.profiler.update(stamps, final=final) is Phase.DONE:
+                self._profiled(final)
+        if self._check_from_s is not None and not final:
+            self._early_check(stamps)
+
+    def _profiled(self, final: bool) -> None:
+        self.result = self.profiler.result  # type: ignore[union-attr]
+        if self.result is not None and self.result.profile is not None:
+            self.profile = self.result.profile
+        self._store_profile()
+        if self.mode is ProfileAction.PRE:
+            if self._on_done is not None and not final:
+                self._on_done()
+            return
+        choice = self.result.choice if self.result else None
+        if choice is not None and self._set_cap is not None and self._bounds is not None and not final:
+            cap = min(max(choice.cap_w, self._bounds[0]), self._bounds[1])
+            self._apply_live(cap, f"profiled: setting the power cap to {cap:.0f} W")
+        if not final:
+            self._check_from_s, self._check_skip = self._clock.now(), self.settings.settle_iters
+
+    def _early_check(self, stamps: Sequence[float]) -> None:
+        first = next((i for i, t in enumerate(stamps) if t > self._check_from_s), None)  # type: ignore[operator]
+        if first is None or len(stamps) - 1 - first < self._check_skip + self.settings.measured_iters:
+            return
+        start = first + self._check_skip
+        times = channel.iteration_times(stamps[start:start + self.settings.measured_iters + 1], 0)
+        self._check_from_s = None  # once per run
+        series = self.sampler.series(self._uuids[0])
+        cap = series[-1].power_limit_w if series else None
+        finding = check_early(self.profile, times, self._slowdown, cap_w=cap,
+                              max_cap_w=None if self._bounds is None else self._bounds[1])
+        if finding is None:
+            return
+        logger.warning("job %s: %s", self.job_id, finding.message)
+        self.findings.append(finding.message)
+        if finding.suggested_cap_w is not None and self._set_cap is not None:
+            self._apply_live(finding.suggested_cap_w, "early-stage check")
+
+    def _apply_live(self, cap_w: float, why: str) -> None:
+        for uuid in self._uuids:
+            try:
+                self._set_cap(uuid, cap_w)  # type: ignore[misc]
+                self._live[uuid] = cap_w
+            except Exception as e:  # noqa: BLE001 - a failed live change leaves the cap as it was
+                logger.warning("could not set GPU %s to %.0f W (%s): %s", uuid, cap_w, why, e)
+                return
+        logger.info("job %s: %s", self.job_id, why)
+
+    def _finish(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(5.0, 3 * self._poll_s))
+        self.sampler.stop()
+        self._t1, self._wall1 = self._clock.now(), self._wall()
+        self._poll(final=True)
+        self._restore_live()
+        hints = channel.read_hints(self.hook_dir)
+        self.record = self._build_record(hints)
+        if self.result is None and self._fp is not None and hints.get("profile_safe") is True:
+            self._store_profile(hints)  # remember the hint for the next --profile auto
+        if self.mode is not ProfileAction.PRE:  # a profiling run leaves its profile only
+            try:
+                self._history.record(self.record)
+            except Exception as e:  # noqa: BLE001
+                logger.warning("could not store job %s in the history: %s", self.job_id, e)
+        shutil.rmtree(self.hook_dir, ignore_errors=True)
+
+    def _restore_live(self) -> None:
+        for uuid in list(self._live):
+            found = self._found.get(uuid)
+            if found is not None and found != self._live[uuid] and self._set_cap is not None:
+                try:
+                    self._set_cap(uuid, found)
+                except Exception as e:  # noqa: BLE001
+                    logger.warning("could not restore GPU %s to %.0f W: %s", uuid, found, e)
+        self._live.clear()
+
+    def _store_profile(self, hints: Mapping[str, Any] | None = None) -> None:
+        if self._fp is None:
+            return
+        hints = channel.read_hints(self.hook_dir) if hints is None else hints
+        profile = self.result.profile if self.result else None
+        entry = self._history.lookup(self._fp)
+        if profile is None and entry is not None:
+            profile = entry.profile  # keep what history knew
+        safe = hints.get("profile_safe") is True or bool(entry and entry.profile_safe)
+        if profile is None and not safe:
+            return
+        try:
+            self._history.store_profile(self._fp, profile, profile_safe=safe, job_id=self.job_id, now=self._wall())
+        except Exception as e:  # noqa: BLE001
+            logger.warning("could not store the profile of job %s: %s", self.job_id, e)
+
+    def _idle(self, uuid: str) -> float | None:
+        if uuid in self._idle_given:
+            return self._idle_given[uuid]
+        from ecolaunch.devices.catalogue import lookup
+
+        try:
+            return lookup(self._names.get(uuid, "")).idle_power_w  # an assumption of the catalogue
+        except ConfigError:
+            return None
+
+    def _build_record(self, hints: Mapping[str, Any]) -> JobRecord:
+        own_w = self.profile.power_w if self.profile else None
+        job_j = gpu_j = 0.0
+        caps: dict[str, float | None] = {}
+        coloc: dict[str, list[str]] = {}
+        samples = {}
+        for uuid in self._uuids:
+            series = self.sampler.series(uuid)
+            idle = self._idle(uuid)
+            with self._lock:
+                changes = [(t, {**{j: demand_weight(w, idle) for j, w in others.items()},
+                                self.job_id: demand_weight(own_w, idle)}) for t, others in self._residency[uuid]]
+                coloc[uuid] = sorted({j for _, others in self._residency[uuid] for j in others})
+            share = attribute(intervals_from_samples(series, changes), idle)
+            job_j += share.energy_j.get(self.job_id, 0.0)
+            gpu_j += self.sampler.energy_j(uuid)
+            caps[uuid] = _dominant_cap(series)
+            samples[uuid] = downsample(series, SAMPLE_POINTS, origin_s=self._t0)
+        name = hints.get("name") if isinstance(hints.get("name"), str) else self.name
+        return JobRecord(
+            job_id=self.job_id, user=self.user, name=name or self.job_id, fingerprint=self._fp,
+            started=self._wall0, ended=self._wall1, duration_s=max(0.0, self._t1 - self._t0),
+            exit_code=self._exit_code, gpus=self._uuids, gpu_names=tuple(self._names.get(u, "") for u in self._uuids),
+            power_caps_w=caps, colocated_with={u: j for u, j in coloc.items() if j}, energy_j=job_j,
+            gpu_energy_j=gpu_j, profiling_energy_j=self._profiling_energy_j, iterations=self.reader.count(),
+            iter_time_s=self.reader.mean_iter_time_s(self.settings.warmup_iters), profile=self.profile,
+            profile_action=self.mode.value, recommended_cap_w=self.result.recommended_cap_w if self.result else None,
+            recommendation=self.result.reason if self.result else None, findings=tuple(self.findings),
+            samples=samples)
+
+
+def _dominant_cap(series: Sequence[Any]) -> float | None:
+    """The power limit a GPU spent the most sampled time at."""
+    spent: dict[float | None, float] = {}
+    for a, b in zip(series, series[1:]):
+        spent[a.power_limit_w] = spent.get(a.power_limit_w, 0.0) + (b.t_s - a.t_s)
+    if not spent:
+        return series[-1].power_limit_w if series else None
+    return max(spent, key=lambda c: spent[c])
