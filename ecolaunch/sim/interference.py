@@ -1,0 +1,373 @@
+"""Co-location interference: each job's normalized throughput when several jobs share one GPU.
+
+What lives here: :func:`demand` (a job's GPU demand from its solo profile), :func:`predict` and
+:func:`colocate` (1..N jobs on one GPU), :class:`InterferenceModel` and its calibration on Gavel's measured
+pairs (:func:`fit_gavel`, :func:`holdout_errors`). Power of a shared GPU and of the node is in
+:mod:`ecolaunch.sim.node`.
+
+**Model.** A job alone has iteration time ``t`` (``iter_time_s``) and keeps the GPU busy a fraction ``d`` of the
+time, its *demand* (``max(sm_util_pct, mem_bw_util_pct) / 100``: NVML's utilization.gpu is the fraction of time
+a kernel runs). When jobs share a GPU:
+
+- the GPU is shared work-conservingly: while the summed demand ``D = sum(d)`` is at most 1 every job still gets
+  the GPU time it needs; above 1 the GPU is *saturated* and every job's iteration stretches by ``D`` (processor
+  sharing: the GPU is 100 % busy and each job gets its proportional share);
+- each co-runner adds a fixed switching cost ``delta`` seconds to every iteration (context switches, scheduling,
+  contended launch and host paths), which hurts short-iteration jobs most.
+
+So job ``i`` runs at ``x_i = t_i / (t_i * max(1, D) + delta * (n - 1))`` of its solo speed. Packing *helps* when
+``sum(x) > 1``. Pairs are what Gavel measured; N > 2 jobs use the same sums (one switching cost per co-runner,
+one shared saturation), an extension by composition that only the EaCO 3- and 4-job sets check indirectly.
+
+**Calibration (Gavel, OSDI '20).** Gavel measured 26 job types alone and in every single-GPU pair with CUDA
+MPS on V100, P100 and K80 (``data/gavel_*.csv``). Gavel gives throughputs only: ``t`` is measured (1 / solo
+throughput) but no utilization is. Each (GPU, job type)'s demand ``d`` is therefore a *latent* value in [0, 1]
+estimated from that type's pairs, jointly with one ``delta`` shared by the three GPU types (a property of the
+sharing mechanism rather than of one board; per-GPU fits give V100 ~4 ms, P100 ~13 ms, K80 ~45 ms and are
+printed by ``benchmarks/model_fit.py``). Only ``delta`` is used at run time; the latent demands exist to
+calibrate it and to measure the fit error. The saturation point ``D = 1`` anchors the demand scale, which is
+what lets a measured utilization stand in for ``d`` on real jobs.
+
+**Suspect V100 rows.** 25 ordered V100 pairs report exactly the solo throughput for *both* jobs, and further
+V100 entries report exactly the solo throughput for one job (equal to all 16 digits: a copy, not a second
+measurement). ``suspect="values"`` (default) drops every such value from the fit; ``"pairs"`` drops only the
+pairs where both values are copies; ``"keep"`` uses everything. The effect on ``delta`` and on held-out error is
+printed by ``benchmarks/model_fit.py``.
+
+**Not modelled:** memory capacity (:func:`colocate` reports whether the summed ``memory_mib`` fits, the
+throughputs assume it does); boards other than V100/P100/K80 (the same ``delta`` is used, so predictions for
+them say ``extrapolated=True``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ecolaunch.errors import ConfigError
+from ecolaunch.sim.models import GAVEL_GPUS, JobProfile, as_profile, gavel_pairs, gavel_solo, least_squares
+
+logger = logging.getLogger(__name__)
+
+SUSPECT_POLICIES = ("values", "pairs", "keep")
+#: a job whose utilization is unknown is assumed to keep the GPU busy (the cautious choice for packing)
+UNKNOWN_DEMAND = 1.0
+_START_DEMAND = 0.6
+_START_DELTA_S = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class InterferenceModel:
+    """The run-time parameters: the per-co-runner switching cost and the fallback iteration time."""
+
+    switch_overhead_s: float
+    #: used for a job whose ``iter_time_s`` is unknown: the median solo iteration time of Gavel's job types
+    default_iter_time_s: float
+
+    def predict(self, profiles: Sequence[JobProfile | Mapping[str, Any]]) -> list[float]:
+        """Normalized throughput of each job (1.0 = as fast as alone) when all share one GPU."""
+        n = len(profiles)
+        if n == 0:
+            return []
+        profs = [as_profile(p) for p in profiles]
+        if n == 1:
+            return [1.0]
+        total = sum(demand(p) for p in profs)
+        stretch = total if total > 1.0 else 1.0
+        extra = self.switch_overhead_s * (n - 1)
+        out = []
+        for p in profs:
+            t = p.iter_time_s if p.iter_time_s and p.iter_time_s > 0 else self.default_iter_time_s
+            out.append(t / (t * stretch + extra))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Colocation:
+    """Jobs sharing one GPU: predicted throughputs and why."""
+
+    #: each job's throughput / its solo throughput, in input order
+    throughputs: tuple[float, ...]
+    demands: tuple[float, ...]
+    #: True when the summed demand exceeds 1 (the GPU would need to be busy more than 100 % of the time)
+    saturated: bool
+    #: summed peak memory, None when a job's memory is unknown
+    memory_mib: int | None
+    #: None when the GPU's or a job's memory is unknown
+    memory_fits: bool | None
+    #: True unless the GPU is one Gavel measured (V100, P100, K80)
+    extrapolated: bool
+
+    @property
+    def demand_sum(self) -> float:
+        return sum(self.demands)
+
+    @property
+    def combined_throughput(self) -> float:
+        """Sum of normalized throughputs; packing helps when it exceeds 1."""
+        return sum(self.throughputs)
+
+
+def demand(profile: JobProfile | Mapping[str, Any]) -> float:
+    """Fraction of time the job keeps the GPU busy alone: ``max(sm_util_pct, mem_bw_util_pct) / 100`` in
+    [0, 1]; :data:`UNKNOWN_DEMAND` when neither is known."""
+    p = as_profile(profile)
+    known = [v for v in (p.sm_util_pct, p.mem_bw_util_pct) if v is not None]
+    if not known:
+        return UNKNOWN_DEMAND
+    return min(1.0, max(0.0, max(known) / 100.0))
+
+
+@functools.lru_cache(maxsize=1)
+def default_interference_model() -> InterferenceModel:
+    """The model calibrated on all of Gavel's single-GPU pairs (suspect values dropped), once per process."""
+    fit = fit_gavel()
+    logger.debug("interference switch overhead %.4f s", fit.switch_overhead_s)
+    return fit.model
+
+
+def predict(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: Any = None,
+            model: InterferenceModel | None = None) -> list[float]:
+    """Normalized throughput of each of 1..N jobs sharing one GPU (see the module docstring).
+
+    ``gpu`` does not change the numbers (one calibration serves every board); it is accepted so callers can
+    pass what :func:`colocate` needs. Cheap: plain Python, about 2 microseconds for a pair.
+    """
+    return (model or default_interference_model()).predict(profiles)
+
+
+def colocate(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: Any = None,
+             model: InterferenceModel | None = None) -> Colocation:
+    """:func:`predict` plus demands, saturation, memory fit and the extrapolation flag for ``gpu``.
+
+    ``gpu`` is a board name or an object with ``name`` and ``memory_mib`` (or ``memory_total_mib``).
+    """
+    profs = [as_profile(p) for p in profiles]
+    demands = tuple(demand(p) for p in profs)
+    mems = [p.memory_mib for p in profs]
+    memory = None if any(m is None for m in mems) else sum(mems)  # type: ignore[misc]
+    name = gpu if isinstance(gpu, str) else getattr(gpu, "name", None)
+    capacity = None if gpu is None or isinstance(gpu, str) else (
+        getattr(gpu, "memory_mib", None) or getattr(gpu, "memory_total_mib", None))
+    return Colocation(
+        throughputs=tuple(predict(profs, gpu, model)),
+        demands=demands,
+        saturated=sum(demands) > 1.0,
+        memory_mib=memory,
+        memory_fits=None if memory is None or capacity is None else memory <= capacity,
+        extrapolated=not (name and re.search(r"[VPK](100|80)", str(name).upper())),
+    )
+
+
+# --- calibration on Gavel ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class GavelSet:
+    """Gavel's single-GPU pairs of all GPU types as arrays; job types indexed jointly over (gpu, type)."""
+
+    keys: tuple[tuple[str, str], ...]  # (gpu, job type) per index
+    iter_time_s: np.ndarray  # per index
+    a: np.ndarray  # pair -> index of job a
+    b: np.ndarray
+    obs_a: np.ndarray  # normalized throughput of job a in the pair
+    obs_b: np.ndarray
+    copy_a: np.ndarray  # True where the value equals the solo throughput exactly (suspect)
+    copy_b: np.ndarray
+
+    def usable(self, suspect: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per-value masks of what a fit with the ``suspect`` policy may use."""
+        if suspect not in SUSPECT_POLICIES:
+            raise ConfigError(f"unknown suspect-row policy {suspect!r}", hint=f"use one of {SUSPECT_POLICIES}")
+        if suspect == "values":
+            return ~self.copy_a, ~self.copy_b
+        if suspect == "pairs":
+            both = self.copy_a & self.copy_b
+            return ~both, ~both
+        ones = np.ones(self.a.size, dtype=bool)
+        return ones, ones
+
+
+@functools.lru_cache(maxsize=None)
+def gavel_set(gpus: tuple[str, ...] = GAVEL_GPUS) -> GavelSet:
+    """Gavel's pairs on ``gpus`` as arrays, built once per process (treat the arrays as read-only)."""
+    solo = gavel_solo()
+    keys = tuple(k for k in solo if k[0] in gpus)
+    index = {k: i for i, k in enumerate(keys)}
+    rows = [p for gpu in gpus for p in gavel_pairs(gpu)]
+    a = np.array([index[(p.gpu, p.job_a)] for p in rows])
+    b = np.array([index[(p.gpu, p.job_b)] for p in rows])
+    return GavelSet(
+        keys=keys,
+        iter_time_s=np.array([1.0 / solo[k] for k in keys]),
+        a=a, b=b,
+        obs_a=np.array([p.shared_a / p.solo_a for p in rows]),
+        obs_b=np.array([p.shared_b / p.solo_b for p in rows]),
+        copy_a=np.array([p.shared_a == p.solo_a for p in rows]),
+        copy_b=np.array([p.shared_b == p.solo_b for p in rows]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GavelFit:
+    """A calibration: the run-time model plus the latent demand of every (GPU, job type)."""
+
+    switch_overhead_s: float
+    demands: Mapping[tuple[str, str], float]
+    model: InterferenceModel
+
+
+def pair_throughputs(data: GavelSet, demands: np.ndarray, delta_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Model throughputs of both jobs of every Gavel pair."""
+    t = data.iter_time_s
+    stretch = np.maximum(1.0, demands[data.a] + demands[data.b])
+    return t[data.a] / (t[data.a] * stretch + delta_s), t[data.b] / (t[data.b] * stretch + delta_s)
+
+
+def fit_gavel(suspect: str = "values", train: np.ndarray | None = None, gpus: tuple[str, ...] = GAVEL_GPUS
+              ) -> GavelFit:
+    """Fit ``delta`` and the latent demands on Gavel pairs (``train``: a per-pair mask of pairs to use)."""
+    data = gavel_set(gpus)
+    use_a, use_b = data.usable(suspect)
+    if train is not None:
+        use_a, use_b = use_a & train, use_b & train
+    wa, wb = use_a.astype(float), use_b.astype(float)
+    n = len(data.keys)
+    t = data.iter_time_s
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        xa, xb = pair_throughputs(data, x[:n], x[n])
+        return np.concatenate([(xa - data.obs_a) * wa, (xb - data.obs_b) * wb])
+
+    def normal_equations(x: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # Each residual depends on three parameters only (the two demands of its pair and delta), so J^T J is
+        # accumulated entry by entry instead of multiplying a dense 2*pairs x (types+1) Jacobian.
+        d, delta = x[:n], x[n]
+        total = d[data.a] + d[data.b]
+        sat = total > 1.0
+        stretch = np.where(sat, total, 1.0)
+        hess, grad = np.zeros((n + 1, n + 1)), np.zeros(n + 1)
+        for block, (own, w) in enumerate(((data.a, wa), (data.b, wb))):
+            den = t[own] * stretch + delta
+            g_d = -(t[own] ** 2) * sat / den**2 * w  # d residual / d demand (same for both jobs' demands)
+            g_delta = -t[own] / den**2 * w
+            res = r[block * data.a.size:(block + 1) * data.a.size]
+            for idx in (data.a, data.b):
+                np.add.at(grad, idx, g_d * res)
+                np.add.at(hess, (idx, n), g_d * g_delta)
+                np.add.at(hess, (n, idx), g_d * g_delta)
+                for idx2 in (data.a, data.b):
+                    np.add.at(hess, (idx, idx2), g_d * g_d)
+            grad[n] += g_delta @ res
+            hess[n, n] += g_delta @ g_delta
+        return hess, grad
+
+    x0 = np.r_[np.full(n, _START_DEMAND), _START_DELTA_S]
+    lower, upper = np.r_[np.zeros(n), 0.0], np.r_[np.ones(n), 1.0]
+    x = least_squares(residuals, x0, lower, upper, normal_equations=normal_equations, max_iter=300)
+    model = InterferenceModel(switch_overhead_s=float(x[n]),
+                              default_iter_time_s=float(statistics.median(data.iter_time_s)))
+    return GavelFit(float(x[n]), dict(zip(data.keys, map(float, x[:n]))), model)
+
+
+@dataclass(frozen=True, slots=True)
+class HoldoutErrors:
+    """Held-out error of the pair model: MAE of normalized throughput and pack (helps/hurts) accuracy."""
+
+    split: str  # "pair" or "type"
+    suspect: str
+    mae: float
+    pack_accuracy: float
+    n_values: int
+    n_pairs: int
+    by_gpu: Mapping[str, tuple[float, float, int]]  # gpu -> (mae, pack accuracy, values)
+    switch_overhead_s: tuple[float, ...]  # of each fold's fit
+    #: the same errors for a model-free baseline: each value predicted by the median of the fold's training
+    #: values, and "helps" predicted when most training pairs help
+    baseline_mae: float
+    baseline_pack_accuracy: float
+
+
+def holdout_errors(split: str = "pair", *, suspect: str = "values", seed: int = 0, folds: int = 5,
+                   evaluate_on: str = "values") -> HoldoutErrors:
+    """Cross-validated error on Gavel pairs the fit did not see.
+
+    ``split="pair"``: unordered pairs are dealt into ``folds`` folds by a seeded permutation. ``split="type"``:
+    each job type is held out in turn with every pair it is in (on all GPUs); its demand, unknown to the fit,
+    is interpolated in log batch size between the fitted demands of the same model family (e.g. ResNet-50
+    batch 64 from batch 32 and 128), or the median fitted demand for a family of one (A3C, CycleGAN).
+    Errors are computed on held-out values usable under ``evaluate_on`` (default: suspect values excluded).
+    """
+    data = gavel_set()
+    eval_a, eval_b = data.usable(evaluate_on)
+    pred_a, pred_b = np.full(data.a.size, np.nan), np.full(data.a.size, np.nan)
+    base_value, base_helps = np.full(data.a.size, np.nan), np.zeros(data.a.size, dtype=bool)
+    deltas = []
+    if split == "pair":
+        fold = np.random.default_rng(seed).permutation(data.a.size) % folds
+        groups = [fold == f for f in range(folds)]
+    elif split == "type":
+        names = sorted({job for _, job in data.keys})
+        groups = [np.array([data.keys[i][1] == name or data.keys[j][1] == name for i, j in zip(data.a, data.b)])
+                  for name in names]
+    else:
+        raise ConfigError(f"unknown split {split!r}", hint="use 'pair' or 'type'")
+    for held in groups:
+        fit = fit_gavel(suspect, train=~held)
+        deltas.append(fit.switch_overhead_s)
+        d = np.array([fit.demands[k] for k in data.keys])
+        if split == "type":
+            d = _impute_held_type(data, d, held)
+        xa, xb = pair_throughputs(data, d, fit.switch_overhead_s)
+        pred_a[held], pred_b[held] = xa[held], xb[held]
+        train_a, train_b = eval_a & ~held, eval_b & ~held
+        base_value[held] = np.median(np.concatenate([data.obs_a[train_a], data.obs_b[train_b]]))
+        train_pairs = train_a & train_b
+        base_helps[held] = np.mean(data.obs_a[train_pairs] + data.obs_b[train_pairs] > 1.0) > 0.5
+    by_gpu = {}
+    gpu_of = np.array([data.keys[i][0] for i in data.a])
+    for gpu in [*GAVEL_GPUS, None]:
+        sel = np.ones(data.a.size, dtype=bool) if gpu is None else gpu_of == gpu
+        err = np.concatenate([np.abs(pred_a - data.obs_a)[sel & eval_a], np.abs(pred_b - data.obs_b)[sel & eval_b]])
+        both = sel & eval_a & eval_b
+        acc = ((pred_a + pred_b > 1.0) == (data.obs_a + data.obs_b > 1.0))[both]
+        by_gpu[gpu] = (float(err.mean()), float(acc.mean()), int(err.size), int(both.sum()))
+    mae, acc, n_values, n_pairs = by_gpu.pop(None)
+    base_err = np.concatenate([np.abs(base_value - data.obs_a)[eval_a], np.abs(base_value - data.obs_b)[eval_b]])
+    both = eval_a & eval_b
+    base_acc = (base_helps == (data.obs_a + data.obs_b > 1.0))[both]
+    return HoldoutErrors(split, suspect, mae, acc, n_values, n_pairs, {g: v[:3] for g, v in by_gpu.items()},
+                         tuple(deltas), float(base_err.mean()), float(base_acc.mean()))
+
+
+_FAMILY_BATCH = re.compile(r"^(?P<family>.+?) \(batch size (?P<batch>\d+)\)$")
+
+
+def _impute_held_type(data: GavelSet, d: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """Replace the demands of the job type(s) that appear only in held-out pairs (see holdout_errors)."""
+    seen = np.zeros(len(data.keys), dtype=bool)
+    seen[data.a[~held]] = True
+    seen[data.b[~held]] = True
+    out = d.copy()
+    for i, (gpu, job) in enumerate(data.keys):
+        if seen[i]:
+            continue
+        m = _FAMILY_BATCH.match(job)
+        peers = []
+        if m:
+            for j, (g2, job2) in enumerate(data.keys):
+                m2 = _FAMILY_BATCH.match(job2)
+                if g2 == gpu and seen[j] and m2 and m2["family"] == m["family"]:
+                    peers.append((np.log2(int(m2["batch"])), d[j]))
+        if peers:
+            xs, ys = zip(*sorted(peers))
+            out[i] = float(np.interp(np.log2(int(m["batch"])), xs, ys))
+        else:
+            out[i] = float(np.median([d[j] for j, (g2, _) in enumerate(data.keys) if g2 == gpu and seen[j]]))
+    return out
