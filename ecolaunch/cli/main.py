@@ -1,7 +1,7 @@
 """``ecolaunch``: launch a training job (torchrun's command line) or run a subcommand.
 
 The rule that keeps subcommands from shadowing scripts: the first argument selects a subcommand only when it
-is exactly a subcommand's name (``status``, ``policy``, ...). Anything else — ``./status``, ``status.py``, an
+is exactly a subcommand's name (``status``, ``policy``, ``simulate``, ...). Anything else — ``./status``, ``status.py``, an
 option — is a launch, so ``ecolaunch ./status`` runs a script named ``status``.
 """
 
@@ -23,14 +23,12 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from ecolaunch.cli.policy_cmd import policy
+    from ecolaunch.cli.simulate_cmd import simulate
     from ecolaunch.cli.status_cmd import status
 
-    cli.add_command(status)
-    try:
-        from ecolaunch.cli.policy_cmd import policy
-    except ImportError:  # pragma: no cover - present once the admin policy commands land
-        return
-    cli.add_command(policy)
+    for command in (status, policy, simulate):
+        cli.add_command(command)
 
 
 _register()

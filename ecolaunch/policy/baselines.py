@@ -54,16 +54,26 @@ class ExclusivePolicy:
         )
 
 
-POLICIES = {ExclusivePolicy.name: ExclusivePolicy}
+def policy_names() -> list[str]:
+    return sorted(_registry())
 
 
 def get_policy(name: str):
-    """The policy registered under ``name``; ConfigError listing the known names otherwise."""
+    """A new policy registered under ``name``; ConfigError listing the known names otherwise."""
     from ecolaunch.errors import ConfigError
 
+    registry = _registry()
     try:
-        return POLICIES[name]()
+        return registry[name]()
     except KeyError:
         raise ConfigError(
-            f"unknown placement policy {name!r}", hint=f"choose one of: {', '.join(sorted(POLICIES))}"
+            f"unknown placement policy {name!r}", hint=f"choose one of: {', '.join(sorted(registry))}"
         ) from None
+
+
+def _registry() -> dict:
+    # imported here: the packing and zeus modules import this one
+    from ecolaunch.policy.packing import EacoPolicy, FirstFitPolicy, LucidPolicy
+    from ecolaunch.policy.zeus import ZeusPolicy
+
+    return {p.name: p for p in (ExclusivePolicy, FirstFitPolicy, LucidPolicy, EacoPolicy, ZeusPolicy)}

@@ -1,0 +1,226 @@
+"""Energy-aware placement: enumerate candidates, predict each, keep the cheapest that keeps every job in bound.
+
+What lives here: :class:`Candidate` (GPU set + cap per GPU), :class:`Outcome` (what a predictor says would
+happen), the :class:`Predictor` protocol, :func:`enumerate_candidates`, and :class:`EnergyAwarePolicy`, the
+decision procedure shared by the GNN policy (``ecolaunch.policy.gnn``, learned predictor) and the simulator's
+oracle (``ecolaunch.sim.oracle``, the simulator's true model). What does not: any model.
+
+**Candidates.** GPU sets of the requested size among the GPUs the job may use (reservations, allocation), each
+GPU either idle or shareable under the admin rules (co-location allowed, fewer than ``max_jobs_per_gpu`` jobs,
+memory fits with the margin; a GPU with a foreign process is never shared). An all-idle set is crossed with the
+cap levels inside the admin bounds; a set that shares a GPU keeps that GPU's current cap (a newcomer does not
+change the power of a colleague's GPU). Multi-GPU sets are ranked by their slowest link first and the best
+``max_sets`` are kept.
+
+**Objective** (per unit of the new job's work, so that fast and slow candidates compare fairly)::
+
+    cost = (sum_g [P_after(g) - P_before(g)] + static_share + sum_k lost_k * e_k) / x_new
+
+``P`` is the predicted board power of each affected GPU, ``x_new`` the new job's predicted normalized throughput,
+``lost_k = x_k_before - x_k_after`` the throughput a co-located job ``k`` loses and ``e_k`` its energy per unit of
+work before (its share of its GPUs' power / its throughput): the work others lose must be done later at their
+cost. ``static_share`` is zero for node and GPU-only energy (a workstation's host power is spent whether or
+not the job runs) and the host's static power per GPU times the job's GPUs for job-attributed energy (EaCO's
+accounting). Constraint: every affected job's predicted slowdown (against solo, uncapped) stays within its bound,
+with ``margin_pct`` of the bound kept back for prediction error. Ties break by the new job's predicted completion
+time. Nothing qualifies → ``None`` (the job waits).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ecolaunch.admin.rules import Rules, cap_bounds_w
+from ecolaunch.policy.base import Decision, JobRequest
+from ecolaunch.policy.baselines import ExclusivePolicy
+from ecolaunch.policy.candidates import eligible_gpus, worst_link
+from ecolaunch.state.graph import GpuNode, StateGraph
+
+#: cap levels tried on idle GPUs, as fractions of the board's maximum (clipped to the admin bounds)
+CAP_FRACTIONS = (1.0, 0.9, 0.8, 0.7, 0.6)
+OBJECTIVES = ("node", "gpu", "job")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    gpus: tuple[str, ...]
+    #: cap per GPU in watts; None = the GPU's current limit
+    caps_w: tuple[float | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """Predicted normalized throughput of each job on the affected GPUs (new job under its request id), and
+    each affected GPU's board power."""
+
+    throughput: dict[str, float]
+    gpu_power_w: dict[str, float]
+
+
+class Predictor(Protocol):
+    name: str
+
+    def predict(self, state: StateGraph, job: JobRequest, candidates: Sequence[Candidate]) -> list[Outcome]:
+        """One outcome per candidate, with the new job placed."""
+        ...
+
+    def current(self, state: StateGraph, gpus: Sequence[str]) -> Outcome:
+        """The outcome on ``gpus`` as they run now (no new job)."""
+        ...
+
+
+def usable_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[GpuNode]:
+    """GPUs the job could get now: idle, or shareable under the admin rules."""
+    out = []
+    for gpu in eligible_gpus(state, job, rules):
+        jobs = state.jobs_on(gpu.uuid)
+        if gpu.foreign_pids:
+            continue
+        if not jobs:
+            if gpu.memory_free_mib >= (job.memory_mib or 0):
+                out.append(gpu)
+            continue
+        if not rules.allow_colocation or len(jobs) >= rules.max_jobs_per_gpu:
+            continue
+        if job.memory_mib is None or any(j.memory_mib == 0 for j in jobs):
+            continue  # unknown memory: never share blind
+        if gpu.memory_free_mib >= job.memory_mib + rules.memory_margin_mib:
+            out.append(gpu)
+    return out
+
+
+def cap_levels(gpu: GpuNode, rules: Rules) -> list[float | None]:
+    """Cap levels for an idle GPU: None (its current limit) plus fractions of max inside the admin bounds."""
+    if gpu.power_limit_max_w is None or gpu.power_limit_min_w is None:
+        return [None]
+    low, high = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
+    levels: list[float | None] = [None]
+    for f in CAP_FRACTIONS:
+        cap = round(min(high, max(low, f * gpu.power_limit_max_w)))
+        if cap < gpu.power_limit_max_w and cap not in levels:
+            levels.append(float(cap))
+    return levels
+
+
+def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, max_sets: int = 24) -> list[Candidate]:
+    host = state.hosts.get(job.host)
+    if host is None:
+        return []
+    gpus = usable_gpus(state, job, rules)
+    if len(gpus) < job.nproc:
+        return []
+    sets = list(itertools.combinations(gpus, job.nproc))
+    if len(sets) > max_sets:
+        def rank(combo):
+            shared = sum(1 for g in combo if state.jobs_on(g.uuid))
+            return (worst_link(host, [g.uuid for g in combo]), shared, [g.index for g in combo])
+
+        sets = sorted(sets, key=rank)[:max_sets]
+    out = []
+    for combo in sets:
+        uuids = tuple(g.uuid for g in combo)
+        if any(state.jobs_on(u) for u in uuids):
+            out.append(Candidate(uuids, (None,) * len(uuids)))
+            continue
+        for cap in cap_levels(combo[0], rules):
+            out.append(Candidate(uuids, (cap,) * len(uuids)))
+    return out
+
+
+class EnergyAwarePolicy:
+    """Least predicted energy for the work, every job within its slowdown bound (see the module docstring)."""
+
+    def __init__(self, predictor: Predictor, *, name: str | None = None, objective: str = "node",
+                 margin_pct: float = 10.0, host_static_w: float = 0.0) -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+        self.predictor = predictor
+        self.name = name or predictor.name
+        self.objective = objective
+        self.margin_pct = margin_pct
+        self.host_static_w = host_static_w
+
+    def __repr__(self) -> str:
+        return (f"EnergyAwarePolicy(predictor={self.predictor.name!r}, objective={self.objective!r}, "
+                f"margin_pct={self.margin_pct})")
+
+    def decide(self, state: StateGraph, job: JobRequest, rules: Rules) -> Decision | None:
+        if job.elastic:
+            return ExclusivePolicy().decide(state, job, rules)
+        candidates = enumerate_candidates(state, job, rules)
+        if not candidates:
+            return None
+        outcomes = self.predictor.predict(state, job, candidates)
+        affected = sorted({u for c in candidates for u in c.gpus})
+        before = self.predictor.current(state, affected)
+        scored = []
+        for cand, out in zip(candidates, outcomes):
+            row = self._score(state, job, cand, out, before)
+            if row is not None:
+                scored.append(row)
+        if not scored:
+            return None
+        scored.sort(key=lambda r: (r[0], 1.0 / r[1], [state.hosts[job.host].gpus[u].index for u in r[2].gpus]))
+        return self._decision(state, job, scored)
+
+    # --- scoring ---------------------------------------------------------------------------------
+    def _score(self, state: StateGraph, job: JobRequest, cand: Candidate, out: Outcome, before: Outcome):
+        keep = 1.0 - self.margin_pct / 100.0
+        x_new = out.throughput.get(job.id, 0.0)
+        if x_new <= 0 or 100.0 * (1.0 / x_new - 1.0) > job.allowed_slowdown_pct * keep:
+            return None
+        lost = 0.0
+        slowdowns = {job.id: 100.0 * (1.0 / x_new - 1.0)}
+        for u in cand.gpus:
+            for other in state.jobs_on(u):
+                x_after = out.throughput.get(other.id, 1.0)
+                x_before = before.throughput.get(other.id, 1.0)
+                bound = float(other.request.get("allowed_slowdown_pct") or 10.0)
+                if 100.0 * (1.0 / max(x_after, 1e-9) - 1.0) > bound * keep and x_after < x_before - 1e-9:
+                    return None
+                slowdowns[other.id] = 100.0 * (1.0 / max(x_after, 1e-9) - 1.0)
+                share = before.gpu_power_w.get(u, 0.0) / max(1, len(state.jobs_on(u)))
+                lost += max(0.0, x_before - x_after) * share / max(x_before, 1e-9)
+        delta_w = sum(out.gpu_power_w[u] - before.gpu_power_w.get(u, 0.0) for u in cand.gpus)
+        static = self.host_static_w * len(cand.gpus) / max(1, len(state.hosts[job.host].gpus)) if self.objective == "job" else 0.0
+        cost = (delta_w + static + lost) / x_new
+        return cost, x_new, cand, out, slowdowns
+
+    def _decision(self, state: StateGraph, job: JobRequest, scored) -> Decision:
+        gpus = state.hosts[job.host].gpus
+        cost, x_new, best, out, slow = scored[0]
+        caps = dict(zip(best.gpus, best.caps_w))
+        colocated = {u: [j.id for j in state.jobs_on(u)] for u in best.gpus}
+        idx = ",".join(str(gpus[u].index) for u in best.gpus)
+        cap_txt = ", ".join(f"{w:.0f} W" for w in best.caps_w if w is not None) or "default power limit"
+        share_txt = "shares with " + ", ".join(sorted({j for v in colocated.values() for j in v})) if any(colocated.values()) else "alone"
+        reasons = [f"GPU {idx} ({share_txt}, {cap_txt}): predicted {100 * (1 / x_new - 1):.1f} % slower than alone "
+                   f"(bound {job.allowed_slowdown_pct:g} %), {cost:.0f} W per unit of work, the least of {len(scored)} "
+                   f"candidates that keep every job within its bound"]
+        alternatives = []
+        for c, x, cand, _, s in scored[1:4]:
+            alternatives.append({
+                "gpus": list(cand.gpus),
+                "power_caps_w": dict(zip(cand.gpus, cand.caps_w)),
+                "predicted_slowdown_pct": round(100 * (1 / x - 1), 2),
+                "energy_w_per_work": round(c, 2),
+                "why_not": f"{(c / cost - 1) * 100:.1f} % more energy per unit of work" if cost > 0 else "costs more",
+            })
+        return Decision(
+            policy=self.name,
+            gpus=best.gpus,
+            power_caps_w=caps,
+            colocated_with=colocated,
+            reasons=reasons,
+            predicted={
+                "normalized_throughput": {k: round(v, 4) for k, v in out.throughput.items()},
+                "slowdown_pct": {k: round(v, 2) for k, v in slow.items()},
+                "gpu_power_w": {k: round(v, 1) for k, v in out.gpu_power_w.items()},
+                "energy_w_per_work": round(cost, 2),
+                "predictor": self.predictor.name,
+            },
+            alternatives=alternatives,
+        )

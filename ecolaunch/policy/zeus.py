@@ -1,0 +1,49 @@
+"""``zeus``: exclusive placement with each job's energy-optimal power cap under its slowdown bound.
+
+What Zeus's GlobalPowerLimitOptimizer does for one job (You et al., NSDI '23), placed like ``exclusive``: the
+job's cap curve comes from its profile (:func:`ecolaunch.policy.estimate.cap_model`: measured cap points, or its
+uncapped power with the prior learned from the Zeus traces), and the cap is the one with the least GPU energy per
+iteration (Zeus's ``eta = 1``) whose predicted slowdown stays within the job's bound, on a 25 W grid inside the
+admin policy's bounds. A job without a profile keeps the default power limit.
+"""
+
+from __future__ import annotations
+
+from ecolaunch.admin.rules import Rules, cap_bounds_w
+from ecolaunch.policy.base import Decision, JobRequest
+from ecolaunch.policy.baselines import ExclusivePolicy
+from ecolaunch.policy.estimate import cap_model
+from ecolaunch.profile.powercap import cap_grid, choose_cap
+from ecolaunch.state.graph import StateGraph
+
+
+class ZeusPolicy:
+    name = "zeus"
+
+    def __repr__(self) -> str:
+        return "ZeusPolicy(eta=1.0)"
+
+    def decide(self, state: StateGraph, job: JobRequest, rules: Rules) -> Decision | None:
+        placed = ExclusivePolicy().decide(state, job, rules)
+        if placed is None:
+            return None
+        caps: dict[str, float | None] = {}
+        reasons = list(placed.reasons)
+        host = state.hosts[job.host]
+        for uuid in placed.gpus:
+            gpu = host.gpus[uuid]
+            if gpu.power_limit_max_w is None or gpu.power_limit_min_w is None:
+                caps[uuid] = None
+                continue
+            model = cap_model(job.profile, gpu.power_limit_max_w)
+            if model is None:
+                caps[uuid] = None
+                continue
+            low, high = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
+            choice = choose_cap(model, cap_grid(low, high), job.allowed_slowdown_pct, 1.0, gpu.power_limit_max_w)
+            caps[uuid] = None if choice.cap_w >= gpu.power_limit_max_w else choice.cap_w
+            if uuid == placed.gpus[0]:
+                reasons.append(choice.reason)
+        if all(w is None for w in caps.values()):
+            reasons.append("no profile with power: default power limit")
+        return Decision(self.name, placed.gpus, caps, placed.colocated_with, reasons)

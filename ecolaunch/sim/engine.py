@@ -1,0 +1,397 @@
+"""The discrete-event simulator: hosts, GPUs and jobs on a virtual clock, deciding with the launcher's policies.
+
+What lives here: :class:`TraceJob` / :class:`Trace` (the input), :class:`Simulation` (the event loop) and
+:class:`SimResult` (per-job outcomes and the three energy accountings). Traces are built in
+:mod:`ecolaunch.sim.traces`, summary metrics in :mod:`ecolaunch.sim.metrics`.
+
+**Same decisions as the launcher.** The simulator keeps a :class:`~ecolaunch.state.graph.StateGraph` of its
+machine (GPU nodes with live memory and utilization, running jobs with their GPUs, caps and profiles) and asks
+the policy exactly what the launcher asks: ``policy.decide(graph, JobRequest, rules)``. Waiting jobs form the
+launcher's strict FIFO: only the head of the queue is offered to the policy, host by host (most free GPUs
+first), at every event; the policy may answer ``None`` (wait).
+
+**What the policies know.** Each job arrives with its solo profile; with ``profile_caps=True`` (the default)
+the simulator also gives it the cap points ecolaunch's early profiling would have measured (at most three caps,
+:func:`ecolaunch.profile.powercap.profile_caps`, on the machine's first GPU model, read off the simulator's own
+power model): what a real profile would carry, so a policy that caps does so from measurements, as on a real
+machine.
+
+**What the machine does** (the measured models of :mod:`ecolaunch.sim.node`): each GPU's jobs run at the
+throughputs :func:`~ecolaunch.sim.node.shared_gpu` predicts under the GPU's cap (the highest cap its jobs asked
+for; the board's maximum when none did), a multi-GPU job runs at the speed of its slowest GPU (synchronous data
+parallelism), and power is the shared GPU's power, idle boards at their idle power. Energy is accounted per host
+by :class:`~ecolaunch.sim.node.EnergyMeter` in its three accountings.
+
+Deterministic: no randomness inside the loop (traces carry their own seeded randomness); ties break by job order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from ecolaunch.admin.rules import Rules
+from ecolaunch.devices.catalogue import GpuModel
+from ecolaunch.devices.spec import MachineSpec
+from ecolaunch.policy.base import Decision, JobRequest, Policy
+from ecolaunch.profile.powercap import profile_caps
+from ecolaunch.sim.interference import demand
+from ecolaunch.sim.models import JobProfile
+from ecolaunch.sim.power import default_power_model
+from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, shared_gpu
+from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
+
+logger = logging.getLogger(__name__)
+
+_EPS_S = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """A job of a trace: when it arrives, how many GPUs, its solo profile and its solo, uncapped run time."""
+
+    id: str
+    arrival_s: float
+    nproc: int
+    work_s: float
+    profile: JobProfile
+    allowed_slowdown_pct: float = 10.0
+    user: str = "sim"
+    kind: str = ""
+
+    def profile_dict(self) -> dict:
+        p = self.profile
+        return {
+            "iter_time_s": p.iter_time_s,
+            "sm_util_pct": p.sm_util_pct,
+            "mem_bw_util_pct": p.mem_bw_util_pct,
+            "memory_mib": p.memory_mib,
+            "power_w": p.power_w,
+            "cap_points": [list(c) for c in p.cap_points],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    name: str
+    jobs: tuple[TraceJob, ...]
+    description: str = ""
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    id: str
+    arrival_s: float
+    nproc: int
+    work_s: float
+    allowed_slowdown_pct: float
+    start_s: float | None = None
+    end_s: float | None = None
+    gpus: tuple[str, ...] = ()
+    caps_w: dict[str, float | None] = field(default_factory=dict)
+    shared: bool = False
+    #: the early-epoch check undid a shared placement of this job
+    undone: bool = False
+    rejected: str | None = None
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.arrival_s
+
+    @property
+    def slowdown_pct(self) -> float | None:
+        """Run time against the solo, uncapped run time, in percent (queueing excluded)."""
+        if self.end_s is None or self.start_s is None:
+            return None
+        return 100.0 * ((self.end_s - self.start_s) / self.work_s - 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    trace: str
+    policy: str
+    jobs: tuple[JobOutcome, ...]
+    energy: EnergyReport
+    makespan_s: float
+    gpu_busy_s: float
+    gpu_count: int
+    decisions: int
+
+
+@dataclass(slots=True)
+class _Running:
+    job: TraceJob
+    outcome: JobOutcome
+    host: str
+    gpus: tuple[str, ...]
+    remaining_s: float
+    speed: float = 1.0
+
+
+class Simulation:
+    """One policy on one machine.
+
+    Args:
+        machine: the hosts and GPUs (``ecolaunch.devices.spec``), e.g. ``parse_spec("8xA100-SXM4-80GB")``.
+        policy: any launcher policy.
+        rules: the admin policy the decisions run under.
+        host_static_w: each host's power besides its GPUs (see :func:`default_host_static_w`).
+    """
+
+    def __init__(self, machine: MachineSpec, policy: Policy, rules: Rules | None = None, *,
+                 host_static_w: float | None = None, profile_caps: bool = True,
+                 early_check_fraction: float = 0.05) -> None:
+        self.machine = machine
+        self.profile_caps = profile_caps
+        self.early_check_fraction = early_check_fraction
+        self.policy = policy
+        self.rules = rules or Rules()
+        self.host_static_w = default_host_static_w() if host_static_w is None else host_static_w
+        self.models: dict[str, GpuModel] = {}
+        self.graph = StateGraph()
+        for host_spec in machine.hosts:
+            host = Host(name=host_spec.name)
+            for index, (uuid, model) in enumerate(zip(host_spec.uuids, host_spec.gpus)):
+                host.gpus[uuid] = GpuNode(
+                    uuid=uuid, index=index, name=model.full_name, memory_total_mib=model.memory_mib,
+                    power_limit_min_w=model.power_limit_min_w, power_limit_default_w=model.power_limit_default_w,
+                    power_limit_max_w=model.power_limit_max_w, power_limit_w=model.power_limit_default_w,
+                    power_w=model.idle_power_w, util_gpu_pct=0.0, util_mem_pct=0.0,
+                )
+                self.models[uuid] = model
+            for (i, j), kind in host_spec.links.items():
+                a, b = host_spec.uuids[i], host_spec.uuids[j]
+                host.links[(a, b) if a < b else (b, a)] = kind
+            self.graph.hosts[host.name] = host
+        self._host_of = {u: h.name for h in self.graph.hosts.values() for u in h.gpus}
+        self._exclusive_only: set[str] = set()
+        self._resume: dict[str, float] = {}
+
+    # --- the event loop --------------------------------------------------------------------------
+    def run(self, trace: Trace, progress: Callable[[int, int], None] | None = None) -> SimResult:
+        arrivals = sorted(trace.jobs, key=lambda j: (j.arrival_s, j.id))
+        if self.profile_caps:
+            arrivals = [_with_cap_points(j, self.machine.hosts[0].gpus[0]) for j in arrivals]
+        outcomes = {j.id: JobOutcome(j.id, j.arrival_s, j.nproc, j.work_s, j.allowed_slowdown_pct) for j in arrivals}
+        meters = {h: EnergyMeter(self.host_static_w) for h in self.graph.hosts}
+        queue: deque[TraceJob] = deque()
+        running: dict[str, _Running] = {}
+        gpu_jobs: dict[str, list[str]] = {u: [] for u in self._host_of}
+        loads: dict[str, GpuLoad] = {u: self._idle_load(u) for u in self._host_of}
+        caps: dict[str, float | None] = {u: None for u in self._host_of}
+        now, nxt, done, decisions, busy_s = 0.0, 0, 0, 0, 0.0
+        completions: list[tuple[float, str]] = []
+        checks: list[tuple[float, str]] = []  # early-epoch checks of shared placements (undo_on_violation)
+        undo = bool(getattr(self.policy, "undo_on_violation", False))
+        self._gpu_jobs = gpu_jobs
+        # a deterministic policy answers the same on the same machine: retry the queue head only after a change
+        blocked = False
+        while nxt < len(arrivals) or queue or running:
+            t_arrival = arrivals[nxt].arrival_s if nxt < len(arrivals) else math.inf
+            t_done = self._next_completion(completions, running, now)
+            t_check = checks[0][0] if checks else math.inf
+            t = min(t_arrival, t_done, t_check)
+            if t == math.inf:  # waiting jobs that no policy will ever place
+                for job in queue:
+                    outcomes[job.id].rejected = "never placed"
+                break
+            dt = t - now
+            if dt > 0:
+                busy_s += dt * sum(1 for jobs in gpu_jobs.values() if jobs)
+                for host, meter in meters.items():
+                    meter.add(dt, [loads[u] for u in self.graph.hosts[host].gpus])
+                for r in running.values():
+                    r.remaining_s -= dt * r.speed
+            now = t
+            changed: set[str] = set()
+            for jid in [j for j, r in running.items() if r.remaining_s <= _EPS_S + 1e-9 * r.job.work_s]:
+                r = running.pop(jid)
+                r.outcome.end_s = now
+                del self.graph.jobs[jid]
+                for u in r.gpus:
+                    gpu_jobs[u].remove(jid)
+                    changed.add(u)
+                done += 1
+            while checks and checks[0][0] <= now:
+                _, jid = heapq.heappop(checks)
+                r = running.get(jid)
+                if r is not None and r.speed < 1.0 / (1.0 + r.job.allowed_slowdown_pct / 100.0):
+                    # the early-epoch check: the shared placement breaks the job's bound, so undo it and
+                    # queue the job again, at the head, for GPUs of its own (progress is kept)
+                    del running[jid], self.graph.jobs[jid]
+                    for u in r.gpus:
+                        gpu_jobs[u].remove(jid)
+                        changed.add(u)
+                    remaining = replace(r.job, work_s=max(r.remaining_s, _EPS_S))
+                    self._exclusive_only.add(jid)
+                    self._resume[jid] = r.outcome.start_s
+                    queue.appendleft(remaining)
+                    r.outcome.undone = True
+            while nxt < len(arrivals) and arrivals[nxt].arrival_s <= now:
+                queue.append(arrivals[nxt])
+                nxt += 1
+            if changed:
+                blocked = False
+            while queue and not blocked:
+                head = queue[0]
+                placed = self._place(head)
+                decisions += 1
+                if placed is None:
+                    blocked = True
+                    if not running and not changed:
+                        queue.popleft()  # an empty machine cannot take it: it never will
+                        outcomes[head.id].rejected = "does not fit the machine"
+                        logger.warning("job %s (%d GPUs) can never be placed; dropped", head.id, head.nproc)
+                        blocked = False
+                        continue
+                    break
+                queue.popleft()
+                host, decision = placed
+                out = outcomes[head.id]
+                out.start_s = self._resume.pop(head.id, now)
+                out.gpus, out.caps_w = decision.gpus, dict(decision.power_caps_w)
+                out.shared = out.shared or any(gpu_jobs[u] for u in decision.gpus)
+                running[head.id] = _Running(head, out, host, decision.gpus, head.work_s)
+                if undo and any(gpu_jobs[u] for u in decision.gpus):
+                    heapq.heappush(checks, (now + self.early_check_fraction * head.work_s, head.id))
+                self._book(head, host, decision)
+                for u in decision.gpus:
+                    gpu_jobs[u].append(head.id)
+                    changed.add(u)
+            if changed:
+                self._refresh(changed, gpu_jobs, running, loads, caps)
+                completions = [(now + r.remaining_s / r.speed, jid) for jid, r in running.items() if r.speed > 0]
+                heapq.heapify(completions)
+            if progress is not None:
+                progress(done, len(arrivals))
+        energy = _merge([m.report() for m in meters.values()])
+        return SimResult(trace.name, self.policy.name, tuple(outcomes[j.id] for j in arrivals), energy,
+                         now, busy_s, len(self._host_of), decisions)
+
+    # --- placement -------------------------------------------------------------------------------
+    def _place(self, job: TraceJob) -> tuple[str, Decision] | None:
+        hosts = sorted(self.graph.hosts.values(),
+                       key=lambda h: (-sum(1 for u in h.gpus if not self._gpu_jobs[u]), h.name))
+        rules = self.rules
+        if job.id in self._exclusive_only:
+            rules = replace(rules, allow_colocation=False)
+        for host in hosts:
+            request = JobRequest(
+                id=job.id, user=job.user, host=host.name, nproc=job.nproc,
+                memory_mib=job.profile.memory_mib, allowed_slowdown_pct=job.allowed_slowdown_pct,
+                profile=job.profile_dict(),
+            )
+            decision = self.policy.decide(self.graph, request, rules)
+            if decision is not None:
+                return host.name, decision
+        return None
+
+    def _book(self, job: TraceJob, host: str, decision: Decision) -> None:
+        self.graph.jobs[job.id] = Job(
+            id=job.id, uid=0, user=job.user, host=host, launcher_pid=0, launcher_start_time=0.0,
+            nproc=len(decision.gpus), name=job.kind or job.id, seq=0, submitted_at=job.arrival_s,
+            state=JobState.RUNNING, gpus=list(decision.gpus),
+            power_caps_w={u: w for u, w in decision.power_caps_w.items() if w is not None},
+            request={"allowed_slowdown_pct": job.allowed_slowdown_pct, "memory_mib": job.profile.memory_mib},
+            profile=job.profile_dict(),
+        )
+
+    # --- the machine's response ------------------------------------------------------------------
+    def _refresh(self, changed: set[str], gpu_jobs: dict[str, list[str]], running: dict[str, _Running],
+                 loads: dict[str, GpuLoad], caps: dict[str, float | None]) -> None:
+        touched_jobs: set[str] = set()
+        speeds: dict[tuple[str, str], float] = {}
+        for u in changed:
+            jobs = gpu_jobs[u]
+            node = self.graph.hosts[self._host_of[u]].gpus[u]
+            model = self.models[u]
+            wanted = [self.graph.jobs[j].power_caps_w.get(u) for j in jobs]
+            cap = max(wanted) if wanted and all(w is not None for w in wanted) else None
+            caps[u] = cap
+            node.power_limit_w = cap if cap is not None else model.power_limit_default_w
+            if not jobs:
+                loads[u] = self._idle_load(u)
+                node.memory_used_mib, node.util_gpu_pct, node.util_mem_pct = 0, 0.0, 0.0
+                node.power_w = loads[u].power_w
+                continue
+            profiles = [running[j].job.profile for j in jobs]
+            sg = shared_gpu(profiles, model, cap)
+            loads[u] = GpuLoad(sg.power_w, sg.floor_power_w, dict(zip(jobs, sg.job_dynamic_w)))
+            node.power_w = sg.power_w
+            node.memory_used_mib = sum(p.memory_mib or 0 for p in profiles)
+            node.util_gpu_pct = min(100.0, sum(p.sm_util_pct or 100.0 for p in profiles))
+            node.util_mem_pct = min(100.0, sum(p.mem_bw_util_pct or 0.0 for p in profiles))
+            for j, x in zip(jobs, sg.throughputs):
+                speeds[(u, j)] = x
+                touched_jobs.add(j)
+        for j in touched_jobs:
+            r = running[j]
+            per_gpu = [speeds.get((u, j)) for u in r.gpus]
+            if any(s is None for s in per_gpu):  # a GPU of the job did not change: recompute it too
+                per_gpu = [speeds.get((u, j)) or self._speed_on(u, j, gpu_jobs, running, caps) for u in r.gpus]
+            r.speed = max(min(per_gpu), 1e-9)
+
+    def _speed_on(self, u: str, job_id: str, gpu_jobs, running, caps) -> float:
+        jobs = gpu_jobs[u]
+        sg = shared_gpu([running[j].job.profile for j in jobs], self.models[u], caps[u])
+        return sg.throughputs[jobs.index(job_id)]
+
+    def _idle_load(self, uuid: str) -> GpuLoad:
+        model = self.models[uuid]
+        return GpuLoad(float(model.idle_power_w), float(model.idle_power_w), {})
+
+    @staticmethod
+    def _next_completion(completions: list[tuple[float, str]], running: dict[str, _Running], now: float) -> float:
+        while completions and completions[0][1] not in running:
+            heapq.heappop(completions)
+        return max(now, completions[0][0]) if completions else math.inf
+
+
+def _with_cap_points(job: TraceJob, gpu: GpuModel) -> TraceJob:
+    """The job with the cap points ecolaunch's profiler would measure on ``gpu`` (the simulator's true model)."""
+    p = job.profile
+    if p.cap_points:
+        return job
+    model = default_power_model()
+    power_w = p.power_w
+    if power_w is None:
+        floor_w, _ = model.active_idle_power_w(gpu)
+        power_w = floor_w + demand(p) * (gpu.power_limit_max_w - floor_w)
+    t0 = p.iter_time_s or 1.0
+    points = []
+    for cap in profile_caps(gpu.power_limit_min_w, gpu.power_limit_max_w, power_w):
+        pred = model.predict(power_w, cap, gpu)
+        points.append((cap, t0 * pred.time_ratio, pred.power_w))
+    return replace(job, profile=replace(p, cap_points=tuple(points)))
+
+
+def _merge(reports: Sequence[EnergyReport]) -> EnergyReport:
+    jobs: dict[str, float] = {}
+    for r in reports:
+        for j, e in r.job_energy_j.items():
+            jobs[j] = jobs.get(j, 0.0) + e
+    return EnergyReport(
+        node_energy_j=sum(r.node_energy_j for r in reports),
+        gpu_energy_j=sum(r.gpu_energy_j for r in reports),
+        job_energy_j=jobs,
+        unattributed_energy_j=sum(r.unattributed_energy_j for r in reports),
+        duration_s=max((r.duration_s for r in reports), default=0.0),
+    )
+
+
+def default_host_static_w() -> float:
+    """A host's power besides its GPUs, from EaCO's server: the fitted node static power (host + 8 idle V100s,
+    :func:`ecolaunch.sim.node.reproduce_eaco`) minus the 8 GPUs' idle power from the catalogue (an assumption,
+    see ``ecolaunch/devices/catalogue.py``). Applied to every simulated host, workstations included: an
+    assumption that they carry the same class of CPUs (2x Xeon Gold 6240)."""
+    from ecolaunch.devices.catalogue import lookup
+    from ecolaunch.sim.node import reproduce_eaco
+
+    return reproduce_eaco().static_power_w - 8 * lookup("V100-SXM2-32GB").idle_power_w
+
+
+__all__ = ["JobOutcome", "SimResult", "Simulation", "Trace", "TraceJob", "default_host_static_w"]

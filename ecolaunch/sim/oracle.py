@@ -1,0 +1,73 @@
+"""The oracle: energy-aware placement that predicts with the simulator's own (true) model.
+
+``EnergyAwarePolicy`` (:mod:`ecolaunch.policy.energy`) with :class:`TrueModelPredictor`: every candidate is
+evaluated with exactly the models that play the machine (:func:`ecolaunch.sim.node.shared_gpu`), so its
+predictions are exact and it only errs through the greediness of deciding one arrival at a time. It is the upper
+bound the GNN policy is measured against on small instances (``benchmarks/energy.py``), and no policy a real
+launcher could run: it knows the machine's response in advance.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from ecolaunch.devices.catalogue import GpuModel, lookup
+from ecolaunch.policy.base import JobRequest
+from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
+from ecolaunch.sim.models import JobProfile, as_profile
+from ecolaunch.sim.node import shared_gpu
+from ecolaunch.state.graph import GpuNode, StateGraph
+
+
+@functools.lru_cache(maxsize=64)
+def _model(name: str) -> GpuModel:
+    return lookup(name)
+
+
+class TrueModelPredictor:
+    name = "true-model"
+
+    def __repr__(self) -> str:
+        return "TrueModelPredictor()"
+
+    def predict(self, state: StateGraph, job: JobRequest, candidates: Sequence[Candidate]) -> list[Outcome]:
+        new = as_profile(job.profile or {})
+        return [self._outcome(state, job.host, cand.gpus, cand.caps_w, (job.id, new)) for cand in candidates]
+
+    def current(self, state: StateGraph, gpus: Sequence[str]) -> Outcome:
+        hosts = {u: h for h in state.hosts.values() for u in gpus if u in h.gpus}
+        merged = Outcome({}, {})
+        for u in gpus:
+            out = self._outcome(state, hosts[u].name, (u,), (None,), None)
+            merged.gpu_power_w.update(out.gpu_power_w)
+            for k, x in out.throughput.items():
+                merged.throughput[k] = min(x, merged.throughput.get(k, x))
+        return merged
+
+    def _outcome(self, state: StateGraph, host: str, gpus: Sequence[str], caps: Sequence[float | None],
+                 new: tuple[str, JobProfile] | None) -> Outcome:
+        throughput: dict[str, float] = {}
+        power: dict[str, float] = {}
+        for u, cap in zip(gpus, caps):
+            node: GpuNode = state.hosts[host].gpus[u]
+            jobs = state.jobs_on(u)
+            ids = [j.id for j in jobs]
+            profiles = [as_profile(j.profile or {}) for j in jobs]
+            if new is not None:
+                ids.append(new[0])
+                profiles.append(new[1])
+            if cap is None and node.power_limit_w is not None and node.power_limit_max_w is not None \
+                    and node.power_limit_w < node.power_limit_max_w:
+                cap = node.power_limit_w
+            sg = shared_gpu(profiles, _model(node.name), cap)
+            power[u] = sg.power_w
+            for k, x in zip(ids, sg.throughputs):
+                throughput[k] = min(x, throughput.get(k, x))
+        return Outcome(throughput, power)
+
+
+def oracle_policy(objective: str = "node", host_static_w: float = 0.0) -> EnergyAwarePolicy:
+    """The oracle: no safety margin (its predictions are exact)."""
+    return EnergyAwarePolicy(TrueModelPredictor(), name="oracle", objective=objective, margin_pct=0.0,
+                             host_static_w=host_static_w)
