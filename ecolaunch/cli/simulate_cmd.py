@@ -34,13 +34,13 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     from ecolaunch.sim.engine import Simulation
     from ecolaunch.sim.metrics import summarize
     from ecolaunch.sim.policies import get_sim_policy
-    from ecolaunch.sim.traces import build_trace
+    from ecolaunch.sim.traces import resolve_trace
 
     try:
         machine = parse_spec(gpus, hostname="node0")
         if hosts > 1:
             machine = machine.replicate(hosts)
-        trace = build_trace(trace_name, machine, seed=seed, jobs=jobs)
+        trace = resolve_trace(trace_name, machine, seed=seed, jobs=jobs)
         chosen = [get_sim_policy(p) for p in policies]
     except EcolaunchError as e:
         raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e

@@ -37,10 +37,9 @@ from ecolaunch.admin.rules import Rules, cap_bounds_w
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import eligible_gpus, worst_link
+from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.state.graph import GpuNode, StateGraph
 
-#: cap levels tried on idle GPUs, as fractions of the board's maximum (clipped to the admin bounds)
-CAP_FRACTIONS = (1.0, 0.9, 0.8, 0.7, 0.6)
 OBJECTIVES = ("node", "gpu", "job")
 
 
@@ -93,16 +92,11 @@ def usable_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[GpuNod
 
 
 def cap_levels(gpu: GpuNode, rules: Rules) -> list[float | None]:
-    """Cap levels for an idle GPU: None (its current limit) plus fractions of max inside the admin bounds."""
+    """Cap levels for an idle GPU: None (its current limit) plus the 25 W grid inside the admin bounds."""
     if gpu.power_limit_max_w is None or gpu.power_limit_min_w is None:
         return [None]
     low, high = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
-    levels: list[float | None] = [None]
-    for f in CAP_FRACTIONS:
-        cap = round(min(high, max(low, f * gpu.power_limit_max_w)))
-        if cap < gpu.power_limit_max_w and cap not in levels:
-            levels.append(float(cap))
-    return levels
+    return [None, *(c for c in cap_grid(low, high) if c < gpu.power_limit_max_w)]
 
 
 def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, max_sets: int = 24) -> list[Candidate]:

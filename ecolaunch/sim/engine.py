@@ -18,7 +18,7 @@ machine.
 
 **What the machine does** (the measured models of :mod:`ecolaunch.sim.node`): each GPU's jobs run at the
 throughputs :func:`~ecolaunch.sim.node.shared_gpu` predicts under the GPU's cap (the highest cap its jobs asked
-for; the board's maximum when none did), a multi-GPU job runs at the speed of its slowest GPU (synchronous data
+for, a job without a cap having no preference; the board's default when none did; freed GPUs go back to it), a multi-GPU job runs at the speed of its slowest GPU (synchronous data
 parallelism), and power is the shared GPU's power, idle boards at their idle power. Energy is accounted per host
 by :class:`~ecolaunch.sim.node.EnergyMeter` in its three accountings.
 
@@ -236,6 +236,9 @@ class Simulation:
                 nxt += 1
             if changed:
                 blocked = False
+                # the machine answers first (freed GPUs back to their default limit, memory and power): the
+                # policy must see the GPUs as they are now, as the launcher does after a reconcile
+                self._refresh(changed, gpu_jobs, running, loads, caps)
             while queue and not blocked:
                 head = queue[0]
                 placed = self._place(head)
@@ -262,8 +265,9 @@ class Simulation:
                 for u in decision.gpus:
                     gpu_jobs[u].append(head.id)
                     changed.add(u)
+                # later heads of the queue see this placement too
+                self._refresh(set(decision.gpus), gpu_jobs, running, loads, caps)
             if changed:
-                self._refresh(changed, gpu_jobs, running, loads, caps)
                 completions = [(now + r.remaining_s / r.speed, jid) for jid, r in running.items() if r.speed > 0]
                 heapq.heapify(completions)
             if progress is not None:
@@ -309,8 +313,9 @@ class Simulation:
             jobs = gpu_jobs[u]
             node = self.graph.hosts[self._host_of[u]].gpus[u]
             model = self.models[u]
-            wanted = [self.graph.jobs[j].power_caps_w.get(u) for j in jobs]
-            cap = max(wanted) if wanted and all(w is not None for w in wanted) else None
+            # a job without a cap has no preference; among those that want one, the least restrictive wins
+            wanted = [w for w in (self.graph.jobs[j].power_caps_w.get(u) for j in jobs) if w is not None]
+            cap = max(wanted) if wanted else None
             caps[u] = cap
             node.power_limit_w = cap if cap is not None else model.power_limit_default_w
             if not jobs:
