@@ -41,6 +41,9 @@ commented example::
     max_time_s = 120.0          #   seconds >= 0                                          default: no limit
     max_caps = 4                #   at most this many power caps tried, >= 0              default: no limit
 
+    [agent]                     # the privileged cap agent (``ecolaunch agent``)
+    gpus = [0, 1]               # GPUs (NVML index or "GPU-<uuid>") whose power caps ecolaunch may change;
+                                #   it never touches any other GPU               default: every GPU of the host
     [state]
     dir = "/var/lib/ecolaunch"  # absolute path of the state directory  default: $ECOLAUNCH_STATE_DIR or
                                 #   /var/tmp/ecolaunch (the environment variable still wins over the file)
@@ -76,6 +79,7 @@ __all__ = [
     "clip_slowdown",
     "effective_slowdown_pct",
     "load_rules",
+    "may_manage_gpu",
     "may_use_gpu",
     "parse_rules",
     "user_gpu_limit",
@@ -148,6 +152,8 @@ class Rules:
     state_dir: Path | None = None
     #: the Unix group that shares the state directory (None: not checked)
     state_group: str | None = None
+    #: GPUs (NVML index as a string, or UUID) whose power caps ecolaunch may change (None: every GPU of the host)
+    agent_gpus: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form: paths as strings, tuples as lists, bounds as dicts, index keys as strings."""
@@ -311,6 +317,14 @@ def may_use_gpu(rules: Rules, user: str, groups: Iterable[str], gpu_uuid: str, g
     if not matched:
         return True
     return user in users or not allowed_groups.isdisjoint(groups)
+
+
+def may_manage_gpu(rules: Rules, gpu_uuid: str, gpu_index: int) -> bool:
+    """Whether ecolaunch may change this GPU's power cap: ``[agent] gpus`` names it, or that key is unset."""
+    if rules.agent_gpus is None:
+        return True
+    names = {str(gpu_index), gpu_uuid.casefold()}
+    return any((k if k.isascii() and k.isdigit() else k.casefold()) in names for k in rules.agent_gpus)
 
 
 def user_gpu_limit(rules: Rules, user: str) -> int | None:

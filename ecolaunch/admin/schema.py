@@ -65,7 +65,8 @@ SCALAR_KEYS: dict[str, dict[str, ScalarKey]] = {
 CAP_KEYS = ("min_w", "max_w", "min_fraction", "max_fraction")
 RESERVE_KEYS = ("users", "groups")
 USER_KEYS = ("max_gpus",)
-TABLES = (*SCALAR_KEYS, "caps", "reserve", "users")
+AGENT_KEYS = ("gpus",)
+TABLES = (*SCALAR_KEYS, "caps", "reserve", "users", "agent")
 #: the ``[users."*"]`` entry: the limit for every user without a table of their own
 ANY_USER = "*"
 
@@ -401,6 +402,27 @@ class _Walker:
         self.values["user_gpu_limit"] = limits
         if limits:
             self.sources["user_gpu_limit"] = self.where(path)
+
+    def _agent(self, path: tuple[str, ...], table: dict[str, Any]) -> None:
+        table = self.table(path, table, AGENT_KEYS)
+        if "gpus" not in table:
+            return
+        entry = path + ("gpus",)
+        hint = 'list GPU indexes and/or UUIDs, e.g. gpus = [0, 1, "GPU-8f3c..."]; leave the key out for every GPU'
+        value = table["gpus"]
+        if not isinstance(value, list):
+            self.fail(entry, "must be a list of GPU indexes or UUIDs", hint, value)
+        keys: list[str] = []
+        for item in value:
+            key = None
+            if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+                key = str(item)
+            elif isinstance(item, str):
+                key = gpu_key(item)
+            if key is None:
+                self.fail(entry, f"{render(item)} is neither a GPU index nor a UUID", hint, value)
+            keys.append(key)
+        self.set("agent_gpus", tuple(dict.fromkeys(keys)), entry)
 
     def cross_checks(self, defaults: Mapping[str, Any]) -> None:
         default, top = self.values.get("default_slowdown_pct"), self.values.get("max_slowdown_pct")

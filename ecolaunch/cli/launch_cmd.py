@@ -6,6 +6,7 @@ decided GPUs, and always releases the booking — on success, worker failure, ex
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 import click
 
 from ecolaunch.cli.context import current_groups, current_user, resolve
-from ecolaunch.errors import DriverNotFound, EcolaunchError, NoPlacement, WaitTimeout
+from ecolaunch.errors import DriverNotFound, EcolaunchError, NoPlacement, PermissionDenied, WaitTimeout
 from ecolaunch.launch import argv as launch_argv
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import ParsedLaunch
@@ -86,7 +87,8 @@ def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
     except DriverNotFound as e:
         hint = f" (HINT: {e.hint})" if e.hint else ""
         return _plain(parsed, extra_env, f"{e}{hint}; launching like torchrun without GPU placement")
-    session = Session(StateStore(environment.state_dir), backend, get_policy(opts.placement_policy), rules)
+    store = StateStore(environment.state_dir, group=rules.state_group)
+    session = Session(store, backend, get_policy(opts.placement_policy), rules)
     request = _request(parsed, session, rules, env)
     if opts.dry_run:
         decision, graph = session.preview(request)
@@ -95,15 +97,17 @@ def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
     launcher = Launcher(pid=os.getpid(), start_time=_own_start_time(), uid=os.getuid(), user=request.user)
     job = session.submit(request, launcher, name=_job_name(args), info=_request_info(parsed, request))
     stop_heartbeat = threading.Event()
+    own_caps = False
     try:
         placement = session.wait_for_placement(job.id, opts.wait_timeout_s, on_wait=_wait_reporter(job.id))
         _print_decision(parsed, placement.decision, placement.gpus, job_id=job.id, waited_s=placement.waited_s)
+        own_caps = _apply_caps(session, placement, rules, environment.state_dir)
         worker_args = _worker_args(args, placement, request)
         threading.Thread(target=_heartbeat, args=(session, placement, stop_heartbeat), daemon=True).start()
         outcome = run_workers(worker_args, {**worker_env(job.id, placement.decision.gpus, placement.gpus), **extra_env})
     finally:
         stop_heartbeat.set()
-        _release(session, job.id)
+        _release(session, job.id, rules if own_caps else None)
     if outcome.report:
         click.echo(outcome.report, err=True)
     return outcome.exit_code
@@ -173,12 +177,51 @@ def _heartbeat(session: Session, placement: Placement, stop: threading.Event) ->
             logger.warning("heartbeat failed", exc_info=True)
 
 
-def _release(session: Session, job_id: str) -> None:
-    # Block the stop signals while the booking is released, so a second Ctrl-C cannot interrupt the write;
-    # a signal that arrives meanwhile is delivered right after.
+def _apply_caps(session: Session, placement: Placement, rules, state_dir) -> bool:
+    """Apply the decided caps when no cap agent runs; True when this launcher must restore them on exit.
+
+    Without the privilege, print what would be set as a recommendation instead (one line).
+    """
+    from ecolaunch.admin.agent import agent_alive
+    from ecolaunch.admin.caps import LEDGER_FILE, apply_caps_as_launcher, cap_recommendation, load_ledger
+
+    wanted = placement.job.power_caps_w
+    if agent_alive(state_dir, session.processes):
+        return False
+    if not wanted:
+        # caps left changed by a launcher that was killed: restore them now, if this process may
+        if load_ledger(state_dir / LEDGER_FILE, session.host):
+            with contextlib.suppress(PermissionDenied):
+                apply_caps_as_launcher(session.store, session.backend, rules, host=session.host,
+                                       processes=session.processes)
+        return False
+    try:
+        apply_caps_as_launcher(session.store, session.backend, rules, host=session.host, processes=session.processes)
+        return True
+    except PermissionDenied:
+        line = cap_recommendation(placement.gpus, rules, wanted)
+        if line:
+            click.echo(f"ecolaunch: {line}", err=True)
+        return False
+
+
+def _release(session: Session, job_id: str, restore_rules=None) -> None:
+    """Free the job's GPUs and, when this launcher applied caps itself, restore them.
+
+    The stop signals are blocked meanwhile, so a second Ctrl-C cannot interrupt the write; a signal that arrives
+    is delivered right after.
+    """
+    from ecolaunch.admin.caps import restore_caps_as_launcher
+
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
         session.release(job_id)
+        if restore_rules is not None:
+            try:
+                restore_caps_as_launcher(session.store, session.backend, restore_rules, host=session.host,
+                                         processes=session.processes)
+            except EcolaunchError as e:
+                logger.warning("could not restore power caps: %s (the next launcher or the agent will)", e)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 

@@ -28,7 +28,7 @@ def status(as_json: bool) -> None:
     try:
         environment, rules = resolve()
         backend = open_backend(environment.simulate, environment.state_dir)
-        session = Session(StateStore(environment.state_dir), backend, ExclusivePolicy(), rules)
+        session = Session(StateStore(environment.state_dir, group=rules.state_group), backend, ExclusivePolicy(), rules)
         graph = session.snapshot()
     except EcolaunchError as e:
         message = f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")

@@ -16,6 +16,7 @@ A removed job leaves the graph (its outcome goes to the job history). The docume
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -158,7 +159,11 @@ class StateGraph:
 
     @classmethod
     def from_dict(cls, doc: Any) -> StateGraph:
-        """Validate and load a state document; raises ValueError naming the first bad field."""
+        """Validate and load a state document; raises ValueError naming the first bad field.
+
+        Every field is type-checked here, so a hand-edited or hostile document is rejected as a whole rather
+        than reaching a policy or the cap agent with a string where a number belongs.
+        """
         _expect(isinstance(doc, dict), "document", "an object")
         _expect(doc.get("schema") == SCHEMA, "schema", repr(SCHEMA))
         _expect(doc.get("version") == VERSION, "version", str(VERSION))
@@ -169,32 +174,32 @@ class StateGraph:
             _expect(isinstance(raw, dict) and isinstance(raw.get("gpus"), dict), f"hosts.{name}", "an object with gpus")
             host = Host(name=str(name))
             for uuid, g in raw["gpus"].items():
-                _expect(isinstance(g, dict), f"hosts.{name}.gpus.{uuid}", "an object")
+                host.gpus[uuid] = _gpu_from_dict(f"hosts.{name}.gpus.{uuid}", uuid, g)
+            links = raw.get("links", [])
+            _expect(isinstance(links, list), f"hosts.{name}.links", "a list")
+            for link in links:
+                _expect(isinstance(link, list) and len(link) == 3 and all(isinstance(x, str) for x in link),
+                        f"hosts.{name}.links", "[uuid, uuid, kind] triples")
                 try:
-                    node = GpuNode(**g)
-                except TypeError as e:
-                    raise ValueError(f"hosts.{name}.gpus.{uuid}: {e}") from e
-                _expect(node.uuid == uuid and isinstance(node.memory_total_mib, int), f"hosts.{name}.gpus.{uuid}", "a GPU record")
-                host.gpus[uuid] = node
-            for link in raw.get("links", []):
-                _expect(isinstance(link, list) and len(link) == 3, f"hosts.{name}.links", "[uuid, uuid, kind] triples")
-                try:
-                    host.links[pair_key(str(link[0]), str(link[1]))] = LinkKind[str(link[2]).upper()]
+                    host.links[pair_key(link[0], link[1])] = LinkKind[link[2].upper()]
                 except KeyError as e:
                     raise ValueError(f"hosts.{name}.links: unknown link kind {link[2]!r}") from e
             graph.hosts[host.name] = host
         jobs = doc.get("jobs")
         _expect(isinstance(jobs, dict), "jobs", "an object")
         for jid, raw in jobs.items():
-            graph.jobs[jid] = _job_from_dict(jid, raw)
+            graph.jobs[jid] = job_from_dict(jid, raw)
         return graph
 
 
-def _job_to_dict(job: Job) -> dict[str, Any]:
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """A job's JSON form (what ``state.json`` and the per-user job files hold)."""
     d = asdict(job)
     d["state"] = job.state.value
     return d
 
+
+_job_to_dict = job_to_dict  # the former private name
 
 _JOB_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,),
@@ -213,20 +218,33 @@ _JOB_TYPES: dict[str, tuple[type, ...]] = {
     "decision": (dict,),
 }
 
+_GPU_INTS = ("index", "memory_total_mib", "memory_used_mib", "foreign_memory_mib")
+_GPU_OPTIONAL_FLOATS = ("util_gpu_pct", "util_mem_pct", "power_w", "power_limit_min_w", "power_limit_default_w",
+                        "power_limit_max_w", "power_limit_w")
 
-def _job_from_dict(jid: str, raw: Any) -> Job:
+
+def job_from_dict(jid: str, raw: Any) -> Job:
+    """Validate one job record (the value under ``jobs.<jid>``); raises ValueError naming the bad field."""
     _expect(isinstance(raw, dict), f"jobs.{jid}", "an object")
     for key, types in _JOB_TYPES.items():
         value = raw.get(key)
         _expect(isinstance(value, types) and not isinstance(value, bool), f"jobs.{jid}.{key}", "/".join(t.__name__ for t in types))
     _expect(raw["id"] == jid, f"jobs.{jid}.id", repr(jid))
+    _expect(raw["uid"] >= 0 and raw["launcher_pid"] > 0 and raw["nproc"] >= 0, f"jobs.{jid}", "uid >= 0, launcher_pid > 0, nproc >= 0")
+    for key in ("launcher_start_time", "submitted_at"):
+        _expect(math.isfinite(raw[key]), f"jobs.{jid}.{key}", "a finite number")
     _expect(all(isinstance(u, str) for u in raw["gpus"]), f"jobs.{jid}.gpus", "a list of UUIDs")
     try:
         state = JobState(raw.get("state"))
     except ValueError as e:
         raise ValueError(f"jobs.{jid}.state: {raw.get('state')!r} is not a job state") from e
     fields = {k: raw[k] for k in _JOB_TYPES}
+    for u, w in raw["power_caps_w"].items():
+        _expect(_is_number(w) and math.isfinite(w) and w > 0, f"jobs.{jid}.power_caps_w.{u}", "a finite power in watts above 0")
     caps = {str(u): float(w) for u, w in raw["power_caps_w"].items()}
+    for key in ("started_at", "heartbeat_at"):
+        value = raw.get(key)
+        _expect(value is None or (_is_number(value) and math.isfinite(value)), f"jobs.{jid}.{key}", "a finite number or null")
     profile = raw.get("profile")
     _expect(profile is None or isinstance(profile, dict), f"jobs.{jid}.profile", "an object or null")
     fields.update(
@@ -237,6 +255,31 @@ def _job_from_dict(jid: str, raw: Any) -> Job:
         profile=profile,
     )
     return Job(**fields)
+
+
+_job_from_dict = job_from_dict  # the former private name
+
+
+def _gpu_from_dict(where: str, uuid: str, g: Any) -> GpuNode:
+    _expect(isinstance(g, dict), where, "an object")
+    try:
+        node = GpuNode(**g)
+    except TypeError as e:
+        raise ValueError(f"{where}: {e}") from e
+    _expect(isinstance(node.uuid, str) and node.uuid == uuid and isinstance(node.name, str), where, "a GPU record")
+    for key in _GPU_INTS:
+        value = getattr(node, key)
+        _expect(isinstance(value, int) and not isinstance(value, bool) and value >= 0, f"{where}.{key}", "a whole number >= 0")
+    for key in _GPU_OPTIONAL_FLOATS:
+        value = getattr(node, key)
+        _expect(value is None or (_is_number(value) and math.isfinite(value)), f"{where}.{key}", "a finite number or null")
+    _expect(isinstance(node.foreign_pids, list) and all(isinstance(p, int) and not isinstance(p, bool) for p in node.foreign_pids),
+            f"{where}.foreign_pids", "a list of pids")
+    return node
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _int(doc: dict[str, Any], key: str) -> int:

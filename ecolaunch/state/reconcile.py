@@ -49,8 +49,11 @@ class PsutilProcessTable:
         try:
             proc = psutil.Process(pid)
             return abs(proc.create_time() - start_time) <= _START_TIME_TOLERANCE_S and proc.status() != psutil.STATUS_ZOMBIE
-        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        except (psutil.NoSuchProcess, ProcessLookupError):
             return False
+        except psutil.AccessDenied:
+            # another user's process we may not inspect (hidepid): it exists, so it is not *provably* dead
+            return True
 
     def ancestors(self, pid: int) -> list[int]:
         try:

@@ -1,48 +1,76 @@
-"""The file-locked store of the state graph: ``<state dir>/state.json`` guarded by ``state.lock``.
+"""The file-locked store of the state graph, safe for a directory shared by several Unix users.
 
-Every change is a read-modify-write transaction under ``filelock.FileLock`` (an ``fcntl`` lock the kernel
-drops when its holder dies, even by SIGKILL, so a killed launcher can never leave the store locked).
-Writes are atomic: a temporary file in the same directory, ``fsync``, ``os.replace``, then ``fsync`` of the
-directory, so a crash leaves either the old or the new document, never half of one.
+Layout of a state directory (see ``docs/threat-model.md`` for who may write what)::
 
-A document that is not valid JSON, or not an ecolaunch state document of this version, is moved aside to
-``state.json.corrupt-<time>`` with a warning and the transaction starts from an empty graph; the next
-reconcile rebuilds the hosts from the live GPUs, and running launchers re-register their jobs at their next
-heartbeat. Nothing crashes on a bad file.
+    <state dir>/            group-shared: setgid + sticky (3775); never world-writable without the sticky bit
+        state.json          hosts, GPUs, links and the queue counter: shared, rebuilt from the live GPUs at will
+        state.lock          the lock every transaction holds (fcntl, dropped by the kernel when its holder dies)
+        jobs/               sticky + setgid: one file per job, ``<job id>.json``, owned by the job's user
+        caps.json           the cap agent's ledger of original power caps (``ecolaunch.admin.caps``)
 
-This module is the only importer of ``filelock``.
+Jobs live in per-user files, not in the shared ``state.json``, so that ownership is enforced by the kernel rather
+than by convention: in a sticky directory only a file's owner (or root, or the directory's owner) can remove or
+replace it, and job files are not group-writable. A job file is accepted only if its owner's uid is the uid the
+job names (or root), so nobody can forge a job in another user's name. ``state.json`` holds nothing that is not
+rebuilt from the hardware by the next reconcile; a broken one is moved aside with a warning.
+
+Every transaction: lock, load ``state.json`` and every job file (each validated against its schema; a bad job file
+is skipped with a warning, never trusted), yield the :class:`StateGraph`, then write back what changed. A change
+to another user's job is refused (:class:`StateError`); another user's job may be dropped only when its launcher
+is provably dead (its file then stays until its owner, root or the cap agent removes it; it is ignored meanwhile).
+
+Files are opened with ``O_NOFOLLOW`` (a symlinked lock file is refused; a symlinked ``state.json`` or job file is
+never followed) and written atomically: a temporary file in the same directory, ``fsync``, ``os.replace``, then
+``fsync`` of the directory, so a crash leaves either the old or the new document, never half of one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
+import grp
 import json
 import logging
 import os
+import re
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-
-from filelock import FileLock, Timeout
+from typing import Any
 
 from ecolaunch.errors import StateError
-from ecolaunch.state.graph import StateGraph
+from ecolaunch.state.graph import Job, StateGraph, job_from_dict, job_to_dict
+from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
+JOBS_DIR = "jobs"
+JOB_SCHEMA = "ecolaunch.job"
+JOB_VERSION = 1
 DEFAULT_LOCK_TIMEOUT_S = 60.0
+#: documents larger than this are refused unread (a hostile user could otherwise make every launcher parse gigabytes)
+MAX_STATE_BYTES = 8 * 1024 * 1024
+MAX_JOB_BYTES = 256 * 1024
+#: job ids become file names: no separators, no leading dot
+JOB_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class StateStore:
     """Transactions on the state graph of one state directory.
 
     Args:
-        directory: the state directory; created (group-shared, setgid) when missing.
+        directory: the state directory; created (group-shared, setgid) when missing, checked when present.
         lock_timeout_s: how long a transaction waits for the lock before raising StateError.
         on_lock_wait: called with the seconds each transaction waited for the lock (benchmarks use it).
+        group: the Unix group that must own the directory (the policy's ``[state] group``), or None.
+        processes: the process table that proves another user's launcher dead (psutil by default).
     """
 
     def __init__(
@@ -51,12 +79,17 @@ class StateStore:
         *,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         on_lock_wait: Callable[[float], None] | None = None,
+        group: str | None = None,
+        processes: ProcessTable | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.path = self.directory / STATE_FILE
+        self.jobs_dir = self.directory / JOBS_DIR
         self._lock_timeout_s = lock_timeout_s
-        self._lock: FileLock | None = None
         self._on_lock_wait = on_lock_wait
+        self._group = group
+        self._processes = processes or PsutilProcessTable()
+        self._checked = False
 
     def __repr__(self) -> str:
         return f"StateStore({str(self.directory)!r})"
@@ -64,97 +97,409 @@ class StateStore:
     # --- public API ------------------------------------------------------------------------------
     @contextlib.contextmanager
     def transaction(self) -> Iterator[StateGraph]:
-        """Lock, load, yield the graph for changes, and write it back if it changed.
+        """Lock, load, yield the graph for changes, and write back what changed.
 
-        An exception inside the block discards the changes (the file is left as it was).
+        An exception inside the block discards the changes (the files are left as they were). Raises StateError
+        when the block changed or removed another user's job whose launcher is alive.
         """
         with self._locked():
             graph = self._load()
-            before = graph.to_dict()
+            before_state = _shared_part(graph)
+            before_jobs = dict(graph.jobs)
+            before_docs = {jid: job_to_dict(j) for jid, j in graph.jobs.items()}
             yield graph
-            after = graph.to_dict()
-            if after != before:
-                graph.generation += 1
-                after["generation"] = graph.generation
-                self._write(after)
+            self._commit(graph, before_state, before_jobs, before_docs)
 
     def read(self) -> StateGraph:
         """A consistent snapshot of the graph (taken under the lock, written back only if it was corrupt)."""
         with self.transaction() as graph:
             return graph
 
-    # --- internals -------------------------------------------------------------------------------
-    def _ensure_directory(self) -> None:
+    def read_unlocked(self) -> StateGraph:
+        """A snapshot taken without the lock: each file is read whole (writes are atomic renames), but two files
+        may come from different transactions. The cap agent uses it when a hostile holder keeps the lock."""
+        self._prepare()
+        graph = self._load(move_aside=False)
+        return graph
+
+    # --- loading ---------------------------------------------------------------------------------
+    def _load(self, *, move_aside: bool = True) -> StateGraph:
+        graph = self._load_shared(move_aside)
+        graph.jobs = self._load_jobs()
+        # the queue counter lives in the shared file, which anyone may reset: never hand out a seq already in use
+        graph.next_seq = max([graph.next_seq, *(j.seq + 1 for j in graph.jobs.values())])
+        return graph
+
+    def _load_shared(self, move_aside: bool) -> StateGraph:
         try:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o2775)
+            raw = read_regular_file(self.path, MAX_STATE_BYTES)
+        except FileNotFoundError:
+            return StateGraph()
+        except _Refused as e:
+            return self._rebuild(str(e), move_aside)
+        except OSError as e:
+            raise StateError(f"cannot read {str(self.path)!r}: {e.strerror}", hint="check the file's permissions") from e
+        try:
+            graph = StateGraph.from_dict(json.loads(raw))
+        except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
+            return self._rebuild(f"not a valid state document ({e})", move_aside)
+        if graph.jobs:
+            # a document from before per-user job files: its jobs carry no proof of ownership; running launchers
+            # re-register theirs at their next heartbeat
+            logger.warning("state file %s lists %d job(s) in the old shared format; ignoring them", self.path, len(graph.jobs))
+            graph.jobs = {}
+        return graph
+
+    def _rebuild(self, why: str, move_aside: bool) -> StateGraph:
+        if move_aside:
+            aside = self.path.with_name(f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+            with contextlib.suppress(OSError):
+                os.replace(self.path, aside)  # renames a symlink itself, never its target
+            logger.warning("state file %s is %s; moved it to %s and rebuilt the state", self.path, why, aside)
+        return StateGraph()
+
+    def _load_jobs(self) -> dict[str, Job]:
+        try:
+            dir_fd = os.open(self.jobs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise StateError(f"cannot open {str(self.jobs_dir)!r}: {e.strerror}", hint="check the directory (see ecolaunch's threat model)") from e
+        jobs: dict[str, Job] = {}
+        try:
+            for name in sorted(os.listdir(dir_fd)):
+                if name.startswith(".") or not name.endswith(".json"):
+                    continue
+                job = self._load_job_file(dir_fd, name)
+                if job is not None:
+                    jobs[job.id] = job
+        finally:
+            os.close(dir_fd)
+        return jobs
+
+    def _load_job_file(self, dir_fd: int, name: str) -> Job | None:
+        where = self.jobs_dir / name
+        jid = name[: -len(".json")]
+        try:
+            raw, owner = _read_at(dir_fd, name, MAX_JOB_BYTES)
+            doc = json.loads(raw)
+            if not (isinstance(doc, dict) and doc.get("schema") == JOB_SCHEMA and doc.get("version") == JOB_VERSION):
+                raise ValueError(f"not an {JOB_SCHEMA} document of version {JOB_VERSION}")
+            job = job_from_dict(jid, doc.get("job"))
+        except FileNotFoundError:
+            return None  # removed between listing and opening
+        except (_Refused, OSError, ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
+            logger.warning("ignoring job file %s: %s", where, e)
+            return None
+        if owner not in (0, job.uid):
+            logger.warning("ignoring job file %s: it names uid %d but belongs to uid %d", where, job.uid, owner)
+            return None
+        return job
+
+    # --- writing ---------------------------------------------------------------------------------
+    def _commit(self, graph: StateGraph, before_state: dict, before_jobs: dict[str, Job], before_docs: dict[str, dict]) -> None:
+        euid = os.geteuid()
+        after_docs = {jid: job_to_dict(j) for jid, j in graph.jobs.items()}
+        changed = [jid for jid, d in after_docs.items() if before_docs.get(jid) != d]
+        removed = [jid for jid in before_docs if jid not in after_docs]
+        for jid in changed:  # check everything before writing anything
+            job = graph.jobs[jid]
+            if job.id != jid or not JOB_ID.fullmatch(jid):
+                raise StateError(f"job id {jid!r} is not a valid job id", hint="job ids are letters, digits, '_', '-', '.'")
+            if euid != 0 and job.uid != euid:
+                raise StateError(
+                    f"job {jid} belongs to {job.user} (uid {job.uid}); uid {euid} may not change it",
+                    hint="a user can only change or remove their own jobs",
+                )
+        for jid in removed:
+            job = before_jobs[jid]
+            if euid != 0 and job.uid != euid and self._processes.alive(job.launcher_pid, job.launcher_start_time):
+                raise StateError(
+                    f"job {jid} belongs to {job.user} (uid {job.uid}) and its launcher (pid {job.launcher_pid}) is alive",
+                    hint="a user can only remove another user's job once its launcher is dead",
+                )
+        wrote = False
+        if changed:
+            self._ensure_jobs_dir()
+        for jid in changed:
+            doc = {"schema": JOB_SCHEMA, "version": JOB_VERSION, "job": after_docs[jid]}
+            try:
+                atomic_write_bytes(self.jobs_dir / f"{jid}.json", _dumps(doc), mode=0o644)
+            except PermissionError as e:
+                raise StateError(f"cannot write job file {jid}.json: {e.strerror}", hint="a user can only change their own jobs") from e
+            wrote = True
+        for jid in removed:
+            try:
+                os.unlink(self.jobs_dir / f"{jid}.json")
+                wrote = True
+            except FileNotFoundError:
+                pass
+            except PermissionError:
+                # another user's job whose launcher is dead: the sticky directory keeps its file, which every
+                # reconcile ignores, until its owner, root or the cap agent removes it
+                logger.debug("left the file of dead job %s (uid %d) in place", jid, before_jobs[jid].uid)
+        if wrote or _shared_part(graph) != before_state:
+            graph.generation += 1
+            self._write_shared(graph)
+
+    def _write_shared(self, graph: StateGraph) -> None:
+        doc = graph.to_dict()
+        doc["jobs"] = {}
+        data = _dumps(doc)
+        try:
+            atomic_write_bytes(self.path, data)
+        except PermissionError:
+            # a sticky state directory: only state.json's owner may rename over it. Everyone else rewrites it in
+            # place (it is group-writable); a write torn by a crash reads as corrupt and is rebuilt, losing nothing
+            # that the next reconcile does not restore
+            fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.write(fd, data)
+                os.ftruncate(fd, len(data))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    # --- directory and lock ----------------------------------------------------------------------
+    def _prepare(self) -> None:
+        if self._checked:
+            return
+        try:
+            if not os.path.lexists(self.directory):
+                self.directory.mkdir(parents=True, exist_ok=True, mode=0o775)
+                with contextlib.suppress(OSError):  # mkdir drops setgid and sticky and applies the umask
+                    os.chmod(self.directory, 0o3775)
         except OSError as e:
             raise StateError(
                 f"cannot create the state directory {str(self.directory)!r}: {e.strerror}",
                 hint="set ECOLAUNCH_STATE_DIR to a directory you can write, or ask the lab admin",
             ) from e
+        check_state_dir(self.directory, group=self._group)
         if not os.access(self.directory, os.W_OK | os.X_OK):
             raise StateError(
                 f"the state directory {str(self.directory)!r} is not writable by this user",
                 hint="ask the lab admin to add you to the directory's group, or set ECOLAUNCH_STATE_DIR",
             )
+        if os.path.lexists(self.jobs_dir):
+            check_jobs_dir(self.jobs_dir, os.stat(self.directory).st_uid)
+        elif os.geteuid() in (0, os.stat(self.directory).st_uid):
+            # created by root or the directory's owner, so that no member ends up owning everyone's job directory
+            self._ensure_jobs_dir()
+        self._checked = True
+
+    def _ensure_jobs_dir(self) -> None:
+        try:
+            os.mkdir(self.jobs_dir, 0o3775)
+        except FileExistsError:
+            pass
+        else:
+            # mkdir ignores the setgid bit and applies the umask; the sticky bit is what protects job files
+            os.chmod(self.jobs_dir, 0o3775 if os.stat(self.directory).st_mode & stat.S_IWGRP else 0o1755)
+        check_jobs_dir(self.jobs_dir, os.stat(self.directory).st_uid)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        if self._lock is None:
-            self._ensure_directory()
-            # mode 0o664: the lock file is shared by every user of the (group-shared) directory
-            self._lock = FileLock(str(self.directory / LOCK_FILE), timeout=self._lock_timeout_s, mode=0o664)
-        start = time.perf_counter()
+        self._prepare()
+        lock_path = self.directory / LOCK_FILE
         try:
-            self._lock.acquire()
-        except Timeout as e:
-            raise StateError(
-                f"waited {self._lock_timeout_s:g} s for the state lock {str(self.directory / LOCK_FILE)!r}",
-                hint="another ecolaunch process holds it; if none is running, the file system may not support locks",
-            ) from e
-        if self._on_lock_wait is not None:
-            self._on_lock_wait(time.perf_counter() - start)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o664)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise StateError(f"the state lock {str(lock_path)!r} is a symbolic link; refusing to use it",
+                                 hint="remove the link; someone may be trying to make ecolaunch write elsewhere") from e
+            raise StateError(f"cannot open the state lock {str(lock_path)!r}: {e.strerror}",
+                             hint="check the state directory's permissions") from e
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise StateError(f"the state lock {str(lock_path)!r} is not a regular file", hint="remove it")
+            if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != 0o664:
+                with contextlib.suppress(OSError):
+                    os.fchmod(fd, 0o664)  # shared by every user of the group-shared directory, whatever the umask
+            waited = self._acquire(fd, lock_path)
+            if self._on_lock_wait is not None:
+                self._on_lock_wait(waited)
             yield
         finally:
-            self._lock.release()
+            os.close(fd)  # closing the descriptor drops the flock
 
-    def _load(self) -> StateGraph:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return StateGraph()
-        except OSError as e:
-            raise StateError(f"cannot read {str(self.path)!r}: {e.strerror}", hint="check the file's permissions") from e
-        try:
-            return StateGraph.from_dict(json.loads(raw))
-        except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            aside = self.path.with_name(f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
-            with contextlib.suppress(OSError):
-                os.replace(self.path, aside)
-            logger.warning("state file %s is not a valid state document (%s); moved it to %s and rebuilt the state", self.path, e, aside)
-            return StateGraph()
+    def _acquire(self, fd: int, lock_path: Path) -> float:
+        start = time.perf_counter()
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return time.perf_counter() - start
+            except BlockingIOError:
+                if time.perf_counter() - start >= self._lock_timeout_s:
+                    raise StateError(
+                        f"waited {self._lock_timeout_s:g} s for the state lock {str(lock_path)!r}",
+                        hint="another ecolaunch process holds it; if none is running, the file system may not support locks",
+                    ) from None
+                time.sleep(delay)
+                delay = min(0.05, delay * 2)
 
-    def _write(self, doc: dict) -> None:
-        atomic_write_bytes(self.path, json.dumps(doc, separators=(",", ":"), sort_keys=True).encode())
+
+# --- checks --------------------------------------------------------------------------------------
+def check_state_dir(directory: Path, *, group: str | None = None) -> None:
+    """Check (and, where this user owns it, repair) the mode of a state directory; raises StateError.
+
+    Refused: a symbolic link owned by someone other than root or this user; a world-writable directory without the
+    sticky bit (anyone could replace its files); a group-writable one without setgid (new files would get their
+    creator's group, and colleagues could not read them) unless this user owns it and can fix it; a directory whose
+    group is not ``group`` when the policy names one.
+    """
+    euid = os.geteuid()
+    try:
+        st = os.lstat(directory)
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (0, euid):
+                raise StateError(f"the state directory {str(directory)!r} is a symbolic link owned by uid {st.st_uid}",
+                                 hint="point ECOLAUNCH_STATE_DIR at the real directory, or ask the lab admin")
+            st = os.stat(directory)
+    except FileNotFoundError as e:
+        raise StateError(f"the state directory {str(directory)!r} does not exist", hint="create it or set ECOLAUNCH_STATE_DIR") from e
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateError(f"the state directory {str(directory)!r} is not a directory", hint="set ECOLAUNCH_STATE_DIR to a directory")
+    mode = st.st_mode
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        raise StateError(f"the state directory {str(directory)!r} is world-writable without the sticky bit",
+                         hint=f"any user could replace ecolaunch's files: chmod o-w {directory} (or chmod +t)")
+    if mode & stat.S_IWGRP and not mode & stat.S_ISGID:
+        if st.st_uid != euid:
+            raise StateError(f"the state directory {str(directory)!r} is group-writable but not setgid",
+                             hint=f"the lab admin should run: chmod g+s {directory}")
+        mode |= stat.S_ISGID
+        os.chmod(directory, stat.S_IMODE(mode))
+    if mode & stat.S_IWGRP and not mode & stat.S_ISVTX:
+        if st.st_uid == euid:
+            os.chmod(directory, stat.S_IMODE(mode) | stat.S_ISVTX)
+        else:
+            # not fatal: without the sticky bit a member can swap jobs/ or the lock file (see the threat model)
+            logger.warning("state directory %s is group-writable without the sticky bit; the admin should run: chmod +t %s", directory, directory)
+    if group is not None:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise StateError(f"the policy's state group {group!r} does not exist on this host",
+                             hint="fix [state] group in the policy file, or create the group") from None
+        if st.st_gid != gid:
+            if st.st_uid == euid:
+                with contextlib.suppress(OSError):
+                    os.chown(directory, -1, gid)
+                    return
+            raise StateError(f"the state directory {str(directory)!r} belongs to group {st.st_gid}, not {group!r}",
+                             hint=f"the lab admin should run: chgrp {group} {directory} && chmod 2775 {directory}")
+    if st.st_uid not in (0, euid):
+        logger.debug("state directory %s is owned by uid %d, who can remove any job file in it", directory, st.st_uid)
+
+
+def check_jobs_dir(jobs_dir: Path, dir_owner: int) -> None:
+    """The job directory must be a real directory, sticky when others can write it, owned by root, this user or the
+    state directory's owner (a look-alike planted by another member after renaming the real one is refused)."""
+    euid = os.geteuid()
+    st = os.lstat(jobs_dir)
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateError(f"{str(jobs_dir)!r} is not a directory (a symbolic link is refused)",
+                         hint="remove it; ecolaunch recreates it (see the threat model in the README)")
+    if st.st_uid not in (0, euid, dir_owner):
+        raise StateError(f"{str(jobs_dir)!r} belongs to uid {st.st_uid}, not to root or the state directory's owner",
+                         hint=f"the lab admin should check it and run: chown root {jobs_dir} && chmod 3775 {jobs_dir}")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        if st.st_uid != euid:
+            raise StateError(f"{str(jobs_dir)!r} is writable by others but not sticky: anyone could remove any job",
+                             hint=f"the lab admin should run: chmod +t {jobs_dir}")
+        os.chmod(jobs_dir, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
+
+
+# --- files ---------------------------------------------------------------------------------------
+class _Refused(Exception):
+    """A file that must not be read: a symbolic link, not a regular file, or too large."""
+
+
+def read_regular_file(path: Path, max_bytes: int) -> bytes:
+    """Read a regular file without following a symbolic link; raises FileNotFoundError, OSError or _Refused."""
+    return _read_at(None, str(path), max_bytes)[0]
+
+
+def read_regular_file_owned(path: Path, max_bytes: int) -> tuple[bytes, os.stat_result]:
+    """Like :func:`read_regular_file`, also returning the open file's ``stat`` (owner and mode of what was read)."""
+    fd = _open_regular(None, str(path))
+    try:
+        st = os.fstat(fd)
+        return _read_fd(fd, st, str(path), max_bytes), st
+    finally:
+        os.close(fd)
+
+
+def _read_at(dir_fd: int | None, name: str, max_bytes: int) -> tuple[bytes, int]:
+    fd = _open_regular(dir_fd, name)
+    try:
+        st = os.fstat(fd)
+        return _read_fd(fd, st, name, max_bytes), st.st_uid
+    finally:
+        os.close(fd)
+
+
+def _open_regular(dir_fd: int | None, name: str) -> int:
+    try:
+        return os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _Refused("a symbolic link (not followed)") from e
+        raise
+
+
+def _read_fd(fd: int, st: os.stat_result, name: str, max_bytes: int) -> bytes:
+    if not stat.S_ISREG(st.st_mode):
+        raise _Refused("not a regular file")
+    if st.st_size > max_bytes:
+        raise _Refused(f"{st.st_size} bytes, over the {max_bytes}-byte limit")
+    chunks, total = [], 0
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > max_bytes:
+            raise _Refused(f"over the {max_bytes}-byte limit")
+        chunks.append(chunk)
+
+
+RefusedFile = _Refused
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o664) -> None:
     """Replace ``path`` with ``data`` atomically: temporary file in the same directory, fsync, rename, fsync
-    of the directory. Readers see the old or the new content, never a mix, even across a crash."""
+    of the directory. Readers see the old or the new content, never a mix, even across a crash.
+
+    The temporary file is created with ``O_EXCL`` and its mode set through its descriptor, so a link planted in
+    the directory is never followed; the rename replaces a link at ``path`` itself, never its target.
+    """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     _fsync_directory(path.parent)
+
+
+def _shared_part(graph: StateGraph) -> dict[str, Any]:
+    doc = graph.to_dict()
+    doc.pop("jobs")
+    doc.pop("generation")
+    return doc
+
+
+def _dumps(doc: dict) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
 def _fsync_directory(directory: Path) -> None:

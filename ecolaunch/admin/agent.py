@@ -1,0 +1,155 @@
+"""The privileged cap agent: one loop that keeps every managed GPU at the cap its jobs want.
+
+``ecolaunch agent`` (``ecolaunch.cli.agent_cmd``) runs :class:`CapAgent` as root. Each pass: lock the state,
+reconcile it (jobs whose launcher died are released, live GPU readings refreshed), run
+:meth:`CapKeeper.reconcile <ecolaunch.admin.caps.CapKeeper.reconcile>` inside the same transaction, unlock,
+sleep. Its first pass restores, from the ledger, every GPU a crashed agent or a SIGKILLed root launcher left
+changed; on SIGTERM/SIGINT it restores every GPU it changed before exiting.
+
+If a hostile user holds the state lock, a pass falls back to a lock-free snapshot of the job files (each file is
+replaced atomically), so caps are still applied and restored; the ledger is then written without the lock.
+
+The agent announces itself in ``<state dir>/agent.json`` (pid, start time, interval), so that launchers know a
+cap they record will be applied (:func:`agent_alive`). Nothing here prints or exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from ecolaunch.admin.caps import CapKeeper, CapReport
+from ecolaunch.admin.rules import Rules
+from ecolaunch.admin.safety import trusted_by_root
+from ecolaunch.devices.base import GpuBackend
+from ecolaunch.errors import DeviceError, PermissionDenied, StateError
+from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, process_start_time, reconcile
+from ecolaunch.state.store import RefusedFile, StateStore, atomic_write_bytes, read_regular_file_owned
+
+__all__ = ["AGENT_FILE", "CapAgent", "agent_alive"]
+
+logger = logging.getLogger(__name__)
+
+AGENT_FILE = "agent.json"
+DEFAULT_INTERVAL_S = 1.0
+
+
+class CapAgent:
+    """The cap agent's passes over one state directory.
+
+    Args:
+        store: the state store (give it a short lock timeout: a pass must not hang on a hostile lock holder).
+        backend: this host's GPU backend.
+        rules: the effective admin policy.
+        processes: the process table (psutil by default).
+        ledger_path: where the ledger of original caps lives (default ``<state dir>/caps.json``).
+        wall_clock: seconds since the epoch, for the heartbeat file.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        backend: GpuBackend,
+        rules: Rules,
+        *,
+        processes: ProcessTable | None = None,
+        ledger_path: Path | None = None,
+        wall_clock=time.time,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.rules = rules
+        self.processes = processes or PsutilProcessTable()
+        self.host = backend.hostname()
+        self.keeper = CapKeeper(backend, store.directory, rules, host=self.host, processes=self.processes, ledger_path=ledger_path)
+        self._wall_clock = wall_clock
+        self._topology = None
+        self._pid = os.getpid()
+        self._start_time: float | None = None
+
+    def step(self) -> CapReport:
+        """One pass: reconcile the state and bring every managed GPU to its desired cap."""
+        if self._topology is None:
+            self._topology = self.backend.topology()
+        try:
+            with self.store.transaction() as graph:
+                reconcile(graph, self.host, self.processes, self.backend.gpus(), self._topology)
+                report = self.keeper.reconcile(graph)
+        except PermissionDenied:
+            raise
+        except StateError as e:
+            logger.warning("state transaction failed (%s); applying caps from a lock-free snapshot", e)
+            graph = self.store.read_unlocked()
+            reconcile(graph, self.host, self.processes)
+            report = self.keeper.reconcile(graph)
+        self._announce()
+        return report
+
+    def restore_all(self) -> CapReport:
+        """Restore every GPU in the ledger (shutdown); works without the lock if it cannot be had."""
+        try:
+            with self.store.transaction():
+                return self.keeper.restore_all()
+        except StateError as e:
+            logger.warning("state lock unavailable (%s); restoring caps without it", e)
+            return self.keeper.restore_all()
+
+    def run(self, interval_s: float, stop: threading.Event) -> CapReport:
+        """Pass every ``interval_s`` seconds until ``stop`` is set; then restore every GPU and return that report.
+
+        A device error in one pass is logged and retried at the next; PermissionDenied ends the loop (it cannot heal).
+        """
+        try:
+            while not stop.is_set():
+                try:
+                    report = self.step()
+                    if report.applied or report.restored:
+                        logger.info("caps set %s, restored %s", _fmt(report.applied), _fmt(report.restored))
+                except PermissionDenied:
+                    raise
+                except (DeviceError, StateError) as e:
+                    logger.warning("cap pass failed: %s", e)
+                stop.wait(interval_s)
+        finally:
+            report = self.restore_all()
+            self._retire()
+        return report
+
+    # --- the heartbeat file ----------------------------------------------------------------------
+    def _announce(self) -> None:
+        if self._start_time is None:
+            self._start_time = process_start_time(self._pid)
+        doc = {"pid": self._pid, "start_time": self._start_time, "heartbeat_at": self._wall_clock(), "host": self.host}
+        with contextlib.suppress(OSError):
+            atomic_write_bytes(self.store.directory / AGENT_FILE, json.dumps(doc).encode(), mode=0o644)
+
+    def _retire(self) -> None:
+        path = self.store.directory / AGENT_FILE
+        with contextlib.suppress(OSError, RefusedFile, ValueError, TypeError):
+            raw, _ = read_regular_file_owned(path, 4096)
+            if json.loads(raw).get("pid") == self._pid:
+                os.unlink(path)
+
+
+def agent_alive(state_dir: Path, processes: ProcessTable | None = None) -> bool:
+    """Whether a cap agent serves this state directory: ``agent.json`` is trusted (root's, or this user's) and
+    names a live process."""
+    processes = processes or PsutilProcessTable()
+    try:
+        raw, st = read_regular_file_owned(Path(state_dir) / AGENT_FILE, 4096)
+        doc = json.loads(raw)
+        pid, start = doc["pid"], doc["start_time"]
+    except (OSError, RefusedFile, ValueError, TypeError, KeyError, AttributeError):
+        return False
+    if not trusted_by_root(st) or not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(start, (int, float)):
+        return False
+    return pid > 0 and processes.alive(pid, float(start))
+
+
+def _fmt(caps: dict[str, float]) -> str:
+    return ", ".join(f"{u[:12]}={w:.0f}W" for u, w in caps.items()) or "-"

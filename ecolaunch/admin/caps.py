@@ -1,0 +1,341 @@
+"""The cap ledger: which power cap each GPU should run at, applied within the policy and always restored.
+
+Launchers record the caps they want in the state graph (``Job.power_caps_w``, per GPU UUID). A
+:class:`CapKeeper` — inside the root cap agent, or inside a launcher that runs as root — turns those wishes into
+hardware settings:
+
+* it manages only GPUs the driver lists on this host and the policy lets ecolaunch change (``[agent] gpus``,
+  :func:`~ecolaunch.admin.rules.may_manage_gpu`); a UUID anywhere else in the state file is ignored;
+* a GPU's desired cap is the highest cap wanted by the running jobs that hold it (the least restrictive, so a
+  job can never slow a colleague's job on the same GPU below what that job asked for), clipped to the policy's
+  bounds (:func:`~ecolaunch.admin.rules.cap_bounds_w`); a garbage value is ignored with a warning;
+* when no running job wants a change, the GPU gets back its **original** cap: the one found before ecolaunch first
+  touched it (not NVIDIA's default). The original is written to the ledger file (``<state dir>/caps.json``,
+  atomic write) *before* the hardware changes, so after a crash or reboot the next keeper restores from it;
+* a job whose launcher is dead holds no caps (its lease ended), even before reconcile removed it.
+
+Callers hold the state lock around :meth:`CapKeeper.reconcile`, which serializes ledger updates between the agent
+and root launchers. Without the agent: :func:`apply_caps_as_launcher` (root launcher, same guarantees) and
+:func:`cap_recommendation` (the one line an unprivileged launcher prints).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu
+from ecolaunch.admin.safety import trusted_by_root
+from ecolaunch.devices.base import GpuBackend, GpuSnapshot
+from ecolaunch.errors import DeviceError, PermissionDenied
+from ecolaunch.state.graph import JobState, StateGraph
+from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
+from ecolaunch.state.store import RefusedFile, StateStore, atomic_write_bytes, read_regular_file_owned
+
+__all__ = [
+    "LEDGER_FILE",
+    "CapKeeper",
+    "CapReport",
+    "apply_caps_as_launcher",
+    "cap_recommendation",
+    "desired_caps",
+    "load_ledger",
+    "restore_caps_as_launcher",
+]
+
+logger = logging.getLogger(__name__)
+
+LEDGER_FILE = "caps.json"
+LEDGER_SCHEMA = "ecolaunch.caps"
+LEDGER_VERSION = 1
+MAX_LEDGER_BYTES = 1024 * 1024
+#: a cap within this many watts of the target is left alone (drivers round to whole watts or milliwatts)
+TOLERANCE_W = 0.5
+
+
+@dataclass(slots=True)
+class CapReport:
+    """What one pass changed: caps set (uuid → W), GPUs restored (uuid → W), and what it refused or failed."""
+
+    applied: dict[str, float] = field(default_factory=dict)
+    restored: dict[str, float] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    #: the desired cap of every managed GPU after this pass (None: its original)
+    desired: dict[str, float | None] = field(default_factory=dict)
+
+
+def desired_caps(
+    graph: StateGraph,
+    host: str,
+    gpus: Sequence[GpuSnapshot],
+    rules: Rules,
+    processes: ProcessTable,
+    ignored: list[str] | None = None,
+) -> dict[str, float]:
+    """The cap each managed GPU of ``host`` should run at now (GPUs absent: no job wants a change).
+
+    Pure: reads the graph, never the hardware. Every wish is validated here, whatever the loader already checked.
+    """
+    ignored = [] if ignored is None else ignored
+    by_uuid = {g.uuid: g for g in gpus}
+    wanted: dict[str, float] = {}
+    for job in graph.jobs.values():
+        if job.host != host or job.state is not JobState.RUNNING or not isinstance(job.power_caps_w, dict):
+            continue
+        caps = dict(job.power_caps_w)
+        if caps and not processes.alive(job.launcher_pid, job.launcher_start_time):
+            continue  # a dead launcher's lease has ended
+        for uuid, watts in caps.items():
+            gpu = by_uuid.get(uuid) if isinstance(uuid, str) else None
+            why = _refusal(job, uuid, watts, gpu, rules)
+            if why is not None:
+                ignored.append(why)
+                logger.warning("ignoring a cap request of job %s (%s): %s", job.id, job.user, why)
+                continue
+            assert gpu is not None  # _refusal returned None
+            lo, hi = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
+            clipped = min(max(float(watts), lo), hi)
+            if clipped != watts:
+                logger.info("job %s asks %.0f W on GPU %d; the policy allows %.0f-%.0f W: using %.0f W", job.id, watts, gpu.index, lo, hi, clipped)
+            wanted[uuid] = max(wanted.get(uuid, 0.0), clipped)
+    return wanted
+
+
+def _refusal(job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Rules) -> str | None:
+    if gpu is None:
+        return f"{uuid!r} is not a GPU of this host"
+    if not isinstance(job.gpus, list) or uuid not in job.gpus:
+        return f"GPU {gpu.index} is not one of the job's GPUs"
+    if not may_manage_gpu(rules, gpu.uuid, gpu.index):
+        return f"the policy does not let ecolaunch change GPU {gpu.index} ([agent] gpus)"
+    if isinstance(watts, bool) or not isinstance(watts, (int, float)) or not math.isfinite(watts) or watts <= 0:
+        return f"{watts!r} is not a power in watts"
+    if not _has_range(gpu):
+        return f"GPU {gpu.index} reports no power-limit range"
+    return None
+
+
+def _has_range(gpu: GpuSnapshot) -> bool:
+    lo, hi = gpu.power_limit_min_w, gpu.power_limit_max_w
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lo, hi)) and 0 <= lo <= hi  # type: ignore[operator]
+
+
+class CapKeeper:
+    """Keeps every managed GPU at the cap its jobs want, and restores each one's original cap afterwards.
+
+    Args:
+        backend: the GPU backend of this host (it must allow setting power limits).
+        state_dir: the state directory; the ledger is ``<state_dir>/caps.json`` unless ``ledger_path`` is given.
+        rules: the effective admin policy.
+        host: this host's name (jobs of other hosts are ignored).
+        processes: the process table deciding whether a launcher still holds its lease.
+        ledger_path: where the ledger lives (an admin may keep it in a root-only directory).
+    """
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        state_dir: Path,
+        rules: Rules,
+        *,
+        host: str,
+        processes: ProcessTable | None = None,
+        ledger_path: Path | None = None,
+    ) -> None:
+        self.backend = backend
+        self.rules = rules
+        self.host = host
+        self.processes = processes or PsutilProcessTable()
+        self.ledger_path = Path(ledger_path) if ledger_path is not None else Path(state_dir) / LEDGER_FILE
+        #: the ledger as this keeper last wrote it: survives another user deleting the file while we run
+        self._memory: dict[str, float] = {}
+        self._on_disk: dict[str, float] | None = None
+
+    # --- the one pass ----------------------------------------------------------------------------
+    def reconcile(self, graph: StateGraph) -> CapReport:
+        """Bring every managed GPU to its desired cap (call it under the state lock)."""
+        report = CapReport()
+        gpus = self.backend.gpus()
+        wanted = desired_caps(graph, self.host, gpus, self.rules, self.processes, report.ignored)
+        self._sync(gpus, wanted, report)
+        return report
+
+    def restore_all(self) -> CapReport:
+        """Give every GPU in the ledger its original cap back (agent shutdown)."""
+        report = CapReport()
+        self._sync(self.backend.gpus(), {}, report)
+        return report
+
+    def ledger(self) -> dict[str, float]:
+        """The originals currently recorded (uuid → W)."""
+        return self._load()
+
+    # --- internals -------------------------------------------------------------------------------
+    def _sync(self, gpus: Sequence[GpuSnapshot], wanted: Mapping[str, float], report: CapReport) -> None:
+        ledger = self._load()
+        by_uuid = {g.uuid: g for g in gpus}
+        for uuid in [u for u in ledger if u not in by_uuid]:
+            logger.warning("ledger %s names GPU %s, which this host no longer has; forgetting it", self.ledger_path, uuid)
+            del ledger[uuid]
+        for gpu in gpus:
+            if not _has_range(gpu) or not may_manage_gpu(self.rules, gpu.uuid, gpu.index):
+                continue
+            target = wanted.get(gpu.uuid)
+            report.desired[gpu.uuid] = target
+            if target is not None:
+                self._apply(gpu, target, ledger, report)
+            elif gpu.uuid in ledger:
+                self._restore(gpu, ledger, report)
+        self._save(ledger)
+
+    def _apply(self, gpu: GpuSnapshot, target: float, ledger: dict[str, float], report: CapReport) -> None:
+        if gpu.uuid not in ledger:
+            current = gpu.power_limit_w
+            if current is None or not math.isfinite(current):
+                report.failed.append(gpu.uuid)
+                logger.warning("GPU %d reports no current power limit; not capping it (its original could not be restored)", gpu.index)
+                return
+            ledger[gpu.uuid] = float(current)
+            self._save(ledger)  # the original is durable BEFORE the hardware changes
+        if gpu.power_limit_w is not None and abs(gpu.power_limit_w - target) <= TOLERANCE_W:
+            return
+        if self._set(gpu, target, report):
+            report.applied[gpu.uuid] = target
+            logger.info("GPU %d capped at %.0f W (original %.0f W)", gpu.index, target, ledger[gpu.uuid])
+
+    def _restore(self, gpu: GpuSnapshot, ledger: dict[str, float], report: CapReport) -> None:
+        original = ledger[gpu.uuid]
+        lo, hi = gpu.power_limit_min_w, gpu.power_limit_max_w
+        if not lo <= original <= hi:  # type: ignore[operator]
+            fallback = gpu.power_limit_default_w if gpu.power_limit_default_w is not None else hi
+            logger.warning("ledger original %.1f W of GPU %d is outside its range %.0f-%.0f W; restoring %.0f W", original, gpu.index, lo, hi, fallback)
+            original = float(fallback)  # type: ignore[arg-type]
+        if gpu.power_limit_w is None or abs(gpu.power_limit_w - original) > TOLERANCE_W:
+            if not self._set(gpu, original, report):
+                return  # keep it in the ledger: the next pass tries again
+        report.restored[gpu.uuid] = original
+        del ledger[gpu.uuid]
+        logger.info("GPU %d restored to its original %.0f W", gpu.index, original)
+
+    def _set(self, gpu: GpuSnapshot, watts: float, report: CapReport) -> bool:
+        try:
+            self.backend.set_power_limit(gpu.uuid, watts)
+            return True
+        except PermissionDenied:
+            raise
+        except DeviceError as e:
+            report.failed.append(gpu.uuid)
+            logger.warning("cannot set GPU %d to %.0f W: %s", gpu.index, watts, e)
+            return False
+
+    def _load(self) -> dict[str, float]:
+        self._on_disk = load_ledger(self.ledger_path, self.host)
+        if self._on_disk is None and self._memory:
+            logger.warning("ledger %s vanished or was replaced; using this process's copy", self.ledger_path)
+            return dict(self._memory)
+        return dict(self._on_disk or {})
+
+    def _save(self, ledger: dict[str, float]) -> None:
+        if ledger == (self._on_disk or {}) and (self._on_disk is not None or not ledger):
+            self._memory = dict(ledger)
+            return
+        doc = {"schema": LEDGER_SCHEMA, "version": LEDGER_VERSION, "host": self.host,
+               "gpus": {u: {"original_w": w} for u, w in sorted(ledger.items())}}
+        # mode 0644: readable for `ecolaunch status`, writable only by its owner (root)
+        atomic_write_bytes(self.ledger_path, json.dumps(doc, indent=1, sort_keys=True).encode(), mode=0o644)
+        self._on_disk = dict(ledger)
+        self._memory = dict(ledger)
+
+
+def load_ledger(path: Path, host: str) -> dict[str, float] | None:
+    """The originals in a ledger file (uuid → W); ``{}`` when there is none; None when it is untrustworthy.
+
+    Untrustworthy (ignored with a warning): a symbolic link or non-regular file, a file owned by someone other than
+    this user or root or writable by others, or a document that fails validation.
+    """
+    try:
+        raw, st = read_regular_file_owned(path, MAX_LEDGER_BYTES)
+    except FileNotFoundError:
+        return None
+    except (RefusedFile, OSError) as e:
+        logger.warning("ignoring cap ledger %s: %s", path, e)
+        return None
+    if not trusted_by_root(st):
+        logger.warning("ignoring cap ledger %s: owned by uid %d with mode %o (only root may write it)", path, st.st_uid, st.st_mode & 0o7777)
+        return None
+    try:
+        return parse_ledger(json.loads(raw), host)
+    except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
+        logger.warning("ignoring cap ledger %s: %s", path, e)
+        return None
+
+
+def parse_ledger(doc: Any, host: str) -> dict[str, float]:
+    """Validate a ledger document; raises ValueError."""
+    if not isinstance(doc, dict) or doc.get("schema") != LEDGER_SCHEMA or doc.get("version") != LEDGER_VERSION:
+        raise ValueError(f"not an {LEDGER_SCHEMA} document of version {LEDGER_VERSION}")
+    if doc.get("host") != host:
+        raise ValueError(f"it describes host {doc.get('host')!r}, not {host!r}")
+    gpus = doc.get("gpus")
+    if not isinstance(gpus, dict):
+        raise ValueError("gpus: expected an object")
+    out = {}
+    for uuid, entry in gpus.items():
+        w = entry.get("original_w") if isinstance(entry, dict) else None
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
+            raise ValueError(f"gpus.{uuid}.original_w: expected a power in watts above 0")
+        out[str(uuid)] = float(w)
+    return out
+
+
+# --- without the agent -----------------------------------------------------------------------------
+def apply_caps_as_launcher(
+    store: StateStore,
+    backend: GpuBackend,
+    rules: Rules,
+    *,
+    host: str,
+    processes: ProcessTable | None = None,
+    ledger_path: Path | None = None,
+) -> CapReport:
+    """One cap pass by a launcher running as root (no agent): release dead jobs, then apply or restore caps.
+
+    Call it after the job is placed and again after it is released (:func:`restore_caps_as_launcher`). Holding
+    the state lock, it gives the same guarantees as the agent: the original goes to the ledger before any change,
+    and any root ecolaunch process (the next launcher, ``ecolaunch agent --once``) restores caps left by a
+    launcher that was SIGKILLed. Raises PermissionDenied when the backend refuses (not root).
+    """
+    processes = processes or PsutilProcessTable()
+    keeper = CapKeeper(backend, store.directory, rules, host=host, processes=processes, ledger_path=ledger_path)
+    with store.transaction() as graph:
+        reconcile(graph, host, processes)
+        return keeper.reconcile(graph)
+
+
+restore_caps_as_launcher = apply_caps_as_launcher
+
+
+def cap_recommendation(gpus: Mapping[str, Any], rules: Rules, caps_w: Mapping[str, float | None]) -> str | None:
+    """The one line an unprivileged launcher prints instead of setting caps, or None when no cap is wanted.
+
+    ``gpus`` maps UUID → a GPU record with ``index``, ``name``, ``power_limit_min_w``/``power_limit_max_w``
+    (a :class:`~ecolaunch.state.graph.GpuNode` or a snapshot). Example::
+
+        would set GPU 1 to 210 W (policy allows 150-300 W); run `ecolaunch agent` as root to apply caps
+    """
+    parts = []
+    for uuid, watts in caps_w.items():
+        gpu = gpus.get(uuid)
+        if gpu is None or watts is None or not _has_range(gpu):
+            continue
+        lo, hi = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
+        parts.append(f"GPU {gpu.index} to {min(max(watts, lo), hi):.0f} W (policy allows {lo:.0f}-{hi:.0f} W)")
+    if not parts:
+        return None
+    return f"would set {', '.join(parts)}; run `ecolaunch agent` as root to apply caps"

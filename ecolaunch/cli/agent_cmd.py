@@ -1,0 +1,94 @@
+"""``ecolaunch agent``: the privileged cap agent (run it as root, e.g. from examples/ecolaunch-agent.service)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from ecolaunch.errors import EcolaunchError
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: a pass never waits longer than this for the state lock (then it works from a lock-free snapshot)
+AGENT_LOCK_TIMEOUT_S = 5.0
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="one pass (apply wanted caps, restore the rest from the ledger), then exit")
+@click.option("--restore", is_flag=True, help="restore every GPU recorded in the ledger to its original cap, then exit")
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="seconds between two passes")
+@click.option("--ledger", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="the ledger of original caps (default: <state dir>/caps.json)")
+@click.option("-v", "--verbose", is_flag=True, help="log every change (INFO)")
+def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, verbose: bool) -> None:
+    """Apply the power caps that running jobs want, within the admin policy; restore each GPU's original cap.
+
+    Runs as root on real GPUs (anyone may run it on simulated ones, ECOLAUNCH_SIMULATE). Reads the policy
+    (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command. SIGTERM or
+    Ctrl-C restores every GPU it changed, then exits.
+    """
+    from ecolaunch.admin.agent import CapAgent
+    from ecolaunch.admin.safety import require_cap_privilege
+    from ecolaunch.cli.context import resolve
+    from ecolaunch.devices.select import open_backend
+    from ecolaunch.state.store import StateStore
+
+    restore_logging = _setup_logging(verbose)
+    try:
+        environment, rules = resolve()
+        backend = open_backend(environment.simulate, environment.state_dir)
+        require_cap_privilege(backend)
+        store = StateStore(environment.state_dir, group=rules.state_group, lock_timeout_s=AGENT_LOCK_TIMEOUT_S)
+        cap_agent = CapAgent(store, backend, rules, ledger_path=ledger)
+        if restore:
+            report = cap_agent.restore_all()
+            click.echo(f"ecolaunch agent: restored {_describe(report.restored)}")
+            return
+        if once:
+            report = cap_agent.step()
+            click.echo(f"ecolaunch agent: set {_describe(report.applied)}; restored {_describe(report.restored)}"
+                       + (f"; ignored {len(report.ignored)} request(s)" if report.ignored else ""))
+            return
+        stop = threading.Event()
+        saved = {s: signal.signal(s, lambda *_: stop.set()) for s in _STOP_SIGNALS}
+        click.echo(f"ecolaunch agent: serving {environment.state_dir} on {backend.kind} GPUs every {interval_s:g} s", err=True)
+        try:
+            report = cap_agent.run(interval_s, stop)
+        finally:
+            for s, handler in saved.items():
+                signal.signal(s, handler)
+        click.echo(f"ecolaunch agent: stopped; restored {_describe(report.restored)}", err=True)
+    except EcolaunchError as e:
+        message = f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")
+        raise click.ClickException(message) from e
+    finally:
+        restore_logging()
+
+
+def _describe(caps: dict[str, float]) -> str:
+    return ", ".join(f"{u} {w:.0f} W" for u, w in caps.items()) if caps else "nothing"
+
+
+def _setup_logging(verbose: bool):
+    """Send ecolaunch's log to stderr; returns the function that puts the previous setup back."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("ecolaunch agent: %(levelname)s %(message)s"))
+    root = logging.getLogger("ecolaunch")
+    saved = (root.handlers[:], root.level, root.propagate)
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+    root.propagate = False
+
+    def restore() -> None:
+        root.handlers[:], root.level, root.propagate = saved[0], saved[1], saved[2]
+
+    return restore
+
+
+if __name__ == "__main__":  # ``python -m ecolaunch.cli.agent_cmd`` until ``ecolaunch agent`` is registered
+    agent()
