@@ -25,10 +25,11 @@ def cli() -> None:
 def _register() -> None:
     from ecolaunch.cli.agent_cmd import agent
     from ecolaunch.cli.policy_cmd import policy
+    from ecolaunch.cli.predict_cmd import predict
     from ecolaunch.cli.simulate_cmd import simulate
     from ecolaunch.cli.status_cmd import status
 
-    for command in (status, policy, simulate, agent):
+    for command in (status, policy, simulate, agent, predict):
         cli.add_command(command)
 
 

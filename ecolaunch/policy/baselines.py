@@ -73,7 +73,10 @@ def get_policy(name: str):
 
 def _registry() -> dict:
     # imported here: the packing and zeus modules import this one
+    from ecolaunch.policy.gnn import gnn_policy
     from ecolaunch.policy.packing import EacoPolicy, FirstFitPolicy, LucidPolicy
     from ecolaunch.policy.zeus import ZeusPolicy
 
-    return {p.name: p for p in (ExclusivePolicy, FirstFitPolicy, LucidPolicy, EacoPolicy, ZeusPolicy)}
+    registry = {p.name: p for p in (ExclusivePolicy, FirstFitPolicy, LucidPolicy, EacoPolicy, ZeusPolicy)}
+    registry["gnn"] = gnn_policy
+    return registry

@@ -9,7 +9,7 @@ oracle (``ecolaunch.sim.oracle``, the simulator's true model). What does not: an
 GPU either idle or shareable under the admin rules (co-location allowed, fewer than ``max_jobs_per_gpu`` jobs,
 memory fits with the margin; a GPU with a foreign process is never shared). An all-idle set is crossed with the
 cap levels inside the admin bounds; a set that shares a GPU keeps that GPU's current cap (a newcomer does not
-change the power of a colleague's GPU). Multi-GPU sets are ranked by their slowest link first and the best
+change the power of a colleague's GPU); a job whose power is unknown (no profile) is never capped. Multi-GPU sets are ranked by their slowest link first and the best
 ``max_sets`` are kept.
 
 **Objective** (per unit of the new job's work, so that fast and slow candidates compare fairly)::
@@ -114,9 +114,10 @@ def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, ma
 
         sets = sorted(sets, key=rank)[:max_sets]
     out = []
+    knows_power = bool(job.profile and (job.profile.get("power_w") or job.profile.get("cap_points")))
     for combo in sets:
         uuids = tuple(g.uuid for g in combo)
-        if any(state.jobs_on(u) for u in uuids):
+        if any(state.jobs_on(u) for u in uuids) or not knows_power:  # never cap blind
             out.append(Candidate(uuids, (None,) * len(uuids)))
             continue
         for cap in cap_levels(combo[0], rules):

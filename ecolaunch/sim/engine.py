@@ -11,7 +11,8 @@ launcher's strict FIFO: only the head of the queue is offered to the policy, hos
 first), at every event; the policy may answer ``None`` (wait).
 
 **What the policies know.** Each job arrives with its solo profile; with ``profile_caps=True`` (the default)
-the simulator also gives it the cap points ecolaunch's early profiling would have measured (at most three caps,
+the simulator also gives it what ecolaunch's early profiling would have measured: its uncapped power and its cap
+points (at most three caps,
 :func:`ecolaunch.profile.powercap.profile_caps`, on the machine's first GPU model, read off the simulator's own
 power model): what a real profile would carry, so a policy that caps does so from measurements, as on a real
 machine.
@@ -371,7 +372,8 @@ def _with_cap_points(job: TraceJob, gpu: GpuModel) -> TraceJob:
     for cap in profile_caps(gpu.power_limit_min_w, gpu.power_limit_max_w, power_w):
         pred = model.predict(power_w, cap, gpu)
         points.append((cap, t0 * pred.time_ratio, pred.power_w))
-    return replace(job, profile=replace(p, cap_points=tuple(points)))
+    # profiling measures the uncapped power too (the point at the maximum cap)
+    return replace(job, profile=replace(p, cap_points=tuple(points), power_w=p.power_w or points[0][2]))
 
 
 def _merge(reports: Sequence[EnergyReport]) -> EnergyReport:

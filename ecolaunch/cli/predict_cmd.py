@@ -1,0 +1,177 @@
+"""``ecolaunch predict``: what-if predictions of the GNN for jobs sharing one GPU, read as JSON from stdin.
+
+Input: one scenario object, or a JSON array of them (one process scores them all, in one forward pass)::
+
+    {"gpu": "V100-SXM2-32GB",            # a catalogue name (see ecolaunch.devices.catalogue)
+     "power_cap_w": null,                # null = uncapped (the board's max limit), else within the board's range
+     "jobs": [{"id": "a", "iter_time_s": 0.12, "sm_util_pct": 45, "mem_bw_util_pct": 30, "memory_mib": 6000,
+               "power_w": null,          # solo, uncapped; null when not measured
+               "cap_points": [{"power_cap_w": 200, "iter_time_s": 0.13, "power_w": 190}]}]}   # optional
+
+``sm_util_pct`` and ``mem_bw_util_pct`` may also be null (not measured). Output (an array for an array)::
+
+    {"jobs": [{"id": "a", "normalized_throughput": 0.91}], "gpu_power_w": 212.4, "fits_memory": true}
+
+``normalized_throughput`` is the job's speed relative to running alone on that GPU uncapped; ``gpu_power_w``
+the board's power at the cap with all the jobs; ``fits_memory`` whether the summed ``memory_mib`` fits the
+board. Bad input: ``Error:`` naming the field, exit 1. Bad options: usage error, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+import click
+
+from ecolaunch.errors import ConfigError
+
+_JOB_FIELDS = ("id", "iter_time_s", "sm_util_pct", "mem_bw_util_pct", "memory_mib", "power_w", "cap_points")
+_SCENARIO_FIELDS = ("gpu", "power_cap_w", "jobs")
+_POINT_FIELDS = ("power_cap_w", "iter_time_s", "power_w")
+
+
+class _Bad(Exception):
+    """A field of the input is wrong; ``str(e)`` names it."""
+
+
+def _number(value: Any, where: str, *, low: float = 0.0, high: float | None = None, positive: bool = False,
+            nullable: bool = False) -> float | None:
+    if value is None and nullable:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and (value < low or (positive and value <= 0) or (high is not None and value > high)):
+        ok = False
+    if not ok:
+        want = "a number" + (" > 0" if positive else f" >= {low:g}") + (f" and <= {high:g}" if high is not None else "")
+        raise _Bad(f"{where}: expected {want}{' or null' if nullable else ''}, got {json.dumps(value)}")
+    return float(value)
+
+
+def _object(value: Any, where: str, fields: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Bad(f"{where or 'input'}: expected an object, got {json.dumps(value)[:60]}")
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise _Bad(f"{where + '.' if where else ''}{unknown[0]}: unknown field (known: {', '.join(fields)})")
+    return value
+
+
+def _job(raw: Any, where: str) -> dict[str, Any]:
+    raw = _object(raw, where, _JOB_FIELDS)
+    if not isinstance(raw.get("id"), str) or not raw["id"]:
+        raise _Bad(f"{where}.id: expected a non-empty string, got {json.dumps(raw.get('id'))}")
+    job: dict[str, Any] = {"id": raw["id"]}
+    job["iter_time_s"] = _number(raw.get("iter_time_s"), f"{where}.iter_time_s", positive=True)
+    for key in ("sm_util_pct", "mem_bw_util_pct"):
+        job[key] = _number(raw.get(key), f"{where}.{key}", high=100.0, nullable=True)
+    job["memory_mib"] = _number(raw.get("memory_mib"), f"{where}.memory_mib")
+    job["power_w"] = _number(raw.get("power_w"), f"{where}.power_w", positive=True, nullable=True)
+    points = raw.get("cap_points", [])
+    if not isinstance(points, list):
+        raise _Bad(f"{where}.cap_points: expected a list, got {json.dumps(points)[:60]}")
+    job["cap_points"] = []
+    for i, p in enumerate(points):
+        p = _object(p, f"{where}.cap_points[{i}]", _POINT_FIELDS)
+        job["cap_points"].append({k: _number(p.get(k), f"{where}.cap_points[{i}].{k}", positive=True)
+                                  for k in _POINT_FIELDS})
+    return job
+
+
+def parse_scenario(raw: Any, where: str = "") -> tuple[Any, float | None, list[dict[str, Any]]]:
+    """Validate one scenario: (catalogue GpuModel, cap or None, job dicts). Raises _Bad naming the field."""
+    from ecolaunch.devices.catalogue import lookup
+
+    raw = _object(raw, where, _SCENARIO_FIELDS)
+    pre = f"{where}." if where else ""
+    if not isinstance(raw.get("gpu"), str):
+        got = json.dumps(raw.get("gpu"))
+        raise _Bad(f"{pre}gpu: expected a catalogue GPU name such as \"V100-SXM2-32GB\", got {got}")
+    try:
+        gpu = lookup(raw["gpu"])
+    except ConfigError as e:
+        raise _Bad(f"{pre}gpu: {e}") from None
+    cap = _number(raw.get("power_cap_w"), f"{pre}power_cap_w", low=gpu.power_limit_min_w,
+                  high=gpu.power_limit_max_w, nullable=True)
+    jobs = raw.get("jobs")
+    if not isinstance(jobs, list) or not jobs:
+        raise _Bad(f"{pre}jobs: expected a non-empty list of jobs, got {json.dumps(jobs)[:60]}")
+    parsed = [_job(j, f"{pre}jobs[{i}]") for i, j in enumerate(jobs)]
+    seen: set[str] = set()
+    for i, j in enumerate(parsed):
+        if j["id"] in seen:
+            raise _Bad(f"{pre}jobs[{i}].id: {j['id']!r} appears twice")
+        seen.add(j["id"])
+    return gpu, cap, parsed
+
+
+def predict_scenarios(scenarios: list[tuple[Any, float | None, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Score every scenario in one forward pass of the shipped GNN."""
+    import torch
+
+    from ecolaunch.policy.features import scenario_graph
+    from ecolaunch.policy.infer import score
+
+    torch.set_num_threads(1)  # a few tiny graphs: threads only add overhead on a shared machine
+    graphs = [scenario_graph(gpu, cap, jobs) for gpu, cap, jobs in scenarios]
+    throughputs, powers = score(graphs)
+    out = []
+    for (gpu, _, jobs), g, thr, power in zip(scenarios, graphs, throughputs, powers):
+        memory = sum(j["memory_mib"] for j in jobs)
+        out.append({
+            "jobs": [{"id": j["id"], "normalized_throughput": round(float(x), 4)} for j, x in zip(jobs, thr)],
+            "gpu_power_w": round(float(power[0]), 1),
+            "fits_memory": bool(memory <= gpu.memory_mib),
+        })
+    return out
+
+
+def _render(raw_scenarios: list[dict[str, Any]], results: list[dict[str, Any]]) -> str:
+    blocks = []
+    for k, (raw, res) in enumerate(zip(raw_scenarios, results)):
+        cap = raw.get("power_cap_w")
+        head = f"{raw['gpu']}, cap {'max' if cap is None else f'{cap:g} W'}: {res['gpu_power_w']:.1f} W, " \
+               f"memory {'fits' if res['fits_memory'] else 'does NOT fit'}"
+        width = max(3, *(len(j["id"]) for j in res["jobs"]))
+        rows = [f"{'JOB':<{width}}  NORMALIZED THROUGHPUT"]
+        rows += [f"{j['id']:<{width}}  {j['normalized_throughput']:.3f}" for j in res["jobs"]]
+        blocks.append((f"scenario {k + 1}: " if len(results) > 1 else "") + head + "\n" + "\n".join(rows))
+    return "\n\n".join(blocks)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="print the predictions as JSON")
+def predict(as_json: bool) -> None:
+    """Predict each job's normalized throughput and the GPU's power for jobs sharing one GPU.
+
+    Reads a scenario (or a JSON array of scenarios) from stdin: ecolaunch predict --json < scenario.json
+    """
+    stdin = click.get_text_stream("stdin")
+    if stdin.isatty():
+        raise click.UsageError("give the scenario as JSON on stdin, e.g. ecolaunch predict < scenario.json")
+    text = stdin.read()
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise click.ClickException(f"stdin is not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    many = isinstance(doc, list)
+    items = doc if many else [doc]
+    if many and not items:
+        raise click.ClickException("input: expected a scenario object or a non-empty array of them, got []")
+    try:
+        scenarios = [parse_scenario(s, f"[{i}]" if many else "") for i, s in enumerate(items)]
+        results = predict_scenarios(scenarios)
+    except _Bad as e:
+        raise click.ClickException(str(e)) from None
+    except ConfigError as e:
+        raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
+    if as_json:
+        click.echo(json.dumps(results if many else results[0], indent=2))
+    else:
+        click.echo(_render(items, results))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    predict(sys.argv[1:])

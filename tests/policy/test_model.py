@@ -1,0 +1,84 @@
+"""The torch_geometric model: size, output shapes and ranges, determinism, batching, and that it can learn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ecolaunch.policy.features import batch, encode_state
+from ecolaunch.policy.infer import ModelConfig
+from ecolaunch.policy.model import HierarchicalGNN
+from ecolaunch.policy.train import fit_gavel, gavel_heldout, synthetic_state
+from tests.policy.test_features import small_state
+
+
+@pytest.fixture
+def one_thread():
+    """On two shared cores torch's second thread mostly waits; keep the training test fast."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def states():
+    rng = np.random.default_rng(3)
+    model = fit_gavel(train=~gavel_heldout()).model
+    return [synthetic_state(rng, model) for _ in range(12)]
+
+
+def test_small_model_with_hyperparameters_in_repr() -> None:
+    model = HierarchicalGNN()
+    assert model.num_parameters() <= 100_000
+    assert repr(model) == f"HierarchicalGNN(hidden=32, local_rounds=2, stages=8, parameters={model.num_parameters()})"
+    assert HierarchicalGNN(ModelConfig(hidden=16)).num_parameters() < model.num_parameters()
+
+
+def test_outputs_one_value_per_job_and_gpu_in_range() -> None:
+    torch.manual_seed(0)
+    g = encode_state(small_state()).graph()
+    thr, power = HierarchicalGNN()(g)
+    assert thr.shape == (3,) and power.shape == (4,)
+    assert bool(((thr > 0) & (thr < 1.02)).all()) and bool(((power > 0) & (power < 1)).all())
+
+
+def test_seeded_models_are_identical_and_reset_changes_them() -> None:
+    g = encode_state(small_state()).graph()
+    torch.manual_seed(7)
+    a = HierarchicalGNN()
+    torch.manual_seed(7)
+    b = HierarchicalGNN()
+    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+    assert torch.equal(a(g)[0], b(g)[0])
+    before = a(g)[0].detach().clone()
+    a.reset_parameters()
+    assert not torch.equal(a(g)[0], before)
+
+
+def test_a_batch_scores_like_its_graphs_one_by_one(states) -> None:
+    torch.manual_seed(1)
+    model = HierarchicalGNN().eval()
+    graphs = [s.graph for s in states]
+    with torch.no_grad():
+        thr, power = model(batch(graphs))
+        one = [model(g) for g in graphs]
+    assert torch.allclose(thr, torch.cat([o[0] for o in one]), atol=1e-6)
+    assert torch.allclose(power, torch.cat([o[1] for o in one]), atol=1e-6)
+
+
+def test_a_few_steps_fit_simulated_labels(states, one_thread) -> None:
+    torch.manual_seed(2)
+    model = HierarchicalGNN()
+    g = batch([s.graph for s in states])
+    target = torch.tensor([x for s in states for x in s.throughputs])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(40):
+        opt.zero_grad()
+        loss = (model(g)[0] - target).abs().mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
