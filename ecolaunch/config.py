@@ -31,7 +31,7 @@ ENV_JOB_ID = "ECOLAUNCH_JOB_ID"
 
 DEFAULT_STATE_DIR = Path("/var/tmp/ecolaunch")
 DEFAULT_POLICY_FILE = Path("/etc/ecolaunch/policy.toml")
-DEFAULT_PLACEMENT_POLICY = "exclusive"
+DEFAULT_PLACEMENT_POLICY = "gnn"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}

@@ -36,7 +36,7 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
         True,
         "seconds to wait in the queue when no GPUs fit (default: wait until they do; 0: fail at once, exit 75)",
     ),
-    (("--policy",), config.ENV_PLACEMENT_POLICY, True, "placement policy (default: exclusive)"),
+    (("--policy",), config.ENV_PLACEMENT_POLICY, True, "placement policy (default: gnn)"),
     (
         ("--allowed-slowdown",),
         config.ENV_ALLOWED_SLOWDOWN,

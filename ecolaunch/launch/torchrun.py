@@ -48,11 +48,16 @@ def check_args(args: argparse.Namespace, nproc_override: str | None = None) -> N
     if nproc_override is not None:
         probe.nproc_per_node = nproc_override
     saved_env = {k: os.environ.get(k) for k in _ENV_TOUCHED_BY_TORCH}
+    # config_from_args logs torch's OMP_NUM_THREADS banner; the real launch prints it, the probe must not
+    torch_logger = logging.getLogger(torchrun.__name__)
+    saved_level = torch_logger.level
+    torch_logger.setLevel(logging.ERROR)
     try:
         torchrun.config_from_args(probe)
     except ValueError as e:
         raise ConfigError(str(e), hint="fix the torchrun arguments (see 'ecolaunch --help')") from e
     finally:
+        torch_logger.setLevel(saved_level)
         _restore_env(saved_env)
 
 

@@ -158,7 +158,10 @@ class EnergyAwarePolicy:
                 scored.append(row)
         if not scored:
             return None
-        scored.sort(key=lambda r: (r[0], 1.0 / r[1], [state.hosts[job.host].gpus[u].index for u in r[2].gpus]))
+        host = state.hosts[job.host]
+        # least energy; then the earliest completion; then the fastest links; then the lowest indices
+        scored.sort(key=lambda r: (round(r[0], 6), round(1.0 / r[1], 6), worst_link(host, r[2].gpus),
+                                   [host.gpus[u].index for u in r[2].gpus]))
         return self._decision(state, job, scored)
 
     # --- scoring ---------------------------------------------------------------------------------
