@@ -9,8 +9,10 @@ oracle (``ecolaunch.sim.oracle``, the simulator's true model). What does not: an
 GPU either idle or shareable under the admin rules (co-location allowed, fewer than ``max_jobs_per_gpu`` jobs,
 memory fits with the margin; a GPU with a foreign process is never shared). An all-idle set is crossed with the
 cap levels inside the admin bounds; a set that shares a GPU keeps that GPU's current cap (a newcomer does not
-change the power of a colleague's GPU); a job whose power is unknown (no profile) is never capped. Multi-GPU sets are ranked by their slowest link first and the best
-``max_sets`` are kept.
+change the power of a colleague's GPU); a job whose power is unknown (no profile) is never capped. Sets are
+ranked by their slowest link, then by how many of their GPUs are shared; of the sets nobody uses only the best of each link class is kept (they are interchangeable);
+at most ``max_sets`` are kept. Past ``MAX_COMBINATIONS`` sets (a 4-GPU job on a 64-GPU host) a few good sets are
+built greedily instead.
 
 **Objective** (per unit of the new job's work, so that fast and slow candidates compare fairly)::
 
@@ -29,6 +31,7 @@ time. Nothing qualifies → ``None`` (the job waits).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -36,11 +39,13 @@ from typing import Protocol
 from ecolaunch.admin.rules import Rules, cap_bounds_w
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
-from ecolaunch.policy.candidates import eligible_gpus, worst_link
+from ecolaunch.policy.candidates import best_set, eligible_gpus, worst_link
 from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.state.graph import GpuNode, StateGraph
 
 OBJECTIVES = ("node", "gpu", "job")
+#: above this many GPU sets a few good ones are built greedily instead of ranking them all
+MAX_COMBINATIONS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +111,34 @@ def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, ma
     gpus = usable_gpus(state, job, rules)
     if len(gpus) < job.nproc:
         return []
-    sets = list(itertools.combinations(gpus, job.nproc))
-    if len(sets) > max_sets:
-        def rank(combo):
-            shared = sum(1 for g in combo if state.jobs_on(g.uuid))
-            return (worst_link(host, [g.uuid for g in combo]), shared, [g.index for g in combo])
+    def rank(combo):
+        shared = sum(1 for g in combo if state.jobs_on(g.uuid))
+        return (worst_link(host, [g.uuid for g in combo]), shared, [g.index for g in combo])
 
-        sets = sorted(sets, key=rank)[:max_sets]
+    if math.comb(len(gpus), job.nproc) > MAX_COMBINATIONS:
+        # too many sets to rank one by one (a 4-GPU job on a 64-GPU host): the best idle set, the best set
+        # among the least-loaded GPUs, and the best set among the busiest ones that can still share
+        def idle_first(g: GpuNode) -> tuple:
+            return (len(state.jobs_on(g.uuid)), g.util_gpu_pct or 0.0, g.memory_used_mib)
+
+        idle = [g for g in gpus if not state.jobs_on(g.uuid)]
+        busy = [g for g in gpus if state.jobs_on(g.uuid)]
+        picks = [best_set(host, idle, job.nproc, idle_first), best_set(host, gpus, job.nproc, idle_first),
+                 best_set(host, busy, job.nproc, lambda g: (-len(state.jobs_on(g.uuid)), g.memory_used_mib))]
+        combos = list({tuple(g.uuid for g in p): tuple(p) for p in picks if p}.values())
+    else:
+        combos = list(itertools.combinations(gpus, job.nproc))
+    # GPU sets nobody uses are interchangeable when their links are alike: keep the best of each link class
+    sets, idle_links = [], set()
+    for combo in sorted(combos, key=rank):
+        link, shared, _ = rank(combo)
+        if not shared:
+            if link in idle_links:
+                continue
+            idle_links.add(link)
+        sets.append(combo)
+        if len(sets) >= max_sets:
+            break
     out = []
     knows_power = bool(job.profile and (job.profile.get("power_w") or job.profile.get("cap_points")))
     for combo in sets:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ecolaunch.devices.base import GpuSnapshot, LinkKind, pair_key
@@ -141,7 +141,7 @@ class StateGraph:
         return None
 
     # --- JSON form -------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, include_jobs: bool = True) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "version": VERSION,
@@ -149,12 +149,12 @@ class StateGraph:
             "next_seq": self.next_seq,
             "hosts": {
                 name: {
-                    "gpus": {u: asdict(g) for u, g in host.gpus.items()},
+                    "gpus": {u: gpu_to_dict(g) for u, g in host.gpus.items()},
                     "links": [[a, b, kind.name.lower()] for (a, b), kind in sorted(host.links.items())],
                 }
                 for name, host in self.hosts.items()
             },
-            "jobs": {jid: _job_to_dict(j) for jid, j in self.jobs.items()},
+            "jobs": {jid: job_to_dict(j) for jid, j in self.jobs.items()} if include_jobs else {},
         }
 
     @classmethod
@@ -192,10 +192,24 @@ class StateGraph:
         return graph
 
 
+_GPU_FIELDS = tuple(f.name for f in fields(GpuNode))
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
+
+
+def gpu_to_dict(gpu: GpuNode) -> dict[str, Any]:
+    """A GPU's JSON form. Built field by field: ``dataclasses.asdict`` deep-copies and dominated transactions."""
+    d = {name: getattr(gpu, name) for name in _GPU_FIELDS}
+    d["foreign_pids"] = list(gpu.foreign_pids)
+    return d
+
+
 def job_to_dict(job: Job) -> dict[str, Any]:
-    """A job's JSON form (what ``state.json`` and the per-user job files hold)."""
-    d = asdict(job)
+    """A job's JSON form (what the per-user job files hold). Nested values are shared with the job, not copied:
+    serialize it (``json.dumps``) before changing the job if a snapshot is needed."""
+    d = {name: getattr(job, name) for name in _JOB_FIELDS}
     d["state"] = job.state.value
+    d["gpus"] = list(job.gpus)
+    d["power_caps_w"] = dict(job.power_caps_w)
     return d
 
 

@@ -106,7 +106,8 @@ class StateStore:
             graph = self._load()
             before_state = _shared_part(graph)
             before_jobs = dict(graph.jobs)
-            before_docs = {jid: job_to_dict(j) for jid, j in graph.jobs.items()}
+            # serialized at once: job_to_dict shares nested dicts with the job, which the block may change in place
+            before_docs = {jid: _dumps(job_to_dict(j)) for jid, j in graph.jobs.items()}
             yield graph
             self._commit(graph, before_state, before_jobs, before_docs)
 
@@ -197,10 +198,10 @@ class StateStore:
         return job
 
     # --- writing ---------------------------------------------------------------------------------
-    def _commit(self, graph: StateGraph, before_state: dict, before_jobs: dict[str, Job], before_docs: dict[str, dict]) -> None:
+    def _commit(self, graph: StateGraph, before_state: dict, before_jobs: dict[str, Job], before_docs: dict[str, bytes]) -> None:
         euid = os.geteuid()
         after_docs = {jid: job_to_dict(j) for jid, j in graph.jobs.items()}
-        changed = [jid for jid, d in after_docs.items() if before_docs.get(jid) != d]
+        changed = [jid for jid, d in after_docs.items() if before_docs.get(jid) != _dumps(d)]
         removed = [jid for jid in before_docs if jid not in after_docs]
         for jid in changed:  # check everything before writing anything
             job = graph.jobs[jid]
@@ -243,8 +244,7 @@ class StateStore:
             self._write_shared(graph)
 
     def _write_shared(self, graph: StateGraph) -> None:
-        doc = graph.to_dict()
-        doc["jobs"] = {}
+        doc = graph.to_dict(include_jobs=False)
         data = _dumps(doc)
         try:
             atomic_write_bytes(self.path, data)
@@ -492,7 +492,7 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o664) -> None:
 
 
 def _shared_part(graph: StateGraph) -> dict[str, Any]:
-    doc = graph.to_dict()
+    doc = graph.to_dict(include_jobs=False)
     doc.pop("jobs")
     doc.pop("generation")
     return doc
