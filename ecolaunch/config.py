@@ -25,6 +25,7 @@ ENV_NO_WAIT = "ECOLAUNCH_NO_WAIT"
 ENV_PLACEMENT_POLICY = "ECOLAUNCH_PLACEMENT_POLICY"
 ENV_ALLOWED_SLOWDOWN = "ECOLAUNCH_ALLOWED_SLOWDOWN"
 ENV_VERBOSE = "ECOLAUNCH_VERBOSE"
+ENV_PROFILE = "ECOLAUNCH_PROFILE"  # --profile auto|pre|inline|off
 
 # --- environment variables ecolaunch sets for the workers it launches ----------------------------
 ENV_JOB_ID = "ECOLAUNCH_JOB_ID"
@@ -75,6 +76,7 @@ class LaunchOptions:
     placement_policy: str = DEFAULT_PLACEMENT_POLICY
     allowed_slowdown_pct: float | None = None
     verbose: bool = False
+    profile: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)

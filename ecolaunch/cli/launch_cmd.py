@@ -7,6 +7,8 @@ decided GPUs, and always releases the booking — on success, worker failure, ex
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
 import os
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 import click
 
 from ecolaunch.cli.context import current_groups, current_user, resolve
-from ecolaunch.errors import DriverNotFound, EcolaunchError, NoPlacement, PermissionDenied, WaitTimeout
+from ecolaunch.errors import DriverNotFound, EcolaunchError, NoPlacement, PermissionDenied, StateError, WaitTimeout
 from ecolaunch.launch import argv as launch_argv
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import ParsedLaunch
@@ -71,7 +73,10 @@ def launch(argv: list[str], env: Mapping[str, str]) -> int:
 
 def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
     from ecolaunch.devices.select import open_backend
-    from ecolaunch.launch.torchrun import check_args, run_workers
+    from ecolaunch.launch.observe import format_summary
+    from ecolaunch.launch.torchrun import check_args
+    from ecolaunch.profile.history import History
+    from ecolaunch.profile.modes import ProfileAction
     from ecolaunch.policy.baselines import get_policy
     from ecolaunch.state.store import StateStore
 
@@ -90,27 +95,139 @@ def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
     store = StateStore(environment.state_dir, group=rules.state_group)
     session = Session(store, backend, get_policy(opts.placement_policy), rules)
     request = _request(parsed, session, rules, env)
+    history = History(environment.state_dir)
+    fp, plan = _profile_plan(parsed, session, request, history)
+    logger.info("profiling: %s", plan.reason)
+    request = _with_profile(request, plan.profile)
     if opts.dry_run:
         decision, graph = session.preview(request)
         _print_decision(parsed, decision, graph.hosts[session.host].gpus, dry_run=True)
         return exitcodes.OK
     launcher = Launcher(pid=os.getpid(), start_time=_own_start_time(), uid=os.getuid(), user=request.user)
-    job = session.submit(request, launcher, name=_job_name(args), info=_request_info(parsed, request))
+    run = functools.partial(_place_and_run, session, launcher, parsed, extra_env, rules, environment.state_dir,
+                            history, fp)
+    action, profiling_energy_j, source = plan.action, None, None
+    if action is ProfileAction.PRE:
+        click.echo(f"ecolaunch: {plan.reason}", err=True)
+        _, pre = run(request, ProfileAction.PRE)
+        if pre.result is not None and pre.result.profile is not None:
+            request, action = _with_profile(request, pre.result.profile), ProfileAction.HISTORY
+            click.echo(f"ecolaunch: profiling run: {pre.result.reason}", err=True)
+        else:
+            action = ProfileAction.INLINE
+            click.echo("ecolaunch: the profiling run gave no profile; profiling the real run instead", err=True)
+        profiling_energy_j, source = pre.summary().gpu_energy_j, "pre"
+    outcome, observer = run(request, action, profiling_energy_j=profiling_energy_j, profile_source=source)
+    if outcome.report:
+        click.echo(outcome.report, err=True)
+    click.echo(format_summary(observer.summary()), err=True)
+    return outcome.exit_code
+
+
+def _place_and_run(session: Session, launcher: Launcher, parsed: ParsedLaunch, extra_env: dict[str, str], rules,
+                   state_dir, history, fp: str | None, request: JobRequest, action, *,
+                   profiling_energy_j: float | None = None, profile_source: str | None = None):
+    """Queue, place, apply caps, run the workers under a RunObserver, release. Returns (outcome, observer)."""
+    from ecolaunch.clock import SystemClock
+    from ecolaunch.launch.observe import RunObserver
+    from ecolaunch.launch.torchrun import run_workers
+    from ecolaunch.profile.history import Profile
+    from ecolaunch.profile.modes import ProfileAction
+
+    opts, pre = parsed.options, action is ProfileAction.PRE
+    job = session.submit(request, launcher, name=_job_name(parsed.torch_args), info=_request_info(parsed, request))
     stop_heartbeat = threading.Event()
-    own_caps = False
+    own_caps, observer = False, None
     try:
         placement = session.wait_for_placement(job.id, opts.wait_timeout_s, on_wait=_wait_reporter(job.id))
         _print_decision(parsed, placement.decision, placement.gpus, job_id=job.id, waited_s=placement.waited_s)
-        own_caps = _apply_caps(session, placement, rules, environment.state_dir)
-        worker_args = _worker_args(args, placement, request)
+        own_caps = _apply_caps(session, placement, rules, state_dir)
+        worker_args = _worker_args(parsed.torch_args, placement, request)
+        if pre:
+            worker_args.max_restarts = 0  # a profiling run that is stopped must not be restarted
+        observer = RunObserver(
+            session.backend, job.id, placement.decision.gpus, state_dir, clock=SystemClock(), mode=action,
+            history=history, fingerprint=fp, rules=rules, slowdown_pct=request.allowed_slowdown_pct,
+            set_cap=_cap_setter(session, job.id, rules, state_dir), user=request.user,
+            name=_job_name(parsed.torch_args), profile=Profile.from_dict(request.profile) if request.profile else None,
+            colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
+            profile_source=profile_source, on_profile_done=_stop_workers if pre else None)
         threading.Thread(target=_heartbeat, args=(session, placement, stop_heartbeat), daemon=True).start()
-        outcome = run_workers(worker_args, {**worker_env(job.id, placement.decision.gpus, placement.gpus), **extra_env})
+        with observer:
+            env = {**worker_env(job.id, placement.decision.gpus, placement.gpus), **extra_env, **observer.worker_env()}
+            outcome = run_workers(worker_args, env)
+            observer.set_exit_code(outcome.exit_code)
     finally:
         stop_heartbeat.set()
-        _release(session, job.id, rules if own_caps else None)
-    if outcome.report:
-        click.echo(outcome.report, err=True)
-    return outcome.exit_code
+        changed = observer is not None and observer.caps_changed
+        _release(session, job.id, rules if own_caps or changed else None)
+    return outcome, observer
+
+
+def _profile_plan(parsed: ParsedLaunch, session: Session, request: JobRequest, history):
+    """The job's fingerprint and what ``--profile`` resolves to against its history (fingerprint None: the
+    GPU model the job will get is not known before placement, on a host with mixed or no GPUs)."""
+    from ecolaunch.profile.history import fingerprint
+    from ecolaunch.profile.modes import resolve_mode
+
+    args = parsed.torch_args
+    host = session.snapshot().hosts.get(session.host)
+    gpus = [g for g in host.gpus.values() if request.allowed_gpus is None or g.uuid in request.allowed_gpus] if host else []
+    models = sorted({g.name for g in gpus})
+    if len(models) != 1:
+        return None, resolve_mode(parsed.options.profile if models else "off", None)
+    fp = fingerprint(args.training_script, list(args.training_script_args), args.nproc_per_node, request.user,
+                     models[0], module=bool(args.module))
+    return fp, resolve_mode(parsed.options.profile, history.lookup(fp))
+
+
+def _with_profile(request: JobRequest, profile) -> JobRequest:
+    """The request with a known profile (history or a profiling run): the policy places with full knowledge."""
+    if profile is None:
+        return request
+    return dataclasses.replace(request, profile=profile.to_dict(), memory_mib=request.memory_mib or profile.memory_mib)
+
+
+def _cap_setter(session: Session, job_id: str, rules, state_dir):
+    """The observer's ``set_cap``: record the job's wish in the state graph, then let the cap agent apply it (the
+    profiler waits until the readings show it), or apply it now as this launcher. When that is refused (not
+    root), the wish is taken back and PermissionDenied raised: profiling then measures at the current caps."""
+    from ecolaunch.admin.agent import agent_alive
+    from ecolaunch.admin.caps import apply_caps_as_launcher
+
+    agent = agent_alive(state_dir, session.processes)
+
+    def wish(uuid: str, watts: float | None) -> float | None:
+        with session.store.transaction() as graph:
+            job = graph.jobs.get(job_id)
+            if job is None:
+                raise StateError(f"job {job_id} is not in the state graph", hint="it was released; nothing to cap")
+            before = job.power_caps_w.get(uuid)
+            caps = {**job.power_caps_w, uuid: watts}
+            job.power_caps_w = {u: w for u, w in caps.items() if w is not None}
+            return before
+
+    def set_cap(uuid: str, watts: float) -> None:
+        before = wish(uuid, float(watts))
+        if agent:
+            return
+        try:
+            apply_caps_as_launcher(session.store, session.backend, rules, host=session.host, processes=session.processes)
+        except PermissionDenied:
+            wish(uuid, before)
+            raise
+
+    return set_cap
+
+
+def _stop_workers() -> None:
+    """End a profiling run that no step limit stops (an uninstrumented script): terminate this launcher's
+    child processes (torch's agent and its workers); the run returns as failed, which a profiling run ignores."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
 
 
 def _plain(parsed: ParsedLaunch, extra_env: dict[str, str], why: str) -> int:

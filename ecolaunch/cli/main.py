@@ -24,12 +24,14 @@ def cli() -> None:
 
 def _register() -> None:
     from ecolaunch.cli.agent_cmd import agent
+    from ecolaunch.cli.history_cmd import history
     from ecolaunch.cli.policy_cmd import policy
     from ecolaunch.cli.predict_cmd import predict
+    from ecolaunch.cli.report_cmd import report
     from ecolaunch.cli.simulate_cmd import simulate
     from ecolaunch.cli.status_cmd import status
 
-    for command in (status, policy, simulate, agent, predict):
+    for command in (status, policy, simulate, agent, predict, history, report):
         cli.add_command(command)
 
 

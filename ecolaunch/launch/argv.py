@@ -44,10 +44,17 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
         "the most slowdown (percent) this job accepts from sharing and power caps; the admin policy's maximum wins",
     ),
     (("--memory-mib",), "ECOLAUNCH_MEMORY_MIB", True, "peak GPU memory per worker (MiB) when known, for safe sharing"),
+    (
+        ("--profile",),
+        config.ENV_PROFILE,
+        True,
+        "when to profile the job: auto (history; else pre if a previous run declared profile_safe; else inline), "
+        "pre (a short profiling run first), inline (profile the real run's first iterations) or off",
+    ),
     (("-v", "--verbose"), config.ENV_VERBOSE, False, "log each step; show tracebacks of ecolaunch errors"),
 )
 
-_METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB"}
+_METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB", "--profile": "MODE"}
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
@@ -163,8 +170,15 @@ def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
         placement_policy=ns.eco_policy or config.DEFAULT_PLACEMENT_POLICY,
         allowed_slowdown_pct=slowdown,
         verbose=_flag(ns.eco_verbose, config.ENV_VERBOSE),
+        profile=_profile_mode(ns.eco_profile),
     )
     return options, None if memory is None else int(memory)
+
+
+def _profile_mode(raw: str | None) -> str:
+    from ecolaunch.profile.modes import DEFAULT_MODE, parse_mode  # light: no torch, no filelock
+
+    return parse_mode(raw or DEFAULT_MODE).value
 
 
 def _flag(raw: str | None, env_var: str) -> bool:

@@ -15,7 +15,8 @@ it runs the early-stage check (and raises a cap live when the check finds the jo
 restored to those it found, the job's energy is attributed (:mod:`ecolaunch.profile.energy`), and the profile
 and the :class:`~ecolaunch.profile.history.JobRecord` are stored (a ``pre`` run stores the profile only).
 
-Observation must never break a launch: every failure here is logged as a warning and the job runs on.
+Observation never breaks a launch: a failure after construction (devices, files, the profiler) is logged as
+a warning and the job runs on. The constructor only checks its arguments and touches no device or file.
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ from typing import Any
 from ecolaunch.admin.rules import Rules
 from ecolaunch.clock import Clock
 from ecolaunch.devices.base import GpuBackend
-from ecolaunch.errors import ConfigError
+from ecolaunch.errors import ConfigError, EcolaunchError
 from ecolaunch.profile import channel
 from ecolaunch.profile.energy import attribute, demand_weight, intervals_from_samples
 from ecolaunch.profile.history import History, JobRecord, Profile
-from ecolaunch.profile.modes import ProfileAction, pre_run_env
-from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult, ProfilerSettings, check_early, job_cap_bounds
+from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, job_cap_bounds, pre_run_env
+from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult, check_early
 from ecolaunch.profile.sampler import DEFAULT_INTERVAL_S, Sampler, downsample
 
 logger = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class RunSummary:
 
 
 def format_summary(s: RunSummary) -> str:
-    """The end-of-job lines (no prefix decisions: the CLI adds none)."""
+    """The end-of-job lines, each starting ``ecolaunch:``."""
     energy = "energy N/A" if s.energy_j is None else f"{s.energy_j / 1e3:.3g} kJ ({s.energy_wh:.3g} Wh)"
     power = "" if s.mean_power_w is None else f", mean GPU power {s.mean_power_w:.0f} W"
     shared = ("" if s.gpu_energy_j is None or s.energy_j is None or abs(s.gpu_energy_j - s.energy_j) < 0.5
@@ -99,11 +100,14 @@ class RunObserver:
         rules, slowdown_pct: the admin policy (cap bounds, eta, budget) and the job's slowdown bound.
         set_cap: ``set_cap(uuid, watts)`` to change caps (profiling, live adjustment); None: never change caps.
         profile: what is known of the job before this run (history, or a pre-launch run).
-        colocated_with: per GPU, the jobs already on it (the decision's ``colocated_with``), and
-        co_resident_power_w: their profiles' ``power_w`` where known (for the energy attribution).
-        idle_power_w: per GPU; default the catalogue's assumed idle power for the GPU's model.
-        background: start the sampler and monitor threads (tests pass False and call :meth:`poll`).
-        on_profile_done: called once when profiling ends (a pre-launch run uses it to stop its workers).
+        colocated_with, co_resident_power_w: per GPU the jobs already on it (the decision's), and their
+            profiles' ``power_w`` where known; idle_power_w: per GPU (default: the catalogue's assumption).
+        background: run the sampler and monitor threads (tests pass False and call :meth:`poll`);
+            interval_s, poll_s: seconds between GPU samples, and between polls of the step marks.
+        on_profile_done: called once when a time-window profile (an uninstrumented script) ends, so that a
+            pre-launch run can stop its workers; instrumented workers stop at ``ECOLAUNCH_PROFILE_STEPS``.
+        profile_source: what the record calls the profiling action (default ``mode``'s value; e.g. ``"pre"``
+            for the real run after a pre-launch profiling run, which itself runs in ``history`` mode).
     """
 
     def __init__(self, backend: GpuBackend, job_id: str, gpu_uuids: Sequence[str], state_dir: Path | str, *,
@@ -115,12 +119,15 @@ class RunObserver:
                  idle_power_w: Mapping[str, float | None] | None = None, settings: ProfilerSettings | None = None,
                  interval_s: float = DEFAULT_INTERVAL_S, poll_s: float = 1.0, background: bool = True,
                  on_profile_done: Callable[[], None] | None = None, profiling_energy_j: float | None = None,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 profile_source: str | None = None, wall_clock: Callable[[], float] = time.time) -> None:
         self.mode = ProfileAction(mode)
+        self._source = profile_source or self.mode.value
         self.job_id, self.user, self.name = job_id, user, name
         self._backend, self._uuids, self._clock = backend, tuple(gpu_uuids), clock
         self._history, self._fp, self._rules = history, fingerprint, rules
-        self._slowdown, self._set_cap, self._wall = slowdown_pct, set_cap, wall_clock
+        self._slowdown, self._user_set_cap, self._wall = slowdown_pct, set_cap, wall_clock
+        self._set_cap = None if set_cap is None else self._set  # every change goes through _set
+        self.caps_changed = False  # whether this observer changed any cap (the launcher restores on release)
         self.profile = profile
         self.settings = settings or ProfilerSettings.from_rules(rules)
         self._poll_s, self._background, self._on_done = poll_s, background, on_profile_done
@@ -147,8 +154,7 @@ class RunObserver:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._t0 = self._t1 = 0.0
-        self._wall0 = self._wall1 = 0.0
+        self._t0 = self._t1 = self._wall0 = self._wall1 = 0.0
 
     # --- the launcher's side ----------------------------------------------------------------------
     def worker_env(self) -> dict[str, str]:
@@ -169,9 +175,10 @@ class RunObserver:
 
     def set_co_residents(self, uuid: str, jobs: Mapping[str, float | None]) -> None:
         """From now on, ``jobs`` (job id -> profile ``power_w`` or None) share GPU ``uuid`` with this job."""
+        others = {j: w for j, w in jobs.items() if j != self.job_id}
         with self._lock:
-            if uuid in self._residency and dict(jobs) != self._residency[uuid][-1][1]:
-                self._residency[uuid].append((self._clock.now(), {j: w for j, w in jobs.items() if j != self.job_id}))
+            if uuid in self._residency and others != self._residency[uuid][-1][1]:
+                self._residency[uuid].append((self._clock.now(), others))
 
     def __enter__(self) -> RunObserver:
         self._t0, self._wall0 = self._clock.now(), self._wall()
@@ -182,9 +189,12 @@ class RunObserver:
         self._guard("finish observing", self._finish)
         return False  # never swallow the launch's own exceptions
 
-    def poll(self) -> None:
-        """One monitor step: read new step marks, drive the profiler, run the early-stage check."""
-        self._guard("poll", self._poll, final=False)
+    def poll(self) -> bool:
+        """One monitor step: read new step marks, drive the profiler, run the early-stage check.
+
+        Returns False when the step failed (logged as a warning); the monitor thread then stops polling.
+        """
+        return self._guard("follow the run", self._poll, final=False)
 
     def summary(self) -> RunSummary:
         rec = self.record
@@ -193,17 +203,23 @@ class RunObserver:
         return RunSummary(
             self.job_id, duration, rec.energy_j if rec else None, gpu_j,
             gpu_j / duration if gpu_j is not None and duration > 0 else None,
-            rec.iterations if rec else None, rec.iter_time_s if rec else None, self.mode.value,
+            rec.iterations if rec else None, rec.iter_time_s if rec else None, self._source,
             self.result.recommended_cap_w if self.result else None, self.result.reason if self.result else None,
             tuple(self.findings), self._profiling_energy_j)
 
     # --- internals ---------------------------------------------------------------------------------
-    def _guard(self, what: str, fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    def _set(self, uuid: str, watts: float) -> None:
+        self._user_set_cap(uuid, watts)  # type: ignore[misc]
+        self.caps_changed = True
+
+    def _guard(self, what: str, fn: Callable[..., None], *args: Any, **kwargs: Any) -> bool:
         try:
             fn(*args, **kwargs)
+            return True
         except Exception as e:  # noqa: BLE001 - observation must never break a launch
             logger.warning("ecolaunch could not %s for job %s: %s: %s", what, self.job_id, type(e).__name__, e)
             logger.debug("observation failure", exc_info=True)
+            return False
 
     def _start(self) -> None:
         snaps = [g for g in self._backend.gpus() if g.uuid in self._uuids]
@@ -211,12 +227,13 @@ class RunObserver:
         self._found = {g.uuid: g.power_limit_w for g in snaps}
         try:
             self._bounds = job_cap_bounds(self._rules, snaps)
-        except ConfigError as e:
+        except EcolaunchError as e:  # a driver reporting a broken limit range: profile without changing caps
             logger.warning("no power-cap bounds for job %s: %s", self.job_id, e)
         if self.mode in (ProfileAction.INLINE, ProfileAction.PRE):
             self.profiler = Profiler(self._uuids, self.sampler, clock=self._clock, bounds_w=self._bounds,
                                      found_caps_w=self._found, set_cap=self._set_cap,
                                      allowed_slowdown_pct=self._slowdown, eta=self._rules.eta, settings=self.settings)
+            self.profiler.update([])  # cap 0 is set now, before the workers start
         elif self.profile is not None:
             self._check_from_s = self._t0
         if self._background:
@@ -228,7 +245,10 @@ class RunObserver:
 
     def _monitor(self) -> None:
         while not self._stop.wait(self._poll_s):
-            self.poll()
+            if not self.poll():
+                if self.profiler is not None:
+                    self._guard("restore the power caps", self.profiler.abort, "observation failed")
+                return
 
     def _poll(self, final: bool) -> None:
         if not final and not self._background:
@@ -247,7 +267,8 @@ class RunObserver:
             self.profile = self.result.profile
         self._store_profile()
         if self.mode is ProfileAction.PRE:
-            if self._on_done is not None and not final:
+            # An instrumented run stops itself cleanly at its step limit; only a time-window profile needs help.
+            if self._on_done is not None and not final and self.profiler.instrumented is False:  # type: ignore[union-attr]
                 self._on_done()
             return
         choice = self.result.choice if self.result else None
@@ -291,8 +312,10 @@ class RunObserver:
             self._thread.join(timeout=max(5.0, 3 * self._poll_s))
         self.sampler.stop()
         self._t1, self._wall1 = self._clock.now(), self._wall()
-        self._poll(final=True)
-        self._restore_live()
+        self._guard("read the run's last step marks", self._poll, final=True)
+        if self.profiler is not None and self.profiler.phase is not Phase.DONE:
+            self._guard("restore the power caps", self.profiler.abort, "observation failed")
+        self._guard("restore the power caps", self._restore_live)
         hints = channel.read_hints(self.hook_dir)
         self.record = self._build_record(hints)
         if self.result is None and self._fp is not None and hints.get("profile_safe") is True:
@@ -318,10 +341,8 @@ class RunObserver:
         if self._fp is None:
             return
         hints = channel.read_hints(self.hook_dir) if hints is None else hints
-        profile = self.result.profile if self.result else None
-        entry = self._history.lookup(self._fp)
-        if profile is None and entry is not None:
-            profile = entry.profile  # keep what history knew
+        entry = self._history.lookup(self._fp)  # keep what history knew when this run measured nothing
+        profile = (self.result.profile if self.result else None) or (entry.profile if entry else None)
         safe = hints.get("profile_safe") is True or bool(entry and entry.profile_safe)
         if profile is None and not safe:
             return
@@ -343,9 +364,7 @@ class RunObserver:
     def _build_record(self, hints: Mapping[str, Any]) -> JobRecord:
         own_w = self.profile.power_w if self.profile else None
         job_j = gpu_j = 0.0
-        caps: dict[str, float | None] = {}
-        coloc: dict[str, list[str]] = {}
-        samples = {}
+        caps, coloc, samples = {}, {}, {}  # per GPU: dominant cap, co-resident jobs, short series
         for uuid in self._uuids:
             series = self.sampler.series(uuid)
             idle = self._idle(uuid)
@@ -366,7 +385,7 @@ class RunObserver:
             power_caps_w=caps, colocated_with={u: j for u, j in coloc.items() if j}, energy_j=job_j,
             gpu_energy_j=gpu_j, profiling_energy_j=self._profiling_energy_j, iterations=self.reader.count(),
             iter_time_s=self.reader.mean_iter_time_s(self.settings.warmup_iters), profile=self.profile,
-            profile_action=self.mode.value, recommended_cap_w=self.result.recommended_cap_w if self.result else None,
+            profile_action=self._source, recommended_cap_w=self.result.recommended_cap_w if self.result else None,
             recommendation=self.result.reason if self.result else None, findings=tuple(self.findings),
             samples=samples)
 
@@ -376,6 +395,4 @@ def _dominant_cap(series: Sequence[Any]) -> float | None:
     spent: dict[float | None, float] = {}
     for a, b in zip(series, series[1:]):
         spent[a.power_limit_w] = spent.get(a.power_limit_w, 0.0) + (b.t_s - a.t_s)
-    if not spent:
-        return series[-1].power_limit_w if series else None
-    return max(spent, key=lambda c: spent[c])
+    return max(spent, key=spent.__getitem__) if spent else (series[-1].power_limit_w if series else None)

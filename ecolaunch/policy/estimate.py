@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ecolaunch.profile.powercap import CapModel, CapPoint, fit_cap_model
+from ecolaunch.profile.powercap import CapModel, CapPoint, as_cap_points, fit_cap_model
 
 UNKNOWN_DEMAND = 1.0
 
@@ -41,7 +41,7 @@ def cap_model(profile: Mapping[str, Any] | None, max_power_w: float) -> CapModel
     """The job's cap curve: its measured cap points, else its uncapped power with the prior; None if unknown."""
     if not profile:
         return None
-    points = [CapPoint(float(c), float(t), float(p)) for c, t, p in profile.get("cap_points") or ()]
+    points = as_cap_points(profile.get("cap_points"))
     if not points and profile.get("power_w"):
         points = [CapPoint(max_power_w, float(profile.get("iter_time_s") or 1.0), float(profile["power_w"]))]
     return fit_cap_model(points) if points else None

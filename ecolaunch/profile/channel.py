@@ -4,6 +4,8 @@ The launcher creates a directory and sets, for every worker it starts:
 
 - ``ECOLAUNCH_HOOK_DIR=<dir>``: turns the in-process hooks on (unset: they do nothing);
 - ``ECOLAUNCH_PROFILING=1`` during a profiling run (``ecolaunch.is_profiling()`` then returns True);
+- ``ECOLAUNCH_PROFILE_STEPS=<n>`` in a pre-launch profiling run: each worker exits with status 0 (see ``hooks``)
+  after its n-th step mark; every rank counts the same marks, so all ranks stop together;
 - ``RANK`` comes from torchrun (absent: rank 0).
 
 Files in ``<dir>`` (one writer each, so no locking is needed):
@@ -15,7 +17,9 @@ Files in ``<dir>`` (one writer each, so no locking is needed):
 - ``hints-<rank>.json``: the ``@ecolaunch.job(...)`` hints, written once, atomically (temp file + rename).
 
 Worker side: :class:`StepWriter`, :func:`write_hints`. Launcher side: :func:`read_steps`,
-:func:`read_hints`, :func:`iteration_times`. The worker side must never raise into a training loop; the
+:func:`read_hints`, :func:`iteration_times`, and :class:`StepReader`, which reads only what was appended
+since its last poll (a launcher polls every second for the whole run; re-reading every file would grow
+with the run). The worker side must never raise into a training loop; the
 hooks module catches ``OSError`` from here and switches itself off.
 """
 
@@ -37,6 +41,7 @@ logger = logging.getLogger(__name__)
 ENV_HOOK_DIR = "ECOLAUNCH_HOOK_DIR"
 ENV_PROFILING = "ECOLAUNCH_PROFILING"
 ENV_RANK = "RANK"
+ENV_PROFILE_STEPS = "ECOLAUNCH_PROFILE_STEPS"
 
 STAMP = struct.Struct("<d")
 _STEPS = re.compile(r"^steps-(\d+)\.bin$")
@@ -145,3 +150,78 @@ def iteration_times(stamps: Sequence[float], warmup: int) -> list[float]:
         if b > a:
             out.append(b - a)
     return out
+
+
+class StepReader:
+    """Incremental reader of every ``steps-<rank>.bin`` in a directory, for the launcher's polling loop.
+
+    Keeps, per rank, the number of stamps seen, the last stamp and the first ``keep`` stamps (profiling and
+    the early-stage check need only the beginning of a run; a long run's count and mean iteration time need
+    only the count and the ends), so memory stays bounded however long the job runs.
+    """
+
+    def __init__(self, directory: Path | str, keep: int = 20_000) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 2:
+            raise ConfigError(f"StepReader must keep at least 2 stamps, got {keep!r}")
+        self._dir = Path(directory)
+        self._keep = keep
+        self._offsets: dict[int, int] = {}
+        self._kept: dict[int, list[float]] = {}
+        self._counts: dict[int, int] = {}
+        self._last: dict[int, float] = {}
+
+    def poll(self) -> int:
+        """Read what the workers appended since the last poll; returns how many new stamps were read."""
+        if not self._dir.is_dir():
+            return 0
+        new = 0
+        for entry in self._dir.iterdir():
+            m = _STEPS.match(entry.name)
+            if m is None:
+                continue
+            rank = int(m.group(1))
+            offset = self._offsets.get(rank, 0)
+            try:
+                with open(entry, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except OSError as e:
+                logger.debug("cannot read %s: %s", entry, e)
+                continue
+            whole = len(data) - len(data) % STAMP.size  # a partial record is read again next time
+            if not whole:
+                continue
+            self._offsets[rank] = offset + whole
+            stamps = [v for (v,) in STAMP.iter_unpack(data[:whole])]
+            kept = self._kept.setdefault(rank, [])
+            kept.extend(stamps[: max(0, self._keep - len(kept))])
+            self._counts[rank] = self._counts.get(rank, 0) + len(stamps)
+            self._last[rank] = stamps[-1]
+            new += len(stamps)
+        return new
+
+    def count(self) -> int:
+        """Steps every rank has marked (the slowest rank's count); 0 before any stamp."""
+        return min(self._counts.values()) if self._counts else 0
+
+    def stamps(self) -> list[float]:
+        """The kept stamps of the job: stamp k is the latest rank's k-th stamp (when every rank had ended step k)."""
+        if not self._kept:
+            return []
+        n = min(len(v) for v in self._kept.values())
+        return [max(v[k] for v in self._kept.values()) for k in range(n)]
+
+    def last(self) -> float | None:
+        """The latest stamp of the slowest rank, or None before any stamp."""
+        if not self._counts:
+            return None
+        slowest = min(self._counts, key=lambda r: (self._counts[r], self._last[r]))
+        return self._last[slowest]
+
+    def mean_iter_time_s(self, warmup: int) -> float | None:
+        """Mean seconds per step after the first ``warmup`` steps, from the ends of the run; None if too short."""
+        kept = self.stamps()
+        last, n = self.last(), self.count()
+        if last is None or len(kept) <= warmup or n - 1 <= warmup or last <= kept[warmup]:
+            return None
+        return (last - kept[warmup]) / (n - 1 - warmup)

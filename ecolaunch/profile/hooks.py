@@ -24,6 +24,16 @@ run); each step appends one monotonic timestamp to ``<dir>/steps-<RANK>.bin`` an
 ``<dir>/hints-<RANK>.json`` (see :mod:`ecolaunch.profile.channel`). A failure to write (directory gone, disk
 full) logs one warning and turns the hooks off: it never raises into the training loop.
 
+**Pre-launch profiling runs** also get ``ECOLAUNCH_PROFILE_STEPS=<n>``: the n-th step mark of the process
+ends it with exit status 0, right there. Every rank of a data-parallel job marks the same steps, so all ranks
+stop at the same iteration and none is left waiting in a collective. The limit applies only together with
+``ECOLAUNCH_PROFILING=1``: a real run is never cut short. If the step file cannot be written, steps are still
+counted. The exit flushes ``sys.stdout``/``sys.stderr`` and then calls ``os._exit(0)``, not ``sys.exit(0)``,
+for two reasons: the script's own clean-up (``finally`` blocks, ``atexit``, e.g. a checkpoint saved on the
+way out) must not run after 50 iterations of a profiling run; and tearing down the interpreter with the
+communication threads of an open process group still alive aborts the process (with torch 2.13 and gloo,
+``terminate called without an active exception``, SIGABRT, seen in about one run in ten in our tests).
+
 The environment is read once, at import: it is this process's own environment, so module-level state is
 the honest place for it. Tests call :func:`_reset_for_tests` with an explicit mapping instead of reloading.
 """
@@ -47,6 +57,7 @@ if TYPE_CHECKING:
 ENV_HOOK_DIR = "ECOLAUNCH_HOOK_DIR"
 ENV_PROFILING = "ECOLAUNCH_PROFILING"
 ENV_RANK = "RANK"
+ENV_PROFILE_STEPS = "ECOLAUNCH_PROFILE_STEPS"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
@@ -99,12 +110,24 @@ class JobHints:
 class _State:
     """This process's hook configuration, read from its environment."""
 
-    __slots__ = ("hook_dir", "rank", "profiling", "hints")
+    __slots__ = ("hook_dir", "rank", "profiling", "hints", "stop_after", "steps")
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.hook_dir: str | None = env.get(ENV_HOOK_DIR) or None
         self.profiling: bool = env.get(ENV_PROFILING, "").strip().lower() in _TRUE
         self.hints: JobHints | None = None
+        self.steps = 0
+        self.stop_after: int | None = None
+        raw_limit = env.get(ENV_PROFILE_STEPS, "").strip()
+        if raw_limit and self.profiling and self.hook_dir:
+            try:
+                self.stop_after = int(raw_limit)
+            except ValueError:
+                self.stop_after = None
+            if self.stop_after is None or self.stop_after < 1:
+                self.stop_after = None
+                _warn("%s=%r is not an integer >= 1; the profiling run is not stopped early", ENV_PROFILE_STEPS,
+                      raw_limit)
         raw = env.get(ENV_RANK, "0")
         try:
             self.rank = int(raw)
@@ -117,7 +140,22 @@ class _State:
 
 
 _state: _State
-_writer: StepWriter | None = None  # set while active: the one thing step() looks at
+_writer: StepWriter | _CountOnly | None = None  # set while active: the one thing step() looks at
+
+
+class _CountOnly:
+    """Stands in for a writer that failed in a step-limited profiling run: the limit must still stop the run."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def stamp(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _configure(env: Mapping[str, str]) -> None:
@@ -143,18 +181,38 @@ def _warn(msg: str, *args: object) -> None:
     logging.getLogger(__name__).warning(msg, *args)
 
 
-def _stamp_or_disable(writer: StepWriter) -> None:
+def _stamp_or_disable(writer: StepWriter | _CountOnly) -> None:
     global _writer
     try:
         writer.stamp()
     except OSError as e:
-        _writer = None
+        _writer = None if _state.stop_after is None else _CountOnly(writer.path)
         writer.close()
         _warn("ecolaunch step hooks turned off: cannot write %s (%s)", writer.path, e)
+    if _state.stop_after is not None:
+        _state.steps += 1
+        if _state.steps >= _state.stop_after:
+            _end_profiling_run()
+
+
+def _end_profiling_run() -> None:
+    import sys
+
+    if _writer is not None:
+        _writer.close()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass  # a closed or replaced stream: nothing to flush
+    os._exit(0)  # see the module docstring: no clean-up code of the script runs in a profiling run
 
 
 def step() -> None:
-    """Mark the end of one training iteration. A no-op outside an ecolaunch launch."""
+    """Mark the end of one training iteration. A no-op outside an ecolaunch launch.
+
+    In a step-limited profiling run (``ECOLAUNCH_PROFILE_STEPS``), the last allowed step ends the process (status 0).
+    """
     w = _writer
     if w is not None:
         _stamp_or_disable(w)

@@ -187,6 +187,28 @@ class CapModel:
         return CapPoint(cap_w, self.reference_iter_time_s * ratio, self.reference_power_w * power)
 
 
+def as_cap_points(raw: Iterable) -> list[CapPoint]:
+    """Cap points from either JSON form a profile may hold: ``[cap, time, power]`` triples (the simulator's) or
+    ``{"power_cap_w", "iter_time_s", "power_w"}`` objects (history's, ``ecolaunch predict``'s); CapPoints pass.
+
+    Raises ConfigError naming the bad point.
+    """
+    out = []
+    for point in raw or ():
+        try:
+            if isinstance(point, CapPoint):
+                out.append(point)
+            elif isinstance(point, dict):
+                out.append(CapPoint(float(point["power_cap_w"]), float(point["iter_time_s"]), float(point["power_w"])))
+            else:
+                cap, t, p = point
+                out.append(CapPoint(float(cap), float(t), float(p)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"cap point {point!r} is not (power_cap_w, iter_time_s, power_w)",
+                              hint="give [cap, time, power] or an object with those three keys") from e
+    return out
+
+
 def fit_cap_model(points: Sequence[CapPoint], prior: CapPrior = DEFAULT_PRIOR) -> CapModel:
     """Fit one job's curve from its measured caps (at least one; the highest should be the GPU's max)."""
     pts = _clean(points, strict=True)

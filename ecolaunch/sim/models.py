@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.profile.powercap import as_cap_points
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class JobProfile:
     def from_mapping(cls, doc: Mapping[str, Any]) -> JobProfile:
         """Build from the dict form stored in state and history; unknown keys are ignored."""
         try:
-            points = tuple((float(c), float(t), float(p)) for c, t, p in doc.get("cap_points") or ())
+            points = tuple((c.power_cap_w, c.iter_time_s, c.power_w) for c in as_cap_points(doc.get("cap_points")))
             return cls(
                 iter_time_s=_opt_float(doc.get("iter_time_s")),
                 sm_util_pct=_opt_float(doc.get("sm_util_pct")),

@@ -41,7 +41,8 @@ TOOLS = ("torchrun", "ecolaunch")
 VOLATILE = frozenset({"TORCHELASTIC_RUN_ID", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"})
 #: what ecolaunch adds to the workers' environment (the last two are our own test settings, inherited)
 ECOLAUNCH_ADDS = frozenset(
-    {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "ECOLAUNCH_JOB_ID", "ECOLAUNCH_SIMULATE", "ECOLAUNCH_STATE_DIR"}
+    {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "ECOLAUNCH_JOB_ID", "ECOLAUNCH_HOOK_DIR", "ECOLAUNCH_SIMULATE",
+     "ECOLAUNCH_STATE_DIR"}
 )
 #: the worker variables PyTorch's test_script.py requires, plus the other keys torchrun documents
 TORCHRUN_KEYS = (

@@ -1,0 +1,93 @@
+"""``ecolaunch history``: finished jobs with their energy, run time, power caps and GPU sharing."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
+from ecolaunch.errors import EcolaunchError
+
+DEFAULT_LIMIT = 20
+
+
+def fmt_energy(joules: float | None) -> str:
+    """``812 J``, ``12.3 kJ``, ``4.57 MJ``; ``N/A`` when unknown."""
+    if joules is None:
+        return "N/A"
+    for unit, scale in (("MJ", 1e6), ("kJ", 1e3)):
+        if joules >= scale:
+            return f"{joules / scale:.3g} {unit}"
+    return f"{joules:.0f} J"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``12.3s``, ``3m05s``, ``1h02m``."""
+    if seconds is None:
+        return "N/A"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def fmt_time(unix_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(unix_s))
+
+
+def fmt_caps(caps: dict) -> str:
+    values = sorted({c for c in caps.values() if c is not None})
+    return ",".join(f"{c:.0f}" for c in values) if values else "N/A"
+
+
+def open_history():
+    """The History of the resolved state directory (errors as ``Error:`` lines)."""
+    from ecolaunch.cli.context import resolve
+    from ecolaunch.profile.history import History
+
+    try:
+        environment, _ = resolve()
+    except EcolaunchError as e:
+        raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
+    return History(environment.state_dir), environment.state_dir
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="print the records as JSON (without their sampled series)")
+@click.option("--limit", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
+              help="show the newest N jobs; 0 shows all")
+def history(as_json: bool, limit: int) -> None:
+    store, state_dir = open_history()
+    records = store.list(limit=limit or None)
+    if as_json:
+        docs = []
+        for rec in records:
+            doc = rec.to_dict()
+            doc.pop("samples", None)
+            docs.append(doc)
+        click.echo(json.dumps(docs, indent=2, sort_keys=True))
+        return
+    if not records:
+        click.echo(f"no finished jobs in the history of {state_dir}")
+        return
+    header = f"{'JOB':<10}{'ENDED':<18}{'USER':<10}{'NAME':<20}{'TIME':>9}{'ENERGY':>10}{'GPUS':>5}  {'CAP (W)':<9}{'EXIT':>5}  SHARED WITH"
+    lines = [header]
+    for r in records:
+        shared = sorted({j for jobs in r.colocated_with.values() for j in jobs})
+        exit_code = "N/A" if r.exit_code is None else str(r.exit_code)
+        lines.append(f"{r.job_id[:9]:<10}{fmt_time(r.ended):<18}{r.user[:9]:<10}{r.name[:19]:<20}"
+                     f"{fmt_duration(r.duration_s):>9}{fmt_energy(r.energy_j):>10}{len(r.gpus):>5}  "
+                     f"{fmt_caps(r.power_caps_w):<9}{exit_code:>5}  {', '.join(shared) or '-'}")
+    click.echo("\n".join(lines))
+
+
+history.help = f"""List finished jobs, newest first: energy (the job's share of its GPUs'), run time, power caps
+and the jobs that shared its GPUs.
+
+Reads the history in the state directory ({ENV_STATE_DIR}, {ENV_SIMULATE} and {ENV_POLICY_FILE} as for the
+launcher). See one job in detail with 'ecolaunch report JOB'."""

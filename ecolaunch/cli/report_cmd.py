@@ -1,0 +1,124 @@
+"""``ecolaunch report JOB``: one finished job in detail, and a PNG plot of its power and utilization."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ecolaunch.cli.history_cmd import fmt_duration, fmt_energy, fmt_time, open_history
+from ecolaunch.config import ENV_STATE_DIR
+
+PLOT_HINT = "pip install matplotlib (or pip install 'ecolaunch[plot]')"
+
+
+def _na(value, fmt: str = "{:.0f}") -> str:
+    return "N/A" if value is None else fmt.format(value)
+
+
+def _find(store, job: str):
+    rec = store.get(job)
+    if rec is not None:
+        return rec
+    matches = sorted(i for i in store.job_ids() if i.startswith(job))
+    if len(matches) == 1:
+        rec = store.get(matches[0])
+        if rec is not None:
+            return rec
+    if len(matches) > 1:
+        raise click.ClickException(f"job {job!r} is ambiguous: it starts {', '.join(matches[:8])}"
+                                   "\nHINT: give more characters of the job id")
+    raise click.ClickException(f"no finished job {job!r} in the history (or its record is unreadable)"
+                               "\nHINT: 'ecolaunch history' lists the finished jobs")
+
+
+def render(rec) -> str:
+    """The text report of one JobRecord."""
+    exit_code = "N/A" if rec.exit_code is None else str(rec.exit_code)
+    lines = [f"job {rec.job_id}  {rec.name}  (user {rec.user})",
+             f"  ran         {fmt_time(rec.started)} to {fmt_time(rec.ended)}, {fmt_duration(rec.duration_s)}, exit {exit_code}"]
+    for i, uuid in enumerate(rec.gpus):
+        name = rec.gpu_names[i] if i < len(rec.gpu_names) else ""
+        shared = ", ".join(rec.colocated_with.get(uuid, [])) or "nobody"
+        lines.append(f"  GPU         {uuid} ({name or 'N/A'}): cap {_na(rec.power_caps_w.get(uuid))} W, shared with {shared}")
+    wh = "" if rec.energy_j is None else f" ({rec.energy_j / 3600:.3g} Wh)"
+    mean = (f"; mean GPU power {rec.gpu_energy_j / rec.duration_s:.0f} W"
+            if rec.gpu_energy_j is not None and rec.duration_s > 0 else "")
+    lines.append(f"  energy      {fmt_energy(rec.energy_j)}{wh} charged to the job; its GPUs drew "
+                 f"{fmt_energy(rec.gpu_energy_j)}{mean}")
+    if rec.profiling_energy_j:
+        lines.append(f"              plus {fmt_energy(rec.profiling_energy_j)} for a pre-launch profiling run")
+    it = "" if rec.iter_time_s is None else f", {rec.iter_time_s * 1e3:.1f} ms each"
+    lines.append(f"  iterations  {_na(rec.iterations, '{}')}{it}")
+    p = rec.profile
+    if p is None:
+        lines.append(f"  profile     none (profiling: {rec.profile_action or 'N/A'})")
+    else:
+        lines.append(f"  profile     ({rec.profile_action or 'N/A'}) alone and uncapped: "
+                     f"{_na(p.iter_time_s and p.iter_time_s * 1e3, '{:.1f}')} ms/iteration, {_na(p.power_w)} W, "
+                     f"SM {_na(p.sm_util_pct)} %, memory bandwidth {_na(p.mem_bw_util_pct)} %, "
+                     f"memory {_na(p.memory_mib, '{}')} MiB")
+        for pt in p.cap_points:
+            lines.append(f"              at {pt.power_cap_w:.0f} W: {pt.iter_time_s * 1e3:.1f} ms/iteration, "
+                         f"{pt.power_w:.0f} W")
+    if rec.recommendation:
+        lines.append(f"  power cap   {rec.recommendation}")
+    lines += [f"  warning     {f}" for f in rec.findings]
+    return "\n".join(lines)
+
+
+def plot(rec, path: Path) -> None:
+    """Write a PNG of power (top) and GPU utilization (bottom) per GPU over the run."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise click.ClickException(f"cannot plot {path}: matplotlib is not installed\nHINT: {PLOT_HINT}") from None
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    fig, (ax_power, ax_util) = plt.subplots(2, 1, sharex=True, figsize=(9, 5.5))
+    for i, (uuid, points) in enumerate(sorted(rec.samples.items())):
+        label = f"GPU {i} ({uuid[:12]})"
+        ts = [p.get("t_s") for p in points]
+        ax_power.plot(ts, [p.get("power_w") for p in points], label=f"{label} power")
+        ax_power.plot(ts, [p.get("power_limit_w") for p in points], linestyle="--", label=f"{label} cap")
+        ax_util.plot(ts, [p.get("util_gpu_pct") for p in points], label=f"{label} SM")
+        ax_util.plot(ts, [p.get("util_mem_pct") for p in points], linestyle=":", label=f"{label} memory")
+    ax_power.set_ylabel("power (W)")
+    ax_util.set_ylabel("utilization (%)")
+    ax_util.set_ylim(0, 105)
+    ax_util.set_xlabel("seconds since start")
+    ax_power.set_title(f"job {rec.job_id} {rec.name}: {fmt_energy(rec.energy_j)}")
+    ax_power.legend(fontsize="small")
+    ax_util.legend(fontsize="small")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png")
+    except OSError as e:
+        raise click.ClickException(f"cannot write the plot {path}: {e.strerror or e}") from e
+    finally:
+        plt.close(fig)
+
+
+@click.command()
+@click.argument("job")
+@click.option("--json", "as_json", is_flag=True, help="print the whole record as JSON (sampled series included)")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+              help=f"write a PNG of power and utilization over time (needs matplotlib: {PLOT_HINT})")
+def report(job: str, as_json: bool, plot_path: Path | None) -> None:
+    store, _ = open_history()
+    rec = _find(store, job)
+    if as_json:
+        click.echo(json.dumps(rec.to_dict(), indent=2, sort_keys=True))
+    else:
+        click.echo(render(rec))
+    if plot_path is not None:
+        plot(rec, plot_path)
+        click.echo(f"plot written to {plot_path}", err=True)
+
+
+report.help = f"""Show one finished job: energy, run time, GPUs and caps, sharing, its profile and the cap advice.
+
+JOB is a job id from 'ecolaunch history' (a unique prefix is enough). Reads the history in the state
+directory ({ENV_STATE_DIR}, as for the launcher)."""

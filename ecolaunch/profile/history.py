@@ -1,0 +1,387 @@
+"""Job history in the state directory: finished-job records and the latest profile of each job fingerprint.
+
+What lives here: :class:`Profile` (what profiling or history knows about a job, DESIGN.md §4),
+:class:`ProfileEntry` (a stored profile and what came with it), :class:`JobRecord` (one finished job),
+:func:`fingerprint`, and :class:`History` (the files).
+
+**Layout** (under ``<state dir>/history/``)::
+
+    jobs/<job_id>.json            one JobRecord per finished job, written once
+    profiles/<fingerprint>.json   the latest profile of that fingerprint (replaced on every store)
+
+Every file is written with :func:`ecolaunch.state.store.atomic_write_bytes` (temporary file, fsync, rename,
+fsync of the directory), so a crash leaves the old file or the new one, never a torn one. No lock is needed:
+each job record has a single writer (the job's launcher, under a unique job id) and a profile replace is
+atomic, so concurrent stores of one fingerprint end with one of them whole (the last rename wins). A file
+that is torn anyway (written by something else), not JSON, or not of this format is skipped with a warning
+and treated as missing; nothing here raises on a bad file.
+
+**Fingerprint** (:func:`fingerprint`): sha256 over a canonical JSON of (format version, sha256 of the
+script file's bytes, the script's arguments in order, the worker count, the user, the GPU model name). The
+same script run the same way by the same user on the same kind of GPU has the same fingerprint; editing the
+script, changing an argument (even an output path or a seed), the worker count, the user or the GPU model
+makes a new one, because any of them can change the iteration time, power or memory. A ``-m module`` launch
+or a script that cannot be read is keyed by its name instead of its content (documented weakness: an edit
+then goes unnoticed).
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ecolaunch.errors import ConfigError, StateError
+from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.state.store import atomic_write_bytes
+
+logger = logging.getLogger(__name__)
+
+HISTORY_DIR = "history"
+_JOB_FORMAT, _PROFILE_FORMAT, _VERSION = "ecolaunch-job", "ecolaunch-profile", 1
+_FINGERPRINT_VERSION = 1
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_FINGERPRINT = re.compile(r"^[0-9a-f]{64}$")
+
+
+# --- validation helpers ----------------------------------------------------------------------------
+def _num(d: Mapping[str, Any], key: str, *, optional: bool = True, lo: float | None = 0.0,
+         hi: float | None = None, positive: bool = False) -> float | None:
+    v = d.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or (lo is not None and v < lo) or (hi is not None and v > hi) or (positive and v <= 0):
+        raise ConfigError(f"{key} = {v!r} is not a valid number" + (f" in [{lo}, {hi}]" if hi is not None else ""))
+    return float(v)
+
+
+def _int(d: Mapping[str, Any], key: str, *, optional: bool = True) -> int | None:
+    v = d.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(f"{key} = {v!r} is not an integer")
+    return v
+
+
+def _str(d: Mapping[str, Any], key: str, *, optional: bool = False) -> str | None:
+    v = d.get(key)
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise ConfigError(f"{key} = {v!r} is not a string")
+    return v
+
+
+# --- records ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """What a job is, measured alone (DESIGN.md §4). ``None``: not measured.
+
+    ``iter_time_s`` and ``power_w`` are at the highest cap profiled (the admin's maximum: "uncapped");
+    ``sm_util_pct``/``mem_bw_util_pct`` are NVML ``utilization.gpu``/``.memory`` means there; ``memory_mib``
+    is the peak per GPU; ``cap_points`` the caps measured. ``instrumented`` is False for a job profiled by
+    time windows only (no iteration time, no cap points).
+    """
+
+    iter_time_s: float | None
+    sm_util_pct: float | None
+    mem_bw_util_pct: float | None
+    memory_mib: int | None
+    power_w: float | None
+    cap_points: tuple[CapPoint, ...] = ()
+    instrumented: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "iter_time_s": self.iter_time_s, "sm_util_pct": self.sm_util_pct,
+            "mem_bw_util_pct": self.mem_bw_util_pct, "memory_mib": self.memory_mib, "power_w": self.power_w,
+            "cap_points": [{"power_cap_w": p.power_cap_w, "iter_time_s": p.iter_time_s, "power_w": p.power_w}
+                           for p in self.cap_points],
+            "instrumented": self.instrumented,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Profile:
+        """Validate and build; raises ConfigError naming the bad field."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"a profile must be a JSON object, got {type(d).__name__}")
+        memory = _int(d, "memory_mib")
+        if memory is not None and memory < 0:
+            raise ConfigError(f"memory_mib = {memory!r} is negative")
+        raw_points = d.get("cap_points", [])
+        if not isinstance(raw_points, list):
+            raise ConfigError(f"cap_points = {raw_points!r} is not a list")
+        points = []
+        for p in raw_points:
+            if not isinstance(p, Mapping):
+                raise ConfigError(f"cap point {p!r} is not an object")
+            points.append(CapPoint(*(_num(p, k, optional=False, positive=True)  # type: ignore[arg-type]
+                                     for k in ("power_cap_w", "iter_time_s", "power_w"))))
+        instrumented = d.get("instrumented", True)
+        if not isinstance(instrumented, bool):
+            raise ConfigError(f"instrumented = {instrumented!r} is not true/false")
+        return cls(_num(d, "iter_time_s", positive=True), _num(d, "sm_util_pct", hi=100.0),
+                   _num(d, "mem_bw_util_pct", hi=100.0), memory, _num(d, "power_w"), tuple(points), instrumented)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileEntry:
+    """A stored profile, whether the script declared itself safe to profile, who stored it, when.
+
+    ``profile`` is None for a job that ran without yielding one (e.g. it ended first): the entry then only
+    remembers ``profile_safe`` for the next launch's ``--profile auto``.
+    """
+
+    fingerprint: str
+    profile: Profile | None
+    profile_safe: bool = False
+    job_id: str | None = None
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One finished job. Times are unix seconds; energies joules; ``samples`` a short series per GPU UUID.
+
+    ``energy_j`` is the job's attributed share of its GPUs' energy (see :mod:`ecolaunch.profile.energy`),
+    ``gpu_energy_j`` the whole energy of those GPUs over the run, ``profiling_energy_j`` that of a separate
+    pre-launch profiling run (not included in the other two). ``power_caps_w`` is the cap each GPU spent
+    most of the run at; ``colocated_with`` lists, per GPU, the other jobs that shared it at any time.
+    ``iterations`` counts step marks (``track()`` marks one more than the items it yields).
+    """
+
+    job_id: str
+    user: str
+    name: str
+    fingerprint: str | None
+    started: float
+    ended: float
+    duration_s: float
+    exit_code: int | None
+    gpus: tuple[str, ...]
+    gpu_names: tuple[str, ...]
+    power_caps_w: dict[str, float | None] = field(default_factory=dict)
+    colocated_with: dict[str, list[str]] = field(default_factory=dict)
+    energy_j: float | None = None
+    gpu_energy_j: float | None = None
+    profiling_energy_j: float | None = None
+    iterations: int | None = None
+    iter_time_s: float | None = None
+    profile: Profile | None = None
+    profile_action: str | None = None
+    recommended_cap_w: float | None = None
+    recommendation: str | None = None
+    findings: tuple[str, ...] = ()
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        d.update(gpus=list(self.gpus), gpu_names=list(self.gpu_names), findings=list(self.findings),
+                 profile=None if self.profile is None else self.profile.to_dict())
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobRecord:
+        """Validate and build; raises ConfigError naming the bad field."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"a job record must be a JSON object, got {type(d).__name__}")
+        job_id = _str(d, "job_id")
+        if not _SAFE_ID.match(job_id or ""):
+            raise ConfigError(f"job_id = {job_id!r} is not a job id")
+        lists = {}
+        for key in ("gpus", "gpu_names", "findings"):
+            v = d.get(key, [])
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(f"{key} = {v!r} is not a list of strings")
+            lists[key] = tuple(v)
+        caps = d.get("power_caps_w", {})
+        if not isinstance(caps, Mapping):
+            raise ConfigError(f"power_caps_w = {caps!r} is not an object")
+        caps = {str(k): _num(caps, k) for k in caps}
+        coloc = d.get("colocated_with", {})
+        if not isinstance(coloc, Mapping) or not all(isinstance(v, list) for v in coloc.values()):
+            raise ConfigError(f"colocated_with = {coloc!r} is not an object of lists")
+        samples = d.get("samples", {})
+        if not isinstance(samples, Mapping) or not all(isinstance(v, list) for v in samples.values()):
+            raise ConfigError("samples is not an object of lists")
+        profile = d.get("profile")
+        exit_code = _int(d, "exit_code")
+        return cls(
+            job_id=job_id, user=_str(d, "user"), name=_str(d, "name"),  # type: ignore[arg-type]
+            fingerprint=_str(d, "fingerprint", optional=True),
+            started=_num(d, "started", optional=False), ended=_num(d, "ended", optional=False),  # type: ignore[arg-type]
+            duration_s=_num(d, "duration_s", optional=False),  # type: ignore[arg-type]
+            exit_code=exit_code, gpus=lists["gpus"], gpu_names=lists["gpu_names"], power_caps_w=caps,
+            colocated_with={str(k): [str(j) for j in v] for k, v in coloc.items()},
+            energy_j=_num(d, "energy_j"), gpu_energy_j=_num(d, "gpu_energy_j"),
+            profiling_energy_j=_num(d, "profiling_energy_j"),
+            iterations=_int(d, "iterations"), iter_time_s=_num(d, "iter_time_s"),
+            profile=None if profile is None else Profile.from_dict(profile),
+            profile_action=_str(d, "profile_action", optional=True),
+            recommended_cap_w=_num(d, "recommended_cap_w"), recommendation=_str(d, "recommendation", optional=True),
+            findings=lists["findings"], samples={str(k): list(v) for k, v in samples.items()},
+        )
+
+
+# --- fingerprint -----------------------------------------------------------------------------------
+def fingerprint(script: str | os.PathLike[str], script_args: Sequence[str], nproc: int | str, user: str,
+                gpu_model: str, *, module: bool = False) -> str:
+    """The job's fingerprint: 64 hex digits (see the module docstring for what goes in and why)."""
+    if module:
+        script_key = f"module:{os.fspath(script)}"
+    else:
+        try:
+            script_key = "sha256:" + hashlib.sha256(Path(script).read_bytes()).hexdigest()
+        except OSError as e:
+            logger.debug("cannot read script %s for its fingerprint (%s); using its path", script, e)
+            script_key = f"path:{os.path.abspath(os.fspath(script))}"
+    doc = {"v": _FINGERPRINT_VERSION, "script": script_key, "args": [str(a) for a in script_args],
+           "nproc": str(nproc), "user": str(user), "gpu_model": " ".join(str(gpu_model).split())}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# --- the store -------------------------------------------------------------------------------------
+class History:
+    """The job history of one state directory (see the module docstring for layout and guarantees)."""
+
+    fingerprint = staticmethod(fingerprint)
+
+    def __init__(self, state_dir: Path | str) -> None:
+        self.root = Path(state_dir) / HISTORY_DIR
+        self.jobs_dir = self.root / "jobs"
+        self.profiles_dir = self.root / "profiles"
+
+    def __repr__(self) -> str:
+        return f"History({str(self.root.parent)!r})"
+
+    # --- profiles ----------------------------------------------------------------------------------
+    def lookup(self, fp: str) -> ProfileEntry | None:
+        """The stored profile entry of a fingerprint, or None (missing or unreadable: warned)."""
+        if not _FINGERPRINT.match(fp):
+            raise ConfigError(f"fingerprint {fp!r} is not 64 hex digits", hint="use history.fingerprint(...)")
+        doc = self._read(self.profiles_dir / f"{fp}.json", _PROFILE_FORMAT)
+        if doc is None:
+            return None
+        try:
+            safe = doc.get("profile_safe", False)
+            if not isinstance(safe, bool):
+                raise ConfigError(f"profile_safe = {safe!r} is not true/false")
+            raw = doc.get("profile")
+            return ProfileEntry(fp, None if raw is None else Profile.from_dict(raw), safe,
+                                _str(doc, "job_id", optional=True), _num(doc, "updated_at") or 0.0)
+        except ConfigError as e:
+            logger.warning("ignoring history profile %s: %s", self.profiles_dir / f"{fp}.json", e)
+            return None
+
+    def lookup_profile(self, fp: str) -> Profile | None:
+        entry = self.lookup(fp)
+        return None if entry is None else entry.profile
+
+    def store_profile(self, fp: str, profile: Profile | None, *, profile_safe: bool = False, job_id: str | None = None,
+                      now: float | None = None) -> Path:
+        """Replace the fingerprint's profile. Raises StateError when the directory cannot be written."""
+        if not _FINGERPRINT.match(fp):
+            raise ConfigError(f"fingerprint {fp!r} is not 64 hex digits", hint="use history.fingerprint(...)")
+        doc = {"format": _PROFILE_FORMAT, "version": _VERSION, "fingerprint": fp, "profile": None if profile is None else profile.to_dict(),
+               "profile_safe": bool(profile_safe), "job_id": job_id, "updated_at": time.time() if now is None else now}
+        return self._write(self.profiles_dir / f"{fp}.json", doc)
+
+    # --- job records -------------------------------------------------------------------------------
+    def record(self, rec: JobRecord) -> Path:
+        """Store a finished job's record. Raises StateError when the directory cannot be written."""
+        if not _SAFE_ID.match(rec.job_id):
+            raise ConfigError(f"job id {rec.job_id!r} cannot name a file", hint="use letters, digits, '_', '.', '-'")
+        return self._write(self.jobs_dir / f"{rec.job_id}.json",
+                           {"format": _JOB_FORMAT, "version": _VERSION, **rec.to_dict()})
+
+    def get(self, job_id: str) -> JobRecord | None:
+        """The record of ``job_id``, or None (missing, or unreadable: warned)."""
+        if not _SAFE_ID.match(job_id):
+            return None
+        return self._parse_record(self.jobs_dir / f"{job_id}.json")
+
+    def job_ids(self) -> builtins.list[str]:
+        """Every stored job id (unsorted), without reading the records."""
+        try:
+            return [p.stem for p in self.jobs_dir.iterdir() if p.suffix == ".json" and _SAFE_ID.match(p.stem)]
+        except OSError:
+            return []
+
+    def list(self, limit: int | None = None) -> builtins.list[JobRecord]:
+        """Finished jobs, newest end first; unreadable files are skipped with a warning.
+
+        With ``limit``, only the newest files (by modification time) are read until ``limit`` records parse.
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ConfigError(f"limit must be an integer >= 0, got {limit!r}")
+        paths = []
+        for job_id in self.job_ids():
+            path = self.jobs_dir / f"{job_id}.json"
+            try:
+                paths.append((path.stat().st_mtime, path))
+            except OSError:
+                continue
+        paths.sort(key=lambda x: (x[0], x[1].name), reverse=True)
+        out: builtins.list[JobRecord] = []
+        for _, path in paths:
+            if limit is not None and len(out) >= limit:
+                break
+            rec = self._parse_record(path)
+            if rec is not None:
+                out.append(rec)
+        out.sort(key=lambda r: (r.ended, r.started, r.job_id), reverse=True)
+        return out
+
+    # --- internals ---------------------------------------------------------------------------------
+    def _parse_record(self, path: Path) -> JobRecord | None:
+        doc = self._read(path, _JOB_FORMAT)
+        if doc is None:
+            return None
+        try:
+            return JobRecord.from_dict(doc)
+        except ConfigError as e:
+            logger.warning("ignoring history record %s: %s", path, e)
+            return None
+
+    def _read(self, path: Path, fmt: str) -> dict[str, Any] | None:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            logger.warning("ignoring history file %s: %s", path, e.strerror or e)
+            return None
+        try:
+            doc = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            logger.warning("ignoring history file %s: not valid JSON (%s)", path, e)
+            return None
+        if not isinstance(doc, dict) or doc.get("format") != fmt or doc.get("version") != _VERSION:
+            logger.warning("ignoring history file %s: not an %s document of version %d", path, fmt, _VERSION)
+            return None
+        return doc
+
+    def _write(self, path: Path, doc: Mapping[str, Any]) -> Path:
+        try:
+            data = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+        except ValueError as e:
+            raise ConfigError(f"history document for {path.name} holds a non-finite number: {e}",
+                              hint="this is an ecolaunch bug: NaN must never reach a record") from e
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o2775)
+            atomic_write_bytes(path, data)
+        except OSError as e:
+            raise StateError(f"cannot write the history file {str(path)!r}: {e.strerror or e}",
+                             hint="check the state directory's permissions, or set ECOLAUNCH_STATE_DIR") from e
+        return path

@@ -1,0 +1,192 @@
+"""When to profile: ``--profile auto|pre|inline|off`` resolved against the job's history.
+
+What lives here: :class:`ProfileMode` (what the user asks), :class:`ProfileAction` (what the launcher does),
+:class:`ProfilePlan`, :func:`parse_mode`, :func:`resolve_mode`, how long profiling lasts
+(:class:`ProfilerSettings`: defaults within the admin's ``[profiling]`` budget), within which caps
+(:func:`job_cap_bounds`), and the environment of a pre-launch profiling run (:func:`pre_run_env`).
+
+**Actions.**
+
+- ``history``: the history has a profile for this job's fingerprint; no profiling. The job is placed with
+  full knowledge before it starts (and its real run is still checked early, see ``profiler.check_early``).
+- ``pre``: a short pre-launch profiling run first. Workers get ``ECOLAUNCH_PROFILING=1`` (the script can
+  skip checkpoints and remote logging via ``ecolaunch.is_profiling()``) and ``ECOLAUNCH_PROFILE_STEPS=N``:
+  each worker exits with status 0 after N step marks, without running the script's clean-up code
+  (:func:`pre_run_steps`: twice the steps a full profile needs, since caps change only when the launcher's
+  poll sees a window end). An uninstrumented script is stopped by the launcher when the profiler's time
+  window is done (``RunObserver(on_profile_done=...)``); one shorter than the window runs to its end, twice.
+  Then the launcher decides and launches for real.
+- ``inline``: the real run starts (on a cautious placement: the policy knows nothing of the job yet) and its
+  first iterations are profiled in place; the chosen cap is set live when profiling is done.
+- ``off``: no profiling; a profile already in history is still used for placement.
+
+**The default, ``auto``** = ``history`` when history has a profile, else ``pre`` only when a previous run of
+the same fingerprint declared itself safe to profile (``@ecolaunch.job(profile_safe=True)``, recorded in
+history), else ``inline``. Why: a pre-launch run executes the user's first iterations twice, and those
+may have side effects (checkpoints over old ones, remote logging, emails, data uploads). The script's own
+``profile_safe`` hint arrives only once the script runs, i.e. too late for its first launch; so ``auto``
+never runs user code twice unless the user asked (``--profile pre``) or the same script said so before.
+``inline`` costs the real run a few iterations at lower caps (65 at most by default), never a rerun.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ecolaunch.errors import ConfigError
+from ecolaunch.profile.channel import ENV_PROFILE_STEPS, ENV_PROFILING
+from ecolaunch.profile.powercap import DEFAULT_MEASURED_ITERS_PER_CAP, DEFAULT_WARMUP_ITERS_PER_CAP
+
+if TYPE_CHECKING:  # kept out of the import: the launch's argument parser imports this module
+    from collections.abc import Sequence
+
+    from ecolaunch.admin.rules import Rules
+    from ecolaunch.devices.base import GpuSnapshot
+    from ecolaunch.profile.history import Profile, ProfileEntry
+
+DEFAULT_MODE = "auto"
+DEFAULT_WARMUP_ITERS = 10  # the job's own start-up (allocator, cudnn autotune, data workers); Zeus waits 10 too
+
+
+class ProfileMode(enum.Enum):
+    """What ``--profile`` asks for."""
+
+    AUTO = "auto"
+    PRE = "pre"
+    INLINE = "inline"
+    OFF = "off"
+
+
+class ProfileAction(enum.Enum):
+    """What the launcher does about profiling this launch."""
+
+    HISTORY = "history"
+    PRE = "pre"
+    INLINE = "inline"
+    OFF = "off"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilePlan:
+    """The resolved action, the profile known before launch (from history) and one line saying why."""
+
+    action: ProfileAction
+    profile: Profile | None
+    reason: str
+
+
+def parse_mode(value: str | ProfileMode) -> ProfileMode:
+    """``"auto"``/``"pre"``/``"inline"``/``"off"`` (any case) -> :class:`ProfileMode`; ConfigError otherwise."""
+    if isinstance(value, ProfileMode):
+        return value
+    try:
+        return ProfileMode(str(value).strip().lower())
+    except ValueError:
+        raise ConfigError(f"--profile {value!r} is not a profiling mode",
+                          hint="use one of: " + ", ".join(m.value for m in ProfileMode)) from None
+
+
+def resolve_mode(requested: str | ProfileMode, entry: ProfileEntry | None) -> ProfilePlan:
+    """Resolve ``--profile`` for a job whose history entry (by fingerprint) is ``entry`` (None: unknown job)."""
+    mode = parse_mode(requested)
+    known = entry.profile if entry is not None else None
+    if mode is ProfileMode.OFF:
+        why = "profiling off" + ("; using the profile in history" if known else "; the job is placed without a profile")
+        return ProfilePlan(ProfileAction.OFF, known, why)
+    if known is not None:
+        return ProfilePlan(ProfileAction.HISTORY, known,
+                           f"history has a profile of this job (fingerprint {entry.fingerprint[:12]}"  # type: ignore[union-attr]
+                           + (f", from job {entry.job_id})" if entry.job_id else ")"))  # type: ignore[union-attr]
+    if mode is ProfileMode.PRE:
+        return ProfilePlan(ProfileAction.PRE, None, "--profile pre: a short profiling run first, then the real run")
+    if mode is ProfileMode.INLINE:
+        return ProfilePlan(ProfileAction.INLINE, None, "--profile inline: profiling the real run's first iterations")
+    if entry is not None and entry.profile_safe:
+        return ProfilePlan(ProfileAction.PRE, None,
+                           "a previous run declared the script safe to profile: a short profiling run first")
+    return ProfilePlan(ProfileAction.INLINE, None,
+                       "unknown job: profiling the real run's first iterations (a pre-launch run would execute "
+                       "them twice; use --profile pre or @ecolaunch.job(profile_safe=True) to allow it)")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilerSettings:
+    """How long to profile. ``max_iterations``/``max_time_s`` are the admin's budget (None: none; 0: never).
+
+    Iterations count from the first step mark; the time budget runs from the first step mark (or, for an
+    uninstrumented job, from the start of its time window), so a slow start-up does not spend it.
+    ``max_caps = 0``: measure at the GPUs' current caps without changing them.
+    """
+
+    warmup_iters: int = DEFAULT_WARMUP_ITERS
+    settle_iters: int = DEFAULT_WARMUP_ITERS_PER_CAP
+    measured_iters: int = DEFAULT_MEASURED_ITERS_PER_CAP
+    max_caps: int = 3
+    uninstrumented_after_s: float = 60.0
+    window_warmup_s: float = 30.0
+    window_measure_s: float = 30.0
+    max_iterations: int | None = None
+    max_time_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("warmup_iters", "settle_iters", "max_caps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(f"profiling {name} must be an integer >= 0, got {v!r}")
+        if isinstance(self.measured_iters, bool) or not isinstance(self.measured_iters, int) or self.measured_iters < 1:
+            raise ConfigError(f"profiling measured_iters must be an integer >= 1, got {self.measured_iters!r}")
+        for name in ("uninstrumented_after_s", "window_warmup_s", "window_measure_s", "max_time_s"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
+                raise ConfigError(f"profiling {name} must be >= 0 seconds, got {v!r}")
+        if self.window_measure_s <= 0:
+            raise ConfigError(f"profiling window_measure_s must be > 0, got {self.window_measure_s!r}")
+        if self.max_iterations is not None and (isinstance(self.max_iterations, bool) or self.max_iterations < 0):
+            raise ConfigError(f"profiling max_iterations must be >= 0, got {self.max_iterations!r}")
+
+    @classmethod
+    def from_rules(cls, rules: Rules, **overrides: object) -> ProfilerSettings:
+        """Defaults (or ``overrides``) within the admin's ``[profiling]`` budget."""
+        s = cls(**overrides)  # type: ignore[arg-type]
+        caps = s.max_caps if rules.profiling_max_caps is None else min(s.max_caps, rules.profiling_max_caps)
+        iters = _min_opt(s.max_iterations, rules.profiling_max_iterations)
+        secs = _min_opt(s.max_time_s, rules.profiling_max_time_s)
+        return cls(s.warmup_iters, s.settle_iters, s.measured_iters, caps, s.uninstrumented_after_s,
+                   s.window_warmup_s, s.window_measure_s, iters, secs)
+
+    def planned_steps(self) -> int:
+        """Step marks a full instrumented profile needs (the first stamp opens the first iteration)."""
+        return 1 + self.warmup_iters + self.measured_iters + max(0, self.max_caps - 1) * (self.settle_iters + self.measured_iters)
+
+
+def _min_opt(a, b):
+    return b if a is None else a if b is None else min(a, b)
+
+
+def job_cap_bounds(rules: Rules, gpus: Sequence[GpuSnapshot]) -> tuple[float, float] | None:
+    """The caps (W) every one of the job's GPUs may run at under the admin policy; None if there are none.
+
+    One cap for the whole job (data-parallel ranks wait for the slowest GPU), so the bounds intersect.
+    """
+    from ecolaunch.admin.rules import cap_bounds_w  # not at import: the argument parser imports this module
+
+    lo, hi = 0.0, math.inf
+    for g in gpus:
+        if g.power_limit_min_w is None or g.power_limit_max_w is None:
+            return None
+        a, b = cap_bounds_w(rules, g.name, g.index, g.power_limit_min_w, g.power_limit_max_w)
+        lo, hi = max(lo, a), min(hi, b)
+    return (lo, hi) if gpus and lo <= hi else None
+
+
+def pre_run_steps(settings: ProfilerSettings) -> int:
+    """Step marks after which a pre-launch profiling run's workers exit: twice a full profile's."""
+    return 2 * settings.planned_steps()
+
+
+def pre_run_env(settings: ProfilerSettings) -> dict[str, str]:
+    """Variables added to the workers of a pre-launch profiling run."""
+    return {ENV_PROFILING: "1", ENV_PROFILE_STEPS: str(pre_run_steps(settings))}

@@ -1,0 +1,197 @@
+"""RunObserver on a scripted backend and virtual time, with a fake worker writing through the real channel."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from ecolaunch.admin.rules import Rules
+from ecolaunch.launch.observe import RunObserver, format_summary
+from ecolaunch.profile import channel
+from ecolaunch.profile.history import History, Profile
+from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, resolve_mode
+from tests.profile.conftest import iter_time_at
+
+FP = "ef" * 32
+UUIDS = ["GPU-0", "GPU-1"]
+
+
+class FakeWorkers:
+    """Ranks 0..n-1 of a data-parallel job: every iteration each rank stamps through the real channel."""
+
+    def __init__(self, hook_dir: str, vclock, backend, ranks: int = 2, hints: dict | None = None) -> None:
+        self.vclock, self.backend = vclock, backend
+        self.writers = [channel.StepWriter(hook_dir, r, clock=vclock.now) for r in range(ranks)]
+        for r in range(ranks):
+            channel.write_hints(hook_dir, r, hints or {})
+
+    def run(self, n: int, obs: RunObserver, base_s: float = 0.1) -> None:
+        for _ in range(n):
+            g = self.backend.gpu("GPU-0")
+            self.vclock.advance(iter_time_at(g.limit_w, g.demand_w, base_s))
+            for w in self.writers:
+                w.stamp()
+            obs.poll()
+
+    def close(self) -> None:
+        for w in self.writers:
+            w.close()
+
+
+def observer(backend, vclock, tmp_path: Path, mode, **kw) -> RunObserver:
+    defaults = dict(clock=vclock, mode=mode, history=History(tmp_path), fingerprint=FP, rules=Rules(),
+                    slowdown_pct=10.0, set_cap=backend.set_power_limit, user="alice", name="train.py",
+                    background=False, wall_clock=lambda: 1.7e9 + vclock.now())
+    defaults.update(kw)
+    return RunObserver(backend, "job1", UUIDS, tmp_path, **defaults)
+
+
+def test_inline_profiles_sets_the_cap_live_and_records_the_job(backend, vclock, tmp_path: Path) -> None:
+    obs = observer(backend, vclock, tmp_path, "inline", rules=Rules(eta=1.0))
+    with obs:
+        env = obs.worker_env()
+        assert set(env) == {"ECOLAUNCH_HOOK_DIR"}
+        workers = FakeWorkers(env["ECOLAUNCH_HOOK_DIR"], vclock, backend,
+                              hints={"name": "bert", "profile_safe": True})
+        workers.run(300, obs)
+        assert obs.result is not None and obs.result.complete
+        chosen = obs.result.choice.cap_w
+        assert chosen < 300.0 and backend.gpu("GPU-0").limit_w == chosen  # set live after profiling
+        workers.close()
+        obs.set_exit_code(0)
+    assert all(g.limit_w == 400.0 for g in backend.gpus_)  # restored to what the observer found
+    assert all(100.0 <= w <= 400.0 for _, w in backend.calls)
+    assert obs.caps_changed  # the launcher's release must restore caps too
+    history = History(tmp_path)
+    entry = history.lookup(FP)
+    assert entry.profile == obs.result.profile and entry.profile_safe and entry.job_id == "job1"
+    (rec,) = history.list()
+    assert rec == obs.record
+    assert (rec.job_id, rec.user, rec.name, rec.exit_code, rec.profile_action) == ("job1", "alice", "bert", 0, "inline")
+    assert rec.iterations == 300
+    assert rec.gpu_energy_j == pytest.approx(sum(g.energy_j for g in backend.gpus_), rel=1e-6)
+    assert rec.energy_j == pytest.approx(rec.gpu_energy_j)  # alone: the job is charged everything
+    assert rec.power_caps_w == {u: chosen for u in UUIDS}  # most of the run at the chosen cap
+    assert rec.colocated_with == {} and rec.findings == ()
+    assert set(rec.samples) == set(UUIDS) and 0 < len(rec.samples["GPU-0"]) <= 240
+    assert rec.started == pytest.approx(1.7e9 + 1000.0) and rec.duration_s == pytest.approx(rec.ended - rec.started)
+    s = obs.summary()
+    assert s.energy_j == rec.energy_j and s.iterations == 300 and s.recommended_cap_w == chosen
+    assert s.mean_power_w == pytest.approx(rec.gpu_energy_j / rec.duration_s)
+    text = format_summary(s)
+    assert "job job1 used" in text and "Wh" in text and "300 iterations" in text
+    assert not Path(env["ECOLAUNCH_HOOK_DIR"]).exists()  # the channel directory is cleaned up
+
+
+def test_history_hit_early_check_raises_the_cap_live(backend, vclock, tmp_path: Path, caplog) -> None:
+    for g in backend.gpus_:
+        g.limit_w = 250.0  # the decision capped the job at 250 W; alone it runs 0.1 s/iteration
+    solo = Profile(0.1, 80.0, 40.0, 10_000, 300.0)
+    obs = observer(backend, vclock, tmp_path, ProfileAction.HISTORY, profile=solo)
+    with caplog.at_level(logging.WARNING), obs:
+        workers = FakeWorkers(obs.worker_env()["ECOLAUNCH_HOOK_DIR"], vclock, backend)
+        workers.run(60, obs)
+        assert backend.gpu("GPU-0").limit_w == 400.0  # measured 13.6 % slower at 250 W: raised to the max
+        workers.close()
+    assert len(obs.findings) == 1 and "raising the power cap from 250 W to 400 W" in obs.findings[0]
+    assert any("slower than alone" in r.message for r in caplog.records)
+    assert all(g.limit_w == 250.0 for g in backend.gpus_)  # restored on exit
+    assert obs.record.findings == tuple(obs.findings)
+    assert "warning: job runs" in format_summary(obs.summary())
+
+
+def test_shared_gpu_energy_is_attributed_by_the_rule(backend, vclock, tmp_path: Path) -> None:
+    known = Profile(0.1, 80.0, 40.0, 10_000, 300.0)
+    obs = observer(backend, vclock, tmp_path, "off", profile=known, colocated_with={"GPU-0": ["other"]},
+                   co_resident_power_w={"other": 150.0}, idle_power_w={"GPU-0": 50.0, "GPU-1": 50.0})
+    with obs:
+        for _ in range(10):
+            vclock.advance(1.0)
+            obs.poll()
+        obs.set_co_residents("GPU-0", {})  # the other job leaves
+        for _ in range(10):
+            vclock.advance(1.0)
+            obs.poll()
+    rec = obs.record
+    # GPU-0: 10 s shared at 300 W -> idle 500 J split equally, 2500 J active split 250:100; then 10 s alone
+    shared_share = 250.0 + 2500.0 * 250.0 / 350.0
+    assert rec.energy_j == pytest.approx(shared_share + 3000.0 + 6000.0)  # + GPU-1 alone for 20 s
+    assert rec.gpu_energy_j == pytest.approx(12_000.0)
+    assert rec.colocated_with == {"GPU-0": ["other"]}
+    assert rec.profile == known and rec.profile_action == "off"
+    assert not obs.caps_changed
+    assert "its share of" in format_summary(obs.summary())
+
+
+def test_pre_run_stores_the_profile_but_no_job_record(backend, vclock, tmp_path: Path) -> None:
+    done = []
+    obs = observer(backend, vclock, tmp_path, "pre", on_profile_done=lambda: done.append(True),
+                   settings=ProfilerSettings(warmup_iters=2, settle_iters=1, measured_iters=3))
+    with obs:
+        env = obs.worker_env()
+        assert env["ECOLAUNCH_PROFILING"] == "1" and env["ECOLAUNCH_PROFILE_STEPS"] == str(2 * (1 + 2 + 3 + 2 * 4))
+        assert env["ECOLAUNCH_HOOK_DIR"].endswith("job1-profile")
+        workers = FakeWorkers(env["ECOLAUNCH_HOOK_DIR"], vclock, backend)
+        workers.run(int(env["ECOLAUNCH_PROFILE_STEPS"]), obs)
+        workers.close()
+    assert done == []  # instrumented workers stop themselves at the step limit
+    history = History(tmp_path)
+    assert history.lookup_profile(FP) == obs.result.profile is not None
+    assert history.list() == []
+    assert obs.summary().gpu_energy_j > 0  # the launcher adds it to the real run as profiling_energy_j
+
+
+def test_a_profile_safe_hint_is_remembered_for_the_next_auto_launch(backend, vclock, tmp_path: Path) -> None:
+    history = History(tmp_path)
+    assert resolve_mode("auto", history.lookup(FP)).action is ProfileAction.INLINE
+    obs = observer(backend, vclock, tmp_path, "off")
+    with obs:
+        workers = FakeWorkers(obs.worker_env()["ECOLAUNCH_HOOK_DIR"], vclock, backend, hints={"profile_safe": True})
+        workers.run(5, obs)
+        workers.close()
+    assert resolve_mode("auto", history.lookup(FP)).action is ProfileAction.PRE
+
+
+def test_observation_failures_never_break_the_launch(backend, vclock, tmp_path: Path, caplog) -> None:
+    backend.fail = True
+    blocked = tmp_path / "state"
+    blocked.write_text("not a directory")
+    obs = observer(backend, vclock, blocked, "inline", history=History(blocked))
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(RuntimeError, match="worker crash"):
+            with obs:
+                assert obs.worker_env() == {}
+                obs.poll()
+                raise RuntimeError("worker crash")  # the launch's own exception is not swallowed
+    messages = " ".join(r.message for r in caplog.records)
+    assert "could not start observing" in messages
+    assert "step-hook directory" in messages
+    assert "could not store job job1" in messages
+    assert obs.summary().job_id == "job1"
+
+
+def test_an_uninstrumented_pre_run_is_stopped_when_its_window_is_measured(backend, vclock, tmp_path: Path) -> None:
+    done = []
+    settings = ProfilerSettings(uninstrumented_after_s=3.0, window_warmup_s=2.0, window_measure_s=2.0)
+    obs = observer(backend, vclock, tmp_path, "pre", on_profile_done=lambda: done.append(vclock.now()),
+                   settings=settings)
+    with obs:
+        obs.worker_env()
+        for _ in range(40):  # a script without step marks
+            vclock.advance(0.5)
+            obs.poll()
+    assert done == [1007.0]  # 3 s without marks + 2 s warm-up + 2 s measured
+    assert obs.result.profile.iter_time_s is None and obs.result.recommended_cap_w == 400.0
+    assert History(tmp_path).lookup_profile(FP) == obs.result.profile
+
+
+def test_the_record_names_the_profiling_source(backend, vclock, tmp_path: Path) -> None:
+    obs = observer(backend, vclock, tmp_path, "history", profile=Profile(0.1, None, None, None, 300.0),
+                   profile_source="pre", profiling_energy_j=1234.0)
+    with obs:
+        vclock.advance(1.0)
+        obs.poll()
+    assert obs.record.profile_action == "pre" and obs.record.profiling_energy_j == 1234.0
+    assert "plus 1.23 kJ for the pre-launch profiling run" in format_summary(obs.summary())
