@@ -44,6 +44,10 @@ def main() -> None:
             print(f"step {step:3d}  loss {loss.item():.4f}  device {device}  "
                   f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
     dist.barrier()
+    # drop DDP (its reducer holds the process group) before the group: with gloo, a group torn down by the
+    # interpreter's exit while DDP still references it can abort the worker ("terminate called without an
+    # active exception")
+    del ddp, opt
     dist.destroy_process_group()
 
 

@@ -66,6 +66,10 @@ def main() -> None:
         if args.checkpoint and not ecolaunch.is_profiling():
             torch.save(model.state_dict(), args.checkpoint)
     dist.barrier()
+    # drop DDP (its reducer holds the process group) before the group: with gloo, a group torn down by the
+    # interpreter's exit while DDP still references it can abort the worker ("terminate called without an
+    # active exception")
+    del ddp, opt
     dist.destroy_process_group()
 
 
