@@ -1,0 +1,28 @@
+"""The click group of the subcommands (``status``, ``policy``, ...), built only when a subcommand runs."""
+
+from __future__ import annotations
+
+import click
+
+from ecolaunch import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ecolaunch")
+def cli() -> None:
+    """ecolaunch subcommands. To launch a job: ecolaunch [torchrun options] script.py [args]."""
+
+
+def register() -> click.Group:
+    """Add every subcommand to the group; returns it."""
+    from ecolaunch.cli.agent_cmd import agent
+    from ecolaunch.cli.history_cmd import history
+    from ecolaunch.cli.policy_cmd import policy
+    from ecolaunch.cli.predict_cmd import predict
+    from ecolaunch.cli.report_cmd import report
+    from ecolaunch.cli.simulate_cmd import simulate
+    from ecolaunch.cli.status_cmd import status
+
+    for command in (status, policy, simulate, agent, predict, history, report):
+        cli.add_command(command)
+    return cli
