@@ -17,4 +17,29 @@ from ecolaunch.profile.hooks import JobHints, is_profiling, job, job_hints, step
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "JobHints", "is_profiling", "job", "job_hints", "step", "track", "train_step"]
+__all__ = [
+    "__version__",
+    "JobHints",
+    "hf_callback",
+    "is_profiling",
+    "job",
+    "job_hints",
+    "lightning_callback",
+    "step",
+    "track",
+    "train_step",
+]
+
+
+def lightning_callback():
+    """A PyTorch Lightning callback marking one iteration per batch (see ``ecolaunch.profile.integrations``)."""
+    from ecolaunch.profile.integrations import lightning_callback as make
+
+    return make()
+
+
+def hf_callback():
+    """A Hugging Face ``TrainerCallback`` marking one iteration per step (see ``ecolaunch.profile.integrations``)."""
+    from ecolaunch.profile.integrations import hf_callback as make
+
+    return make()

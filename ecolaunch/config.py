@@ -25,6 +25,7 @@ ENV_NO_WAIT = "ECOLAUNCH_NO_WAIT"
 ENV_PLACEMENT_POLICY = "ECOLAUNCH_PLACEMENT_POLICY"
 ENV_ALLOWED_SLOWDOWN = "ECOLAUNCH_ALLOWED_SLOWDOWN"
 ENV_VERBOSE = "ECOLAUNCH_VERBOSE"
+ENV_EXPLAIN = "ECOLAUNCH_EXPLAIN"
 ENV_PROFILE = "ECOLAUNCH_PROFILE"  # --profile auto|pre|inline|off
 
 # --- environment variables ecolaunch sets for the workers it launches ----------------------------
@@ -76,6 +77,7 @@ class LaunchOptions:
     placement_policy: str = DEFAULT_PLACEMENT_POLICY
     allowed_slowdown_pct: float | None = None
     verbose: bool = False
+    explain: bool = False
     profile: str = "auto"
 
 

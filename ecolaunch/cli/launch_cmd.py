@@ -382,6 +382,31 @@ def _print_decision(
         verb = "would run" if dry_run else f"job {job_id} runs"
         line = f"ecolaunch: {verb} on GPU {doc['cuda_visible_devices']} ({names}), policy {decision.policy}{waited}: {'; '.join(decision.reasons)}"
     _echo(line, err=not dry_run)
+    if parsed.options.explain and decision is not None:
+        for text in explain(decision, gpus):
+            _echo(f"ecolaunch:   {text}", err=not dry_run)
+
+
+def explain(decision: Decision, gpus: Mapping) -> list[str]:
+    """The decision in words: what is predicted for each affected job, and why not the best alternatives."""
+    lines = []
+    slowdown = decision.predicted.get("slowdown_pct", {})
+    for job_id, pct in slowdown.items():
+        lines.append(f"predicted: job {job_id} runs {pct:.1f} % slower than alone and uncapped")
+    for uuid, watts in decision.predicted.get("gpu_power_w", {}).items():
+        if uuid in decision.gpus:
+            cap = decision.power_caps_w.get(uuid)
+            cap_txt = f"capped at {cap:.0f} W" if cap else "at its current power limit"
+            lines.append(f"predicted: GPU {gpus[uuid].index} draws {watts:.0f} W, {cap_txt}")
+    for alt in decision.alternatives:
+        where = ",".join(str(gpus[u].index) for u in alt["gpus"] if u in gpus)
+        caps = sorted({w for w in alt["power_caps_w"].values() if w is not None})
+        cap_txt = f"at {caps[0]:.0f} W" if caps else "at default power"
+        lines.append(f"not GPU {where} {cap_txt}: predicted {alt['predicted_slowdown_pct']:.1f} % slower, "
+                     f"{alt['why_not']}")
+    if not lines:
+        lines.append(f"policy {decision.policy} makes no predictions; it decided by rule")
+    return lines
 
 
 def _emit_json(doc: dict) -> None:

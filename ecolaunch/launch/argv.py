@@ -31,6 +31,12 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
     (("--dry-run",), config.ENV_DRY_RUN, False, "decide and print the placement, launch nothing"),
     (("--json",), config.ENV_JSON, False, "print the decision as JSON (with --dry-run: only the JSON)"),
     (
+        ("--explain",),
+        config.ENV_EXPLAIN,
+        False,
+        "say why the policy chose these GPUs and caps, and what the best alternatives would have cost",
+    ),
+    (
         ("--wait-timeout",),
         config.ENV_WAIT_TIMEOUT,
         True,
@@ -170,6 +176,7 @@ def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
         placement_policy=ns.eco_policy or config.DEFAULT_PLACEMENT_POLICY,
         allowed_slowdown_pct=slowdown,
         verbose=_flag(ns.eco_verbose, config.ENV_VERBOSE),
+        explain=_flag(ns.eco_explain, config.ENV_EXPLAIN),
         profile=_profile_mode(ns.eco_profile),
     )
     return options, None if memory is None else int(memory)
