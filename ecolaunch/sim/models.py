@@ -117,7 +117,8 @@ class GavelPair:
     shared_b: float
 
 
-def _read_csv(name: str) -> list[dict[str, str]]:
+def read_data_csv(name: str) -> list[dict[str, str]]:
+    """Rows of a CSV file vendored in ``ecolaunch/sim/data`` (ConfigError when the package lacks it)."""
     path = DATA_DIR / name
     if not path.is_file():
         raise ConfigError(f"measured data file {path} is missing",
@@ -135,14 +136,14 @@ def zeus_rows(gpu: str) -> tuple[ZeusRow, ...]:
         ZeusRow(gpu=gpu, workload=f"{r['dataset']}/{r['network']}", batch_size=int(r["batch_size"]),
                 optimizer=r["optimizer"], power_limit_w=float(r["power_limit"]),
                 time_per_epoch_s=float(r["time_per_epoch"]), power_w=float(r["average_power"]))
-        for r in _read_csv(f"summary_power_{gpu}.csv")
+        for r in read_data_csv(f"summary_power_{gpu}.csv")
     )
 
 
 @functools.lru_cache(maxsize=None)
 def gavel_solo() -> dict[tuple[str, str], float]:
     """Gavel solo throughputs (iterations/s) by ``(gpu, job_type)``, single-GPU jobs."""
-    return {(r["gpu"], r["job_type"]): float(r["throughput"]) for r in _read_csv("gavel_solo_sf1.csv")}
+    return {(r["gpu"], r["job_type"]): float(r["throughput"]) for r in read_data_csv("gavel_solo_sf1.csv")}
 
 
 @functools.lru_cache(maxsize=None)
@@ -152,7 +153,7 @@ def gavel_pairs(gpu: str) -> tuple[GavelPair, ...]:
     solo = gavel_solo()
     order = {job: i for i, (g, job) in enumerate(solo) if g == gpu}
     out = []
-    for r in _read_csv("gavel_pairs_sf1.csv"):
+    for r in read_data_csv("gavel_pairs_sf1.csv"):
         if r["gpu"] != gpu:
             continue
         a, b = r["job_a"], r["job_b"]
@@ -166,7 +167,7 @@ def gavel_pairs(gpu: str) -> tuple[GavelPair, ...]:
 @functools.lru_cache(maxsize=None)
 def eaco_tables() -> tuple[tuple[dict[str, str], ...], tuple[dict[str, str], ...]]:
     """EaCO's Tables 1-2 (exclusive runs) and 3-4 (co-located sets), as the CSV rows."""
-    return tuple(_read_csv("eaco_exclusive_table1_2.csv")), tuple(_read_csv("eaco_colocated_table3_4.csv"))
+    return tuple(read_data_csv("eaco_exclusive_table1_2.csv")), tuple(read_data_csv("eaco_colocated_table3_4.csv"))
 
 
 # --- fitting ---------------------------------------------------------------------------------------------

@@ -44,7 +44,6 @@ Everything is computed at most once per process, on first use, never at import.
 
 from __future__ import annotations
 
-import csv
 import functools
 import logging
 import re
@@ -55,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.sim.models import DATA_DIR, ZEUS_GPUS, JobProfile, gavel_solo, zeus_rows
+from ecolaunch.sim.models import ZEUS_GPUS, JobProfile, gavel_solo, read_data_csv, zeus_rows
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +177,7 @@ def memory_agreement(capacity_mib: int = 16384, gpu: str = "v100") -> tuple[int,
     """``(agreeing, total)`` ordered Gavel pairs on ``gpu`` where "the two assumed memories fit in
     ``capacity_mib``" matches Gavel's mark (measured vs ``[0, 0]``). Gavel's V100s had 16 GiB."""
     agree = total = 0
-    for r in _read_csv("gavel_pairs_sf1.csv"):
+    for r in read_data_csv("gavel_pairs_sf1.csv"):
         if r["gpu"] != gpu:
             continue
         fits = ASSUMED_MEMORY_MIB[r["job_a"]] + ASSUMED_MEMORY_MIB[r["job_b"]] <= capacity_mib
@@ -209,13 +208,6 @@ class Pod:
     gpu_milli: int
 
 
-def _read_csv(name: str) -> list[dict[str, str]]:
-    path = DATA_DIR / name
-    if not path.is_file():
-        raise ConfigError(f"measured data file {path} is missing",
-                          hint="reinstall ecolaunch; the package ships ecolaunch/sim/data")
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 #: The Gavel virtual clusters vendored (file ``gavel_vc_<vc>.csv``).
@@ -228,20 +220,20 @@ def gavel_vc(vc: str) -> tuple[VcJob, ...]:
     if vc not in GAVEL_VCS:
         raise ConfigError(f"no vendored Gavel trace for VC {vc!r}", hint=f"use one of {', '.join(GAVEL_VCS)}")
     return tuple(VcJob(float(r["arrival_s"]), int(r["scale_factor"]), r["job_type"])
-                 for r in _read_csv(f"gavel_vc_{vc}.csv"))
+                 for r in read_data_csv(f"gavel_vc_{vc}.csv"))
 
 
 @functools.lru_cache(maxsize=1)
 def alibaba_pods() -> tuple[Pod, ...]:
     """The Alibaba 2023 GPU pods that ran (``openb_pod_list_default``), in creation order (read once)."""
     return tuple(Pod(float(r["creation_s"]), float(r["lifetime_s"]), int(r["num_gpu"]), int(r["gpu_milli"]))
-                 for r in _read_csv("alibaba2023_gpu_pods.csv"))
+                 for r in read_data_csv("alibaba2023_gpu_pods.csv"))
 
 
 @functools.lru_cache(maxsize=1)
 def philly_runtime_quantiles() -> tuple[np.ndarray, np.ndarray]:
     """``(quantile, runtime_s)`` of the 83,154 Philly job runtimes at quantiles 0, 0.001, ..., 1."""
-    rows = _read_csv("philly_runtime_quantiles.csv")
+    rows = read_data_csv("philly_runtime_quantiles.csv")
     q = np.array([float(r["quantile"]) for r in rows])
     x = np.array([float(r["runtime_s"]) for r in rows])
     q.setflags(write=False)
