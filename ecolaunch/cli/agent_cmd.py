@@ -35,13 +35,13 @@ def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, ver
     from ecolaunch.admin.agent import CapAgent
     from ecolaunch.admin.safety import require_cap_privilege
     from ecolaunch.cli.context import resolve
-    from ecolaunch.devices.select import open_backend
+    from ecolaunch.cli.context import open_gpus
     from ecolaunch.state.store import StateStore
 
     restore_logging = _setup_logging(verbose)
     try:
         environment, rules = resolve()
-        backend = open_backend(environment.simulate, environment.state_dir)
+        backend = open_gpus(environment)
         require_cap_privilege(backend)
         store = StateStore(environment.state_dir, group=rules.state_group, lock_timeout_s=AGENT_LOCK_TIMEOUT_S)
         cap_agent = CapAgent(store, backend, rules, ledger_path=ledger)

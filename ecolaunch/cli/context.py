@@ -22,6 +22,18 @@ def resolve(env: Mapping[str, str] | None = None) -> tuple[Environment, Rules]:
     return Environment.from_env(env, rules.state_dir), rules
 
 
+def open_gpus(environment: Environment):
+    """The GPU backend for this environment: NVML, or simulated GPUs that answer through the simulator's
+    measured models (raises DriverNotFound when neither is available)."""
+    from ecolaunch.devices.select import open_backend
+
+    if environment.simulate:
+        from ecolaunch.sim.fitted import measured_reading
+
+        return open_backend(environment.simulate, environment.state_dir, reading=measured_reading)
+    return open_backend(None, environment.state_dir)
+
+
 def current_user() -> str:
     try:
         return getpass.getuser()

@@ -75,7 +75,7 @@ def launch(argv: list[str], env: Mapping[str, str]) -> int:
 
 
 def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
-    from ecolaunch.devices.select import open_backend
+    from ecolaunch.cli.context import open_gpus
     from ecolaunch.launch.observe import format_summary
     from ecolaunch.launch.torchrun import check_args
     from ecolaunch.profile.history import History
@@ -91,7 +91,7 @@ def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
     if args.nproc_per_node == "cpu":
         return _plain(parsed, extra_env, "--nproc-per-node cpu asks for no GPUs")
     try:
-        backend = open_backend(environment.simulate, environment.state_dir)
+        backend = open_gpus(environment)
     except DriverNotFound as e:
         hint = f" (HINT: {e.hint})" if e.hint else ""
         return _plain(parsed, extra_env, f"{e}{hint}; launching like torchrun without GPU placement")

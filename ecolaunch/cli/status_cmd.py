@@ -20,14 +20,14 @@ def _na(value, fmt: str = "{:.0f}") -> str:
 @click.option("--json", "as_json", is_flag=True, help="print the state as JSON")
 def status(as_json: bool) -> None:
     from ecolaunch.cli.context import resolve
-    from ecolaunch.devices.select import open_backend
+    from ecolaunch.cli.context import open_gpus
     from ecolaunch.launch.session import Session
     from ecolaunch.policy.baselines import ExclusivePolicy
     from ecolaunch.state.store import StateStore
 
     try:
         environment, rules = resolve()
-        backend = open_backend(environment.simulate, environment.state_dir)
+        backend = open_gpus(environment)
         session = Session(StateStore(environment.state_dir, group=rules.state_group), backend, ExclusivePolicy(), rules)
         graph = session.snapshot()
     except EcolaunchError as e:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.devices.nvml import NvmlBackend
-from ecolaunch.devices.simulated import SimulatedBackend
+from ecolaunch.devices.simulated import ReadingFn, SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 
 __all__ = ["SIM_STATE_FILE", "open_backend"]
@@ -23,12 +23,15 @@ logger = logging.getLogger(__name__)
 SIM_STATE_FILE = "simulated-gpus.json"
 
 
-def open_backend(simulate: str | None, sim_dir: Path, *, host: str | None = None) -> GpuBackend:
+def open_backend(simulate: str | None, sim_dir: Path, *, host: str | None = None,
+                 reading: ReadingFn | None = None) -> GpuBackend:
     """The backend for this process: simulated GPUs when ``simulate`` is set, else NVML.
 
     Args:
         simulate: the value of ``ECOLAUNCH_SIMULATE`` (a spec string or a TOML file), or None.
         sim_dir: where the simulated GPUs keep their state (``sim_dir / "simulated-gpus.json"``).
+        reading: how simulated GPUs answer (default ``basic_reading``); the CLI passes the simulator's measured
+            models (``ecolaunch.sim.fitted.measured_reading``), which this package may not import.
         host: which host of the spec this process runs on. A one-host spec string takes it as its
             name (default: the real hostname); a multi-host TOML file must contain it (default: the
             real hostname, or the only host).
@@ -44,7 +47,9 @@ def open_backend(simulate: str | None, sim_dir: Path, *, host: str | None = None
         else:
             spec = machine.host(host or socket.gethostname())
         logger.debug("simulating %d GPU(s) on host %s from %r", len(spec.gpus), spec.name, simulate)
-        return SimulatedBackend(spec, Path(sim_dir) / SIM_STATE_FILE)
+        if reading is None:
+            return SimulatedBackend(spec, Path(sim_dir) / SIM_STATE_FILE)
+        return SimulatedBackend(spec, Path(sim_dir) / SIM_STATE_FILE, reading=reading)
     backend = NvmlBackend()
     count = backend.probe()
     logger.debug("NVML sees %d GPU(s)", count)

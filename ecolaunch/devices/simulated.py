@@ -76,9 +76,9 @@ def basic_reading(model: GpuModel, power_limit_w: float, loads: Sequence[Process
     idle + sum of each process's (power_w - idle), clipped to the enforced limit. A process attached
     without a utilization or power adds nothing to them (it still holds its memory).
 
-    This is a placeholder: the measured device models of issue 4 (``ecolaunch/sim/models.py``, power
-    caps from Zeus, co-location interference from Gavel) will replace it, through the ``reading``
-    argument of :class:`SimulatedBackend`.
+    The CLI replaces it with the simulator's measured models (``ecolaunch.sim.fitted.measured_reading``: power
+    caps from Zeus, co-location interference from Gavel) through the ``reading`` argument of
+    :class:`SimulatedBackend`; this one serves the device layer's own tests, which must not depend on ``sim``.
     """
     extra_w = sum(max(0.0, p.power_w - model.idle_power_w) for p in loads if p.power_w is not None)
     return Reading(

@@ -127,7 +127,13 @@ def demand(profile: JobProfile | Mapping[str, Any]) -> float:
 
 @functools.lru_cache(maxsize=1)
 def default_interference_model() -> InterferenceModel:
-    """The model calibrated on all of Gavel's single-GPU pairs (suspect values dropped), once per process."""
+    """The model calibrated on all of Gavel's single-GPU pairs (suspect values dropped): the shipped fit
+    (:mod:`ecolaunch.sim.fitted`), else fitted now, once per process."""
+    from ecolaunch.sim.fitted import load
+
+    shipped = load()
+    if shipped is not None:
+        return InterferenceModel(**shipped["interference"])
     fit = fit_gavel()
     logger.debug("interference switch overhead %.4f s", fit.switch_overhead_s)
     return fit.model

@@ -298,7 +298,13 @@ class PowerCapModel:
 
 @functools.lru_cache(maxsize=1)
 def default_power_model() -> PowerCapModel:
-    """The model fitted on all Zeus sweeps, once per process (a few tens of milliseconds)."""
+    """The model fitted on all Zeus sweeps: the shipped fit (:mod:`ecolaunch.sim.fitted`), else fitted now."""
+    from ecolaunch.sim.fitted import load
+
+    shipped = load()
+    if shipped is not None:
+        p = shipped["power"]
+        return PowerCapModel({g: CapShape(**s) for g, s in p["shapes"].items()}, p["active_idle_frac"])
     model = PowerCapModel.fit()
     logger.debug("fitted power-cap shapes: %s", model.shapes)
     return model
