@@ -83,8 +83,8 @@ def build_parser(env: Mapping[str, str], prog: str = "ecolaunch") -> argparse.Ar
     parser.prog = prog
     parser.description = (
         "Drop-in torchrun: places the job on GPUs shared with the other jobs of this machine, then launches it "
-        "exactly like torchrun. Subcommands: status, policy (see 'ecolaunch status --help'); "
-        "run a script named like a subcommand as ./NAME."
+        "exactly like torchrun. Subcommands: status, history, report, simulate, predict, policy, agent "
+        "(see 'ecolaunch SUBCOMMAND --help'); run a script named like a subcommand as ./NAME."
     )
     group = parser.add_argument_group("ecolaunch options")
     for flags, env_var, takes_value, help_text in ECO_OPTIONS:
