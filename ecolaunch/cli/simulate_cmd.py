@@ -21,7 +21,8 @@ def _fmt_h(seconds: float) -> str:
 @click.option("--trace", "trace_name", default="workstation-light", show_default=True,
               help="a standard trace name or a trace file (see README, Simulator)")
 @click.option("--policy", "policies", multiple=True, default=("exclusive",), show_default=True,
-              help="a placement policy; repeat to compare several in one run")
+              help="a placement policy (exclusive, first-fit, lucid, eaco, zeus, gnn, oracle); repeat to compare "
+                   "several in one run")
 @click.option("--seed", default=0, show_default=True, help="seed of the trace's random draws")
 @click.option("--jobs", type=click.IntRange(1, 1_000_000), default=None, help="number of jobs (default: the trace's)")
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")

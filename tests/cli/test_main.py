@@ -28,3 +28,14 @@ def test_the_launch_path_imports_no_subcommand_no_click_and_no_torch_geometric(s
     out = subprocess.run([sys.executable, "-c", probe], env=clean_env(ECOLAUNCH_SIMULATE="2xA100-SXM4-80GB", ECOLAUNCH_STATE_DIR=str(state_dir)),
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_simulate_help_names_every_policy() -> None:
+    from click.testing import CliRunner
+
+    from ecolaunch.cli.simulate_cmd import simulate
+    from ecolaunch.sim.policies import sim_policy_names
+
+    text = " ".join(CliRunner().invoke(simulate, ["--help"]).output.split())
+    for name in sim_policy_names():
+        assert name in text, name
