@@ -222,8 +222,8 @@ class EnergyAwarePolicy:
         cap_txt = ", ".join(f"{w:.0f} W" for w in best.caps_w if w is not None) or "default power limit"
         share_txt = "shares with " + ", ".join(sorted({j for v in colocated.values() for j in v})) if any(colocated.values()) else "alone"
         reasons = [f"GPU {idx} ({share_txt}, {cap_txt}): predicted {100 * (1 / x_new - 1):.1f} % slower than alone "
-                   f"(bound {job.allowed_slowdown_pct:g} %), {max(cost, 0.0):.0f} W per unit of work, the least of {len(scored)} "
-                   f"candidates that keep every job within its bound"]
+                   f"(bound {job.allowed_slowdown_pct:g} %), {max(cost, 0.0):.0f} W per unit of work: the least energy "
+                   f"of {len(scored)} candidate{'' if len(scored) == 1 else 's'} within every job's bound"]
         alternatives = []
         for c, x, cand, _, s in scored[1:4]:
             alternatives.append({
