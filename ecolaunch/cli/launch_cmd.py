@@ -97,9 +97,10 @@ def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
         return _plain(parsed, extra_env, f"{e}{hint}; launching like torchrun without GPU placement")
     store = StateStore(environment.state_dir, group=rules.state_group)
     session = Session(store, backend, get_policy(opts.placement_policy), rules)
-    request = _request(parsed, session, rules, env)
+    host_gpus = _host_gpus(session)
+    request = _request(parsed, session, rules, env, host_gpus)
     history = History(environment.state_dir)
-    fp, plan = _profile_plan(parsed, session, request, history)
+    fp, plan = _profile_plan(parsed, request, history, host_gpus)
     logger.info("profiling: %s", plan.reason)
     request = _with_profile(request, plan.profile)
     if opts.dry_run:
@@ -167,15 +168,14 @@ def _place_and_run(session: Session, launcher: Launcher, parsed: ParsedLaunch, e
     return outcome, observer
 
 
-def _profile_plan(parsed: ParsedLaunch, session: Session, request: JobRequest, history):
+def _profile_plan(parsed: ParsedLaunch, request: JobRequest, history, host_gpus: list):
     """The job's fingerprint and what ``--profile`` resolves to against its history (fingerprint None: the
     GPU model the job will get is not known before placement, on a host with mixed or no GPUs)."""
     from ecolaunch.profile.history import fingerprint
     from ecolaunch.profile.modes import resolve_mode
 
     args = parsed.torch_args
-    host = session.snapshot().hosts.get(session.host)
-    gpus = [g for g in host.gpus.values() if request.allowed_gpus is None or g.uuid in request.allowed_gpus] if host else []
+    gpus = [g for g in host_gpus if request.allowed_gpus is None or g.uuid in request.allowed_gpus]
     models = sorted({g.name for g in gpus})
     if len(models) != 1:
         return None, resolve_mode(parsed.options.profile if models else "off", None)
@@ -246,12 +246,16 @@ def _plain(parsed: ParsedLaunch, extra_env: dict[str, str], why: str) -> int:
     return outcome.exit_code
 
 
-def _request(parsed: ParsedLaunch, session: Session, rules, env: Mapping[str, str]) -> JobRequest:
+def _host_gpus(session: Session) -> list:
+    """This host's GPUs as the state graph sees them now (one reconciling transaction)."""
+    host = session.snapshot().hosts.get(session.host)
+    return list(host.gpus.values()) if host else []
+
+
+def _request(parsed: ParsedLaunch, session: Session, rules, env: Mapping[str, str], host_gpus: list) -> JobRequest:
     from ecolaunch.admin.rules import effective_slowdown_pct
 
     args, opts = parsed.torch_args, parsed.options
-    graph = session.snapshot()
-    host_gpus = list(graph.hosts[session.host].gpus.values()) if session.host in graph.hosts else []
     allowed = allowed_by_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), host_gpus)
     elastic = args.nproc_per_node in ("gpu", "auto")
     nproc = 1 if elastic else _int_nproc(args.nproc_per_node)
