@@ -111,16 +111,6 @@ class GnnPredictor:
             throughput[job.id] = min(throughput[job.id], *curve)
         return Outcome(throughput, power)
 
-    def current(self, state: StateGraph, gpus: Sequence[str]) -> Outcome:
-        from ecolaunch.policy.features import encode_state
-        from ecolaunch.policy.infer import score
-
-        hosts = sorted({h.name for h in state.hosts.values() if any(u in h.gpus for u in gpus)})
-        enc = encode_state(state, hosts=hosts)
-        with _one_thread():
-            thr, power = score(enc.graph())
-        return Outcome(dict(zip(enc.base.job_ids, thr[0].tolist())), dict(zip(enc.base.gpu_uuids, power[0].tolist())))
-
 
 def _without_jobs(state: StateGraph, host: str) -> StateGraph:
     """The host with its GPUs and links but no jobs and no foreign use (readings of an idle machine)."""
