@@ -2,7 +2,8 @@
 
 For every (GPU, workload, batch size) curve of ``summary_power_<gpu>.csv`` (one row per power limit; the
 optimizer is the one ``summary_train.csv`` pairs with the workload), this takes the caps
-``powercap.profile_caps`` would measure (max, ~65 %, ~45 %, minus caps that cannot bind the job) from
+``powercap.profile_caps`` would measure (max, then ~85 % and ~65 % of the job's uncapped power, minus caps that
+cannot bind the job) from
 the trace, fits ``powercap.fit_cap_model`` with a prior **fitted without the evaluated workload**
 (leave-one-workload-out: the prior sees only curves of other networks, on all GPUs; squad and sentiment140
 share BERT and leave together; a leave-one-GPU-out row is printed too),

@@ -59,7 +59,7 @@ def test_full_profile_sets_caps_within_bounds_and_restores_them(backend, vclock)
     assert all(100.0 <= w <= 400.0 for w in caps)
     assert caps[-2:] == [350.0, 350.0] and all(g.limit_w == 350.0 for g in backend.gpus_)  # restored
     points = res.profile.cap_points
-    assert [p.power_cap_w for p in points] == [400.0, 250.0, 175.0]
+    assert [p.power_cap_w for p in points] == [400.0, 250.0, 200.0]  # max, then ~85 % and ~65 % of 300 W
     for p in points:  # each point measured under its own cap only
         assert p.iter_time_s == pytest.approx(iter_time_at(p.power_cap_w, 300.0))
         assert p.power_w == pytest.approx(min(300.0, p.power_cap_w))
@@ -89,11 +89,21 @@ def test_admin_bounds_are_respected(backend, vclock) -> None:
 
 def test_an_input_bound_job_costs_one_cap(backend, vclock) -> None:
     for g in backend.gpus_:
-        g.demand_w = 100.0
+        g.demand_w = 70.0  # below the GPU's lowest cap (100 W): no cap can bind it
     profiler, sampler, _ = make(backend, vclock)
     drive(profiler, sampler, SyntheticJob(vclock, backend, "GPU-0"), 200)
     assert [p.power_cap_w for p in profiler.result.profile.cap_points] == [400.0]
     assert [w for _, w in backend.calls] == [400.0, 400.0, 350.0, 350.0]
+
+
+def test_a_low_power_job_is_measured_at_a_cap_that_binds_it(backend, vclock) -> None:
+    for g in backend.gpus_:
+        g.demand_w = 150.0  # fractions of the board's 400 W would never bind it; of its own 150 W they do
+    profiler, sampler, _ = make(backend, vclock)
+    drive(profiler, sampler, SyntheticJob(vclock, backend, "GPU-0"), 200)
+    points = profiler.result.profile.cap_points
+    assert [p.power_cap_w for p in points] == [400.0, 125.0, 100.0]
+    assert points[1].iter_time_s > points[0].iter_time_s
 
 
 def test_without_a_cap_setter_it_measures_at_the_found_cap(backend, vclock) -> None:
@@ -309,7 +319,7 @@ def test_a_cap_applied_late_is_waited_for(backend, vclock) -> None:
         if profiler.update(job.stamps) is Phase.DONE:
             break
     points = profiler.result.profile.cap_points
-    assert [p.power_cap_w for p in points] == [400.0, 250.0, 175.0]
+    assert [p.power_cap_w for p in points] == [400.0, 250.0, 200.0]  # max, then ~85 % and ~65 % of 300 W
     for p in points:  # no iteration run under the previous cap is counted for the next one
         assert p.iter_time_s == pytest.approx(iter_time_at(p.power_cap_w, 300.0))
 
