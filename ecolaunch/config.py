@@ -27,6 +27,7 @@ ENV_ALLOWED_SLOWDOWN = "ECOLAUNCH_ALLOWED_SLOWDOWN"
 ENV_VERBOSE = "ECOLAUNCH_VERBOSE"
 ENV_EXPLAIN = "ECOLAUNCH_EXPLAIN"
 ENV_PROFILE = "ECOLAUNCH_PROFILE"  # --profile auto|pre|inline|off
+ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a lab's own GNN weight file (``ecolaunch policy train``)
 
 # --- environment variables ecolaunch sets for the workers it launches ----------------------------
 ENV_JOB_ID = "ECOLAUNCH_JOB_ID"
@@ -88,6 +89,8 @@ class Environment:
     state_dir: Path
     simulate: str | None
     policy_file: Path
+    #: the GNN weight file the ``gnn`` policy uses (None: the weights shipped in the package)
+    gnn_weights: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, policy_state_dir: Path | None = None) -> Environment:
@@ -98,4 +101,5 @@ class Environment:
             state_dir=default_state_dir(env, policy_state_dir),
             simulate=env.get(ENV_SIMULATE, "").strip() or None,
             policy_file=Path(policy) if policy else DEFAULT_POLICY_FILE,
+            gnn_weights=Path(env[ENV_GNN_WEIGHTS]).expanduser() if env.get(ENV_GNN_WEIGHTS, "").strip() else None,
         )

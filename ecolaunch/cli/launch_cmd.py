@@ -95,8 +95,12 @@ def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
     except DriverNotFound as e:
         hint = f" (HINT: {e.hint})" if e.hint else ""
         return _plain(parsed, extra_env, f"{e}{hint}; launching like torchrun without GPU placement")
+    if environment.gnn_weights is not None and opts.placement_policy == "gnn":
+        from ecolaunch.policy.infer import load_model_cached
+
+        load_model_cached(environment.gnn_weights)  # a bad weight file fails here, before anything is booked
     store = StateStore(environment.state_dir, group=rules.state_group)
-    session = Session(store, backend, get_policy(opts.placement_policy), rules)
+    session = Session(store, backend, get_policy(opts.placement_policy, gnn_weights=environment.gnn_weights), rules)
     host_gpus = _host_gpus(session)
     request = _request(parsed, session, rules, env, host_gpus)
     history = History(environment.state_dir)

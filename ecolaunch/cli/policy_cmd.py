@@ -1,9 +1,11 @@
-"""``ecolaunch policy``: show the lab admin's effective power policy, or check a policy file.
+"""``ecolaunch policy``: show the lab admin's effective power policy, check a policy file, train the GNN.
 
 ::
 
     ecolaunch policy show [--json] [--file PATH]   every policy value and where it comes from
     ecolaunch policy check FILE                    "OK: FILE" (exit 0), or "Error: ..." + "HINT: ..." (exit 1)
+    ecolaunch policy train --out FILE [--seed N] [--no-history] [--json]
+                                                   retrain the GNN, with this machine's job history
 
 A bad or unreadable policy file is ``Error:`` and exit 1; a usage error is exit 2 (click's own). The
 schema is documented in :mod:`ecolaunch.admin.rules`.
@@ -32,7 +34,7 @@ def _fail(error: EcolaunchError) -> NoReturn:
 
 @click.group("policy")
 def policy() -> None:
-    """Show or check the lab admin's power policy file."""
+    """Show or check the lab admin's power policy file; train the placement GNN."""
 
 
 @policy.command("show")
@@ -104,3 +106,56 @@ def check(file: Path) -> None:
     except EcolaunchError as e:
         _fail(e)
     click.echo(f"OK: {file}")
+
+
+@policy.command("train")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Weight file to write (manifest.json is written beside it).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed: the same seed and data give the same weights.")
+@click.option("--epochs", type=click.IntRange(1, 10_000), default=60, show_default=True)
+@click.option("--synthetic", type=click.IntRange(0, 1_000_000), default=4000, show_default=True,
+              help="Random machine states labelled by the simulator's measured models.")
+@click.option("--history/--no-history", "use_history", default=True, show_default=True,
+              help="Add the measurements of this machine's job history (the state directory's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def train_cmd(out: Path, seed: int, epochs: int, synthetic: int, use_history: bool, as_json: bool) -> None:
+    """Train the GNN from scratch: Gavel's measured pairs, Zeus's cap sweeps, simulated machines and (unless
+    --no-history) the profiles and runs in this machine's job history. Launches use the result when
+    ECOLAUNCH_GNN_WEIGHTS names the file. About a minute on 2 cores."""
+    import sys
+
+    import torch
+
+    from ecolaunch.cli.context import resolve
+    from ecolaunch.policy.history_data import HistoryData, history_samples
+    from ecolaunch.policy.train import train
+    from ecolaunch.profile.history import History
+
+    try:
+        environment, _ = resolve()
+        data = history_samples(History(environment.state_dir)) if use_history else HistoryData()
+        torch.set_num_threads(1)  # reproducible, and fastest on a small shared machine
+
+        def progress(epoch: int, loss: float) -> None:
+            if not as_json:
+                click.echo(f"epoch {epoch + 1:3d}/{epochs}  loss {loss:.4f}", err=True)
+
+        manifest = train(seed, out, epochs=epochs, synthetic=synthetic, extra=data.samples, progress=progress)
+    except EcolaunchError as e:
+        _fail(e)
+    except ImportError as e:
+        _fail(EcolaunchError(f"training needs torch_geometric: {e}", hint="pip install torch-geometric"))
+    manifest["history"] = {"state_dir": str(environment.state_dir) if use_history else None, **data.summary()}
+    (out.parent / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    if as_json:
+        click.echo(json.dumps(manifest, indent=2, sort_keys=True))
+        return
+    g = manifest["metrics"]["gavel_heldout"]
+    h = manifest["history"]
+    skipped = ", ".join(f"{n} {why}" for why, n in h["skipped"].items()) or "none"
+    click.echo(f"history     {h['samples']} samples ({h['cap_points']} profiled caps, {h['runs']} runs, "
+               f"{h['shared_runs']} of them shared); left out: {skipped}" if use_history else "history     not used")
+    click.echo(f"weights     {out} ({manifest.get('weights_bytes', 0)} bytes), {manifest['train_s']} s")
+    click.echo(f"Gavel held-out pairs: MAE {g['mae']:.4f}, pack accuracy {g['pack_accuracy_pct']:.1f} %")
+    click.echo(f"use it:     export ECOLAUNCH_GNN_WEIGHTS={out.resolve()}", file=sys.stdout)

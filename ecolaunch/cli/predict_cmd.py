@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
+from ecolaunch.config import Environment
 from ecolaunch.errors import ConfigError
 
 _JOB_FIELDS = ("id", "iter_time_s", "sm_util_pct", "mem_bw_util_pct", "memory_mib", "power_w", "cap_points")
@@ -107,16 +109,17 @@ def parse_scenario(raw: Any, where: str = "") -> tuple[Any, float | None, list[d
     return gpu, cap, parsed
 
 
-def predict_scenarios(scenarios: list[tuple[Any, float | None, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
-    """Score every scenario in one forward pass of the shipped GNN."""
+def predict_scenarios(scenarios: list[tuple[Any, float | None, list[dict[str, Any]]]],
+                      weights: Path | None = None) -> list[dict[str, Any]]:
+    """Score every scenario in one forward pass of the GNN (``weights``: a weight file; None = shipped)."""
     import torch
 
     from ecolaunch.policy.features import scenario_graph
-    from ecolaunch.policy.infer import score
+    from ecolaunch.policy.infer import load_model_cached, score
 
     torch.set_num_threads(1)  # a few tiny graphs: threads only add overhead on a shared machine
     graphs = [scenario_graph(gpu, cap, jobs) for gpu, cap, jobs in scenarios]
-    throughputs, powers = score(graphs)
+    throughputs, powers = score(graphs, None if weights is None else load_model_cached(weights))
     out = []
     for (gpu, _, jobs), g, thr, power in zip(scenarios, graphs, throughputs, powers):
         memory = sum(j["memory_mib"] for j in jobs)
@@ -162,7 +165,7 @@ def predict(as_json: bool) -> None:
         raise click.ClickException("input: expected a scenario object or a non-empty array of them, got []")
     try:
         scenarios = [parse_scenario(s, f"[{i}]" if many else "") for i, s in enumerate(items)]
-        results = predict_scenarios(scenarios)
+        results = predict_scenarios(scenarios, Environment.from_env().gnn_weights)
     except _Bad as e:
         raise click.ClickException(str(e)) from None
     except ConfigError as e:

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ecolaunch.config import Environment
 from ecolaunch.errors import EcolaunchError
 
 
@@ -42,7 +43,8 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
         if hosts > 1:
             machine = machine.replicate(hosts)
         trace = resolve_trace(trace_name, machine, seed=seed, jobs=jobs)
-        chosen = [get_sim_policy(p) for p in policies]
+        weights = Environment.from_env().gnn_weights
+        chosen = [get_sim_policy(p, gnn_weights=weights) for p in policies]
     except EcolaunchError as e:
         raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
     rows = []

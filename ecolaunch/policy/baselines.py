@@ -58,17 +58,19 @@ def policy_names() -> list[str]:
     return sorted(_registry())
 
 
-def get_policy(name: str):
-    """A new policy registered under ``name``; ConfigError listing the known names otherwise."""
+def get_policy(name: str, *, gnn_weights=None):
+    """A new policy registered under ``name``; ConfigError listing the known names otherwise.
+    ``gnn_weights``: the weight file of the ``gnn`` policy (None: the shipped weights)."""
     from ecolaunch.errors import ConfigError
 
     registry = _registry()
     try:
-        return registry[name]()
+        factory = registry[name]
     except KeyError:
         raise ConfigError(
             f"unknown placement policy {name!r}", hint=f"choose one of: {', '.join(sorted(registry))}"
         ) from None
+    return factory(weights=gnn_weights) if name == "gnn" else factory()
 
 
 def _registry() -> dict:

@@ -1,11 +1,13 @@
 """``gnn``: energy-aware placement whose predictions come from the hierarchical GNN.
 
 :class:`GnnPredictor` scores every candidate of :class:`~ecolaunch.policy.energy.EnergyAwarePolicy` (GPU set ×
-power cap) in one batched forward pass of the shipped model (``ecolaunch/policy/weights``), through the plain-torch
-inference path (:mod:`ecolaunch.policy.infer`: no torch_geometric on the launch path). It predicts each job's
-normalized throughput and each GPU's power at its cap; the policy keeps the candidate with the least predicted
-energy for the work that keeps every affected job inside its slowdown bound, with 10 % of each bound kept back for
-prediction error.
+power cap) in batched forward passes of the shipped model (``ecolaunch/policy/weights``; or a lab's own, written
+by ``ecolaunch policy train``), through the plain-torch inference path (:mod:`ecolaunch.policy.infer`: no
+torch_geometric on the launch path). It predicts each job's normalized throughput and each GPU's power at its
+cap; the policy keeps the candidate with the least predicted energy for the work that keeps every affected job
+inside its slowdown bound, with 5 % of each bound kept back for prediction error. One decision's
+:class:`_GnnScorer` encodes and scores the machine as it runs now once, for every batch of candidates (the
+25 W grid, then the refinement of the winner's cap) and for the objective's "before".
 
 **Relative predictions.** The model predicts absolute normalized throughputs with a small bias (a multi-GPU job
 alone comes out at 0.90-0.93 instead of 1.0). The policy therefore divides: the new job's prediction by the
@@ -27,7 +29,9 @@ power, and its profile, once stored, lets the next launch be placed with full kn
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from pathlib import Path
 
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
@@ -35,27 +39,70 @@ from ecolaunch.state.graph import StateGraph
 
 
 class GnnPredictor:
+    """The GNN as the policy's predictor; ``weights``: a weight file (None: the shipped weights)."""
+
     name = "gnn"
 
-    def __repr__(self) -> str:
-        return "GnnPredictor()"
+    def __init__(self, weights: Path | str | None = None) -> None:
+        self.weights = None if weights is None else Path(weights)
 
-    def predict(self, state: StateGraph, job: JobRequest, candidates: Sequence[Candidate]) -> list[Outcome]:
+    def __repr__(self) -> str:
+        return f"GnnPredictor(weights={None if self.weights is None else str(self.weights)!r})"
+
+    def scorer(self, state: StateGraph, job: JobRequest) -> _GnnScorer:
+        from ecolaunch.policy.infer import load_default_model, load_model_cached
+
+        model = load_default_model() if self.weights is None else load_model_cached(self.weights)
+        return _GnnScorer(model, state, job)
+
+
+class _GnnScorer:
+    """One decision's predictions. The machine as it runs now is encoded and scored once, on first use: it
+    serves every batch of candidates and the "before" of the objective."""
+
+    def __init__(self, model, state: StateGraph, job: JobRequest) -> None:
+        self._model, self._state, self._job = model, state, job
+        self._enc = None
+        self._now: dict[str, float] = {}
+        self._now_power: dict[str, float] = {}
+        self._alone: dict[tuple[str, ...], float] = {}
+        self._curve = None
+
+    def _base(self):
+        if self._enc is None:
+            from ecolaunch.policy.features import encode_state
+            from ecolaunch.policy.infer import score
+
+            self._enc = encode_state(self._state, hosts=[self._job.host])
+            with _one_thread():
+                thr, power = score(self._enc.graph(), self._model)
+            self._now = dict(zip(self._enc.base.job_ids, thr[0].tolist()))
+            self._now_power = dict(zip(self._enc.base.gpu_uuids, power[0].tolist()))
+        return self._enc
+
+    def _alone_on(self, sets: Sequence[tuple[str, ...]]) -> None:
+        """The model's own "alone, uncapped" for the new job: the same GPU sets on an empty copy of the host."""
         from ecolaunch.policy.features import Placement, encode_state
         from ecolaunch.policy.infer import score
 
-        enc = encode_state(state, hosts=[job.host])
-        graphs = enc.candidates(job, [Placement(c.gpus, dict(zip(c.gpus, c.caps_w))) for c in candidates])
-        # the same GPU sets on an empty copy of the host: the model's own "alone, uncapped" for the new job
-        sets = sorted({c.gpus for c in candidates})
-        empty = encode_state(_without_jobs(state, job.host), hosts=[job.host])
-        alone_graphs = empty.candidates(job, [Placement(g, dict.fromkeys(g)) for g in sets])
+        todo = [g for g in sorted(set(sets)) if g not in self._alone]
+        if not todo:
+            return
+        empty = encode_state(_without_jobs(self._state, self._job.host), hosts=[self._job.host])
         with _one_thread():
-            thr, power = score(graphs)
-            now_thr, _ = score(enc.graph())
-            alone_thr, _ = score(alone_graphs)
-        now = dict(zip(enc.base.job_ids, now_thr[0].tolist()))
-        alone = {g: max(t[-1].item(), 1e-6) for g, t in zip(sets, alone_thr)}
+            thr, _ = score(empty.candidates(self._job, [Placement(g, dict.fromkeys(g)) for g in todo]), self._model)
+        self._alone.update({g: max(t[-1].item(), 1e-6) for g, t in zip(todo, thr)})
+
+    def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
+        from ecolaunch.policy.features import Placement
+        from ecolaunch.policy.infer import score
+
+        job = self._job
+        enc = self._base()
+        self._alone_on([c.gpus for c in candidates])
+        graphs = enc.candidates(job, [Placement(c.gpus, dict(zip(c.gpus, c.caps_w))) for c in candidates])
+        with _one_thread():
+            thr, power = score(graphs, self._model)
         ids = (*enc.base.job_ids, job.id)
         uuids = enc.base.gpu_uuids
         outcomes = []
@@ -63,30 +110,36 @@ class GnnPredictor:
             x = dict(zip(ids, t.tolist()))
             # throughputs relative to the model's own reference: the new job alone on the same GPUs, the others
             # as they run now (the model's small bias on solo jobs cancels out; see the module docstring)
-            rel = {k: min(1.0, v / max(now.get(k, 1.0), 1e-6)) for k, v in x.items() if k != job.id}
-            rel[job.id] = min(1.0, x[job.id] / alone[cand.gpus])
-            outcomes.append(self._calibrated(state, job, cand, Outcome(rel, dict(zip(uuids, p.tolist())))))
+            rel = {k: min(1.0, v / max(self._now.get(k, 1.0), 1e-6)) for k, v in x.items() if k != job.id}
+            rel[job.id] = min(1.0, x[job.id] / self._alone[cand.gpus])
+            outcomes.append(self._calibrated(cand, Outcome(rel, dict(zip(uuids, p.tolist())))))
         return outcomes
 
-    def current(self, state: StateGraph, gpus: Sequence[str]) -> Outcome:
+    def current(self, gpus: Sequence[str]) -> Outcome:
         """Running jobs at 1.0 (predictions are relative to how they run now) and the GPUs' predicted power."""
-        from ecolaunch.policy.features import encode_state
-        from ecolaunch.policy.infer import score
+        self._base()
+        return Outcome(dict.fromkeys(self._now, 1.0), dict(self._now_power))
 
-        hosts = sorted({h.name for h in state.hosts.values() if any(u in h.gpus for u in gpus)})
-        enc = encode_state(state, hosts=hosts)
-        with _one_thread():
-            _, power = score(enc.graph())
-        return Outcome(dict.fromkeys(enc.base.job_ids, 1.0), dict(zip(enc.base.gpu_uuids, power[0].tolist())))
-
-    @staticmethod
-    def _calibrated(state: StateGraph, job: JobRequest, cand: Candidate, out: Outcome) -> Outcome:
-        """Replace the GNN's cap effect by the job's measured cap curve on GPUs it would have to itself."""
+    def _cap_curve(self):
+        """The new job's measured cap curve (fitted once per decision), or None."""
         from ecolaunch.policy.estimate import cap_model
         from ecolaunch.profile.powercap import as_cap_points
 
-        if not job.profile or not job.profile.get("cap_points"):
+        if self._curve is None:
+            profile = self._job.profile
+            if not profile or not profile.get("cap_points"):
+                self._curve = (None, None)
+            else:
+                lowest = min(p.power_cap_w for p in as_cap_points(profile["cap_points"]))
+                self._curve = (functools.lru_cache(maxsize=8)(lambda max_w: cap_model(profile, max_w)), lowest)
+        return self._curve
+
+    def _calibrated(self, cand: Candidate, out: Outcome) -> Outcome:
+        """Replace the GNN's cap effect by the job's measured cap curve on GPUs it would have to itself."""
+        fit, lowest_measured = self._cap_curve()
+        if fit is None:
             return out
+        state, job = self._state, self._job
         host = state.hosts[job.host]
         throughput, power = dict(out.throughput), dict(out.gpu_power_w)
         curve: list[float] = []
@@ -96,13 +149,12 @@ class GnnPredictor:
                 continue
             # the uncapped candidate too, so that every candidate on this GPU is judged by the same curve
             cap = gpu.power_limit_w or gpu.power_limit_max_w if cap is None else cap
-            model = cap_model(job.profile, gpu.power_limit_max_w)
+            model = fit(gpu.power_limit_max_w)
             if model is None:
                 continue
             top, at_cap = model.predict(gpu.power_limit_max_w), model.predict(cap)
             curve.append(top.iter_time_s / at_cap.iter_time_s)
             power[u] = at_cap.power_w
-        lowest_measured = min(p.power_cap_w for p in as_cap_points(job.profile["cap_points"]))
         inside = all(c is None or c >= lowest_measured for c in cand.caps_w)
         if curve and len(curve) == len(cand.gpus) and inside:
             # the job has every GPU to itself, at caps within its measured range: the measurements decide
@@ -139,5 +191,6 @@ class _one_thread:
         torch.set_num_threads(self._saved)
 
 
-def gnn_policy(objective: str = "node") -> EnergyAwarePolicy:
-    return EnergyAwarePolicy(GnnPredictor(), name="gnn", objective=objective, margin_pct=5.0)
+def gnn_policy(objective: str = "node", weights: Path | str | None = None) -> EnergyAwarePolicy:
+    """The default policy; ``weights``: a lab's own weight file (``ecolaunch policy train``), None = shipped."""
+    return EnergyAwarePolicy(GnnPredictor(weights), name="gnn", objective=objective, margin_pct=5.0)

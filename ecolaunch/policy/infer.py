@@ -172,6 +172,19 @@ def load_model(path: Path | str) -> PlainModel:
     return PlainModel(config, state)
 
 
+@functools.lru_cache(maxsize=4)
+def load_model_cached(path: Path) -> PlainModel:
+    """A weight file other than the shipped one (a lab's own, ``ecolaunch policy train``), read once per
+    process; ConfigError when it is missing or not a weight file."""
+    try:
+        model = load_model(path)
+    except ConfigError as e:
+        raise ConfigError(str(e), hint="ECOLAUNCH_GNN_WEIGHTS names this file: fix the path (a file written by "
+                                       "`ecolaunch policy train --out`), or unset it for the shipped weights") from e
+    logger.debug("loaded GNN weights %s", path)
+    return model
+
+
 @functools.lru_cache(maxsize=1)
 def load_default_model() -> PlainModel:
     """The shipped weights (``ecolaunch/policy/weights/gnn.pt``), read once per process."""

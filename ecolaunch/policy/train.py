@@ -1,6 +1,6 @@
 """Training the hierarchical GNN: its data, the seeded loop, and the shipped weights' manifest.
 
-What lives here: :func:`train` (the command behind ``benchmarks/train_gnn.py`` and ``ecolaunch policy train``),
+What lives here: :func:`train` (behind ``benchmarks/train_gnn.py`` and ``ecolaunch policy train``),
 the held-out Gavel split (:func:`gavel_heldout`, shared with ``benchmarks/pair_prediction.py``), the three
 data sources and :func:`pair_metrics`. torch_geometric is imported only inside :func:`train`.
 
@@ -23,13 +23,11 @@ data sources and :func:`pair_metrics`. torch_geometric is imported only inside :
     as the simulator runs them), random caps and profiles spanning Gavel's measured iteration times
     (0.01-3 s) and utilizations of 5-100 % (ranges are assumptions).
 
-**A lab's own history** (how to add it; the conversion is not implemented yet): a finished job's record
-(:class:`ecolaunch.profile.history.JobRecord`) already holds its profile, its GPUs, its cap and whom it shared
-with. Once records also store the job's measured iteration time while co-located and its GPUs' measured power,
-each record gives a :class:`LabelledState`: the state graph while it ran (the job and its co-runners with their
-profiles), ``throughputs`` = solo iter_time_s / co-located iter_time_s per job, ``gpu_power_w`` per GPU. Pass
-them as ``train(extra=...)``; they are weighted like measured pairs (``weight``), so a lab's measurements pull
-the model towards its own machines while the simulator data keeps it sane elsewhere.
+**A lab's own history** (``ecolaunch policy train``): :func:`ecolaunch.policy.history_data.history_samples` turns
+the job history of a state directory into :class:`LabelledState` samples (each profiled job's measured caps; each
+finished single-GPU run placed from a known profile, with the jobs it shared its GPU with), passed as
+``train(extra=...)`` and weighted like measured pairs, so a lab's measurements pull the model towards its own
+machines while the simulator data keeps it sane elsewhere. Any other measurements can be added the same way.
 """
 
 from __future__ import annotations
@@ -278,9 +276,11 @@ def build_dataset(seed: int, synthetic: int, extra: Sequence[LabelledState] = ()
     fit = fit_gavel(train=train_mask)
     samples = _gavel_samples(train_mask, fit.demands, gavel_weight) + _zeus_samples(rng)
     samples += [synthetic_state(rng, fit.model) for _ in range(synthetic)] + list(extra)
-    counts = {src: sum(1 for s in samples if s.source == src) for src in ("gavel", "zeus", "synthetic", "extra")}
+    counts = {src: sum(1 for s in samples if s.source == src)
+              for src in ("gavel", "zeus", "synthetic", "history", "extra")}
     data = {"gavel_train_pairs": counts["gavel"], "zeus_rows": counts["zeus"], "synthetic_states": counts["synthetic"],
-            "extra_states": counts["extra"], "gavel_heldout": {"seed": HELDOUT_SEED, "folds": HELDOUT_FOLDS, "fold": 0},
+            "history_samples": counts["history"], "extra_states": counts["extra"],
+            "gavel_heldout": {"seed": HELDOUT_SEED, "folds": HELDOUT_FOLDS, "fold": 0},
             "switch_overhead_s": fit.switch_overhead_s}
     return samples, data
 
@@ -338,7 +338,7 @@ def train(seed: int = 0, out_path: Path | str | None = None, *, epochs: int = 60
             loss.backward()
             opt.step()
             sched.step()
-            loss_sum += float(loss) / ((len(order) + CHUNKS_PER_BATCH - 1) // CHUNKS_PER_BATCH)
+            loss_sum += loss.item() / ((len(order) + CHUNKS_PER_BATCH - 1) // CHUNKS_PER_BATCH)
         if progress is not None:
             progress(epoch, loss_sum)
     model.eval()

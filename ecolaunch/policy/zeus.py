@@ -13,15 +13,21 @@ from ecolaunch.admin.rules import Rules, cap_bounds_w
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.estimate import cap_model
-from ecolaunch.profile.powercap import cap_grid, choose_cap
+from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid, choose_cap
 from ecolaunch.state.graph import StateGraph
 
 
 class ZeusPolicy:
+    """``cap_step_w``: the cap grid (Zeus's own stride by default; ``benchmarks/energy.py`` also runs a 5 W
+    ablation under another ``name``)."""
+
     name = "zeus"
 
+    def __init__(self, cap_step_w: float = DEFAULT_CAP_STEP_W, name: str = "zeus") -> None:
+        self.cap_step_w, self.name = cap_step_w, name
+
     def __repr__(self) -> str:
-        return "ZeusPolicy(eta=1.0)"
+        return f"ZeusPolicy(eta=1.0, cap_step_w={self.cap_step_w})"
 
     def decide(self, state: StateGraph, job: JobRequest, rules: Rules) -> Decision | None:
         placed = ExclusivePolicy().decide(state, job, rules)
@@ -40,7 +46,8 @@ class ZeusPolicy:
                 caps[uuid] = None
                 continue
             low, high = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
-            choice = choose_cap(model, cap_grid(low, high), job.allowed_slowdown_pct, 1.0, gpu.power_limit_max_w)
+            choice = choose_cap(model, cap_grid(low, high, self.cap_step_w), job.allowed_slowdown_pct, 1.0,
+                                gpu.power_limit_max_w)
             caps[uuid] = None if choice.cap_w >= gpu.power_limit_max_w else choice.cap_w
             if uuid == placed.gpus[0]:
                 reasons.append(choice.reason)

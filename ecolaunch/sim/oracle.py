@@ -31,6 +31,9 @@ class TrueModelPredictor:
     def __repr__(self) -> str:
         return "TrueModelPredictor()"
 
+    def scorer(self, state: StateGraph, job: JobRequest) -> _TrueScorer:
+        return _TrueScorer(self, state, job)
+
     def predict(self, state: StateGraph, job: JobRequest, candidates: Sequence[Candidate]) -> list[Outcome]:
         new = as_profile(job.profile or {})
         return [self._outcome(state, job.host, cand.gpus, cand.caps_w, (job.id, new)) for cand in candidates]
@@ -65,6 +68,17 @@ class TrueModelPredictor:
             for k, x in zip(ids, sg.throughputs):
                 throughput[k] = min(x, throughput.get(k, x))
         return Outcome(throughput, power)
+
+
+class _TrueScorer:
+    def __init__(self, predictor: TrueModelPredictor, state: StateGraph, job: JobRequest) -> None:
+        self._p, self._state, self._job = predictor, state, job
+
+    def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
+        return self._p.predict(self._state, self._job, candidates)
+
+    def current(self, gpus: Sequence[str]) -> Outcome:
+        return self._p.current(self._state, gpus)
 
 
 def oracle_policy(objective: str = "node", host_static_w: float = 0.0) -> EnergyAwarePolicy:
