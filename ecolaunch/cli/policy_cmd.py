@@ -123,8 +123,6 @@ def train_cmd(out: Path, seed: int, epochs: int, synthetic: int, use_history: bo
     """Train the GNN from scratch: Gavel's measured pairs, Zeus's cap sweeps, simulated machines and (unless
     --no-history) the profiles and runs in this machine's job history. Launches use the result when
     ECOLAUNCH_GNN_WEIGHTS names the file. About a minute on 2 cores."""
-    import sys
-
     import torch
 
     from ecolaunch.cli.context import resolve
@@ -158,4 +156,4 @@ def train_cmd(out: Path, seed: int, epochs: int, synthetic: int, use_history: bo
                f"{h['shared_runs']} of them shared); left out: {skipped}" if use_history else "history     not used")
     click.echo(f"weights     {out} ({manifest.get('weights_bytes', 0)} bytes), {manifest['train_s']} s")
     click.echo(f"Gavel held-out pairs: MAE {g['mae']:.4f}, pack accuracy {g['pack_accuracy_pct']:.1f} %")
-    click.echo(f"use it:     export ECOLAUNCH_GNN_WEIGHTS={out.resolve()}", file=sys.stdout)
+    click.echo(f"use it:     export ECOLAUNCH_GNN_WEIGHTS={out.resolve()}")

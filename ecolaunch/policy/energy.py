@@ -12,8 +12,8 @@ cap levels inside the admin bounds on Zeus's 25 W grid (the winner's cap is then
 :data:`DECISION_CAP_STEP_W` grid around it); a set that shares a GPU keeps that GPU's current cap (a newcomer
 does not change the power of a colleague's GPU); a job whose power is unknown (no profile) is never capped. Sets
 are ranked by their slowest link, then by how many of their GPUs are shared; of the sets nobody uses only the best
-of each link class is kept (they are interchangeable); at most ``max_sets`` are kept. Past ``MAX_COMBINATIONS`` sets (a 4-GPU job on a 64-GPU host) a few good sets are
-built greedily instead.
+of each link class is kept (they are interchangeable); at most ``max_sets`` are kept. Past ``MAX_COMBINATIONS``
+sets (a 4-GPU job on a 64-GPU host) a few good sets are built greedily instead.
 
 **Objective** (per unit of the new job's work, so that fast and slow candidates compare fairly)::
 
@@ -205,7 +205,7 @@ class EnergyAwarePolicy:
         finer = self._refinements(state, job, rules, scored[0][2])
         if finer:
             scored = self._ranked(state, job, finer, scorer.predict(finer), before, scored)
-        return self._decision(state, job, scored)
+        return self._decision(state, job, scored, refined=set(finer))
 
     def _ranked(self, state: StateGraph, job: JobRequest, candidates: Sequence[Candidate],
                 outcomes: Sequence[Outcome], before: Outcome, scored: Sequence = ()) -> list:
@@ -261,7 +261,8 @@ class EnergyAwarePolicy:
         cost = (delta_w + static + lost) / x_new
         return cost, x_new, cand, out, slowdowns
 
-    def _decision(self, state: StateGraph, job: JobRequest, scored) -> Decision:
+    def _decision(self, state: StateGraph, job: JobRequest, scored, refined: set[Candidate] = frozenset()
+                  ) -> Decision:
         gpus = state.hosts[job.host].gpus
         cost, x_new, best, out, slow = scored[0]
         caps = dict(zip(best.gpus, best.caps_w))
@@ -273,7 +274,8 @@ class EnergyAwarePolicy:
                    f"(bound {job.allowed_slowdown_pct:g} %), {max(cost, 0.0):.0f} W per unit of work: the least energy "
                    f"of {len(scored)} candidate{'' if len(scored) == 1 else 's'} within every job's bound"]
         alternatives = []
-        for c, x, cand, _, s in scored[1:4]:
+        # the alternatives a user can weigh: other GPU sets and caps of the 25 W grid, not the 5 W neighbours
+        for c, x, cand, _, s in [r for r in scored[1:] if r[2] not in refined][:3]:
             alternatives.append({
                 "gpus": list(cand.gpus),
                 "power_caps_w": dict(zip(cand.gpus, cand.caps_w)),

@@ -47,6 +47,9 @@ def test_candidates_are_on_the_25w_grid_and_the_chosen_cap_is_refined_to_5w() ->
     # the refined cap costs no more predicted energy per unit of work and stays inside the bound (with margin)
     assert fine.predicted["energy_w_per_work"] <= coarse.predicted["energy_w_per_work"] + 1e-9
     assert fine.predicted["slowdown_pct"]["new"] <= 10.0 * 0.95 + 1e-9
+    # the alternatives shown to the user are other choices of the 25 W grid, not the refinement's 5 W neighbours
+    alt_caps = [c for a in fine.alternatives for c in a["power_caps_w"].values()]
+    assert alt_caps and all(c is None or c % 25 == 0 for c in alt_caps)
 
 
 def test_a_job_whose_power_is_unknown_is_never_capped() -> None:
