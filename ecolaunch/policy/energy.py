@@ -25,8 +25,8 @@ work before (its share of its GPUs' power / its throughput): the work others los
 cost. ``static_share`` is zero for node and GPU-only energy (a workstation's host power is spent whether or
 not the job runs) and the host's static power per GPU times the job's GPUs for job-attributed energy (EaCO's
 accounting). Constraint: every affected job's predicted slowdown (against solo, uncapped) stays within its bound,
-with ``margin_pct`` of the bound kept back for prediction error. Ties break by the new job's predicted completion
-time. Nothing qualifies → ``None`` (the job waits).
+with ``margin_pct`` of the bound kept back for prediction error. Ties (costs within :data:`TIE_W` or
+:data:`TIE_FRACTION` of the least) break by the new job's predicted completion time. Nothing qualifies → ``None`` (the job waits).
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ OBJECTIVES = ("node", "gpu", "job")
 #: limit within the board's range. On a 10 % bound the 25 W grid left jobs 3-8 % slow where 9-10 % was
 #: allowed (``benchmarks/energy.py``; the README's energy section gives the figures of both grids).
 DECISION_CAP_STEP_W = 5.0
+#: candidates whose cost is within this many watts per unit of work (or this fraction) of the least are
+#: ties, decided by predicted speed (e.g. caps that cannot bind a job drawing little power)
+TIE_W, TIE_FRACTION = 0.1, 0.001
 #: above this many GPU sets a few good ones are built greedily instead of ranking them all
 MAX_COMBINATIONS = 2000
 
@@ -214,9 +217,14 @@ class EnergyAwarePolicy:
             row = self._score(state, job, cand, out, before)
             if row is not None:
                 rows.append(row)
+        if not rows:
+            return rows
         host = state.hosts[job.host]
-        # least energy; then the earliest completion; then the fastest links; then the lowest indices
-        rows.sort(key=lambda r: (round(r[0], 6), round(1.0 / r[1], 6), worst_link(host, r[2].gpus),
+        # least energy (within a tie tolerance: a difference the predictions cannot tell apart must not buy
+        # a slower run); then the earliest completion; then the fastest links; then the lowest indices
+        best = min(r[0] for r in rows)
+        tie = best + max(TIE_W, TIE_FRACTION * abs(best))
+        rows.sort(key=lambda r: (round(max(r[0], tie), 6), round(1.0 / r[1], 6), worst_link(host, r[2].gpus),
                                  [host.gpus[u].index for u in r[2].gpus]))
         return rows
 
@@ -281,7 +289,7 @@ class EnergyAwarePolicy:
                 "power_caps_w": dict(zip(cand.gpus, cand.caps_w)),
                 "predicted_slowdown_pct": round(100 * (1 / x - 1), 2),
                 "energy_w_per_work": round(c, 2),
-                "why_not": f"{(c / cost - 1) * 100:.1f} % more energy per unit of work" if cost > 0 else "costs more",
+                "why_not": _why_not(c, cost, x, x_new),
             })
         return Decision(
             policy=self.name,
@@ -298,3 +306,10 @@ class EnergyAwarePolicy:
             },
             alternatives=alternatives,
         )
+
+
+def _why_not(cost: float, best: float, x: float, x_best: float) -> str:
+    if cost <= best + max(TIE_W, TIE_FRACTION * abs(best)):
+        return ("as little energy per unit of work, but slower" if x < x_best - 1e-9
+                else "as little energy per unit of work, and no faster")
+    return f"{(cost / best - 1) * 100:.1f} % more energy per unit of work" if best > 0 else "costs more"

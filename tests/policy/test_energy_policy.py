@@ -7,7 +7,7 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.policy.energy import DECISION_CAP_STEP_W, EnergyAwarePolicy, enumerate_candidates
+from ecolaunch.policy.energy import DECISION_CAP_STEP_W, EnergyAwarePolicy, Outcome, enumerate_candidates
 from ecolaunch.policy.gnn import GnnPredictor, gnn_policy
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
 from ecolaunch.sim.metrics import summarize
@@ -78,3 +78,37 @@ def test_in_simulation_the_finer_grid_saves_gpu_energy_and_keeps_every_bound() -
     assert fine.gpu_energy_kwh < 0.99 * coarse.gpu_energy_kwh
     assert coarse.mean_slowdown_pct < fine.mean_slowdown_pct <= 10.0
     assert fine.gpu_energy_kwh <= 1.03 * oracle.gpu_energy_kwh  # within 3 % of the oracle on this small instance
+
+
+class _Stub:
+    """A predictor whose answers the test chooses: capped runs draw ``saving_w`` less and run 0.6 % slower."""
+
+    name = "stub"
+
+    def __init__(self, saving_w: float) -> None:
+        self.saving_w = saving_w
+
+    def scorer(self, state, job):
+        stub = self
+
+        class _Scorer:
+            def predict(self, candidates):
+                return [Outcome({job.id: 1.0 if c.caps_w[0] is None else 0.994},
+                                {u: 50.05 - (0.0 if c.caps_w[0] is None else stub.saving_w) for u in c.gpus})
+                        for c in candidates]
+
+            def current(self, gpus):
+                return Outcome({}, dict.fromkeys(gpus, 50.0))
+
+        return _Scorer()
+
+
+def test_caps_that_save_nothing_measurable_are_not_set() -> None:
+    """A job that draws less than any cap binds: capping saves a few hundredths of a watt on paper, which the
+    predictions cannot tell from nothing, so the default limit and the faster run win. A real saving still wins."""
+    job = request(PROFILE)
+    d = EnergyAwarePolicy(_Stub(0.05)).decide(idle_host(), job, Rules())
+    assert set(d.power_caps_w.values()) == {None}
+    assert {a["why_not"] for a in d.alternatives} == {"as little energy per unit of work, but slower"}
+    d = EnergyAwarePolicy(_Stub(5.0)).decide(idle_host(), job, Rules())
+    assert None not in set(d.power_caps_w.values())
