@@ -127,8 +127,7 @@ def cap_levels(gpu: GpuNode, rules: Rules, step_w: float = DEFAULT_CAP_STEP_W) -
     return [None, *(c for c in cap_grid(low, high, step_w) if c < gpu.power_limit_max_w)]
 
 
-def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, max_sets: int = 24,
-                         cap_step_w: float = DEFAULT_CAP_STEP_W) -> list[Candidate]:
+def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, max_sets: int = 24) -> list[Candidate]:
     host = state.hosts.get(job.host)
     if host is None:
         return []
@@ -169,7 +168,7 @@ def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, ma
         if any(state.jobs_on(u) for u in uuids) or not knows_power(job):  # never cap blind
             out.append(Candidate(uuids, (None,) * len(uuids)))
             continue
-        for cap in cap_levels(combo[0], rules, cap_step_w):
+        for cap in cap_levels(combo[0], rules):
             out.append(Candidate(uuids, (cap,) * len(uuids)))
     return out
 
@@ -222,8 +221,7 @@ class EnergyAwarePolicy:
         host = state.hosts[job.host]
         # least energy (within a tie tolerance: a difference the predictions cannot tell apart must not buy
         # a slower run); then the earliest completion; then the fastest links; then the lowest indices
-        best = min(r[0] for r in rows)
-        tie = best + max(TIE_W, TIE_FRACTION * abs(best))
+        tie = _tie_limit(min(r[0] for r in rows))
         rows.sort(key=lambda r: (round(max(r[0], tie), 6), round(1.0 / r[1], 6), worst_link(host, r[2].gpus),
                                  [host.gpus[u].index for u in r[2].gpus]))
         return rows
@@ -237,10 +235,8 @@ class EnergyAwarePolicy:
         """
         if self.cap_step_w >= DEFAULT_CAP_STEP_W or not knows_power(job) or any(state.jobs_on(u) for u in best.gpus):
             return []
-        levels = cap_levels(state.hosts[job.host].gpus[best.gpus[0]], rules, self.cap_step_w)
-        if len(levels) == 1:
-            return []
         gpu = state.hosts[job.host].gpus[best.gpus[0]]
+        levels = cap_levels(gpu, rules, self.cap_step_w)
         at = best.caps_w[0] if best.caps_w[0] is not None else (gpu.power_limit_w or gpu.power_limit_max_w)
         coarse = set(cap_levels(gpu, rules))
         return [Candidate(best.gpus, (c,) * len(best.gpus)) for c in levels
@@ -308,8 +304,13 @@ class EnergyAwarePolicy:
         )
 
 
+def _tie_limit(best: float) -> float:
+    """The highest cost that still ties with ``best`` (see :data:`TIE_W`)."""
+    return best + max(TIE_W, TIE_FRACTION * abs(best))
+
+
 def _why_not(cost: float, best: float, x: float, x_best: float) -> str:
-    if cost <= best + max(TIE_W, TIE_FRACTION * abs(best)):
+    if cost <= _tie_limit(best):
         return ("as little energy per unit of work, but slower" if x < x_best - 1e-9
                 else "as little energy per unit of work, and no faster")
     return f"{(cost / best - 1) * 100:.1f} % more energy per unit of work" if best > 0 else "costs more"

@@ -17,10 +17,12 @@ now. Slowdown bounds of running jobs are so checked against how they run now.
 **Calibration by the job's own measurements.** On GPUs the new job would have to itself, at caps within the range
 it was profiled at, the effect of a power cap is taken from the job's measured cap points (``ecolaunch.profile.
 powercap``: its profiled caps, with the Zeus-learned prior between them) rather than from the GNN: the GNN knows a
-job only by its solo profile, while those points are measurements of this very job. Below the lowest measured cap
-(an extrapolation for both) the more pessimistic of the two predictions is kept. In simulation this cut the QoS violations of
-the GNN policy on the light workstation trace from 18.7 % to the figure printed by ``benchmarks/energy.py``.
-Sharing (the interference between co-located jobs, the power of shared GPUs) is the GNN's alone.
+job only by its solo profile, while those points are measurements of this very job (such candidates are not even
+scored by the GNN, which keeps a decision within its latency goal). Below the lowest measured cap (an
+extrapolation for both) the more pessimistic of the two predictions is kept. In simulation this cut the QoS
+violations of the GNN policy on the light workstation trace from 18.7 % to the figure printed by
+``benchmarks/energy.py``. Sharing (the interference between co-located jobs, the power of shared GPUs) is the
+GNN's alone.
 
 A job without a measured profile is neither capped nor shared by this policy (``EnergyAwarePolicy``: sharing
 needs a known memory size; capping needs a known power): the first launch of an unknown job runs alone at default
@@ -94,9 +96,30 @@ class _GnnScorer:
         self._alone.update({g: max(t[-1].item(), 1e-6) for g, t in zip(todo, thr)})
 
     def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
+        job = self._job
+        measured = [self._measured(c) for c in candidates]
+        # the GNN scores only the candidates the job's own measurements cannot decide alone
+        scored = iter(self._scored([c for c, m in zip(candidates, measured) if not m[2]]))
+        outcomes = []
+        for curve, power, decides in measured:
+            if decides:
+                outcomes.append(Outcome({job.id: min(curve)}, power))
+                continue
+            out = next(scored)
+            throughput = dict(out.throughput)
+            if curve:  # below the measured range, or sharing: the more pessimistic of the two
+                throughput[job.id] = min(throughput[job.id], *curve)
+            outcomes.append(Outcome(throughput, {**out.gpu_power_w, **power}))
+        return outcomes
+
+    def _scored(self, candidates: Sequence[Candidate]) -> list[Outcome]:
+        """The GNN's outcomes, throughputs relative to its own reference: the new job alone on the same GPUs,
+        the others as they run now (the model's small bias on solo jobs cancels out; see the module docstring)."""
         from ecolaunch.policy.features import Placement
         from ecolaunch.policy.infer import score
 
+        if not candidates:
+            return []
         job = self._job
         enc = self._base()
         self._alone_on([c.gpus for c in candidates])
@@ -104,15 +127,12 @@ class _GnnScorer:
         with _one_thread():
             thr, power = score(graphs, self._model)
         ids = (*enc.base.job_ids, job.id)
-        uuids = enc.base.gpu_uuids
         outcomes = []
         for cand, t, p in zip(candidates, thr, power):
             x = dict(zip(ids, t.tolist()))
-            # throughputs relative to the model's own reference: the new job alone on the same GPUs, the others
-            # as they run now (the model's small bias on solo jobs cancels out; see the module docstring)
             rel = {k: min(1.0, v / max(self._now.get(k, 1.0), 1e-6)) for k, v in x.items() if k != job.id}
             rel[job.id] = min(1.0, x[job.id] / self._alone[cand.gpus])
-            outcomes.append(self._calibrated(cand, Outcome(rel, dict(zip(uuids, p.tolist())))))
+            outcomes.append(Outcome(rel, dict(zip(enc.base.gpu_uuids, p.tolist()))))
         return outcomes
 
     def current(self, gpus: Sequence[str]) -> Outcome:
@@ -134,18 +154,20 @@ class _GnnScorer:
                 self._curve = (functools.lru_cache(maxsize=8)(lambda max_w: cap_model(profile, max_w)), lowest)
         return self._curve
 
-    def _calibrated(self, cand: Candidate, out: Outcome) -> Outcome:
-        """Replace the GNN's cap effect by the job's measured cap curve on GPUs it would have to itself."""
+    def _measured(self, cand: Candidate) -> tuple[list[float], dict[str, float], bool]:
+        """The job's measured cap curve on the candidate's GPUs it would have to itself: its speed on each (against
+        uncapped), each one's board power, and whether the measurements decide alone (every GPU its own, every
+        cap within the measured range: the GNN knows the job only by its solo profile, those points are
+        measurements of this very job)."""
         fit, lowest_measured = self._cap_curve()
         if fit is None:
-            return out
-        state, job = self._state, self._job
-        host = state.hosts[job.host]
-        throughput, power = dict(out.throughput), dict(out.gpu_power_w)
+            return [], {}, False
+        host = self._state.hosts[self._job.host]
         curve: list[float] = []
+        power: dict[str, float] = {}
         for u, cap in zip(cand.gpus, cand.caps_w):
             gpu = host.gpus[u]
-            if state.jobs_on(u) or gpu.power_limit_max_w is None:
+            if self._state.jobs_on(u) or gpu.power_limit_max_w is None:
                 continue
             # the uncapped candidate too, so that every candidate on this GPU is judged by the same curve
             cap = gpu.power_limit_w or gpu.power_limit_max_w if cap is None else cap
@@ -156,12 +178,7 @@ class _GnnScorer:
             curve.append(top.iter_time_s / at_cap.iter_time_s)
             power[u] = at_cap.power_w
         inside = all(c is None or c >= lowest_measured for c in cand.caps_w)
-        if curve and len(curve) == len(cand.gpus) and inside:
-            # the job has every GPU to itself, at caps within its measured range: the measurements decide
-            throughput[job.id] = min(curve)
-        elif curve:
-            throughput[job.id] = min(throughput[job.id], *curve)
-        return Outcome(throughput, power)
+        return curve, power, bool(curve) and len(curve) == len(cand.gpus) and inside
 
 
 def _without_jobs(state: StateGraph, host: str) -> StateGraph:
