@@ -139,13 +139,13 @@ def train_cmd(out: Path, seed: int, epochs: int, synthetic: int, use_history: bo
             if not as_json:
                 click.echo(f"epoch {epoch + 1:3d}/{epochs}  loss {loss:.4f}", err=True)
 
-        manifest = train(seed, out, epochs=epochs, synthetic=synthetic, extra=data.samples, progress=progress)
+        history = {"state_dir": str(environment.state_dir) if use_history else None, **data.summary()}
+        manifest = train(seed, out, epochs=epochs, synthetic=synthetic, extra=data.samples,
+                         describe={"history": history}, progress=progress)
     except EcolaunchError as e:
         _fail(e)
     except ImportError as e:
         _fail(EcolaunchError(f"training needs torch_geometric: {e}", hint="pip install torch-geometric"))
-    manifest["history"] = {"state_dir": str(environment.state_dir) if use_history else None, **data.summary()}
-    (out.parent / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     if as_json:
         click.echo(json.dumps(manifest, indent=2, sort_keys=True))
         return

@@ -57,13 +57,13 @@ class HistoryData:
 
 
 def history_samples(history: History, *, weight: float = 3.0, min_iterations: int = 20,
-                    min_overlap: float = 0.9, records: Sequence[JobRecord] | None = None) -> HistoryData:
-    """Training samples from ``history`` (see the module docstring); ``records`` overrides reading them."""
+                    min_overlap: float = 0.9) -> HistoryData:
+    """Training samples from ``history`` (see the module docstring)."""
     from ecolaunch.policy.train import LabelledState
 
     if not weight > 0:
         raise ConfigError(f"history sample weight must be > 0, got {weight!r}")
-    recs = history.list() if records is None else list(records)
+    recs = history.list()
     by_id = {r.job_id: r for r in recs}
     out = HistoryData()
     seen: set[str] = set()

@@ -305,11 +305,12 @@ def evaluate(predict: Callable[[HeteroGraph], tuple[Tensor, Tensor]], seed: int 
 
 def train(seed: int = 0, out_path: Path | str | None = None, *, epochs: int = 60, synthetic: int = 4000,
           batch_size: int = 64, lr: float = 3e-3, hidden: int = 32, gavel_weight: float = 3.0,
-          extra: Sequence[LabelledState] = (),
+          extra: Sequence[LabelledState] = (), describe: Mapping[str, Any] | None = None,
           progress: Callable[[int, float], None] | None = None, clock: Callable[[], float] = time.perf_counter
           ) -> dict[str, Any]:
     """Train from scratch (seeded: same seed, same machine, same weights) and write the weights plus
-    ``manifest.json`` next to them when ``out_path`` is given. Returns the manifest."""
+    ``manifest.json`` next to them when ``out_path`` is given; ``describe`` adds keys to the manifest (e.g.
+    what the ``extra`` samples came from). Returns the manifest."""
     from ecolaunch.policy.infer import ModelConfig, write_weights
     from ecolaunch.policy.model import HierarchicalGNN
 
@@ -348,6 +349,7 @@ def train(seed: int = 0, out_path: Path | str | None = None, *, epochs: int = 60
         "config": model.config.to_dict(), "parameters": model.num_parameters(), "data": data,
         "final_loss": loss_sum, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "metrics": evaluate(model), "train_s": round(clock() - start, 1), "data_s": round(built, 1),
+        **(describe or {}),
     }
     if out_path is not None:
         out = Path(out_path)
