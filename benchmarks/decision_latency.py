@@ -6,8 +6,8 @@ A full decision is what a launcher does to get GPUs: one transaction of the stat
 (live GPU readings through the simulated backend, liveness of every job's launcher), builds the GNN's graph of the
 host, scores every candidate (GPU set x power cap) in batched forward passes, and writes the job back. Cases: one
 host with 8 GPUs and 32 running jobs, and one host with 64 GPUs and 256 running jobs (jobs packed up to 4 per GPU
-by first-fit beforehand, each with a measured profile). The new job asks for one GPU and has a profile, so caps
-are enumerated too (``candidates``: those on the 25 W grid; the winner is then refined on a 5 W grid around it).
+by first-fit beforehand, each with a measured profile). The new job asks for one GPU and has a profile, so every
+GPU set it would have to itself gets the cap its measured curve chooses (on the 5 W grid, with its margin).
 ``--json`` prints ``{"cases": [{"gpus": 8, "jobs": 32, "candidates": …, "p50_ms": …, "p99_ms": …}, …]}``.
 Goals: p50 <= 20 ms (8/32) and <= 200 ms (64/256) on 2 cores.
 """

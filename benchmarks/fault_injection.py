@@ -13,7 +13,7 @@ Printed figures:
   a GPU of its own): must be 0;
 * ``caps_left_changed``: GPUs whose power limit differs from the original (non-default, set before the run)
   once everything has settled: must be 0;
-* ``lost_history_records``: finished real launches without a record under ``<state dir>/history/jobs``: must be
+* ``lost_history_records``: finished real launches without a record under ``<state dir>/history/<user>/jobs``: must be
   0 (reported as 0 with ``history_written: false`` while the launcher does not write records yet);
 * ``restore_p50_s`` / ``restore_p99_s``: from the SIGKILL of a capped launcher to its GPU's original cap.
 
@@ -212,7 +212,7 @@ class Bench:
         return sum(1 for g in self.backend.gpus() if g.power_limit_w != self.original[g.uuid])
 
     def history(self) -> tuple[int, bool]:
-        records = len(list((self.state / "history" / "jobs").glob("*.json")))
+        records = len(list((self.state / "history").glob("*/jobs/*.json")))  # <state>/history/<user>/jobs
         if records == 0:
             return 0, False
         return max(0, self.completed_real - records), True

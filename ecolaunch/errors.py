@@ -9,6 +9,7 @@ Every error ecolaunch raises on purpose derives from :class:`EcolaunchError`; th
     │   ├── DriverNotFound     no NVIDIA driver / NVML library: ecolaunch falls back to plain torchrun
     │   └── PermissionDenied   the caller may not change this setting (e.g. power limits without root)
     ├── StateError             the state directory is unusable (permissions, not a directory, ...)
+    ├── NeverFits              the request can never fit this host, however long it waits (exit 1)
     ├── NoPlacement            nothing fits now and the caller asked not to wait (exit 75)
     └── WaitTimeout            waited ``--wait-timeout`` seconds in the queue without a placement (exit 75)
 
@@ -44,6 +45,11 @@ class PermissionDenied(DeviceError):
 
 class StateError(EcolaunchError):
     """The state directory or one of its files cannot be used."""
+
+
+class NeverFits(EcolaunchError):
+    """The request asks for more than this host has (GPUs the user may use, or memory per GPU): waiting cannot
+    help, so it is an error (exit 1), not "try again later" (75), which a scheduler would retry forever."""
 
 
 class NoPlacement(EcolaunchError):

@@ -12,7 +12,10 @@ hardware settings:
 * when no running job wants a change, the GPU gets back its **original** cap: the one found before ecolaunch first
   touched it (not NVIDIA's default). The original is written to the ledger file (``<state dir>/caps.json``,
   atomic write) *before* the hardware changes, so after a crash or reboot the next keeper restores from it;
-* a job whose launcher is dead holds no caps (its lease ended), even before reconcile removed it.
+* a job whose launcher is dead holds no caps (its lease ended), even before reconcile removed it; nor does a job
+  whose launcher runs under another uid than the job names (a forged job file naming pid 1);
+* on a GPU shared with a job that wants no cap there, a job's cap counts only if that job was placed after it,
+  knowing it was there: a newcomer, or a job file that merely claims a colleague's GPU, never caps it.
 
 Callers hold the state lock around :meth:`CapKeeper.reconcile`, which serializes ledger updates between the agent
 and root launchers. Without the agent: :func:`apply_caps_as_launcher` (root launcher, same guarantees) and
@@ -29,20 +32,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu
-from ecolaunch.admin.safety import trusted_by_root
+from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu, may_use_gpu
+from ecolaunch.admin.safety import identity_of_uid, require_launcher_privilege, trusted_by_root
 from ecolaunch.devices.base import GpuBackend, GpuSnapshot
 from ecolaunch.errors import DeviceError, PermissionDenied
-from ecolaunch.state.graph import JobState, StateGraph
-from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
+from ecolaunch.state.graph import Job, JobState, StateGraph
+from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
 from ecolaunch.state.store import RefusedFile, StateStore, atomic_write_bytes, read_regular_file_owned
 
 __all__ = [
     "LEDGER_FILE",
     "CapKeeper",
+    "LedgerEntry",
     "CapReport",
     "apply_caps_as_launcher",
     "cap_recommendation",
+    "clip_cap_w",
     "desired_caps",
     "load_ledger",
     "restore_caps_as_launcher",
@@ -68,6 +73,8 @@ class CapReport:
     failed: list[str] = field(default_factory=list)
     #: the desired cap of every managed GPU after this pass (None: its original)
     desired: dict[str, float | None] = field(default_factory=dict)
+    #: GPUs someone else changed since ecolaunch set them: left as found (uuid → W) and forgotten
+    left: dict[str, float] = field(default_factory=dict)
 
 
 def desired_caps(
@@ -81,33 +88,50 @@ def desired_caps(
     """The cap each managed GPU of ``host`` should run at now (GPUs absent: no job wants a change).
 
     Pure: reads the graph, never the hardware. Every wish is validated here, whatever the loader already checked.
+    A job counts only while its launcher lives as the uid the job names (:func:`launcher_alive`), and its cap on a
+    GPU counts only where it cannot slow a colleague down (:func:`_refusal`).
     """
     ignored = [] if ignored is None else ignored
     by_uuid = {g.uuid: g for g in gpus}
-    wanted: dict[str, float] = {}
+    holders: dict[str, list[Job]] = {}
+    live = []
     for job in graph.jobs.values():
-        if job.host != host or job.state is not JobState.RUNNING or not isinstance(job.power_caps_w, dict):
+        if job.host != host or job.state is not JobState.RUNNING or not isinstance(job.gpus, list):
             continue
-        caps = dict(job.power_caps_w)
-        if caps and not processes.alive(job.launcher_pid, job.launcher_start_time):
-            continue  # a dead launcher's lease has ended
-        for uuid, watts in caps.items():
+        if not launcher_alive(processes, job):
+            continue  # a dead launcher's lease has ended; a launcher of another uid never held one
+        live.append(job)
+        for uuid in set(job.gpus):
+            holders.setdefault(uuid, []).append(job)
+    wanted: dict[str, float] = {}
+    for job in live:
+        if not isinstance(job.power_caps_w, dict):
+            continue
+        for uuid, watts in dict(job.power_caps_w).items():
             gpu = by_uuid.get(uuid) if isinstance(uuid, str) else None
-            why = _refusal(job, uuid, watts, gpu, rules)
+            why = _refusal(job, uuid, watts, gpu, rules, holders.get(uuid, []) if isinstance(uuid, str) else [])
             if why is not None:
                 ignored.append(why)
                 logger.warning("ignoring a cap request of job %s (%s): %s", job.id, job.user, why)
                 continue
             assert gpu is not None  # _refusal returned None
-            lo, hi = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
-            clipped = min(max(float(watts), lo), hi)
+            clipped, (lo, hi) = clip_cap_w(rules, gpu, float(watts))
             if clipped != watts:
                 logger.info("job %s asks %.0f W on GPU %d; the policy allows %.0f-%.0f W: using %.0f W", job.id, watts, gpu.index, lo, hi, clipped)
             wanted[uuid] = max(wanted.get(uuid, 0.0), clipped)
     return wanted
 
 
-def _refusal(job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Rules) -> str | None:
+def _refusal(job: Job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Rules,
+             holders: Sequence[Job] = ()) -> str | None:
+    """Why a job's cap wish on one GPU must not be applied, or None.
+
+    Besides the range checks: the job must be allowed on the GPU by the reservations (under the name of the uid it
+    runs as, never the name its file claims), and every other live job on the GPU that wants no cap there must
+    have been placed *after* this one, knowing it was there (its decision lists this job among those it shares the
+    GPU with). A newcomer takes a GPU as it finds it; a job already running is never capped by one that came
+    later, or by a job file that merely claims its GPU.
+    """
     if gpu is None:
         return f"{uuid!r} is not a GPU of this host"
     if not isinstance(job.gpus, list) or uuid not in job.gpus:
@@ -118,7 +142,24 @@ def _refusal(job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Rules) 
         return f"{watts!r} is not a power in watts"
     if not _has_range(gpu):
         return f"GPU {gpu.index} reports no power-limit range"
+    user, groups = identity_of_uid(job.uid)
+    if not may_use_gpu(rules, user, groups, gpu.uuid, gpu.index):
+        return f"GPU {gpu.index} is reserved and user {user} (uid {job.uid}) may not use it"
+    for other in holders:
+        if other.id == job.id or (isinstance(other.power_caps_w, dict) and uuid in other.power_caps_w):
+            continue
+        if job.id not in _placed_after(other, uuid):
+            return (f"GPU {gpu.index} also runs job {other.id} ({other.user}), which wants no cap there and was "
+                    f"not placed after this job")
     return None
+
+
+def _placed_after(job: Job, uuid: str) -> list[str]:
+    """The jobs ``job``'s own decision says it found on GPU ``uuid`` when it was placed (its owner's word)."""
+    decision = job.decision if isinstance(job.decision, dict) else {}
+    coloc = decision.get("colocated_with")
+    found = coloc.get(uuid) if isinstance(coloc, dict) else None
+    return [j for j in found if isinstance(j, str)] if isinstance(found, list) else []
 
 
 def _has_range(gpu: GpuSnapshot) -> bool:
@@ -154,16 +195,32 @@ class CapKeeper:
         self.processes = processes or PsutilProcessTable()
         self.ledger_path = Path(ledger_path) if ledger_path is not None else Path(state_dir) / LEDGER_FILE
         #: the ledger as this keeper last wrote it: survives another user deleting the file while we run
-        self._memory: dict[str, float] = {}
-        self._on_disk: dict[str, float] | None = None
+        self._memory: dict[str, LedgerEntry] = {}
+        self._on_disk: dict[str, LedgerEntry] | None = None
 
     # --- the one pass ----------------------------------------------------------------------------
-    def reconcile(self, graph: StateGraph) -> CapReport:
-        """Bring every managed GPU to its desired cap (call it under the state lock)."""
+    def reconcile(self, graph: StateGraph, gpus: Sequence[GpuSnapshot] | None = None) -> CapReport:
+        """Bring every managed GPU to its desired cap (call it under the state lock); ``gpus``: fresh snapshots
+        when the caller has them."""
         report = CapReport()
-        gpus = self.backend.gpus()
+        gpus = self.backend.gpus() if gpus is None else gpus
         wanted = desired_caps(graph, self.host, gpus, self.rules, self.processes, report.ignored)
         self._sync(gpus, wanted, report)
+        return report
+
+    def restore_orphans(self, graph: StateGraph, gpus: Sequence[GpuSnapshot] | None = None) -> CapReport:
+        """Restore the GPUs in the ledger that no live job wants capped (a launcher died); apply nothing new.
+
+        Cheap when the ledger is empty (one failed open). Every privileged transaction of a root process without
+        a cap agent makes this pass, so a cap left by a dead launcher is restored by the next root command that
+        touches the state (``ecolaunch status`` included), whether or not a guard did it first.
+        """
+        report = CapReport()
+        if not self._load():
+            return report
+        gpus = self.backend.gpus() if gpus is None else gpus
+        wanted = desired_caps(graph, self.host, gpus, self.rules, self.processes, report.ignored)
+        self._sync(gpus, wanted, report, apply=False)
         return report
 
     def restore_all(self) -> CapReport:
@@ -174,10 +231,11 @@ class CapKeeper:
 
     def ledger(self) -> dict[str, float]:
         """The originals currently recorded (uuid → W)."""
-        return self._load()
+        return {u: e.original_w for u, e in self._load().items()}
 
     # --- internals -------------------------------------------------------------------------------
-    def _sync(self, gpus: Sequence[GpuSnapshot], wanted: Mapping[str, float], report: CapReport) -> None:
+    def _sync(self, gpus: Sequence[GpuSnapshot], wanted: Mapping[str, float], report: CapReport, *,
+              apply: bool = True) -> None:
         ledger = self._load()
         by_uuid = {g.uuid: g for g in gpus}
         for uuid in [u for u in ledger if u not in by_uuid]:
@@ -189,34 +247,53 @@ class CapKeeper:
             target = wanted.get(gpu.uuid)
             report.desired[gpu.uuid] = target
             if target is not None:
-                self._apply(gpu, target, ledger, report)
+                if apply:
+                    self._apply(gpu, target, ledger, report)
             elif gpu.uuid in ledger:
                 self._restore(gpu, ledger, report)
         self._save(ledger)
 
-    def _apply(self, gpu: GpuSnapshot, target: float, ledger: dict[str, float], report: CapReport) -> None:
+    def _apply(self, gpu: GpuSnapshot, target: float, ledger: dict[str, LedgerEntry], report: CapReport) -> None:
         if gpu.uuid not in ledger:
             current = gpu.power_limit_w
             if current is None or not math.isfinite(current):
                 report.failed.append(gpu.uuid)
                 logger.warning("GPU %d reports no current power limit; not capping it (its original could not be restored)", gpu.index)
                 return
-            ledger[gpu.uuid] = float(current)
+            ledger[gpu.uuid] = LedgerEntry(float(current))
             self._save(ledger)  # the original is durable BEFORE the hardware changes
+        entry = ledger[gpu.uuid]
         if gpu.power_limit_w is not None and abs(gpu.power_limit_w - target) <= TOLERANCE_W:
+            if entry.set_w is None or abs(entry.set_w - target) > TOLERANCE_W:
+                ledger[gpu.uuid] = LedgerEntry(entry.original_w, float(target))
             return
+        # what ecolaunch is about to set is durable before the hardware changes too: a restore after a crash
+        # can then tell "still ours" from "changed since by someone else"
+        ledger[gpu.uuid] = LedgerEntry(entry.original_w, float(target))
+        self._save(ledger)
         if self._set(gpu, target, report):
             report.applied[gpu.uuid] = target
-            logger.info("GPU %d capped at %.0f W (original %.0f W)", gpu.index, target, ledger[gpu.uuid])
+            logger.info("GPU %d capped at %.0f W (original %.0f W)", gpu.index, target, entry.original_w)
 
-    def _restore(self, gpu: GpuSnapshot, ledger: dict[str, float], report: CapReport) -> None:
-        original = ledger[gpu.uuid]
+    def _restore(self, gpu: GpuSnapshot, ledger: dict[str, LedgerEntry], report: CapReport) -> None:
+        entry = ledger[gpu.uuid]
+        original = entry.original_w
+        current = gpu.power_limit_w
+        if entry.set_w is not None and current is not None and abs(current - entry.set_w) > TOLERANCE_W \
+                and abs(current - original) > TOLERANCE_W:
+            # neither what ecolaunch set nor the original: someone (an admin's nvidia-smi) changed it since
+            logger.warning("GPU %d is at %.0f W, not the %.0f W ecolaunch set: someone changed it since; leaving it "
+                           "(original %.0f W; restore it with `nvidia-smi -i %d -pl %.0f` if that was not meant)",
+                           gpu.index, current, entry.set_w, original, gpu.index, original)
+            report.left[gpu.uuid] = current
+            del ledger[gpu.uuid]
+            return
         lo, hi = gpu.power_limit_min_w, gpu.power_limit_max_w
         if not lo <= original <= hi:  # type: ignore[operator]
             fallback = gpu.power_limit_default_w if gpu.power_limit_default_w is not None else hi
             logger.warning("ledger original %.1f W of GPU %d is outside its range %.0f-%.0f W; restoring %.0f W", original, gpu.index, lo, hi, fallback)
             original = float(fallback)  # type: ignore[arg-type]
-        if gpu.power_limit_w is None or abs(gpu.power_limit_w - original) > TOLERANCE_W:
+        if current is None or abs(current - original) > TOLERANCE_W:
             if not self._set(gpu, original, report):
                 return  # keep it in the ledger: the next pass tries again
         report.restored[gpu.uuid] = original
@@ -234,27 +311,47 @@ class CapKeeper:
             logger.warning("cannot set GPU %d to %.0f W: %s", gpu.index, watts, e)
             return False
 
-    def _load(self) -> dict[str, float]:
-        self._on_disk = load_ledger(self.ledger_path, self.host)
+    def _load(self) -> dict[str, LedgerEntry]:
+        self._on_disk = load_ledger_entries(self.ledger_path, self.host)
         if self._on_disk is None and self._memory:
             logger.warning("ledger %s vanished or was replaced; using this process's copy", self.ledger_path)
             return dict(self._memory)
         return dict(self._on_disk or {})
 
-    def _save(self, ledger: dict[str, float]) -> None:
+    def _save(self, ledger: dict[str, LedgerEntry]) -> None:
         if ledger == (self._on_disk or {}) and (self._on_disk is not None or not ledger):
             self._memory = dict(ledger)
             return
         doc = {"schema": LEDGER_SCHEMA, "version": LEDGER_VERSION, "host": self.host,
-               "gpus": {u: {"original_w": w} for u, w in sorted(ledger.items())}}
+               "gpus": {u: e.to_dict() for u, e in sorted(ledger.items())}}
         # mode 0644: readable for `ecolaunch status`, writable only by its owner (root)
         atomic_write_bytes(self.ledger_path, json.dumps(doc, indent=1, sort_keys=True).encode(), mode=0o644)
         self._on_disk = dict(ledger)
         self._memory = dict(ledger)
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """A GPU ecolaunch changed: the cap it found (restored when no job wants a change) and the last cap it set
+    (None in ledgers written before it was recorded)."""
+
+    original_w: float
+    set_w: float | None = None
+
+    def to_dict(self) -> dict[str, float]:
+        return {"original_w": self.original_w} if self.set_w is None else {"original_w": self.original_w,
+                                                                            "set_w": self.set_w}
+
+
 def load_ledger(path: Path, host: str) -> dict[str, float] | None:
-    """The originals in a ledger file (uuid → W); ``{}`` when there is none; None when it is untrustworthy.
+    """The originals in a ledger file (uuid → W); ``{}`` when there is none; None when it is untrustworthy
+    (see :func:`load_ledger_entries`)."""
+    entries = load_ledger_entries(path, host)
+    return None if entries is None else {u: e.original_w for u, e in entries.items()}
+
+
+def load_ledger_entries(path: Path, host: str) -> dict[str, LedgerEntry] | None:
+    """The entries of a ledger file; ``{}`` when there is none; None when it is untrustworthy.
 
     Untrustworthy (ignored with a warning): a symbolic link or non-regular file, a file owned by someone other than
     this user or root or writable by others, or a document that fails validation.
@@ -270,13 +367,18 @@ def load_ledger(path: Path, host: str) -> dict[str, float] | None:
         logger.warning("ignoring cap ledger %s: owned by uid %d with mode %o (only root may write it)", path, st.st_uid, st.st_mode & 0o7777)
         return None
     try:
-        return parse_ledger(json.loads(raw), host)
+        return parse_ledger_entries(json.loads(raw), host)
     except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
         logger.warning("ignoring cap ledger %s: %s", path, e)
         return None
 
 
 def parse_ledger(doc: Any, host: str) -> dict[str, float]:
+    """Validate a ledger document; the originals (uuid → W); raises ValueError."""
+    return {u: e.original_w for u, e in parse_ledger_entries(doc, host).items()}
+
+
+def parse_ledger_entries(doc: Any, host: str) -> dict[str, LedgerEntry]:
     """Validate a ledger document; raises ValueError."""
     if not isinstance(doc, dict) or doc.get("schema") != LEDGER_SCHEMA or doc.get("version") != LEDGER_VERSION:
         raise ValueError(f"not an {LEDGER_SCHEMA} document of version {LEDGER_VERSION}")
@@ -287,10 +389,16 @@ def parse_ledger(doc: Any, host: str) -> dict[str, float]:
         raise ValueError("gpus: expected an object")
     out = {}
     for uuid, entry in gpus.items():
-        w = entry.get("original_w") if isinstance(entry, dict) else None
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
-            raise ValueError(f"gpus.{uuid}.original_w: expected a power in watts above 0")
-        out[str(uuid)] = float(w)
+        values = []
+        for key in ("original_w", "set_w"):
+            w = entry.get(key) if isinstance(entry, dict) else None
+            if w is None and key == "set_w":
+                values.append(None)
+                continue
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
+                raise ValueError(f"gpus.{uuid}.{key}: expected a power in watts above 0")
+            values.append(float(w))
+        out[str(uuid)] = LedgerEntry(*values)
     return out
 
 
@@ -311,6 +419,7 @@ def apply_caps_as_launcher(
     and any root ecolaunch process (the next launcher, ``ecolaunch agent --once``) restores caps left by a
     launcher that was SIGKILLed. Raises PermissionDenied when the backend refuses (not root).
     """
+    require_launcher_privilege(backend)  # before the ledger: an unprivileged launcher must not write one
     processes = processes or PsutilProcessTable()
     keeper = CapKeeper(backend, store.directory, rules, host=host, processes=processes, ledger_path=ledger_path)
     with store.transaction() as graph:
@@ -319,6 +428,14 @@ def apply_caps_as_launcher(
 
 
 restore_caps_as_launcher = apply_caps_as_launcher
+
+
+def clip_cap_w(rules: Rules, gpu: Any, watts: float) -> tuple[float, tuple[float, float]]:
+    """``watts`` inside what the admin policy allows on ``gpu`` (a GpuNode or a snapshot with a power-limit range),
+    and those bounds. The one place a cap is clipped: the agent, root launchers, the guard, the profiler, the
+    closed loop and the advice of an unprivileged launcher all go through it."""
+    lo, hi = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
+    return min(max(float(watts), lo), hi), (lo, hi)
 
 
 def cap_recommendation(gpus: Mapping[str, Any], rules: Rules, caps_w: Mapping[str, float | None]) -> str | None:
@@ -334,8 +451,8 @@ def cap_recommendation(gpus: Mapping[str, Any], rules: Rules, caps_w: Mapping[st
         gpu = gpus.get(uuid)
         if gpu is None or watts is None or not _has_range(gpu):
             continue
-        lo, hi = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
-        parts.append(f"GPU {gpu.index} to {min(max(watts, lo), hi):.0f} W (policy allows {lo:.0f}-{hi:.0f} W)")
+        clipped, (lo, hi) = clip_cap_w(rules, gpu, watts)
+        parts.append(f"GPU {gpu.index} to {clipped:.0f} W (policy allows {lo:.0f}-{hi:.0f} W)")
     if not parts:
         return None
     return f"would set {', '.join(parts)}; run `ecolaunch agent` as root to apply caps"

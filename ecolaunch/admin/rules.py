@@ -15,8 +15,10 @@ commented example::
     max_pct = 25.0              # percent, 0-1000; users may ask for less, never more     default 25.0
                                 # (if only max_pct is set and below 10, default_pct follows it down)
     [energy]
-    eta = 0.5                   # 0-1; weight of energy against time (Zeus's eta):        default 0.5
-                                # 0 = time only, 1 = energy only
+    eta = 1.0                   # 0-1; weight of energy against time (Zeus's eta):        default 1.0
+                                # 1 = the least energy per unit of work within the bound (the objective
+                                # of every cap choice: first run, repeat run, closed loop, simulator);
+                                # below 1, Zeus's cost eta*E + (1-eta)*P_max*T, on every path alike
     [colocation]
     enabled = true              # may two jobs share one GPU at all                       default true
     max_jobs_per_gpu = 2        # 1-64; jobs on one GPU at once                           default 2
@@ -132,8 +134,9 @@ class Rules:
     default_slowdown_pct: float = 10.0
     #: the most slowdown a user may ask for
     max_slowdown_pct: float = 25.0
-    #: weight of energy against time when choosing a cap (Zeus's eta: 1 = energy only, 0 = time only)
-    eta: float = 0.5
+    #: weight of energy against time when choosing a cap (Zeus's eta: 1 = energy only, 0 = time only); 1 is
+    #: the one objective (least energy per unit of work within the bound); below 1 the admin's alternative
+    eta: float = 1.0
     #: reserved GPUs (NVML index as a string, or UUID) → the users who may get them; see ``may_use_gpu``
     reserved: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: the most GPUs one user may hold at once (absent: no limit; key ``"*"``: every other user)
@@ -262,18 +265,18 @@ def clip_slowdown(rules: Rules, requested_pct: float | None) -> tuple[float, boo
             hint=f"pass --allowed-slowdown (or {ENV_ALLOWED_SLOWDOWN}) between 0 and {rules.max_slowdown_pct:g}",
         )
     if requested_pct > rules.max_slowdown_pct:
-        logger.info(
-            "requested slowdown %.1f%% is above the policy's maximum: using %.1f%%",
-            requested_pct,
-            rules.max_slowdown_pct,
-        )
         return rules.max_slowdown_pct, True
     return float(requested_pct), False
 
 
 def effective_slowdown_pct(rules: Rules, requested_pct: float | None) -> float:
-    """The slowdown bound a job gets: :func:`clip_slowdown` without the flag."""
-    return clip_slowdown(rules, requested_pct)[0]
+    """The slowdown bound a job gets: :func:`clip_slowdown` without the flag. A clipped request is logged as one
+    WARNING (the launch shows it: the user asked for more than they get)."""
+    pct, clipped = clip_slowdown(rules, requested_pct)
+    if clipped:
+        logger.warning("allowed slowdown %g %% is above the admin policy's maximum: the job gets %g %%",
+                       requested_pct, pct)
+    return pct
 
 
 def cap_bounds_w(

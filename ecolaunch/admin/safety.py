@@ -1,20 +1,25 @@
 """Privilege and trust checks of the admin side: who may run the cap agent, and which files root may believe.
 
 What lives here: :func:`require_cap_privilege` (the agent's start-up check: root on real GPUs, anyone on the
-simulated backend), :func:`trusted_by_root` (a file root may act on: a regular file owned by root or this user,
-writable by nobody else). The state directory's own checks live in ``ecolaunch.state.store``
+simulated backend), :func:`require_launcher_privilege` (whether a launcher without the agent may set caps
+itself), :func:`trusted_by_root` (a file root may act on: a regular file owned by root or this user, writable by
+nobody else), :func:`identity_of_uid` (the user name and groups the kernel's account database gives
+a uid: what reservations and per-user limits are checked against, never a name a file or the environment claims).
+The state directory's own checks live in ``ecolaunch.state.store``
 (:func:`~ecolaunch.state.store.check_state_dir`); the threat model is ``docs/threat-model.md``.
 """
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import stat
 
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import PermissionDenied
 
-__all__ = ["require_cap_privilege", "trusted_by_root"]
+__all__ = ["identity_of_uid", "require_cap_privilege", "require_launcher_privilege", "trusted_by_root"]
 
 
 def require_cap_privilege(backend: GpuBackend, euid: int | None = None) -> None:
@@ -32,6 +37,25 @@ def require_cap_privilege(backend: GpuBackend, euid: int | None = None) -> None:
     )
 
 
+def require_launcher_privilege(backend: GpuBackend, euid: int | None = None) -> None:
+    """Raise PermissionDenied unless this launcher may set power limits itself (root on real GPUs; on simulated
+    ones, what the backend was opened with: see ``devices.select.simulated_privilege``).
+
+    Checked before anything is written: an unprivileged launcher that wrote the cap ledger (``caps.json``) would
+    leave a file the root agent rightly ignores, and originals nobody restores.
+    """
+    euid = os.geteuid() if euid is None else euid
+    if backend.kind == "simulated":
+        allowed = bool(getattr(backend, "privileged", True))
+    else:
+        allowed = euid == 0
+    if not allowed:
+        raise PermissionDenied(
+            f"setting power limits on {backend.kind} GPUs needs root (running as uid {euid})",
+            hint="let the cap agent (ecolaunch agent, as root) apply the caps this launcher records",
+        )
+
+
 def trusted_by_root(st: os.stat_result, euid: int | None = None) -> bool:
     """Whether a file with this ``stat`` may steer a privileged process: a regular file owned by root or by this
     user, and not writable by group or others."""
@@ -41,3 +65,26 @@ def trusted_by_root(st: os.stat_result, euid: int | None = None) -> bool:
         and st.st_uid in (0, euid)
         and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     )
+
+
+def identity_of_uid(uid: int) -> tuple[str, tuple[str, ...]]:
+    """The user name and group names of ``uid`` from the account database (``pwd``/``grp``).
+
+    Never the name a job file or the environment claims: a uid without an account is named by its number, which no
+    reservation lists.
+    """
+    try:
+        pw = pwd.getpwuid(uid)
+    except (KeyError, OverflowError):
+        return str(uid), ()
+    try:
+        gids = os.getgrouplist(pw.pw_name, pw.pw_gid)
+    except OSError:
+        gids = [pw.pw_gid]
+    names = []
+    for gid in gids:
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            names.append(str(gid))
+    return pw.pw_name, tuple(names)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import getpass
 import grp
 import os
+import pwd
 from collections.abc import Mapping
 
 from ecolaunch.admin.rules import Rules, load_rules
@@ -35,9 +35,12 @@ def open_gpus(environment: Environment):
 
 
 def current_user() -> str:
+    """This process's user name, from the kernel's uid and the account database: never from ``LOGNAME``/``USER``,
+    which anyone can set (``env LOGNAME=alice ecolaunch ...`` must not get alice's reserved GPUs). A uid without an
+    account is named by its number."""
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
         return str(os.getuid())
 
 

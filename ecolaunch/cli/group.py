@@ -17,12 +17,13 @@ def register() -> click.Group:
     """Add every subcommand to the group; returns it."""
     from ecolaunch.cli.agent_cmd import agent
     from ecolaunch.cli.history_cmd import history
+    from ecolaunch.cli.init_state_cmd import init_state
     from ecolaunch.cli.policy_cmd import policy
     from ecolaunch.cli.predict_cmd import predict
     from ecolaunch.cli.report_cmd import report
     from ecolaunch.cli.simulate_cmd import simulate
     from ecolaunch.cli.status_cmd import status
 
-    for command in (status, policy, simulate, agent, predict, history, report):
+    for command in (status, policy, simulate, agent, predict, history, report, init_state):
         cli.add_command(command)
     return cli

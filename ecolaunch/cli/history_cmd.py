@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import time
 
 import click
 
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
-from ecolaunch.errors import EcolaunchError
+from ecolaunch.errors import EcolaunchError, StateError
 
 DEFAULT_LIMIT = 20
 
@@ -46,15 +48,38 @@ def fmt_caps(caps: dict) -> str:
 
 
 def open_history():
-    """The History of the resolved state directory (errors as ``Error:`` lines)."""
+    """The History of the resolved state directory (errors as ``Error:`` lines, exit 1)."""
     from ecolaunch.cli.context import resolve
     from ecolaunch.profile.history import History
 
     try:
         environment, _ = resolve()
+        store = History(environment.state_dir)
+        check_readable(store)
     except EcolaunchError as e:
         raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
-    return History(environment.state_dir), environment.state_dir
+    return store, environment.state_dir
+
+
+def check_readable(store) -> None:
+    """StateError when the history cannot be listed: the state directory or its ``history`` directory is not a
+    directory or not readable (History itself reads such a history as empty, with at most a warning). A state
+    directory that does not exist yet holds no history: nothing has run there."""
+    state_dir = store.root.parent
+    for path in (state_dir, store.root):
+        if not os.path.lexists(path):
+            return
+        try:
+            os.listdir(path)
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM):
+                hint = f"ask the lab admin for read access, or set {ENV_STATE_DIR} to the launcher's state directory"
+            elif path == state_dir:
+                hint = f"set {ENV_STATE_DIR} to the state directory the launcher uses"
+            else:
+                hint = "move it aside: the next launch creates the directory again"
+            what = "the state directory" if path == state_dir else "the job history"
+            raise StateError(f"cannot read {what} {str(path)!r}: {e.strerror or e}", hint=hint) from e
 
 
 @click.command()
@@ -73,7 +98,8 @@ def history(as_json: bool, limit: int) -> None:
         click.echo(json.dumps(docs, indent=2, sort_keys=True))
         return
     if not records:
-        click.echo(f"no finished jobs in the history of {state_dir}")
+        missing = "" if state_dir.exists() else " (the directory does not exist: nothing has run there yet)"
+        click.echo(f"no finished jobs in the history of {state_dir}{missing}")
         return
     header = f"{'JOB':<10}{'ENDED':<18}{'USER':<10}{'NAME':<20}{'TIME':>9}{'ENERGY':>10}{'GPUS':>5}  {'CAP (W)':<9}{'EXIT':>5}  SHARED WITH"
     lines = [header]

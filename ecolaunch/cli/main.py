@@ -2,25 +2,29 @@
 
 The rule that keeps subcommands from shadowing scripts: the first argument selects a subcommand only when it
 is exactly a subcommand's name (``status``, ``policy``, ``simulate``, ...). Anything else — ``./status``,
-``status.py``, an option — is a launch, so ``ecolaunch ./status`` runs a script named ``status``.
+``status.py``, an option — is a launch, so ``ecolaunch ./status`` runs a script named ``status``. One exception
+keeps a typo from booking GPUs: a first argument that is no existing file, has no directory or extension, and is
+close to a subcommand's name (``statsu``) is a usage error (exit 2) suggesting that name.
 
 The launch path imports neither click nor the subcommands: it is the drop-in for torchrun and must start as fast.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from collections.abc import Sequence
 
 #: the subcommands' names, known without importing them (a test checks them against the registered commands)
-SUBCOMMANDS = frozenset({"status", "policy", "simulate", "agent", "predict", "history", "report"})
+SUBCOMMANDS = frozenset({"status", "policy", "simulate", "agent", "predict", "history", "report", "init-state"})
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and (args[0] in SUBCOMMANDS or args[0] == "--version"):
+    if args and (args[0] in SUBCOMMANDS or args[0] == "--version" or _mistyped_subcommand(args[0])):
+        # a mistyped name goes to click too, which answers "No such command 'statsu'. Did you mean 'status'?"
         from ecolaunch.cli.group import register
 
         register().main(args=args, prog_name="ecolaunch")
@@ -28,3 +32,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     from ecolaunch.cli.launch_cmd import launch
 
     sys.exit(launch(args, os.environ))
+
+
+def _mistyped_subcommand(word: str) -> bool:
+    """True when ``word`` reads as a misspelt subcommand rather than a script: not an existing path, no directory
+    and no extension, and close to a subcommand's name by the measure click uses for its suggestion."""
+    if word.startswith("-") or os.sep in word or "." in word or os.path.exists(word):
+        return False
+    return bool(difflib.get_close_matches(word, sorted(SUBCOMMANDS), n=1))

@@ -3,7 +3,8 @@
 ::
 
     ecolaunch policy show [--json] [--file PATH]   every policy value and where it comes from
-    ecolaunch policy check FILE                    "OK: FILE" (exit 0), or "Error: ..." + "HINT: ..." (exit 1)
+    ecolaunch policy check FILE                    "OK: FILE" (exit 0; rules that apply to no GPU: "Warning: ..."),
+                                                   or "Error: ..." + "HINT: ..." (exit 1)
     ecolaunch policy train --out FILE [--seed N] [--no-history] [--json]
                                                    retrain the GNN, with this machine's job history
 
@@ -21,7 +22,14 @@ import click
 
 from ecolaunch.admin.rules import Rules, load_rules
 from ecolaunch.admin.schema import SCALAR_KEYS, dotted, render
-from ecolaunch.config import DEFAULT_POLICY_FILE, ENV_JSON, ENV_POLICY_FILE, Environment
+from ecolaunch.config import (
+    DEFAULT_POLICY_FILE,
+    DEFAULT_STATE_DIR,
+    ENV_JSON,
+    ENV_POLICY_FILE,
+    ENV_STATE_DIR,
+    Environment,
+)
 from ecolaunch.errors import EcolaunchError
 
 
@@ -68,13 +76,28 @@ def show(file_: Path | None, as_json: bool) -> None:
         click.echo(f"{key:<{key_width}}  {value:<{value_width}}  {source}".rstrip())
 
 
+def _unset(field: str) -> str:
+    """What an unset (None) policy value means, in words: the built-in behaviour, never "N/A"."""
+    from ecolaunch.profile.modes import ProfilerSettings  # light: no torch
+
+    built_in = ProfilerSettings()
+    return {
+        "profiling_max_iterations": f"none (a full profile takes {built_in.planned_steps() - 1} iterations)",
+        "profiling_max_time_s": "none (no time limit)",
+        "profiling_max_caps": f"none (profiling tries at most {built_in.max_caps} caps)",
+        "state_dir": f"none (${ENV_STATE_DIR}, else {DEFAULT_STATE_DIR})",
+        "state_group": "none (the directory's group is not checked)",
+    }.get(field, "none")
+
+
 def policy_rows(rules: Rules, sources: dict[str, str]) -> list[tuple[str, str, str]]:
     """One (TOML key, value, source) row per policy value, in the order of the file's schema."""
     rows: list[tuple[str, str, str]] = []
     for table, keys in SCALAR_KEYS.items():
         for key, spec in keys.items():
             value = getattr(rules, spec.field)
-            rows.append((f"{table}.{key}", "N/A" if value is None else render(value), sources[spec.field]))
+            text = _unset(spec.field) if value is None else render(value)
+            rows.append((f"{table}.{key}", text, sources[spec.field]))
     for model, bounds in rules.cap_bounds_model.items():
         source = sources.get(f"cap_bounds_model[{model}]", "default")
         rows.append((dotted(("caps", model)), bounds.describe(), source))
@@ -94,18 +117,51 @@ def policy_rows(rules: Rules, sources: dict[str, str]) -> list[tuple[str, str, s
         rows.append((dotted(("users", user, "max_gpus")), str(limit), source))
     if not rules.user_gpu_limit:
         rows.append(("users", "none (no per-user GPU limit)", "default"))
+    if rules.agent_gpus is None:
+        rows.append(("agent.gpus", "every GPU of the host", sources["agent_gpus"]))
+    else:
+        gpus = [int(g) if g.isascii() and g.isdigit() else g for g in rules.agent_gpus]
+        rows.append(("agent.gpus", render(gpus), sources["agent_gpus"]))
     return rows
 
 
 @policy.command("check")
 @click.argument("file", type=click.Path(path_type=Path))
 def check(file: Path) -> None:
-    """Validate the policy FILE: print "OK: FILE", or the first error with its line and key (exit 1)."""
+    """Validate the policy FILE: print "OK: FILE", or the first error with its line and key (exit 1).
+
+    A rule that applies to no GPU (a model no GPU reports; an index or UUID this host does not have, when its
+    GPUs can be read) is a warning on stderr; the file is still valid (exit 0)."""
+    from ecolaunch.admin.lint import policy_warnings
+
     try:
-        load_rules(file, required=True)
+        rules, sources = load_rules(file, required=True)
     except EcolaunchError as e:
         _fail(e)
-    click.echo(f"OK: {file}")
+    gpus, why_unknown = _host_gpus()
+    warnings = policy_warnings(rules, sources, gpus)
+    for warning in warnings:
+        click.echo(f"Warning: {warning}", err=True)
+        click.echo(f"HINT: {warning.hint}", err=True)
+    names_gpus = rules.cap_bounds_index or rules.reserved or rules.reserved_groups or rules.agent_gpus
+    if gpus is None and names_gpus:
+        click.echo(f"Note: GPU indices and UUIDs not checked against this host: {why_unknown}", err=True)
+    count = f" ({len(warnings)} warning{'s' if len(warnings) > 1 else ''})" if warnings else ""
+    click.echo(f"OK: {file}{count}")
+
+
+def _host_gpus() -> tuple[list | None, str | None]:
+    """This host's GPUs (simulated ones under ECOLAUNCH_SIMULATE), or None and why they cannot be read."""
+    from ecolaunch.cli.context import open_gpus
+
+    try:
+        backend = open_gpus(Environment.from_env())
+        try:
+            return backend.gpus(), None
+        finally:
+            backend.close()
+    except EcolaunchError as e:
+        return None, str(e)
 
 
 @policy.command("train")

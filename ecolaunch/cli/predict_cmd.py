@@ -13,8 +13,11 @@ Input: one scenario object, or a JSON array of them (one process scores them all
     {"jobs": [{"id": "a", "normalized_throughput": 0.91}], "gpu_power_w": 212.4, "fits_memory": true}
 
 ``normalized_throughput`` is the job's speed relative to running alone on that GPU uncapped; ``gpu_power_w``
-the board's power at the cap with all the jobs; ``fits_memory`` whether the summed ``memory_mib`` fits the
-board. Bad input: ``Error:`` naming the field, exit 1. Bad options: usage error, exit 2.
+the board's power at the cap with all the jobs, never below the board's idle power nor above its limit;
+``fits_memory`` whether the summed ``memory_mib`` fits the board. Bad input: ``Error:`` naming the field, exit 1
+(including input nested deeper than :data:`MAX_DEPTH` and more than :data:`MAX_JOBS_PER_GPU` jobs on one GPU).
+Bad options: usage error, exit 2. More jobs on one GPU than the model was trained with
+(:data:`TRAINED_JOBS_PER_GPU`) are predicted with a note on stderr: those answers are extrapolations.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ from ecolaunch.errors import ConfigError
 _JOB_FIELDS = ("id", "iter_time_s", "sm_util_pct", "mem_bw_util_pct", "memory_mib", "power_w", "cap_points")
 _SCENARIO_FIELDS = ("gpu", "power_cap_w", "jobs")
 _POINT_FIELDS = ("power_cap_w", "iter_time_s", "power_w")
+#: the deepest nesting of arrays and objects accepted (an array of scenarios needs 6: array, scenario, jobs,
+#: job, cap_points, point)
+MAX_DEPTH = 16
+#: the most jobs one GPU can share: the admin policy's own ceiling for ``[colocation] max_jobs_per_gpu``
+MAX_JOBS_PER_GPU = 64
+#: the most jobs per GPU in the GNN's training states (``ecolaunch.policy.train``); beyond, a note says so
+TRAINED_JOBS_PER_GPU = 4
 
 
 class _Bad(Exception):
@@ -100,6 +110,9 @@ def parse_scenario(raw: Any, where: str = "") -> tuple[Any, float | None, list[d
     jobs = raw.get("jobs")
     if not isinstance(jobs, list) or not jobs:
         raise _Bad(f"{pre}jobs: expected a non-empty list of jobs, got {json.dumps(jobs)[:60]}")
+    if len(jobs) > MAX_JOBS_PER_GPU:
+        raise _Bad(f"{pre}jobs: {len(jobs)} jobs cannot share one GPU (at most {MAX_JOBS_PER_GPU}, the most any admin "
+                   "policy allows)")
     parsed = [_job(j, f"{pre}jobs[{i}]") for i, j in enumerate(jobs)]
     seen: set[str] = set()
     for i, j in enumerate(parsed):
@@ -121,14 +134,50 @@ def predict_scenarios(scenarios: list[tuple[Any, float | None, list[dict[str, An
     graphs = [scenario_graph(gpu, cap, jobs) for gpu, cap, jobs in scenarios]
     throughputs, powers = score(graphs, None if weights is None else load_model_cached(weights))
     out = []
-    for (gpu, _, jobs), g, thr, power in zip(scenarios, graphs, throughputs, powers):
+    for (gpu, cap, jobs), g, thr, power in zip(scenarios, graphs, throughputs, powers):
         memory = sum(j["memory_mib"] for j in jobs)
         out.append({
             "jobs": [{"id": j["id"], "normalized_throughput": round(float(x), 4)} for j, x in zip(jobs, thr)],
-            "gpu_power_w": round(float(power[0]), 1),
+            "gpu_power_w": round(_board_power_w(gpu, cap, float(power[0])), 1),
             "fits_memory": bool(memory <= gpu.memory_mib),
         })
     return out
+
+
+def _board_power_w(gpu: Any, cap: float | None, predicted_w: float) -> float:
+    """A predicted board power inside what the board can draw: at least its idle power (a board with jobs on it
+    never draws less than one without), at most its limit (the cap, else its maximum)."""
+    limit = cap if cap is not None else gpu.power_limit_max_w
+    low = min(gpu.idle_power_w, limit)
+    if not math.isfinite(predicted_w):
+        return float(limit)
+    return min(max(predicted_w, low), limit)
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in JSON text, strings skipped: checked before parsing, so that deep
+    input is refused with a clear error instead of a RecursionError from the parser or the error messages."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    return deepest
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 def _render(raw_scenarios: list[dict[str, Any]], results: list[dict[str, Any]]) -> str:
@@ -155,10 +204,14 @@ def predict(as_json: bool) -> None:
     if stdin.isatty():
         raise click.UsageError("give the scenario as JSON on stdin, e.g. ecolaunch predict < scenario.json")
     text = stdin.read()
+    if _depth(text) > MAX_DEPTH:
+        raise click.ClickException(f"input: arrays and objects nested more than {MAX_DEPTH} deep (scenarios need 6)")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise click.ClickException(f"stdin is not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:  # pragma: no cover - refused above
+        raise click.ClickException(f"input: arrays and objects nested more than {MAX_DEPTH} deep") from None
     many = isinstance(doc, list)
     items = doc if many else [doc]
     if many and not items:
@@ -170,6 +223,10 @@ def predict(as_json: bool) -> None:
         raise click.ClickException(str(e)) from None
     except ConfigError as e:
         raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
+    crowded = max(len(jobs) for _, _, jobs in scenarios)
+    if crowded > TRAINED_JOBS_PER_GPU:
+        click.echo(f"note: {crowded} jobs on one GPU; the model was trained with at most {TRAINED_JOBS_PER_GPU}, so these "
+                   "predictions are extrapolations", err=True)
     if as_json:
         click.echo(json.dumps(results if many else results[0], indent=2))
     else:

@@ -68,7 +68,49 @@ def render(rec) -> str:
     return "\n".join(lines)
 
 
-def plot(rec, path: Path) -> None:
+#: the series drawn per GPU: (sample key, axis, line style, what the legend calls it)
+_SERIES = (("power_w", "power", "-", "power"), ("power_limit_w", "power", "--", "cap"),
+           ("util_gpu_pct", "util", "-", "SM"), ("util_mem_pct", "util", ":", "memory"))
+
+
+def plot_groups(rec, indices: dict[str, int]) -> list[tuple[str, dict[str, list]]]:
+    """What the plot draws: (legend label, series by sample key, ``t_s`` included) per group of GPUs.
+
+    GPUs are labelled by their NVML index (``indices``: UUID → index, as ``ecolaunch status`` shows them; a GPU
+    missing there is labelled by its UUID alone) and ordered by it. GPUs whose readings are identical (a
+    data-parallel job on simulated GPUs) form one group, drawn once: their lines would hide each other exactly.
+    """
+    def order(uuid: str) -> tuple[int, str]:
+        return (indices.get(uuid, 1 << 30), uuid)
+
+    groups: dict[tuple, tuple[list[str], dict[str, list]]] = {}
+    for uuid in sorted(rec.samples, key=order):
+        points = rec.samples[uuid]
+        series = {key: [p.get(key) for p in points] for key in ("t_s", *(k for k, *_ in _SERIES))}
+        key = tuple(tuple(v) for v in series.values())
+        groups.setdefault(key, ([], series))[0].append(uuid)
+    out = []
+    for uuids, series in groups.values():
+        names = [f"GPU {indices[u]} ({u[:12]}…)" if u in indices else f"{u[:12]}…" for u in uuids]
+        label = " = ".join(names)  # "GPU 0 (…) = GPU 1 (…)": identical readings, one line
+        out.append((label, series))
+    return out
+
+
+def gpu_indices(state_dir: Path) -> dict[str, int]:
+    """UUID → NVML index of every GPU the state directory's graph knows; empty when it cannot be read. Read as
+    a plain file, not through a store transaction: a report changes nothing and may run where it cannot write."""
+    from ecolaunch.state.graph import StateGraph
+    from ecolaunch.state.store import MAX_STATE_BYTES, STATE_FILE, read_regular_file
+
+    try:
+        graph = StateGraph.from_dict(json.loads(read_regular_file(state_dir / STATE_FILE, MAX_STATE_BYTES)))
+    except (OSError, ValueError, TypeError, RecursionError):  # missing, refused, not JSON, not a state document
+        return {}
+    return {g.uuid: g.index for host in graph.hosts.values() for g in host.gpus.values()}
+
+
+def plot(rec, path: Path, indices: dict[str, int]) -> None:
     """Write a PNG of power (top) and GPU utilization (bottom) per GPU over the run."""
     try:
         import matplotlib
@@ -78,16 +120,17 @@ def plot(rec, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_power, ax_util) = plt.subplots(2, 1, sharex=True, figsize=(9, 5.5))
-    for i, (uuid, points) in enumerate(sorted(rec.samples.items())):
-        label = f"GPU {i} ({uuid[:12]})"
-        ts = [p.get("t_s") for p in points]
-        ax_power.plot(ts, [p.get("power_w") for p in points], label=f"{label} power")
-        ax_power.plot(ts, [p.get("power_limit_w") for p in points], linestyle="--", label=f"{label} cap")
-        ax_util.plot(ts, [p.get("util_gpu_pct") for p in points], label=f"{label} SM")
-        ax_util.plot(ts, [p.get("util_mem_pct") for p in points], linestyle=":", label=f"{label} memory")
+    axes = {"power": ax_power, "util": ax_util}
+    groups = plot_groups(rec, indices)
+    for k, (label, series) in enumerate(groups):
+        # one colour per GPU; earlier GPUs drawn wider, so lines that nearly coincide still show both
+        style = {"color": f"C{k % 10}", "linewidth": 1.2 + 1.2 * (len(groups) - 1 - k), "zorder": 2 + k}
+        for key, axis, linestyle, what in _SERIES:
+            axes[axis].plot(series["t_s"], series[key], linestyle=linestyle, label=f"{label} {what}", **style)
     ax_power.set_ylabel("power (W)")
     ax_util.set_ylabel("utilization (%)")
-    ax_util.set_ylim(0, 105)
+    ax_util.set_ylim(-5, 105)  # 0 % drawn above the axis line, not on it
+    ax_util.set_yticks([0, 25, 50, 75, 100])
     ax_util.set_xlabel("seconds since start")
     ax_power.set_title(f"job {rec.job_id} {rec.name}: {fmt_energy(rec.energy_j)}")
     ax_power.legend(fontsize="small")
@@ -107,14 +150,14 @@ def plot(rec, path: Path) -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help=f"write a PNG of power and utilization over time (needs matplotlib: {PLOT_HINT})")
 def report(job: str, as_json: bool, plot_path: Path | None) -> None:
-    store, _ = open_history()
+    store, state_dir = open_history()
     rec = _find(store, job)
     if as_json:
         click.echo(json.dumps(rec.to_dict(), indent=2, sort_keys=True))
     else:
         click.echo(render(rec))
     if plot_path is not None:
-        plot(rec, plot_path)
+        plot(rec, plot_path, gpu_indices(state_dir))
         click.echo(f"plot written to {plot_path}", err=True)
 
 

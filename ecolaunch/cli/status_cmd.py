@@ -12,8 +12,20 @@ from ecolaunch.errors import EcolaunchError
 from ecolaunch.state.graph import Job, StateGraph
 
 
+#: a limit in force further than this from the set one is shown beside it (NVML reports whole mW; 0.5 W is noise)
+ENFORCED_SHOWN_ABOVE_W = 0.5
+
+
 def _na(value, fmt: str = "{:.0f}") -> str:
     return "N/A" if value is None else fmt.format(value)
+
+
+def _cap(gpu: dict) -> str:
+    """The set power limit, and the limit in force beside it when the driver has not (yet) enforced the set one."""
+    limit, enforced = gpu["power_limit_w"], gpu.get("power_limit_enforced_w")
+    if limit is not None and enforced is not None and abs(enforced - limit) > ENFORCED_SHOWN_ABOVE_W:
+        return f"{limit:.0f} (enforced {enforced:.0f})"
+    return _na(limit)
 
 
 @click.command()
@@ -21,6 +33,7 @@ def _na(value, fmt: str = "{:.0f}") -> str:
 def status(as_json: bool) -> None:
     from ecolaunch.cli.context import resolve
     from ecolaunch.cli.context import open_gpus
+    from ecolaunch.launch.caps import orphan_keeper, orphaned_caps
     from ecolaunch.launch.session import Session
     from ecolaunch.policy.baselines import ExclusivePolicy
     from ecolaunch.state.store import StateStore
@@ -28,12 +41,17 @@ def status(as_json: bool) -> None:
     try:
         environment, rules = resolve()
         backend = open_gpus(environment)
-        session = Session(StateStore(environment.state_dir, group=rules.state_group), backend, ExclusivePolicy(), rules)
+        # run as root without a cap agent, this is a privileged transaction: it restores caps dead launchers left
+        session = Session(StateStore(environment.state_dir, group=rules.state_group), backend, ExclusivePolicy(), rules,
+                          cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
         graph = session.snapshot()
+        left = orphaned_caps(graph, session.host, rules, environment.state_dir, session.processes)
     except EcolaunchError as e:
         message = f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")
         raise click.ClickException(message) from e
     doc = _status_doc(graph, session.host, backend.kind, environment)
+    doc["caps_left"] = [{"uuid": u, "index": graph.hosts[session.host].gpus[u].index, "power_limit_w": now,
+                         "original_w": original} for u, (now, original) in left.items()]
     if as_json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
@@ -60,6 +78,7 @@ def _status_doc(graph: StateGraph, host: str, kind: str, environment: Environmen
                 "util_mem_pct": g.util_mem_pct,
                 "power_w": g.power_w,
                 "power_limit_w": g.power_limit_w,
+                "power_limit_enforced_w": g.power_limit_enforced_w,
                 "power_limit_max_w": g.power_limit_max_w,
                 "jobs": [j.id for j in graph.jobs_on(g.uuid)],
                 "foreign_pids": list(g.foreign_pids),
@@ -90,15 +109,21 @@ def _render(doc: dict) -> str:
     sim = f" (simulated: {doc['simulate']})" if doc["simulate"] else ""
     lines = [f"host {doc['host']}{sim}   state: {doc['state_dir']}", ""]
     jobs = {j["id"]: j for j in doc["jobs"]}
-    lines.append(f"{'GPU':<4}{'NAME':<22}{'MEMORY (MiB)':>16}{'UTIL':>7}{'POWER/CAP (W)':>16}  JOBS")
-    for g in doc["gpus"]:
+    powers = [f"{_na(g['power_w'])}/{_cap(g)}" for g in doc["gpus"]]
+    width = max([16, *(len(p) + 2 for p in powers)])  # an enforced limit shown beside the cap widens the column
+    names = max([21, *(len(g["name"]) for g in doc["gpus"])]) + 1  # whole names: "NVIDIA GeForce RTX 4090" is 23
+    lines.append(f"{'GPU':<4}{'NAME':<{names}}{'MEMORY (MiB)':>16}{'UTIL':>7}{'POWER/CAP (W)':>{width}}  JOBS")
+    for g, power in zip(doc["gpus"], powers):
         users = [f"{jid} ({jobs[jid]['user']}: {jobs[jid]['name']})" for jid in g["jobs"] if jid in jobs]
         if g["foreign_pids"]:
             users.append(f"other processes: {', '.join(map(str, g['foreign_pids']))}")
         mem = f"{g['memory_used_mib']}/{g['memory_total_mib']}"
         util = f"{_na(g['util_gpu_pct'])} %"
-        power = f"{_na(g['power_w'])}/{_na(g['power_limit_w'])}"
-        lines.append(f"{g['index']:<4}{g['name'][:21]:<22}{mem:>16}{util:>7}{power:>16}  {', '.join(users) or '-'}")
+        lines.append(f"{g['index']:<4}{g['name']:<{names}}{mem:>16}{util:>7}{power:>{width}}  {', '.join(users) or '-'}")
+    for c in doc.get("caps_left", []):
+        lines.append(f"warning: GPU {c['index']} is at {c['power_limit_w']:.0f} W, below its original "
+                     f"{c['original_w']:.0f} W, lowered for a job that is gone; restore it with "
+                     "`sudo ecolaunch agent --once`")
     if doc["queue"]:
         lines.append("")
         lines.append(f"queue ({len(doc['queue'])} waiting):")

@@ -43,7 +43,14 @@ class GpuProcess:
 
 @dataclass(frozen=True, slots=True)
 class GpuSnapshot:
-    """One GPU at one instant. Power limits are the board's range and current enforced value."""
+    """One GPU at one instant.
+
+    Power limits: ``power_limit_min_w``/``power_limit_default_w``/``power_limit_max_w`` are the board's range;
+    ``power_limit_w`` is the limit that was **set** (NVML's management limit), which ecolaunch compares against
+    and restores; ``power_limit_enforced_w`` is the limit **in force** (NVML's enforced limit). They usually agree,
+    but a driver may enforce a newly set limit late: on an idle H200 the enforced limit still read the old value
+    right after a change while the management limit read the new one at once.
+    """
 
     uuid: str
     index: int
@@ -59,6 +66,8 @@ class GpuSnapshot:
     power_limit_w: float | None
     energy_j: float | None
     processes: tuple[GpuProcess, ...] = field(default=())
+    #: the limit in force; last, with a default, so positional constructions keep working
+    power_limit_enforced_w: float | None = None
 
     @property
     def memory_free_mib(self) -> int:
@@ -88,7 +97,8 @@ class GpuBackend(Protocol):
         ...
 
     def set_power_limit(self, uuid: str, power_w: float) -> None:
-        """Enforce a power limit in watts; raises PermissionDenied without the privilege."""
+        """Set a power limit in watts (read back as ``power_limit_w`` at once; the driver may enforce it later);
+        raises PermissionDenied without the privilege."""
         ...
 
     def energy_j(self, uuid: str) -> float | None:

@@ -8,6 +8,10 @@ anything else :class:`~ecolaunch.errors.DeviceError`. No ``pynvml.NVMLError`` le
 
 Units are converted at the boundary: NVML's mW become W, mJ become J, bytes become MiB.
 
+Power limits: a snapshot's ``power_limit_w`` is NVML's management limit (what was set, readable at once after
+``nvmlDeviceSetPowerManagementLimit``), ``power_limit_enforced_w`` its enforced limit (what the board holds now,
+which on an idle H200 kept the old value for a while after a change).
+
 The ``nvml`` constructor argument takes any object with pynvml's functions, constants and exception
 classes; tests pass a fake one to exercise the error table and the conversions without a GPU.
 
@@ -228,7 +232,14 @@ class NvmlBackend:
                             h, optional=True)
         default_mw = self._call(f"{what} default power limit", lib.nvmlDeviceGetPowerManagementDefaultLimit,
                                 h, optional=True)
-        enforced_mw = self._call(f"{what} power limit", lib.nvmlDeviceGetEnforcedPowerLimit, h, optional=True)
+        set_mw = self._call(f"{what} power management limit", lib.nvmlDeviceGetPowerManagementLimit,
+                            h, optional=True)
+        enforced_mw = self._call(f"{what} enforced power limit", lib.nvmlDeviceGetEnforcedPowerLimit,
+                                 h, optional=True)
+        if set_mw is None:
+            # A device that cannot report the management limit: the enforced one is the best estimate of what
+            # was set (it lags a change on an idle GPU, but it is never a value nobody set).
+            set_mw = enforced_mw
         energy_mj = self._call(f"{what} energy", lib.nvmlDeviceGetTotalEnergyConsumption, h, optional=True)
 
         def watts(mw: Any) -> float | None:
@@ -243,9 +254,10 @@ class NvmlBackend:
             power_limit_min_w=None if limits is None else watts(limits[0]),
             power_limit_default_w=watts(default_mw),
             power_limit_max_w=None if limits is None else watts(limits[1]),
-            power_limit_w=watts(enforced_mw),
+            power_limit_w=watts(set_mw),
             energy_j=None if energy_mj is None else energy_mj / 1000.0,
             processes=self._processes(what, h),
+            power_limit_enforced_w=watts(enforced_mw),
         )
 
     def _processes(self, what: str, h: Any) -> tuple[GpuProcess, ...]:

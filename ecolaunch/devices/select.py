@@ -7,6 +7,7 @@ and calls :func:`open_backend`; everything else receives the backend as an argum
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from pathlib import Path
 
@@ -15,12 +16,28 @@ from ecolaunch.devices.nvml import NvmlBackend
 from ecolaunch.devices.simulated import ReadingFn, SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 
-__all__ = ["SIM_STATE_FILE", "open_backend"]
+__all__ = ["SIM_STATE_FILE", "open_backend", "simulated_privilege"]
 
 logger = logging.getLogger(__name__)
 
 #: The simulated GPUs' state file, inside ``sim_dir``.
 SIM_STATE_FILE = "simulated-gpus.json"
+
+
+def simulated_privilege(sim_dir: Path, euid: int | None = None) -> bool:
+    """Whether this process may set simulated power limits: root, or the owner of the (simulated machine's) state
+    directory, as the owner of a real workstation is its root. In a state directory shared with colleagues (the
+    admin's layout, owned by root) a member is a plain user, as on real GPUs: their launcher records the cap it
+    wants and the cap agent applies it, so the agent's ledger (root's) knows every original cap."""
+    euid = os.geteuid() if euid is None else euid
+    if euid == 0:
+        return True
+    try:
+        return os.stat(sim_dir).st_uid == euid
+    except FileNotFoundError:
+        return True  # this user creates it, and owns it
+    except OSError:
+        return False
 
 
 def open_backend(simulate: str | None, sim_dir: Path, *, host: str | None = None,
@@ -47,9 +64,10 @@ def open_backend(simulate: str | None, sim_dir: Path, *, host: str | None = None
         else:
             spec = machine.host(host or socket.gethostname())
         logger.debug("simulating %d GPU(s) on host %s from %r", len(spec.gpus), spec.name, simulate)
+        privileged = simulated_privilege(Path(sim_dir))
         if reading is None:
-            return SimulatedBackend(spec, Path(sim_dir) / SIM_STATE_FILE)
-        return SimulatedBackend(spec, Path(sim_dir) / SIM_STATE_FILE, reading=reading)
+            return SimulatedBackend(spec, Path(sim_dir) / SIM_STATE_FILE, privileged=privileged)
+        return SimulatedBackend(spec, Path(sim_dir) / SIM_STATE_FILE, reading=reading, privileged=privileged)
     backend = NvmlBackend()
     count = backend.probe()
     logger.debug("NVML sees %d GPU(s)", count)

@@ -1,16 +1,25 @@
 """The simulated GPU backend: the GPUs of one host of a machine spec, shared by every process on the machine.
 
-Each GPU's mutable state (enforced power limit, energy counter, attached processes) lives in one small
+Each GPU's mutable state (power limit, energy counter, attached processes) lives in one small
 JSON file. Every call is a read-modify-write transaction under an ``fcntl.flock`` on a sibling ``.lock``
 file, and writes are atomic (temp file, fsync, rename), so all processes that open the same state file
 see the same GPUs. A missing file is created; a corrupt one is rebuilt with a warning.
+
+Several users share one simulated machine in a group-shared (sticky) state directory, as they share real GPUs:
+both files are group-writable (``0664``), the lock is taken read-only where it cannot be opened for writing, and
+a user who may not rename over the state file (sticky directory) rewrites it in place under the lock. Neither
+file is ever opened through a symbolic link or as anything but a regular file, and reads are bounded, so a link
+or FIFO planted by a member makes a root process neither write elsewhere nor hang. The file is the simulated
+hardware: any member can change what it reports, as with any shared simulator.
 
 Processes "use" a simulated GPU through :meth:`SimulatedBackend.attach` (the launcher calls it for its
 workers; tests call it directly) and stop with :meth:`SimulatedBackend.detach`. An attached process whose
 pid has died, or now belongs to another process (its start time differs), is dropped on every read, so
 a SIGKILLed worker frees its simulated GPU exactly as the driver frees a real one.
 
-Readings come from :func:`basic_reading`, one small function passed in as ``reading``.
+Readings come from :func:`basic_reading`, one small function passed in as ``reading``. A limit is in force as
+soon as it is set (``power_limit_enforced_w == power_limit_w``): the enforcement lag of a real idle GPU is not
+modelled.
 
 What lives elsewhere: the spec and catalogue (:mod:`ecolaunch.devices.spec`,
 :mod:`ecolaunch.devices.catalogue`); which job owns a GPU (``ecolaunch.state``).
@@ -19,12 +28,14 @@ What lives elsewhere: the spec and catalogue (:mod:`ecolaunch.devices.spec`,
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
 import math
 import os
 import secrets
+import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,6 +48,7 @@ from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
 from ecolaunch.devices.catalogue import GpuModel
 from ecolaunch.devices.spec import HostSpec
 from ecolaunch.errors import DeviceError, PermissionDenied
+from ecolaunch.safefs import RefusedFile, read_at
 
 __all__ = ["ProcessLoad", "Reading", "SimulatedBackend", "basic_reading"]
 
@@ -44,6 +56,9 @@ logger = logging.getLogger(__name__)
 
 _FORMAT = "ecolaunch-simulated-gpus"
 _VERSION = 1
+#: the state and lock files: shared by the users of a group-shared state directory (setgid gives them its group)
+_SHARED_MODE = 0o664
+MAX_STATE_BYTES = 8 * 1024 * 1024
 # psutil reports start times in clock ticks (10 ms); the same process always gives the same value.
 _START_TIME_TOLERANCE_S = 0.01
 
@@ -122,6 +137,11 @@ class SimulatedBackend:
     @property
     def state_path(self) -> Path:
         return self._path
+
+    @property
+    def privileged(self) -> bool:
+        """Whether :meth:`set_power_limit` is allowed (root on a real machine; see ``select.simulated_privilege``)."""
+        return self._privileged
 
     # --- GpuBackend --------------------------------------------------------------------------------
 
@@ -245,15 +265,17 @@ class SimulatedBackend:
             power_limit_max_w=model.power_limit_max_w, power_limit_w=entry["power_limit_w"],
             energy_j=entry["energy_j"] + r.power_w * max(0.0, now - entry["updated_s"]),
             processes=tuple(GpuProcess(p["pid"], p["memory_mib"]) for p in entry["processes"]),
+            power_limit_enforced_w=entry["power_limit_w"],  # no enforcement lag is modelled: in force once set
         )
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[tuple[_State, float]]:
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = _open_lock(self._lock_path)
         except OSError as e:
-            raise DeviceError(f"cannot use the simulated GPU state in {str(self._path.parent)!r}: {e.strerror}",
+            why = getattr(e, "why", None) or e.strerror or e
+            raise DeviceError(f"cannot use the simulated GPU state in {str(self._path.parent)!r}: {why}",
                               hint="set ECOLAUNCH_STATE_DIR to a writable directory") from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel even if this process is killed
@@ -274,12 +296,12 @@ class SimulatedBackend:
         state = _State()
         raw: Any = None
         try:
-            raw = json.loads(self._path.read_text(encoding="utf-8"))
+            raw = json.loads(read_at(None, self._path, MAX_STATE_BYTES)[0].decode("utf-8"))
             gpus = _parse_state(raw, self._spec.name)
         except FileNotFoundError:
             logger.debug("simulated GPU state %s does not exist yet; creating it", self._path)
             gpus = {}
-        except (OSError, ValueError, TypeError, KeyError) as e:
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
             logger.warning("simulated GPU state %s is unreadable or corrupt (%s); rebuilding it", self._path, e)
             gpus = {}
         for uuid, model in self._models.items():
@@ -310,19 +332,69 @@ class SimulatedBackend:
 
     def _write(self, state: _State) -> None:
         doc = {"format": _FORMAT, "version": _VERSION, "host": self._spec.name, "gpus": dict(state)}
-        tmp = self._path.with_name(f"{self._path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        data = json.dumps(doc, indent=1, sort_keys=True).encode("utf-8")
+        tmp = self._path.with_name(f".{self._path.name}.{secrets.token_hex(8)}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(doc, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._path)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                try:
+                    os.fchmod(fd, _SHARED_MODE)  # every user of a group-shared state directory shares these GPUs
+                    os.write(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, self._path)
+            except PermissionError:
+                # a sticky directory: only the file's owner may rename over it. Others rewrite it in place, under
+                # the lock (a write torn by a crash reads as corrupt and is rebuilt: the simulation restarts)
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                _write_in_place(self._path, data)
         except OSError as e:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-            raise DeviceError(f"cannot write the simulated GPU state {str(self._path)!r}: {e.strerror}",
+            why = getattr(e, "why", None) or e.strerror or e
+            raise DeviceError(f"cannot write the simulated GPU state {str(self._path)!r}: {why}",
                               hint="set ECOLAUNCH_STATE_DIR to a writable directory") from e
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file, shared by every user of the state directory: never through a link, never a FIFO or device.
+
+    Created group-writable; opened read-only where this user may not write it (``flock`` needs no write access),
+    so a lock file made by the first user of a sticky directory does not lock the others out.
+    """
+    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, os.O_RDWR | flags, 0o600)
+    except PermissionError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RefusedFile("a symbolic link (not followed)", path) from e
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile("not a regular file", path)
+        if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != _SHARED_MODE:
+            os.fchmod(fd, _SHARED_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_in_place(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RefusedFile("not a regular file", path)
+        os.write(fd, data)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class _State(dict):

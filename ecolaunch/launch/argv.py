@@ -9,7 +9,12 @@ Rules this module keeps (tested against the installed torch in ``tests/launch/te
 * prefix forms: ``ecolaunch [eco options] torchrun <torchrun args>`` and
   ``ecolaunch [eco options] python [-m module | script] args`` (one worker);
 * each ecolaunch option has an ``ECOLAUNCH_*`` environment variable, read from the ``env`` mapping the CLI
-  passes in (a flag on the command line wins).
+  passes in (a flag on the command line wins);
+* a bad value of an ecolaunch option or its variable (``--policy magic``, ``--profile sometimes``,
+  ``--wait-timeout soon``, ``ECOLAUNCH_DRY_RUN=maybe``) is a usage error, exit 2, like argparse's own;
+* a training script that does not exist (unless ``-m`` or ``--no-python`` says it is no file) is a usage error
+  too, exit 2, before anything is booked: torchrun would start every worker, each failing with python's
+  "can't open file". Torch's own value checks (``--nproc-per-node foo``) stay torchrun's: exit 1.
 """
 
 from __future__ import annotations
@@ -157,6 +162,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str], executable: str = sys.exe
     ns = parser.parse_args(expanded)
     try:
         options, memory_mib = _options(ns)
+        check_script(ns)
     except ConfigError as e:
         parser.error(f"{e} ({e.hint})" if e.hint else str(e))
     for flags, *_ in ECO_OPTIONS:
@@ -173,13 +179,39 @@ def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
         json=_flag(ns.eco_json, config.ENV_JSON),
         wait=wait_timeout != 0.0,
         wait_timeout_s=wait_timeout,
-        placement_policy=ns.eco_policy or config.DEFAULT_PLACEMENT_POLICY,
+        placement_policy=_placement_policy(ns.eco_policy),
         allowed_slowdown_pct=slowdown,
         verbose=_flag(ns.eco_verbose, config.ENV_VERBOSE),
         explain=_flag(ns.eco_explain, config.ENV_EXPLAIN),
         profile=_profile_mode(ns.eco_profile),
     )
     return options, None if memory is None else int(memory)
+
+
+def check_script(ns: argparse.Namespace) -> None:
+    """ConfigError when the training script is meant to be a file (no ``-m``, no ``--no-python``) and none exists
+    at that path (relative to the current directory, where the workers start). A directory or zip file counts:
+    python runs those too."""
+    if ns.module or ns.no_python:
+        return
+    script = ns.training_script
+    if not os.path.exists(script):
+        raise ConfigError(
+            f"training script {script!r} does not exist",
+            hint="check the path; run a module with -m MODULE, a program on PATH with --no-python",
+        )
+
+
+def _placement_policy(raw: str | None) -> str:
+    if not raw:
+        return config.DEFAULT_PLACEMENT_POLICY
+    from ecolaunch.policy.baselines import policy_names  # only when asked: the launch imports it anyway
+
+    names = policy_names()
+    if raw not in names:
+        raise ConfigError(f"--policy (or {config.ENV_PLACEMENT_POLICY}) must be a placement policy, got {raw!r}",
+                          hint=f"use one of: {', '.join(names)}")
+    return raw
 
 
 def _profile_mode(raw: str | None) -> str:

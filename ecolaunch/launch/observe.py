@@ -27,7 +27,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,13 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.clock import Clock
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import ConfigError, EcolaunchError
+from ecolaunch.launch.closedloop import ClosedLoop
 from ecolaunch.profile import channel
+from ecolaunch.profile.control import CapController, ControlSettings
 from ecolaunch.profile.energy import attribute, demand_weight, intervals_from_samples
-from ecolaunch.profile.history import History, JobRecord, Profile
+from ecolaunch.profile.history import History, JobRecord, Profile, launch_hints
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, job_cap_bounds, pre_run_env
+from ecolaunch.profile.powercap import CapPoint, merge_points
 from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult, check_early
 from ecolaunch.profile.sampler import DEFAULT_INTERVAL_S, Sampler, downsample
 
@@ -64,13 +67,18 @@ class RunSummary:
     recommendation: str | None
     findings: tuple[str, ...] = ()
     profiling_energy_j: float | None = None
+    #: the closed loop's moves (one line each), and the slowdown it last measured at the cap the run ended on
+    cap_moves: tuple[str, ...] = ()
+    measured_slowdown_pct: float | None = None
+    final_cap_w: float | None = None
 
     @property
     def energy_wh(self) -> float | None:
         return None if self.energy_j is None else self.energy_j / 3600.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "findings": list(self.findings), "energy_wh": self.energy_wh}
+        return {**asdict(self), "findings": list(self.findings), "cap_moves": list(self.cap_moves),
+                "energy_wh": self.energy_wh}
 
 
 def format_summary(s: RunSummary) -> str:
@@ -87,6 +95,12 @@ def format_summary(s: RunSummary) -> str:
         lines.append(f"ecolaunch: plus {s.profiling_energy_j / 1e3:.3g} kJ for the pre-launch profiling run")
     if s.recommendation:
         lines.append(f"ecolaunch: power cap: {s.recommendation}")
+    lines += [f"ecolaunch: power cap: {m}" for m in s.cap_moves]
+    if s.measured_slowdown_pct is not None and s.final_cap_w is not None:
+        slow = s.measured_slowdown_pct
+        how = f"{slow:.1f} % slower" if slow >= 0.05 else ("as fast" if slow > -0.05 else f"{-slow:.1f} % faster")
+        lines.append(f"ecolaunch: power cap: ended at {s.final_cap_w:.0f} W, measured {how} than alone and uncapped "
+                     "(kept in the history for the next launch)")
     lines += [f"ecolaunch: warning: {f}" for f in s.findings]
     return "\n".join(lines)
 
@@ -119,7 +133,8 @@ class RunObserver:
                  idle_power_w: Mapping[str, float | None] | None = None, settings: ProfilerSettings | None = None,
                  interval_s: float = DEFAULT_INTERVAL_S, poll_s: float = 1.0, background: bool = True,
                  on_profile_done: Callable[[], None] | None = None, profiling_energy_j: float | None = None,
-                 profile_source: str | None = None, wall_clock: Callable[[], float] = time.time) -> None:
+                 profile_source: str | None = None, wall_clock: Callable[[], float] = time.time,
+                 control: ControlSettings | None = None, closed_loop: bool = True) -> None:
         self.mode = ProfileAction(mode)
         self._source = profile_source or self.mode.value
         self.job_id, self.user, self.name = job_id, user, name
@@ -148,6 +163,9 @@ class RunObserver:
         self._live: dict[str, float] = {}  # caps this observer set live (restored on exit)
         self._check_from_s: float | None = None
         self._check_skip = self.settings.warmup_iters
+        self._control, self._closed_loop = control, closed_loop
+        self.loop: ClosedLoop | None = None
+        self._hints_read = False
         others = co_resident_power_w or {}
         self._residency: dict[str, list[tuple[float, dict[str, float | None]]]] = {
             u: [(-math.inf, {j: others.get(j) for j in (colocated_with or {}).get(u, ())})] for u in self._uuids}
@@ -160,7 +178,7 @@ class RunObserver:
     def worker_env(self) -> dict[str, str]:
         """Variables for the workers: the hook channel (and the profiling-run limits in ``pre`` mode)."""
         try:
-            self.hook_dir.mkdir(parents=True, exist_ok=True, mode=0o2775)
+            self.hook_dir = self.reader.directory = channel.create_hook_dir(self.hook_dir)  # fresh, private, unguessable
         except OSError as e:
             logger.warning("cannot create the step-hook directory %s (%s); iterations will not be measured",
                            self.hook_dir, e.strerror or e)
@@ -179,6 +197,10 @@ class RunObserver:
         with self._lock:
             if uuid in self._residency and others != self._residency[uuid][-1][1]:
                 self._residency[uuid].append((self._clock.now(), others))
+                if others and self.loop is not None and not self.loop.stopped:
+                    # a shared GPU's cap is every job's on it (the highest wish wins): this run stops moving it
+                    logger.info("job %s: GPU %s is now shared; the closed loop stops", self.job_id, uuid)
+                    self.loop.stopped = True
 
     def __enter__(self) -> RunObserver:
         self._t0, self._wall0 = self._clock.now(), self._wall()
@@ -198,6 +220,7 @@ class RunObserver:
 
     def summary(self) -> RunSummary:
         rec = self.record
+        ctl = self.loop.controller if self.loop is not None else None
         duration = rec.duration_s if rec else max(0.0, self._t1 - self._t0)
         gpu_j = rec.gpu_energy_j if rec else None
         return RunSummary(
@@ -205,7 +228,9 @@ class RunObserver:
             gpu_j / duration if gpu_j is not None and duration > 0 else None,
             rec.iterations if rec else None, rec.iter_time_s if rec else None, self._source,
             self.result.recommended_cap_w if self.result else None, self.result.reason if self.result else None,
-            tuple(self.findings), self._profiling_energy_j)
+            tuple(self.findings), self._profiling_energy_j,
+            tuple(m.reason for m in ctl.moves) if ctl else (), ctl.measured_slowdown_pct if ctl else None,
+            ctl.cap_w if ctl and ctl.measured_slowdown_pct is not None else None)
 
     # --- internals ---------------------------------------------------------------------------------
     def _set(self, uuid: str, watts: float) -> None:
@@ -235,7 +260,10 @@ class RunObserver:
                                      allowed_slowdown_pct=self._slowdown, eta=self._rules.eta, settings=self.settings)
             self.profiler.update([])  # cap 0 is set now, before the workers start
         elif self.profile is not None:
-            self._check_from_s = self._t0
+            current = [c for c in self._found.values() if c is not None]
+            # the first iterations are the job's own start-up (allocator, autotuning): the loop starts after them
+            if not self._follow_from(min(current) if current else None, self.settings.warmup_iters):
+                self._check_from_s = self._t0
         if self._background:
             self.sampler.start()
             self._thread = threading.Thread(target=self._monitor, name="ecolaunch-observer", daemon=True)
@@ -250,16 +278,34 @@ class RunObserver:
                     self._guard("restore the power caps", self.profiler.abort, "observation failed")
                 return
 
+    def _adopt_hints(self) -> None:
+        """Once the script declared a tighter bound (``@ecolaunch.job(max_slowdown_pct=...)``), this run keeps it: the
+        profiler's cap choice and the closed loop use it (the launch already used a declared bound from history)."""
+        self._hints_read = True
+        declared = launch_hints(channel.read_hints(self.hook_dir)).get("max_slowdown_pct")
+        if declared is None or declared >= self._slowdown:
+            return
+        logger.info("job %s declares a %.3g %% slowdown bound (was %.3g %%)", self.job_id, declared, self._slowdown)
+        self._slowdown = declared
+        if self.profiler is not None:
+            self.profiler.allowed_slowdown_pct = declared
+        if self.loop is not None:
+            self.loop.controller.allowed_slowdown_pct = declared
+
     def _poll(self, final: bool) -> None:
         if not final and not self._background:
             self.sampler.sample_once()
         self.reader.poll()
         stamps = self.reader.stamps()
+        if stamps and not self._hints_read:  # a script writes its hints before its first step
+            self._adopt_hints()
         if self.profiler is not None and self.result is None:
             if self.profiler.update(stamps, final=final) is Phase.DONE:
                 self._profiled(final)
         if self._check_from_s is not None and not final:
             self._early_check(stamps)
+        if self.loop is not None and not final:
+            self.loop.step()
 
     def _profiled(self, final: bool) -> None:
         self.result = self.profiler.result  # type: ignore[union-attr]
@@ -273,10 +319,34 @@ class RunObserver:
             return
         choice = self.result.choice if self.result else None
         if choice is not None and self._set_cap is not None and self._bounds is not None and not final:
-            cap = min(max(choice.cap_w, self._bounds[0]), self._bounds[1])
-            self._apply_live(cap, f"profiled: setting the power cap to {cap:.0f} W")
-        if not final:
+            # from the next stamp on, the job runs at the chosen cap (set only when it differs from the cap the
+            # profiler restored: no change for nothing); the closed loop follows it
+            found = [c for c in self._found.values() if c is not None]
+            if (found and abs(min(found) - choice.cap_w) <= 0.5) or self._apply_live(
+                    choice.cap_w, f"profiled: setting the power cap to {choice.cap_w:.0f} W"):
+                self._follow_from(choice.cap_w, self.reader.count())
+        if not final and self.loop is None:
             self._check_from_s, self._check_skip = self._clock.now(), self.settings.settle_iters
+
+    def _follow_from(self, cap_w: float | None, stamp_index: int) -> bool:
+        """Start the closed loop at ``cap_w`` (None: the top of the bounds) when it can run: a known curve, caps
+        that may be changed, and GPUs this job has to itself (on a shared GPU a cap is everyone's)."""
+        shared = any(others for changes in self._residency.values() for _, others in changes)
+        if not (self._closed_loop and self.profile is not None and self._set_cap is not None
+                and self._bounds is not None) or shared:
+            return False
+        lo, hi = self._bounds
+        points = self.profile.cap_points
+        if not points and self.profile.iter_time_s and self.profile.power_w:
+            points = (CapPoint(hi, self.profile.iter_time_s, self.profile.power_w),)  # uncapped only: the prior's shape
+        if not points:
+            return False
+        cap = hi if cap_w is None else min(max(cap_w, lo), hi)
+        controller = CapController(points, self._bounds, self._slowdown, cap, eta=self._rules.eta,
+                                   settings=self._control)
+        self.loop = ClosedLoop(controller, self.reader, self.sampler, self._uuids, self._clock,
+                               self._apply_live, stamp_index)
+        return True
 
     def _early_check(self, stamps: Sequence[float]) -> None:
         first = next((i for i, t in enumerate(stamps) if t > self._check_from_s), None)  # type: ignore[operator]
@@ -291,20 +361,20 @@ class RunObserver:
                               max_cap_w=None if self._bounds is None else self._bounds[1])
         if finding is None:
             return
+        # without the closed loop (caps may not be changed, or the GPU is shared) the check only reports
         logger.warning("job %s: %s", self.job_id, finding.message)
         self.findings.append(finding.message)
-        if finding.suggested_cap_w is not None and self._set_cap is not None:
-            self._apply_live(finding.suggested_cap_w, "early-stage check")
 
-    def _apply_live(self, cap_w: float, why: str) -> None:
+    def _apply_live(self, cap_w: float, why: str) -> bool:
         for uuid in self._uuids:
             try:
                 self._set_cap(uuid, cap_w)  # type: ignore[misc]
                 self._live[uuid] = cap_w
             except Exception as e:  # noqa: BLE001 - a failed live change leaves the cap as it was
                 logger.warning("could not set GPU %s to %.0f W (%s): %s", uuid, cap_w, why, e)
-                return
+                return False
         logger.info("job %s: %s", self.job_id, why)
+        return True
 
     def _finish(self) -> None:
         self._stop.set()
@@ -317,9 +387,16 @@ class RunObserver:
             self._guard("restore the power caps", self.profiler.abort, "observation failed")
         self._guard("restore the power caps", self._restore_live)
         hints = channel.read_hints(self.hook_dir)
+        learned = self.loop.controller.learned() if self.loop is not None else ()
+        if learned and self.profile is not None:
+            # what the run measured at the caps it ran at: the next launch starts from the corrected curve
+            self.profile = replace(self.profile, cap_points=merge_points((*self.profile.cap_points, *learned)))
         self.record = self._build_record(hints)
-        if self.result is None and self._fp is not None and hints.get("profile_safe") is True:
-            self._store_profile(hints)  # remember the hint for the next --profile auto
+        entry = self._history.lookup(self._fp) if self._fp is not None else None
+        if learned and self.profile is not None or (self.result is None and self._fp is not None and (
+                hints.get("profile_safe") is True or launch_hints(hints) != (entry.hints if entry else {}))):
+            # the corrected curve; or what the script declared, for the next launch (--profile auto, its bound)
+            self._store_profile(hints)
         if self.mode is not ProfileAction.PRE:  # a profiling run leaves its profile only
             try:
                 self._history.record(self.record)
@@ -342,12 +419,18 @@ class RunObserver:
             return
         hints = channel.read_hints(self.hook_dir) if hints is None else hints
         entry = self._history.lookup(self._fp)  # keep what history knew when this run measured nothing
-        profile = (self.result.profile if self.result else None) or (entry.profile if entry else None)
+        profile = ((self.profile if self.loop is not None else None)
+                   or (self.result.profile if self.result else None) or (entry.profile if entry else None))
         safe = hints.get("profile_safe") is True or bool(entry and entry.profile_safe)
-        if profile is None and not safe:
+        declared = {**(entry.hints if entry else {}), **launch_hints(hints)}
+        if profile is not None and not profile.memory_mib and declared.get("memory_mib"):
+            # a peak the GPUs could not show (a CPU job on simulated GPUs): what the script declared
+            profile = replace(profile, memory_mib=declared["memory_mib"])
+        if profile is None and not safe and not declared:
             return
         try:
-            self._history.store_profile(self._fp, profile, profile_safe=safe, job_id=self.job_id, now=self._wall())
+            self._history.store_profile(self._fp, profile, profile_safe=safe, job_id=self.job_id, now=self._wall(),
+                                        hints=declared)
         except Exception as e:  # noqa: BLE001
             logger.warning("could not store the profile of job %s: %s", self.job_id, e)
 

@@ -16,10 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ecolaunch.admin.caps import CapKeeper
 from ecolaunch.admin.rules import Rules
 from ecolaunch.clock import Clock, SystemClock
 from ecolaunch.devices.base import GpuBackend
-from ecolaunch.errors import NoPlacement, StateError, WaitTimeout
+from ecolaunch.errors import NeverFits, NoPlacement, PermissionDenied, StateError, WaitTimeout
+from ecolaunch.policy.admission import admit
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.candidates import eligible_gpus
 from ecolaunch.state.graph import Job, JobState, StateGraph
@@ -60,6 +62,7 @@ class Session:
         rules: the effective admin policy.
         processes: the process table (psutil by default).
         clock: time source for waiting.
+        cap_keeper: makes every transaction restore caps left by dead launchers (root, no cap agent).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class Session:
         *,
         processes: ProcessTable | None = None,
         clock: Clock | None = None,
+        cap_keeper: CapKeeper | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -81,13 +85,24 @@ class Session:
         self.host = backend.hostname()
         self._topology = None
         self._requests: dict[str, JobRequest] = {}
+        self.cap_keeper = cap_keeper
 
     # --- transactions ----------------------------------------------------------------------------
     def refresh(self, graph: StateGraph) -> list[Job]:
-        """Reconcile ``graph`` with the live GPUs and processes; returns the jobs released as dead."""
+        """Reconcile ``graph`` with the live GPUs and processes; returns the jobs released as dead.
+
+        With a ``cap_keeper`` (a root process and no cap agent) the transaction is privileged: it also restores the
+        caps a dead launcher left lowered (:meth:`~ecolaunch.admin.caps.CapKeeper.restore_orphans`).
+        """
         if self._topology is None:
             self._topology = self.backend.topology()
-        report = reconcile(graph, self.host, self.processes, self.backend.gpus(), self._topology)
+        snapshots = self.backend.gpus()
+        report = reconcile(graph, self.host, self.processes, snapshots, self._topology)
+        if self.cap_keeper is not None:
+            try:
+                self.cap_keeper.restore_orphans(graph, snapshots)
+            except PermissionDenied:
+                self.cap_keeper = None
         return report.released
 
     def snapshot(self) -> StateGraph:
@@ -100,10 +115,10 @@ class Session:
         with self.store.transaction() as graph:
             self.refresh(graph)
             self._check_feasible(graph, request)
-            return self.policy.decide(graph, request, self.rules), graph
+            return admit(graph, request, self.rules, self.policy.decide(graph, request, self.rules)), graph
 
     def submit(self, request: JobRequest, launcher: Launcher, name: str, info: dict) -> Job:
-        """Enter the queue. Raises NoPlacement when the request can never fit this host."""
+        """Enter the queue. Raises NeverFits when the request can never fit this host."""
         with self.store.transaction() as graph:
             self.refresh(graph)
             self._check_feasible(graph, request)
@@ -136,14 +151,11 @@ class Session:
             position = graph.queue_position(job_id) or 0
             if position != 1:
                 return position
-            decision = self.policy.decide(graph, request, self.rules)
+            decision = admit(graph, request, self.rules, self.policy.decide(graph, request, self.rules))
             if decision is None:
                 return position
-            job.state = JobState.RUNNING
-            job.gpus = list(decision.gpus)
-            job.power_caps_w = {u: w for u, w in decision.power_caps_w.items() if w is not None}
-            job.decision = decision.to_dict()
-            job.started_at = job.heartbeat_at = time.time()
+            graph.book(job_id, list(decision.gpus), dict(decision.power_caps_w), decision.to_dict(), request.profile,
+                       time.time())
             self._attach(job, request)
             gpus = {u: graph.hosts[self.host].gpus[u] for u in decision.gpus}
             logger.info("job %s placed on %s by %s: %s", job_id, ",".join(str(g.index) for g in gpus.values()), decision.policy, "; ".join(decision.reasons))
@@ -180,8 +192,9 @@ class Session:
                 on_wait(outcome, waited)
             self.clock.sleep(POLL_INTERVAL_S * (1.0 + 0.5 * random.random()))
 
-    def heartbeat(self, job: Job) -> None:
-        """Refresh the job's heartbeat; re-register it if the state was rebuilt under it."""
+    def heartbeat(self, job: Job) -> dict[str, dict[str, float | None]]:
+        """Refresh the job's heartbeat; re-register it if the state was rebuilt under it. Returns, per GPU of the
+        job, the other jobs on it now (job id -> its profile's ``power_w``)."""
         with self.store.transaction() as graph:
             self.refresh(graph)
             current = graph.jobs.get(job.id)
@@ -189,6 +202,8 @@ class Session:
                 logger.warning("job %s was missing from the state graph (rebuilt?); registering it again", job.id)
                 graph.jobs[job.id] = current = job
             current.heartbeat_at = time.time()
+            return {u: {j.id: (j.profile or {}).get("power_w") for j in graph.jobs_on(u) if j.id != job.id}
+                    for u in job.gpus}
 
     def release(self, job_id: str) -> Job | None:
         """Remove the job from the graph and free its GPUs."""
@@ -202,15 +217,20 @@ class Session:
     # --- helpers ---------------------------------------------------------------------------------
     def _check_feasible(self, graph: StateGraph, request: JobRequest) -> None:
         usable = eligible_gpus(graph, request, self.rules)
+        host = graph.hosts.get(self.host)
+        total = len(host.gpus) if host else 0
         if len(usable) < request.nproc:
-            raise NoPlacement(
-                f"job asks for {request.nproc} GPU(s) but this host has {len(usable)} that user {request.user!r} may use",
-                hint="lower --nproc-per-node, or ask the lab admin about reserved GPUs",
+            mine = "" if len(usable) == total else f", {len(usable)} of them usable by user {request.user!r}"
+            raise NeverFits(
+                f"job asks for {request.nproc} GPU(s) and can never fit: the host has {total} GPU(s){mine}",
+                hint="lower --nproc-per-node" + ("" if len(usable) == total else
+                                                 ", or ask the lab admin about reserved GPUs and per-user limits"),
             )
         need = request.memory_mib or 0
         if need and all(g.memory_total_mib < need for g in usable):
-            raise NoPlacement(
-                f"job needs {need} MiB per GPU but the largest usable GPU has {max(g.memory_total_mib for g in usable)} MiB",
+            raise NeverFits(
+                f"job needs {need} MiB per GPU and can never fit: the largest GPU it may use has "
+                f"{max(g.memory_total_mib for g in usable)} MiB",
                 hint="lower --memory-mib or the job's memory use",
             )
 
@@ -220,6 +240,10 @@ class Session:
         if attach is None:
             return
         profile = request.profile or {}
+        if not (profile.get("sm_util_pct") or profile.get("mem_bw_util_pct")):
+            # measured to use nothing of the GPU (a CPU job on simulated GPUs): it holds memory and adds no load, so
+            # the GPUs read as they did when it was profiled (an "active" floor would read twice the idle power)
+            profile = {}
         for uuid in job.gpus:
             attach(
                 uuid,

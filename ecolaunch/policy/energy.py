@@ -7,10 +7,12 @@ oracle (``ecolaunch.sim.oracle``, the simulator's true model). What does not: an
 
 **Candidates.** GPU sets of the requested size among the GPUs the job may use (reservations, allocation), each
 GPU either idle or shareable under the admin rules (co-location allowed, fewer than ``max_jobs_per_gpu`` jobs,
-memory fits with the margin; a GPU with a foreign process is never shared). An all-idle set is crossed with the
-cap levels inside the admin bounds on Zeus's 25 W grid (the winner's cap is then refined on the
-:data:`DECISION_CAP_STEP_W` grid around it); a set that shares a GPU keeps that GPU's current cap (a newcomer
-does not change the power of a colleague's GPU); a job whose power is unknown (no profile) is never capped. Sets
+memory fits with the margin; a GPU with a foreign process is never shared). An all-idle set gets the one cap the
+job's own measured curve chooses (:func:`alone_cap`: :func:`~ecolaunch.profile.capchoice.job_cap_choice`, the
+profiler's and the closed loop's choice, on the :data:`DECISION_CAP_STEP_W` grid, with the margin its measurement
+error asks for; the oracle passes its own, from the truth); a set that shares a GPU keeps that GPU's current cap (a
+newcomer does not change the power of a colleague's GPU); a job whose iteration time or power is unknown is never
+capped. Sets
 are ranked by their slowest link, then by how many of their GPUs are shared; of the sets nobody uses only the best
 of each link class is kept (they are interchangeable); at most ``max_sets`` are kept. Past ``MAX_COMBINATIONS``
 sets (a 4-GPU job on a 64-GPU host) a few good sets are built greedily instead.
@@ -25,7 +27,7 @@ work before (its share of its GPUs' power / its throughput): the work others los
 cost. ``static_share`` is zero for node and GPU-only energy (a workstation's host power is spent whether or
 not the job runs) and the host's static power per GPU times the job's GPUs for job-attributed energy (EaCO's
 accounting). Constraint: every affected job's predicted slowdown (against solo, uncapped) stays within its bound,
-with ``margin_pct`` of the bound kept back for prediction error. Ties (costs within :data:`TIE_W` or
+with ``margin_pct`` of the bound kept back for the predictor's error (a cap the job's curve chose kept its own). Ties (costs within :data:`TIE_W` or
 :data:`TIE_FRACTION` of the least) break by the new job's predicted completion time. Nothing qualifies → ``None`` (the job waits).
 """
 
@@ -37,19 +39,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ecolaunch.admin.rules import Rules, cap_bounds_w
+from ecolaunch.admin.rules import Rules
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import best_set, eligible_gpus, worst_link
-from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid
+from ecolaunch.profile.modes import job_cap_bounds
+from ecolaunch.profile.capchoice import CHOICE_STEP_W, CapChoice, job_cap_choice
+from ecolaunch.profile.powercap import CapPoint, as_cap_points
 from ecolaunch.state.graph import GpuNode, StateGraph
 
 OBJECTIVES = ("node", "gpu", "job")
-#: the step the chosen cap is refined to. Finer than Zeus's 25 W stride (``powercap.DEFAULT_CAP_STEP_W``):
-#: Zeus measures every level, these policies predict them from a few measured caps, and NVML takes any
-#: limit within the board's range. On a 10 % bound the 25 W grid left jobs 3-8 % slow where 9-10 % was
-#: allowed (``benchmarks/energy.py``; the README's energy section gives the figures of both grids).
-DECISION_CAP_STEP_W = 5.0
+#: the grid caps are chosen on (``capchoice.CHOICE_STEP_W``): finer than Zeus's 25 W stride, since NVML takes
+#: any limit within the board's range; on a 10 % bound the 25 W grid left jobs 3-8 % slow where 9-10 % was allowed
+DECISION_CAP_STEP_W = CHOICE_STEP_W
 #: candidates whose cost is within this many watts per unit of work (or this fraction) of the least are
 #: ties, decided by predicted speed (e.g. caps that cannot bind a job drawing little power)
 TIE_W, TIE_FRACTION = 0.1, 0.001
@@ -62,6 +64,8 @@ class Candidate:
     gpus: tuple[str, ...]
     #: cap per GPU in watts; None = the GPU's current limit
     caps_w: tuple[float | None, ...]
+    #: the cap is the job's own curve's choice (:func:`alone_cap`), its margin already kept back
+    by_curve: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,19 +119,42 @@ def usable_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[GpuNod
 
 
 def knows_power(job: JobRequest) -> bool:
-    """Whether the job's power is known (measured uncapped, or at caps): only then may it be capped."""
+    """Whether the job's power is known (measured uncapped, or at caps)."""
     return bool(job.profile and (job.profile.get("power_w") or job.profile.get("cap_points")))
 
 
-def cap_levels(gpu: GpuNode, rules: Rules, step_w: float = DEFAULT_CAP_STEP_W) -> list[float | None]:
-    """Cap levels for an idle GPU: None (its current limit) plus the ``step_w`` grid inside the admin bounds."""
-    if gpu.power_limit_max_w is None or gpu.power_limit_min_w is None:
-        return [None]
-    low, high = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
-    return [None, *(c for c in cap_grid(low, high, step_w) if c < gpu.power_limit_max_w)]
+def job_points(job: JobRequest, top_cap_w: float) -> list[CapPoint]:
+    """The job's measured cap curve: its cap points, else its uncapped iteration time and power as one point at
+    ``top_cap_w``; empty when its iteration time is not known (an uninstrumented job is never capped blind)."""
+    profile = job.profile or {}
+    points = as_cap_points(profile.get("cap_points"))
+    if not points and profile.get("iter_time_s") and profile.get("power_w"):
+        points = [CapPoint(top_cap_w, float(profile["iter_time_s"]), float(profile["power_w"]))]
+    return points
 
 
-def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, max_sets: int = 24) -> list[Candidate]:
+def alone_choice(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> CapChoice | None:
+    """The one objective's choice for the job alone on ``gpus`` from its measured curve
+    (:func:`~ecolaunch.profile.capchoice.job_cap_choice`, as the profiler and the closed loop choose); None without
+    a curve or cap bounds."""
+    bounds = job_cap_bounds(rules, gpus)  # one cap for the job: every GPU's admin bounds intersected
+    if bounds is None:
+        return None
+    return job_cap_choice(job_points(job, bounds[1]), bounds, job.allowed_slowdown_pct, rules.eta)
+
+
+def alone_cap(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> float | None:
+    """The cap of :func:`alone_choice`; None when the job stays uncapped (no curve, or no cap saves enough)."""
+    choice = alone_choice(job, gpus, rules)
+    if choice is None or choice.cap_w >= min(g.power_limit_max_w for g in gpus) - 1e-9:  # type: ignore[type-var]
+        return None
+    return choice.cap_w
+
+
+def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, max_sets: int = 24,
+                         cap_for=alone_cap) -> list[Candidate]:
+    """GPU sets the job could get now, each with its cap: on GPUs it would have to itself, ``cap_for(job, gpus,
+    rules)`` (the one cap choice from its measured curve; the oracle passes the truth's); on shared GPUs, None."""
     host = state.hosts.get(job.host)
     if host is None:
         return []
@@ -165,11 +192,11 @@ def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, ma
     out = []
     for combo in sets:
         uuids = tuple(g.uuid for g in combo)
-        if any(state.jobs_on(u) for u in uuids) or not knows_power(job):  # never cap blind
+        if any(state.jobs_on(u) for u in uuids):  # sharing keeps the GPUs' caps: a newcomer takes them as found
             out.append(Candidate(uuids, (None,) * len(uuids)))
             continue
-        for cap in cap_levels(combo[0], rules):
-            out.append(Candidate(uuids, (cap,) * len(uuids)))
+        cap = cap_for(job, combo, rules)
+        out.append(Candidate(uuids, (cap,) * len(uuids), by_curve=bool(job_points(job, 1.0))))
     return out
 
 
@@ -177,8 +204,7 @@ class EnergyAwarePolicy:
     """Least predicted energy for the work, every job within its slowdown bound (see the module docstring)."""
 
     def __init__(self, predictor: Predictor, *, name: str | None = None, objective: str = "node",
-                 margin_pct: float = 10.0, host_static_w: float = 0.0,
-                 cap_step_w: float = DECISION_CAP_STEP_W) -> None:
+                 margin_pct: float = 10.0, host_static_w: float = 0.0) -> None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         self.predictor = predictor
@@ -186,28 +212,41 @@ class EnergyAwarePolicy:
         self.objective = objective
         self.margin_pct = margin_pct
         self.host_static_w = host_static_w
-        self.cap_step_w = cap_step_w
 
     def __repr__(self) -> str:
         return (f"EnergyAwarePolicy(predictor={self.predictor.name!r}, objective={self.objective!r}, "
-                f"margin_pct={self.margin_pct}, cap_step_w={self.cap_step_w})")
+                f"margin_pct={self.margin_pct})")
 
     def decide(self, state: StateGraph, job: JobRequest, rules: Rules) -> Decision | None:
+        scorer = self.predictor.scorer(state, job)
+        cap_for = getattr(scorer, "alone_cap", None) or alone_cap
         if job.elastic:
-            return ExclusivePolicy().decide(state, job, rules)
-        candidates = enumerate_candidates(state, job, rules)
+            return self._elastic(state, job, rules, cap_for)
+        candidates = enumerate_candidates(state, job, rules, cap_for=cap_for)
         if not candidates:
             return None
-        scorer = self.predictor.scorer(state, job)
         outcomes = scorer.predict(candidates)
         before = scorer.current(sorted({u for c in candidates for u in c.gpus}))
         scored = self._ranked(state, job, candidates, outcomes, before)
         if not scored:
             return None
-        finer = self._refinements(state, job, rules, scored[0][2])
-        if finer:
-            scored = self._ranked(state, job, finer, scorer.predict(finer), before, scored)
-        return self._decision(state, job, scored, refined=set(finer))
+        return self._decision(state, job, rules, scored)
+
+    def _elastic(self, state: StateGraph, job: JobRequest, rules: Rules, cap_for) -> Decision | None:
+        """``--nproc-per-node gpu``: every free GPU the user may use (as ``exclusive`` finds them; sharing a GPU
+        with an elastic job would only slow both), capped as this policy caps any job alone on its GPUs."""
+        placed = ExclusivePolicy().decide(state, job, rules)
+        if placed is None:
+            return None
+        gpus = [state.hosts[job.host].gpus[u] for u in placed.gpus]
+        cap = cap_for(job, gpus, rules)
+        reasons = [f"GPU {','.join(str(g.index) for g in gpus)}: every free GPU user {job.user!r} may use "
+                   "(--nproc-per-node gpu takes as many as the policy grants), "
+                   + (f"capped at {cap:.0f} W" if cap is not None else "default power limit")]
+        choice = alone_choice(job, gpus, rules) if cap is not None else None
+        if choice is not None and choice.cap_w == cap:
+            reasons.append(f"the job's measured curve: {choice.reason}")
+        return Decision(self.name, placed.gpus, dict.fromkeys(placed.gpus, cap), placed.colocated_with, reasons)
 
     def _ranked(self, state: StateGraph, job: JobRequest, candidates: Sequence[Candidate],
                 outcomes: Sequence[Outcome], before: Outcome, scored: Sequence = ()) -> list:
@@ -226,27 +265,14 @@ class EnergyAwarePolicy:
                                  [host.gpus[u].index for u in r[2].gpus]))
         return rows
 
-    def _refinements(self, state: StateGraph, job: JobRequest, rules: Rules, best: Candidate) -> list[Candidate]:
-        """The caps on the fine grid within one coarse step of the best coarse cap, on the same idle GPUs.
-
-        Candidates are scored on the 25 W grid first, then the winner's neighbourhood on the
-        ``cap_step_w`` grid: the cheapest cap under a bound lies between the lowest coarse cap that keeps it
-        and the next one down, so the fine grid costs a handful of predictions instead of five times as many.
-        """
-        if self.cap_step_w >= DEFAULT_CAP_STEP_W or not knows_power(job) or any(state.jobs_on(u) for u in best.gpus):
-            return []
-        gpu = state.hosts[job.host].gpus[best.gpus[0]]
-        levels = cap_levels(gpu, rules, self.cap_step_w)
-        at = best.caps_w[0] if best.caps_w[0] is not None else (gpu.power_limit_w or gpu.power_limit_max_w)
-        coarse = set(cap_levels(gpu, rules))
-        return [Candidate(best.gpus, (c,) * len(best.gpus)) for c in levels
-                if c is not None and c not in coarse and abs(c - at) < DEFAULT_CAP_STEP_W]
-
     # --- scoring ---------------------------------------------------------------------------------
     def _score(self, state: StateGraph, job: JobRequest, cand: Candidate, out: Outcome, before: Outcome):
         keep = 1.0 - self.margin_pct / 100.0
         x_new = out.throughput.get(job.id, 0.0)
-        if x_new <= 0 or 100.0 * (1.0 / x_new - 1.0) > job.allowed_slowdown_pct * keep:
+        # a cap the job's curve chose already kept its margin (capchoice.cap_margin_pct); other predictions keep
+        # margin_pct of the bound back
+        limit = job.allowed_slowdown_pct + 1e-6 if cand.by_curve else job.allowed_slowdown_pct * keep
+        if x_new <= 0 or 100.0 * (1.0 / x_new - 1.0) > limit:
             return None
         lost = 0.0
         slowdowns = {job.id: 100.0 * (1.0 / x_new - 1.0)}
@@ -265,8 +291,7 @@ class EnergyAwarePolicy:
         cost = (delta_w + static + lost) / x_new
         return cost, x_new, cand, out, slowdowns
 
-    def _decision(self, state: StateGraph, job: JobRequest, scored, refined: set[Candidate] = frozenset()
-                  ) -> Decision:
+    def _decision(self, state: StateGraph, job: JobRequest, rules: Rules, scored) -> Decision:
         gpus = state.hosts[job.host].gpus
         cost, x_new, best, out, slow = scored[0]
         caps = dict(zip(best.gpus, best.caps_w))
@@ -275,11 +300,15 @@ class EnergyAwarePolicy:
         cap_txt = ", ".join(f"{w:.0f} W" for w in best.caps_w if w is not None) or "default power limit"
         share_txt = "shares with " + ", ".join(sorted({j for v in colocated.values() for j in v})) if any(colocated.values()) else "alone"
         reasons = [f"GPU {idx} ({share_txt}, {cap_txt}): predicted {100 * (1 / x_new - 1):.1f} % slower than alone "
-                   f"(bound {job.allowed_slowdown_pct:g} %), {max(cost, 0.0):.0f} W per unit of work: the least energy "
+                   f"(bound {job.allowed_slowdown_pct:g} %), {_energy_text(cost, job)}: the least energy "
                    f"of {len(scored)} candidate{'' if len(scored) == 1 else 's'} within every job's bound"]
+        if best.by_curve and any(w is not None for w in best.caps_w):
+            choice = alone_choice(job, [gpus[u] for u in best.gpus], rules)
+            if choice is not None and choice.cap_w in best.caps_w:
+                reasons.append(f"the job's measured curve: {choice.reason}")
         alternatives = []
-        # the alternatives a user can weigh: other GPU sets and caps of the 25 W grid, not the 5 W neighbours
-        for c, x, cand, _, s in [r for r in scored[1:] if r[2] not in refined][:3]:
+        # the alternatives a user can weigh: other GPU sets (with their own caps), and sharing
+        for c, x, cand, _, s in scored[1:4]:
             alternatives.append({
                 "gpus": list(cand.gpus),
                 "power_caps_w": dict(zip(cand.gpus, cand.caps_w)),
@@ -302,6 +331,18 @@ class EnergyAwarePolicy:
             },
             alternatives=alternatives,
         )
+
+
+def _energy_text(cost_w: float, job: JobRequest) -> str:
+    """What a candidate's cost means for the user: the energy the job adds per iteration when its iteration time
+    is known (the cost is power per unit of its uncapped speed, so times its uncapped iteration time), else the
+    power its work adds."""
+    if cost_w < 0.5:
+        return "next to no energy added (its GPUs draw about what they would idle)"
+    t0 = (job.profile or {}).get("iter_time_s")
+    if t0:
+        return f"{cost_w * float(t0):.3g} J added per iteration"
+    return f"{cost_w:.0f} W added at its full speed"
 
 
 def _tie_limit(best: float) -> float:

@@ -5,24 +5,21 @@ power cap) in batched forward passes of the shipped model (``ecolaunch/policy/we
 by ``ecolaunch policy train``), through the plain-torch inference path (:mod:`ecolaunch.policy.infer`: no
 torch_geometric on the launch path). It predicts each job's normalized throughput and each GPU's power at its
 cap; the policy keeps the candidate with the least predicted energy for the work that keeps every affected job
-inside its slowdown bound, with 5 % of each bound kept back for prediction error. One decision's
-:class:`_GnnScorer` encodes and scores the machine as it runs now once, for every batch of candidates (the
-25 W grid, then the refinement of the winner's cap) and for the objective's "before".
+inside its slowdown bound. One decision's :class:`_GnnScorer` encodes and scores the machine as it runs now once,
+for every candidate and for the objective's "before".
 
 **Relative predictions.** The model predicts absolute normalized throughputs with a small bias (a multi-GPU job
 alone comes out at 0.90-0.93 instead of 1.0). The policy therefore divides: the new job's prediction by the
 model's prediction of the same job alone, uncapped, on the same GPUs; a running job's by its prediction as it runs
 now. Slowdown bounds of running jobs are so checked against how they run now.
 
-**Calibration by the job's own measurements.** On GPUs the new job would have to itself, at caps within the range
-it was profiled at, the effect of a power cap is taken from the job's measured cap points (``ecolaunch.profile.
-powercap``: its profiled caps, with the Zeus-learned prior between them) rather than from the GNN: the GNN knows a
-job only by its solo profile, while those points are measurements of this very job (such candidates are not even
-scored by the GNN, which keeps a decision within its latency goal). Below the lowest measured cap (an
-extrapolation for both) the more pessimistic of the two predictions is kept. In simulation this cut the QoS
-violations of the GNN policy on the light workstation trace from 18.7 % to the figure printed by
-``benchmarks/energy.py``. Sharing (the interference between co-located jobs, the power of shared GPUs) is the
-GNN's alone.
+**Calibration by the job's own measurements.** On GPUs the new job would have to itself, its cap is the one its
+measured curve chooses (``EnergyAwarePolicy``: :func:`~ecolaunch.profile.capchoice.job_cap_choice`, exactly the
+profiler's and the closed loop's choice, with the margin the measurements ask for), and its speed and power there
+come from that curve rather than from the GNN: the GNN knows a job only by its solo profile, while the curve is
+measurements of this very job (such candidates are not even scored by the GNN, which keeps a decision within its
+latency goal). Sharing (the interference between co-located jobs, the power of shared GPUs) is the GNN's alone,
+with 5 % of each bound kept back for its error.
 
 A job without a measured profile is neither capped nor shared by this policy (``EnergyAwarePolicy``: sharing
 needs a known memory size; capping needs a known power): the first launch of an unknown job runs alone at default
@@ -141,25 +138,26 @@ class _GnnScorer:
         return Outcome(dict.fromkeys(self._now, 1.0), dict(self._now_power))
 
     def _cap_curve(self):
-        """The new job's measured cap curve (fitted once per decision), or None."""
-        from ecolaunch.policy.estimate import cap_model
-        from ecolaunch.profile.powercap import as_cap_points
+        """The new job's measured cap curve, fitted once per GPU maximum (None: it has none)."""
+        from ecolaunch.policy.energy import job_points
+        from ecolaunch.profile.powercap import fit_cap_model
 
         if self._curve is None:
-            profile = self._job.profile
-            if not profile or not profile.get("cap_points"):
-                self._curve = (None, None)
-            else:
-                lowest = min(p.power_cap_w for p in as_cap_points(profile["cap_points"]))
-                self._curve = (functools.lru_cache(maxsize=8)(lambda max_w: cap_model(profile, max_w)), lowest)
+            job = self._job
+
+            def fit(max_w: float):
+                points = job_points(job, max_w)
+                return fit_cap_model(points) if points else None
+
+            self._curve = functools.lru_cache(maxsize=8)(fit) if job_points(job, 1.0) else None
         return self._curve
 
     def _measured(self, cand: Candidate) -> tuple[list[float], dict[str, float], bool]:
         """The job's measured cap curve on the candidate's GPUs it would have to itself: its speed on each (against
-        uncapped), each one's board power, and whether the measurements decide alone (every GPU its own, every
-        cap within the measured range: the GNN knows the job only by its solo profile, those points are
-        measurements of this very job)."""
-        fit, lowest_measured = self._cap_curve()
+        uncapped), each one's board power, and whether the measurements decide alone (every GPU its own: the GNN
+        knows the job only by its solo profile, while the curve is measurements of this very job, and its cap was
+        chosen on that curve with the margin its measurement error asks for)."""
+        fit = self._cap_curve()
         if fit is None:
             return [], {}, False
         host = self._state.hosts[self._job.host]
@@ -177,8 +175,7 @@ class _GnnScorer:
             top, at_cap = model.predict(gpu.power_limit_max_w), model.predict(cap)
             curve.append(top.iter_time_s / at_cap.iter_time_s)
             power[u] = at_cap.power_w
-        inside = all(c is None or c >= lowest_measured for c in cand.caps_w)
-        return curve, power, bool(curve) and len(curve) == len(cand.gpus) and inside
+        return curve, power, bool(curve) and len(curve) == len(cand.gpus)
 
 
 def _without_jobs(state: StateGraph, host: str) -> StateGraph:

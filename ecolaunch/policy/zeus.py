@@ -13,7 +13,8 @@ from ecolaunch.admin.rules import Rules, cap_bounds_w
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.estimate import cap_model
-from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid, choose_cap
+from ecolaunch.profile.capchoice import choose_cap
+from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid
 from ecolaunch.state.graph import StateGraph
 
 
@@ -46,8 +47,9 @@ class ZeusPolicy:
                 caps[uuid] = None
                 continue
             low, high = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
+            # Zeus's own rule: no margin for what is not known, any saving is taken (ecolaunch's policies keep both)
             choice = choose_cap(model, cap_grid(low, high, self.cap_step_w), job.allowed_slowdown_pct, 1.0,
-                                gpu.power_limit_max_w)
+                                gpu.power_limit_max_w, z=0.0, min_saving_pct=0.0)
             caps[uuid] = None if choice.cap_w >= gpu.power_limit_max_w else choice.cap_w
             if uuid == placed.gpus[0]:
                 reasons.append(choice.reason)

@@ -16,7 +16,14 @@ Files in ``<dir>`` (one writer each, so no locking is needed):
   system-wide on Linux, so stamps of different ranks (and of a restarted worker) share one time line.
 - ``hints-<rank>.json``: the ``@ecolaunch.job(...)`` hints, written once, atomically (temp file + rename).
 
-Worker side: :class:`StepWriter`, :func:`write_hints`. Launcher side: :func:`read_steps`,
+**Multi-user safety.** The launcher creates ``<dir>`` with :func:`create_hook_dir`: fresh, under an
+unpredictable name, mode 0700, inside the sticky shared ``hooks/`` (so no colleague can rename it or put
+another directory in its place). The worker side writes only into a directory that is its own user's alone
+(:func:`open_private_dir`), opening every file relative to it with ``O_NOFOLLOW`` (the temporary hints file
+under a random name with ``O_EXCL``); the launcher side reads only regular files, never following a link or
+waiting on a FIFO, with sizes bounded. A root launch therefore never writes through a link a member planted.
+
+Worker side: :class:`StepWriter`, :func:`write_hints`. Launcher side: :func:`create_hook_dir`, :func:`read_steps`,
 :func:`read_hints`, :func:`iteration_times`, and :class:`StepReader`, which reads only what was appended
 since its last poll (a launcher polls every second for the whole run; re-reading every file would grow
 with the run). The worker side must never raise into a training loop; the
@@ -25,16 +32,23 @@ hooks module catches ``OSError`` from here and switches itself off.
 
 from __future__ import annotations
 
+import collections
+
+import contextlib
+import errno
 import json
 import logging
 import os
 import re
+import secrets
+import stat
 import struct
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.safefs import RefusedFile, open_dir, shared_dir_mode, write_at
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +58,11 @@ ENV_RANK = "RANK"
 ENV_PROFILE_STEPS = "ECOLAUNCH_PROFILE_STEPS"
 
 STAMP = struct.Struct("<d")
+#: the most a launcher reads of a hook directory's files at once (a worker's file is its user's word)
+MAX_HINTS_BYTES = 64 * 1024
+MAX_STEPS_BYTES = 256 * 1024 * 1024
+MAX_POLL_BYTES = 16 * 1024 * 1024  # per file and poll: the rest is read at the next poll
+TAIL_STAMPS = 4096  # per rank: how many of the latest stamps the launcher keeps for the closed loop
 _STEPS = re.compile(r"^steps-(\d+)\.bin$")
 _HINTS = re.compile(r"^hints-(\d+)\.json$")
 
@@ -71,10 +90,20 @@ class StepWriter:
         return self._path
 
     def stamp(self) -> None:
-        """Record "one step ended now". Raises OSError if the file cannot be opened or written."""
+        """Record "one step ended now". Raises OSError if the file cannot be opened or written (or the hook
+        directory is not this user's alone: see :func:`open_private_dir`)."""
         fd = self._fd
         if fd is None:
-            fd = self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            folder, name = os.path.split(self._path)
+            with _private_dir(folder) as dfd:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             0o644, dir_fd=dfd)
+                try:
+                    _check_own_regular(os.fstat(fd), self._path)
+                except BaseException:
+                    os.close(fd)
+                    raise
+            self._fd = fd
         os.write(fd, STAMP.pack(self._clock()))
 
     def close(self) -> None:
@@ -84,18 +113,99 @@ class StepWriter:
 
 
 def write_hints(directory: Path | str, rank: int, hints: Mapping[str, object]) -> Path:
-    """Write ``hints`` as JSON to ``hints-<rank>.json`` atomically (readers see the old file or the new one)."""
+    """Write ``hints`` as JSON to ``hints-<rank>.json`` atomically (readers see the old file or the new one).
+
+    Only into a directory that is this user's alone (:func:`open_private_dir`), through a temporary file with an
+    unpredictable name created with ``O_EXCL | O_NOFOLLOW``: a link planted under a guessable name is never
+    followed. Raises OSError otherwise.
+    """
     final = hints_path(directory, rank)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     data = json.dumps(dict(hints), sort_keys=True).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    if len(data) > MAX_HINTS_BYTES:
+        raise OSError(errno.EFBIG, f"hints of {len(data)} bytes, over the {MAX_HINTS_BYTES}-byte limit")
+    with _private_dir(directory) as dfd:
+        write_at(dfd, final.name, data, mode=0o644)
+    return final
+
+
+def create_hook_dir(wanted: Path | str) -> Path:
+    """Create the hook directory of one run next to ``wanted``, under an unpredictable name; returns its path.
+
+    ``wanted`` is ``<state dir>/hooks/<job id>[-profile]``. The shared ``hooks/`` directory must be a real
+    directory (``ecolaunch init-state`` creates it sticky, root-owned) owned by root, this user or the state
+    directory's owner, and sticky when others may write it: then nobody else can rename or replace what this
+    launcher creates in it. It is created (sticky) when missing. The run's own directory,
+    ``<job id>[-profile]-<random>``, is created with ``mkdir`` (which never follows a link and fails on anything
+    already there), mode 0700. Raises OSError (a :class:`~ecolaunch.safefs.RefusedFile` when something in
+    the way is not safe to use): the caller then runs without step marks.
+    """
+    wanted = Path(wanted)
+    hooks, state_dir = wanted.parent, wanted.parent.parent
+    state_fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
+        st = os.fstat(state_fd)
+        hooks_fd = open_dir(hooks.name, parent_fd=state_fd, create_mode=shared_dir_mode(st.st_mode),
+                            owners={0, os.geteuid(), st.st_uid})
+    finally:
+        os.close(state_fd)
+    try:
+        for _ in range(8):
+            name = f"{wanted.name}-{secrets.token_hex(8)}"
+            try:
+                os.mkdir(name, 0o700, dir_fd=hooks_fd)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(errno.EEXIST, f"could not create a fresh directory in {hooks}")
+    finally:
+        os.close(hooks_fd)
+    path = hooks / name
+    with _private_dir(path) as fd:  # what was just created: this user's alone
+        os.fchmod(fd, 0o700)  # whatever the umask, and without the setgid bit inherited from hooks/
+    return path
+
+
+def open_private_dir(directory: Path | str) -> int:
+    """Open a hook directory for writing into it; refuse (RefusedFile, an OSError) a link, or a directory that
+    is not owned by this process's user or that anyone else may write: such a directory may have been swapped in
+    by someone who could have filled it with links. Returns its descriptor."""
+    return open_dir(directory, owners={os.geteuid()}, private=True)
+
+
+@contextlib.contextmanager
+def _private_dir(directory: Path | str) -> Iterator[int]:
+    fd = open_private_dir(directory)
+    try:
+        yield fd
     finally:
         os.close(fd)
-    os.replace(tmp, final)
-    return final
+
+
+def _check_own_regular(st: os.stat_result, where: str) -> None:
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        raise RefusedFile("not a regular file of this user", where)
+
+
+def _read_file(folder: Path, name: str, max_bytes: int, offset: int = 0) -> bytes:
+    """A file of a hook directory, from ``offset``: regular, not a link, never blocking; at most ``max_bytes``."""
+    fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile("not a regular file", folder / name)
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
+        chunks, total = [], 0
+        while total < max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def read_steps(directory: Path | str) -> dict[int, list[float]]:
@@ -108,7 +218,11 @@ def read_steps(directory: Path | str) -> dict[int, list[float]]:
         m = _STEPS.match(entry.name)
         if m is None:
             continue
-        data = entry.read_bytes()
+        try:
+            data = _read_file(folder, entry.name, MAX_STEPS_BYTES)
+        except OSError as e:
+            logger.warning("ignoring step marks %s: %s", entry, e)
+            continue
         whole = len(data) - len(data) % STAMP.size
         if whole != len(data):
             logger.debug("dropped a torn %d-byte record at the end of %s", len(data) - whole, entry)
@@ -127,8 +241,11 @@ def read_hints(directory: Path | str) -> dict[str, object]:
     ranked = sorted((int(m.group(1)), e) for e in folder.iterdir() if (m := _HINTS.match(e.name)))
     for rank, entry in ranked:
         try:
-            value = json.loads(entry.read_text())
-        except (OSError, ValueError) as e:
+            raw = _read_file(folder, entry.name, MAX_HINTS_BYTES + 1)
+            if len(raw) > MAX_HINTS_BYTES:
+                raise ValueError(f"over the {MAX_HINTS_BYTES}-byte limit")
+            value = json.loads(raw)
+        except (OSError, ValueError, RecursionError) as e:
             logger.warning("ignoring unreadable hints file %s: %s", entry, e)
             continue
         if isinstance(value, dict):
@@ -169,6 +286,20 @@ class StepReader:
         self._kept: dict[int, list[float]] = {}
         self._counts: dict[int, int] = {}
         self._last: dict[int, float] = {}
+        #: per rank, its latest stamps (the closed loop follows a run however long it is)
+        self._tail: dict[int, collections.deque[float]] = {}
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @directory.setter
+    def directory(self, value: Path | str) -> None:
+        """Follow another directory (the launcher creates the run's own one, see :func:`create_hook_dir`); only
+        before anything was read."""
+        if self._offsets:
+            raise ConfigError("a StepReader cannot change directory after it has read step marks")
+        self._dir = Path(value)
 
     def poll(self) -> int:
         """Read what the workers appended since the last poll; returns how many new stamps were read."""
@@ -182,9 +313,7 @@ class StepReader:
             rank = int(m.group(1))
             offset = self._offsets.get(rank, 0)
             try:
-                with open(entry, "rb") as f:
-                    f.seek(offset)
-                    data = f.read()
+                data = _read_file(self._dir, entry.name, MAX_POLL_BYTES, offset)
             except OSError as e:
                 logger.debug("cannot read %s: %s", entry, e)
                 continue
@@ -195,6 +324,7 @@ class StepReader:
             stamps = [v for (v,) in STAMP.iter_unpack(data[:whole])]
             kept = self._kept.setdefault(rank, [])
             kept.extend(stamps[: max(0, self._keep - len(kept))])
+            self._tail.setdefault(rank, collections.deque(maxlen=TAIL_STAMPS)).extend(stamps)
             self._counts[rank] = self._counts.get(rank, 0) + len(stamps)
             self._last[rank] = stamps[-1]
             new += len(stamps)
@@ -210,6 +340,18 @@ class StepReader:
             return []
         n = min(len(v) for v in self._kept.values())
         return [max(v[k] for v in self._kept.values()) for k in range(n)]
+
+    def since(self, index: int) -> tuple[int, list[float]]:
+        """The job's stamps from ``index`` on, as :meth:`stamps` merges them, among the latest ones kept
+        (``TAIL_STAMPS`` per rank): ``(first index returned, stamps)``; the first index is later than ``index``
+        when older stamps were dropped, and the list is empty when nothing from ``index`` on has been read."""
+        if not self._tail:
+            return index, []
+        n = self.count()
+        starts = {r: self._counts[r] - len(t) for r, t in self._tail.items()}
+        first = max(index, max(starts.values()), 0)
+        out = [max(t[k - starts[r]] for r, t in self._tail.items()) for k in range(first, n)]
+        return first, out
 
     def last(self) -> float | None:
         """The latest stamp of the slowest rank, or None before any stamp."""

@@ -4,13 +4,20 @@ What lives here: :class:`Profile` (what profiling or history knows about a job, 
 :class:`ProfileEntry` (a stored profile and what came with it), :class:`JobRecord` (one finished job),
 :func:`fingerprint`, and :class:`History` (the files).
 
-**Layout** (under ``<state dir>/history/``)::
+**Layout** (under ``<state dir>/history/``, sticky; one directory per user, ``0755``, that only its user writes)::
 
-    jobs/<job_id>.json            one JobRecord per finished job, written once
-    profiles/<fingerprint>.json   the latest profile of that fingerprint (replaced on every store)
+    <user>/jobs/<job_id>.json            one JobRecord per finished job, written once
+    <user>/profiles/<fingerprint>.json   the latest profile of that fingerprint (replaced on every store)
 
-Every file is written with :func:`ecolaunch.state.store.atomic_write_bytes` (temporary file, fsync, rename,
-fsync of the directory), so a crash leaves the old file or the new one, never a torn one. No lock is needed:
+A process writes only below its own user's directory (named after its effective uid's account), so no member
+can overwrite, replace or plant a colleague's record. A file counts only when the kernel says it belongs to the
+user whose directory holds it, is a regular file (never a link, FIFO or device) and is within
+:data:`MAX_RECORD_BYTES`; a record naming another user counts only in root's directory (root's launcher may
+record anyone's job). Files directly under ``history/jobs`` and ``history/profiles`` (the layout before
+per-user directories: group-writable, so untrustworthy) are not read. See :mod:`ecolaunch.state.userdirs`.
+
+Every file is written atomically (temporary file with an unpredictable name, fsync, rename, fsync of the
+directory), so a crash leaves the old file or the new one, never a torn one. No lock is needed:
 each job record has a single writer (the job's launcher, under a unique job id) and a profile replace is
 atomic, so concurrent stores of one fingerprint end with one of them whole (the last rename wins). A file
 that is torn anyway (written by something else), not JSON, or not of this format is skipped with a warning
@@ -42,11 +49,14 @@ from typing import Any
 
 from ecolaunch.errors import ConfigError, StateError
 from ecolaunch.profile.powercap import CapPoint
-from ecolaunch.state.store import atomic_write_bytes
+from ecolaunch.state.userdirs import UserTree, account_name
 
 logger = logging.getLogger(__name__)
 
 HISTORY_DIR = "history"
+#: records and profiles larger than this are refused unread (a link to /dev/zero must not fill memory)
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+MAX_PROFILE_BYTES = 1024 * 1024
 _JOB_FORMAT, _PROFILE_FORMAT, _VERSION = "ecolaunch-job", "ecolaunch-profile", 1
 _FINGERPRINT_VERSION = 1
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -106,8 +116,7 @@ class Profile:
         return {
             "iter_time_s": self.iter_time_s, "sm_util_pct": self.sm_util_pct,
             "mem_bw_util_pct": self.mem_bw_util_pct, "memory_mib": self.memory_mib, "power_w": self.power_w,
-            "cap_points": [{"power_cap_w": p.power_cap_w, "iter_time_s": p.iter_time_s, "power_w": p.power_w}
-                           for p in self.cap_points],
+            "cap_points": [_point_to_dict(p) for p in self.cap_points],
             "instrumented": self.instrumented,
         }
 
@@ -126,13 +135,27 @@ class Profile:
         for p in raw_points:
             if not isinstance(p, Mapping):
                 raise ConfigError(f"cap point {p!r} is not an object")
+            iterations = _int(p, "iterations") or 0
+            if iterations < 0:
+                raise ConfigError(f"cap point iterations = {iterations!r} is negative")
             points.append(CapPoint(*(_num(p, k, optional=False, positive=True)  # type: ignore[arg-type]
-                                     for k in ("power_cap_w", "iter_time_s", "power_w"))))
+                                     for k in ("power_cap_w", "iter_time_s", "power_w")),
+                                   iterations, _num(p, "iter_time_cv_pct", hi=1000.0)))
         instrumented = d.get("instrumented", True)
         if not isinstance(instrumented, bool):
             raise ConfigError(f"instrumented = {instrumented!r} is not true/false")
         return cls(_num(d, "iter_time_s", positive=True), _num(d, "sm_util_pct", hi=100.0),
                    _num(d, "mem_bw_util_pct", hi=100.0), memory, _num(d, "power_w"), tuple(points), instrumented)
+
+
+def _point_to_dict(p: CapPoint) -> dict[str, Any]:
+    """A cap point's JSON form; how well it was measured only when known (older records have neither)."""
+    d: dict[str, Any] = {"power_cap_w": p.power_cap_w, "iter_time_s": p.iter_time_s, "power_w": p.power_w}
+    if p.iterations:
+        d["iterations"] = p.iterations
+    if p.iter_time_cv_pct is not None:
+        d["iter_time_cv_pct"] = p.iter_time_cv_pct
+    return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +171,21 @@ class ProfileEntry:
     profile_safe: bool = False
     job_id: str | None = None
     updated_at: float = 0.0
+    #: what the script declared with ``@ecolaunch.job`` (:func:`launch_hints`): the next launch asks for it
+    hints: dict[str, Any] = field(default_factory=dict)
+
+
+def launch_hints(raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The hints a launch can use, validated: ``max_slowdown_pct`` (a number in 0-1000) and ``memory_mib`` (a whole
+    number >= 0) of ``@ecolaunch.job``; anything else, or a value of the wrong kind, is left out."""
+    out: dict[str, Any] = {}
+    raw = raw if isinstance(raw, Mapping) else {}
+    slow, memory = raw.get("max_slowdown_pct"), raw.get("memory_mib")
+    if isinstance(slow, (int, float)) and not isinstance(slow, bool) and math.isfinite(slow) and 0 <= slow <= 1000:
+        out["max_slowdown_pct"] = float(slow)
+    if isinstance(memory, int) and not isinstance(memory, bool) and 0 <= memory <= 2 ** 31:
+        out["memory_mib"] = memory
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +196,7 @@ class JobRecord:
     ``gpu_energy_j`` the whole energy of those GPUs over the run, ``profiling_energy_j`` that of a separate
     pre-launch profiling run (not included in the other two). ``power_caps_w`` is the cap each GPU spent
     most of the run at; ``colocated_with`` lists, per GPU, the other jobs that shared it at any time.
-    ``iterations`` counts step marks (``track()`` marks one more than the items it yields).
+    ``iterations`` counts step marks (``track()`` marks one per item it yields, as ``step()`` once per iteration).
     """
 
     job_id: str
@@ -259,8 +297,10 @@ class History:
 
     def __init__(self, state_dir: Path | str) -> None:
         self.root = Path(state_dir) / HISTORY_DIR
-        self.jobs_dir = self.root / "jobs"
-        self.profiles_dir = self.root / "profiles"
+        self._tree = UserTree(self.root)
+        #: this user's own directories (the only ones this process writes)
+        self.jobs_dir = self._tree.own_dir("jobs")
+        self.profiles_dir = self._tree.own_dir("profiles")
 
     def __repr__(self) -> str:
         return f"History({str(self.root.parent)!r})"
@@ -270,7 +310,7 @@ class History:
         """The stored profile entry of a fingerprint, or None (missing or unreadable: warned)."""
         if not _FINGERPRINT.match(fp):
             raise ConfigError(f"fingerprint {fp!r} is not 64 hex digits", hint="use history.fingerprint(...)")
-        doc = self._read(self.profiles_dir / f"{fp}.json", _PROFILE_FORMAT)
+        doc = self._read(self._tree.user, self._tree.uid, "profiles", f"{fp}.json", _PROFILE_FORMAT)
         if doc is None:
             return None
         try:
@@ -279,7 +319,8 @@ class History:
                 raise ConfigError(f"profile_safe = {safe!r} is not true/false")
             raw = doc.get("profile")
             return ProfileEntry(fp, None if raw is None else Profile.from_dict(raw), safe,
-                                _str(doc, "job_id", optional=True), _num(doc, "updated_at") or 0.0)
+                                _str(doc, "job_id", optional=True), _num(doc, "updated_at") or 0.0,
+                                launch_hints(doc.get("hints")))
         except ConfigError as e:
             logger.warning("ignoring history profile %s: %s", self.profiles_dir / f"{fp}.json", e)
             return None
@@ -289,99 +330,106 @@ class History:
         return None if entry is None else entry.profile
 
     def store_profile(self, fp: str, profile: Profile | None, *, profile_safe: bool = False, job_id: str | None = None,
-                      now: float | None = None) -> Path:
-        """Replace the fingerprint's profile. Raises StateError when the directory cannot be written."""
+                      now: float | None = None, hints: Mapping[str, Any] | None = None) -> Path:
+        """Replace the fingerprint's profile (and the script's launch hints). Raises StateError when the directory
+        cannot be written."""
         if not _FINGERPRINT.match(fp):
             raise ConfigError(f"fingerprint {fp!r} is not 64 hex digits", hint="use history.fingerprint(...)")
         doc = {"format": _PROFILE_FORMAT, "version": _VERSION, "fingerprint": fp, "profile": None if profile is None else profile.to_dict(),
-               "profile_safe": bool(profile_safe), "job_id": job_id, "updated_at": time.time() if now is None else now}
-        return self._write(self.profiles_dir / f"{fp}.json", doc)
+               "profile_safe": bool(profile_safe), "job_id": job_id, "updated_at": time.time() if now is None else now,
+               "hints": launch_hints(hints)}
+        return self._write("profiles", f"{fp}.json", doc)
 
     # --- job records -------------------------------------------------------------------------------
     def record(self, rec: JobRecord) -> Path:
         """Store a finished job's record. Raises StateError when the directory cannot be written."""
         if not _SAFE_ID.match(rec.job_id):
             raise ConfigError(f"job id {rec.job_id!r} cannot name a file", hint="use letters, digits, '_', '.', '-'")
-        return self._write(self.jobs_dir / f"{rec.job_id}.json",
-                           {"format": _JOB_FORMAT, "version": _VERSION, **rec.to_dict()})
+        return self._write("jobs", f"{rec.job_id}.json", {"format": _JOB_FORMAT, "version": _VERSION, **rec.to_dict()})
 
     def get(self, job_id: str) -> JobRecord | None:
-        """The record of ``job_id``, or None (missing, or unreadable: warned)."""
+        """The record of ``job_id`` (this user's first, then any user's), or None (missing, or unreadable: warned)."""
         if not _SAFE_ID.match(job_id):
             return None
-        return self._parse_record(self.jobs_dir / f"{job_id}.json")
+        for user, uid in self._tree.users():
+            rec = self._parse_record(user, uid, f"{job_id}.json")
+            if rec is not None:
+                return rec
+        return None
 
     def job_ids(self) -> builtins.list[str]:
-        """Every stored job id (unsorted), without reading the records."""
-        try:
-            return [p.stem for p in self.jobs_dir.iterdir() if p.suffix == ".json" and _SAFE_ID.match(p.stem)]
-        except OSError:
-            return []
+        """Every stored job id of every user (unsorted), without reading the records."""
+        return [e.name[: -len(".json")] for e in self._tree.entries("jobs") if _SAFE_ID.match(e.name[: -len(".json")])]
 
     def list(self, limit: int | None = None) -> builtins.list[JobRecord]:
-        """Finished jobs, newest end first; unreadable files are skipped with a warning.
+        """Finished jobs of every user, newest end first; unreadable files are skipped with a warning.
 
         With ``limit``, only the newest files (by modification time) are read until ``limit`` records parse.
         """
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise ConfigError(f"limit must be an integer >= 0, got {limit!r}")
-        paths = []
-        for job_id in self.job_ids():
-            path = self.jobs_dir / f"{job_id}.json"
-            try:
-                paths.append((path.stat().st_mtime, path))
-            except OSError:
-                continue
-        paths.sort(key=lambda x: (x[0], x[1].name), reverse=True)
+        entries = [e for e in self._tree.entries("jobs") if _SAFE_ID.match(e.name[: -len(".json")])]
+        entries.sort(key=lambda e: (e.mtime, e.name), reverse=True)
         out: builtins.list[JobRecord] = []
-        for _, path in paths:
+        for e in entries:
             if limit is not None and len(out) >= limit:
                 break
-            rec = self._parse_record(path)
+            rec = self._parse_record(e.user, e.uid, e.name)
             if rec is not None:
                 out.append(rec)
         out.sort(key=lambda r: (r.ended, r.started, r.job_id), reverse=True)
         return out
 
     # --- internals ---------------------------------------------------------------------------------
-    def _parse_record(self, path: Path) -> JobRecord | None:
-        doc = self._read(path, _JOB_FORMAT)
+    def _parse_record(self, user: str, uid: int, name: str) -> JobRecord | None:
+        doc = self._read(user, uid, "jobs", name, _JOB_FORMAT)
         if doc is None:
             return None
+        where = self.root / user / "jobs" / name
         try:
-            return JobRecord.from_dict(doc)
+            rec = JobRecord.from_dict(doc)
         except ConfigError as e:
-            logger.warning("ignoring history record %s: %s", path, e)
+            logger.warning("ignoring history record %s: %s", where, e)
             return None
+        if uid != 0 and rec.user not in (user, account_name(uid)):
+            # root's launcher may record a job for anyone; a user only for themselves
+            logger.warning("ignoring history record %s: it names user %r but belongs to %s", where, rec.user, user)
+            return None
+        return rec
 
-    def _read(self, path: Path, fmt: str) -> dict[str, Any] | None:
+    def _read(self, user: str, uid: int, kind: str, name: str, fmt: str) -> dict[str, Any] | None:
+        where = self.root / user / kind / name
         try:
-            raw = path.read_bytes()
+            raw = self._tree.read(user, uid, kind, name, MAX_RECORD_BYTES if kind == "jobs" else MAX_PROFILE_BYTES)
         except FileNotFoundError:
             return None
-        except OSError as e:
-            logger.warning("ignoring history file %s: %s", path, e.strerror or e)
+        except OSError as e:  # RefusedFile included: a link, a FIFO, a device, too large, not this user's
+            logger.warning("ignoring history file %s: %s", where, getattr(e, "why", None) or e.strerror or e)
             return None
         try:
             doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            logger.warning("ignoring history file %s: not valid JSON (%s)", path, e)
+            logger.warning("ignoring history file %s: not valid JSON (%s)", where, e)
             return None
         if not isinstance(doc, dict) or doc.get("format") != fmt or doc.get("version") != _VERSION:
-            logger.warning("ignoring history file %s: not an %s document of version %d", path, fmt, _VERSION)
+            logger.warning("ignoring history file %s: not an %s document of version %d", where, fmt, _VERSION)
             return None
         return doc
 
-    def _write(self, path: Path, doc: Mapping[str, Any]) -> Path:
+    def _write(self, kind: str, name: str, doc: Mapping[str, Any]) -> Path:
+        path = self._tree.own_dir(kind) / name
         try:
             data = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
         except ValueError as e:
-            raise ConfigError(f"history document for {path.name} holds a non-finite number: {e}",
+            raise ConfigError(f"history document for {name} holds a non-finite number: {e}",
                               hint="this is an ecolaunch bug: NaN must never reach a record") from e
+        if len(data) > (MAX_RECORD_BYTES if kind == "jobs" else MAX_PROFILE_BYTES):
+            raise ConfigError(f"history document for {name} is {len(data)} bytes, over the limit readers accept",
+                              hint="this is an ecolaunch bug: records keep short series only")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o2775)
-            atomic_write_bytes(path, data)
+            return self._tree.write(kind, name, data)
         except OSError as e:
-            raise StateError(f"cannot write the history file {str(path)!r}: {e.strerror or e}",
-                             hint="check the state directory's permissions, or set ECOLAUNCH_STATE_DIR") from e
-        return path
+            why = getattr(e, "why", None) or e.strerror or e
+            raise StateError(f"cannot write the history file {str(path)!r}: {why}",
+                             hint="the lab admin should run `ecolaunch init-state` (or check the state directory's "
+                                  "permissions, or set ECOLAUNCH_STATE_DIR)") from e

@@ -219,7 +219,9 @@ def step() -> None:
 
 
 class _Tracked:
-    """``track()``'s wrapper while active: a stamp before each item and one when the iterable is exhausted."""
+    """``track()``'s wrapper while active: one stamp per item, as ``step()`` at the end of each loop body would
+    give. An item's iteration ends when the loop asks for the next one (once that has arrived) or finds none
+    left: N items, N stamps. No stamp precedes the first item: that would count N + 1."""
 
     __slots__ = ("_iterable",)
 
@@ -227,10 +229,14 @@ class _Tracked:
         self._iterable = iterable
 
     def __iter__(self) -> Iterator[Any]:
+        started = False
         for item in self._iterable:
-            step()
+            if started:
+                step()
+            started = True
             yield item
-        step()
+        if started:
+            step()
 
     def __len__(self) -> int:
         return len(self._iterable)  # type: ignore[arg-type]

@@ -6,11 +6,13 @@ What lives here:
 - :class:`CapPrior`, the normalized shape of cap curves learned from the Zeus traces
   (``../shared/data/zeus-nsdi23``, You et al., NSDI '23), and :data:`DEFAULT_PRIOR`, fitted on all of them;
 - :func:`fit_cap_model` -> :class:`CapModel`, one job's curve from at most a few measured caps;
-- :func:`profile_caps` (which caps to measure), :func:`cap_grid` (candidate caps on a 25 W grid);
-- :func:`choose_cap` -> :class:`CapChoice`, Zeus's cost ``eta*E + (1-eta)*P_max*T`` per iteration,
-  minimized subject to the job's allowed slowdown.
+- :func:`profile_caps` (which caps to measure), :func:`cap_grid` (candidate caps on a grid);
+- :func:`merge_points` (points of one curve, those at one cap pooled by their iterations).
 
-What does not: measuring (the sampler and profiler), setting caps (``devices``/``admin``), history.
+What does not: the cap choice on such a curve (the one objective, its margin, robust iteration statistics:
+:mod:`ecolaunch.profile.capchoice`), measuring, setting caps (the job's cap owner, ``ecolaunch.launch.caps``),
+history.
+
 
 **The model.** Let ``P0`` and ``t0`` be the job's power and iteration time at its highest measured cap
 (normally the GPU's maximum, i.e. uncapped) and ``u = cap / P0``: how hard a cap bites *this* job. In the Zeus
@@ -75,11 +77,24 @@ _EPS = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class CapPoint:
-    """One job measured at one power cap: mean iteration time and mean board power."""
+    """One job measured at one power cap: mean iteration time and mean board power.
+
+    ``iterations`` and ``iter_time_cv_pct`` say how well it was measured: how many iterations the mean is over
+    and their spread (robust coefficient of variation, %); 0 and None when not known (a trace, a simulation).
+    """
 
     power_cap_w: float
     iter_time_s: float
     power_w: float
+    iterations: int = 0
+    iter_time_cv_pct: float | None = None
+
+    @property
+    def se_pct(self) -> float:
+        """Standard error of ``iter_time_s`` in % of it (0 when the spread is not known)."""
+        if self.iter_time_cv_pct is None or self.iterations <= 0:
+            return 0.0
+        return self.iter_time_cv_pct / math.sqrt(self.iterations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +224,13 @@ def as_cap_points(raw: Iterable) -> list[CapPoint]:
             if isinstance(point, CapPoint):
                 out.append(point)
             elif isinstance(point, dict):
-                out.append(CapPoint(float(point["power_cap_w"]), float(point["iter_time_s"]), float(point["power_w"])))
+                cv = point.get("iter_time_cv_pct")
+                out.append(CapPoint(float(point["power_cap_w"]), float(point["iter_time_s"]), float(point["power_w"]),
+                                    int(point.get("iterations") or 0), None if cv is None else float(cv)))
             else:
-                cap, t, p = point
-                out.append(CapPoint(float(cap), float(t), float(p)))
+                cap, t, p, *quality = point
+                n, cv = (list(quality) + [0, None])[:2]
+                out.append(CapPoint(float(cap), float(t), float(p), int(n or 0), None if cv is None else float(cv)))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"cap point {point!r} is not (power_cap_w, iter_time_s, power_w)",
                               hint="give [cap, time, power] or an object with those three keys") from e
@@ -254,6 +272,11 @@ def fit_cap_model(points: Sequence[CapPoint], prior: CapPrior = DEFAULT_PRIOR) -
                     tuple(p_scales))
 
 
+def merge_points(points: Sequence[CapPoint]) -> tuple[CapPoint, ...]:
+    """Points as one curve: validated, those at the same cap pooled (by iterations where known), ascending."""
+    return tuple(_clean(points))
+
+
 def cap_grid(min_cap_w: float, max_cap_w: float, step_w: float = DEFAULT_CAP_STEP_W) -> list[float]:
     """Candidate caps: the bounds plus every multiple of ``step_w`` between them, ascending."""
     _check_bounds(min_cap_w, max_cap_w)
@@ -289,60 +312,6 @@ def profile_caps(min_cap_w: float, max_cap_w: float, uncapped_power_w: float | N
         if cap not in chosen and binds:
             chosen.append(cap)
     return sorted(chosen, reverse=True)
-
-
-@dataclass(frozen=True, slots=True)
-class CapChoice:
-    """The chosen cap and what the model predicts there; ``reason`` is one line for logs and the CLI."""
-
-    cap_w: float
-    predicted_iter_time_s: float
-    predicted_power_w: float
-    predicted_energy_j_per_iter: float
-    slowdown_pct: float
-    reason: str
-
-
-def choose_cap(model: CapModel, caps_w: Sequence[float], allowed_slowdown_pct: float | None,
-               eta: float, max_power_w: float) -> CapChoice:
-    """Minimize ``eta*E + (1-eta)*max_power_w*T`` per iteration over ``caps_w`` with slowdown <= the bound.
-
-    Slowdown is against the predicted time at ``max_power_w`` (the GPU's maximum cap, i.e. uncapped).
-    ``eta = 1`` is pure energy, ``eta = 0`` pure time (Zeus's ``ZeusCost``; its default is 0.5). Among
-    equal costs the lowest cap wins (a flat job gets the lowest cap). When no cap meets the bound, the
-    fastest one is chosen and the reason says so.
-    """
-    if not caps_w:
-        raise ConfigError("no candidate caps to choose from", hint="pass at least one cap, e.g. cap_grid(min, max)")
-    if not 0.0 <= eta <= 1.0:
-        raise ConfigError(f"eta must be in [0, 1], got {eta!r}", hint="1 = energy only, 0 = time only")
-    if not (max_power_w > 0 and math.isfinite(max_power_w)):
-        raise ConfigError(f"max_power_w must be a positive number of watts, got {max_power_w!r}")
-    if allowed_slowdown_pct is not None and not (allowed_slowdown_pct >= 0 and math.isfinite(allowed_slowdown_pct)):
-        raise ConfigError(f"allowed slowdown must be >= 0 %, got {allowed_slowdown_pct!r}",
-                          hint="pass None for no bound")
-    ref = model.predict(max_power_w).iter_time_s
-    rows = []
-    for cap in sorted(set(caps_w)):
-        pred = model.predict(cap)
-        energy = pred.iter_time_s * pred.power_w
-        cost = eta * energy + (1.0 - eta) * max_power_w * pred.iter_time_s
-        rows.append((cap, pred, energy, cost, 100.0 * (pred.iter_time_s / ref - 1.0)))
-    bound = math.inf if allowed_slowdown_pct is None else allowed_slowdown_pct
-    feasible = [r for r in rows if r[4] <= bound + 1e-6]
-    if feasible:
-        best = min(r[3] for r in feasible)
-        cap, pred, energy, _, slow = min(r for r in feasible if r[3] <= best * (1 + 1e-9))
-        ref_energy = model.predict(max_power_w)
-        saving = 100.0 * (1.0 - energy / (ref_energy.iter_time_s * ref_energy.power_w))
-        why = (f"cap {cap:.0f} W: predicted {energy:.4g} J/iter ({saving:.1f} % less than at {max_power_w:.0f} W), "
-               f"slowdown {slow:.1f} %" + ("" if allowed_slowdown_pct is None else f" (bound {bound:g} %)")
-               + f", eta {eta:g}" + (", job is not bound by any cap" if model.is_flat else ""))
-    else:
-        cap, pred, energy, _, slow = min(rows, key=lambda r: (r[1].iter_time_s, -r[0]))
-        why = (f"cap {cap:.0f} W: no candidate cap meets the {bound:g} % slowdown bound; "
-               f"chose the fastest ({slow:.1f} %)")
-    return CapChoice(cap, pred.iter_time_s, pred.power_w, energy, slow, why)
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
@@ -397,5 +366,19 @@ def _clean(points: Sequence[CapPoint], strict: bool = False) -> list[CapPoint]:
                 raise ConfigError(f"cap point {name} must be a positive finite number, got {v!r}",
                                   hint="drop failed or empty measurements before fitting")
         by_cap.setdefault(float(p.power_cap_w), []).append(p)
-    return [CapPoint(c, statistics.fmean(p.iter_time_s for p in ps), statistics.fmean(p.power_w for p in ps))
-            for c, ps in sorted(by_cap.items())]
+    return [_pool(c, ps) for c, ps in sorted(by_cap.items())]
+
+
+def _pool(cap_w: float, points: Sequence[CapPoint]) -> CapPoint:
+    """Points measured at the same cap as one: means weighted by their iterations when every point knows its
+    count (equal weights otherwise); the spread pooled the same way."""
+    if len(points) == 1:
+        return points[0]
+    counts = [p.iterations for p in points]
+    weights = counts if all(n > 0 for n in counts) else [1] * len(points)
+    total = sum(weights)
+    t = sum(w * p.iter_time_s for w, p in zip(weights, points)) / total
+    power = sum(w * p.power_w for w, p in zip(weights, points)) / total
+    cvs = [p.iter_time_cv_pct for p in points]
+    cv = None if any(c is None for c in cvs) else math.sqrt(sum(w * c * c for w, c in zip(weights, cvs)) / total)  # type: ignore[operator]
+    return CapPoint(cap_w, t, power, sum(counts), cv)

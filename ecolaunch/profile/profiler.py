@@ -42,8 +42,9 @@ from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile.history import Profile
 from ecolaunch.profile.modes import ProfilerSettings
-from ecolaunch.profile.powercap import (DEFAULT_CAP_STEP_W, NON_BINDING_RATIO, CapChoice, CapPoint, cap_grid,
-                                        choose_cap, fit_cap_model, profile_caps)
+from ecolaunch.profile.channel import iteration_times
+from ecolaunch.profile.capchoice import CapChoice, iteration_stats, job_cap_choice
+from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, NON_BINDING_RATIO, CapPoint, cap_grid, fit_cap_model, profile_caps
 from ecolaunch.profile.sampler import GpuSample, WindowStats
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class Profiler:
             None: never set caps.
         found_caps_w: each GPU's cap before profiling (restored on DONE).
         set_cap: ``set_cap(uuid, watts)``; None (no privilege): measure at the found caps only.
-        allowed_slowdown_pct, eta: for :func:`~ecolaunch.profile.powercap.choose_cap`.
+        allowed_slowdown_pct, eta: for :func:`~ecolaunch.profile.capchoice.choose_cap`.
     """
 
     def __init__(self, gpu_uuids: Sequence[str], readings: Readings, *, clock: Clock,
@@ -108,7 +109,7 @@ class Profiler:
         self._readings, self._clock, self._bounds, self._found = readings, clock, bounds_w, dict(found_caps_w)
         self._setter = set_cap if bounds_w is not None else None
         self._can_set = self._setter is not None
-        self._slowdown, self._eta = allowed_slowdown_pct, eta
+        self.allowed_slowdown_pct, self._eta = allowed_slowdown_pct, eta
         self.settings = settings or ProfilerSettings()
         self._step = cap_step_w
         self.phase = Phase.WAITING
@@ -208,10 +209,13 @@ class Profiler:
         self._used = end - self._first_stamp
         cap = self._caps[self._k] if self._k < len(self._caps) else None
         power = _mean([w.power_w for w in stats])
-        if cap is not None and power is not None and power > 0 and t1 > t0:
-            self._points.append(CapPoint(cap, (t1 - t0) / s.measured_iters, power))
+        # a robust mean of the window's iterations (one stalled iteration must not move it) and their spread,
+        # which sets the margin the cap choice keeps for measurement error
+        its = iteration_stats(iteration_times(stamps[self._seg:end + 1], 0))
+        if cap is not None and power is not None and power > 0 and its is not None:
+            self._points.append(CapPoint(cap, its.mean_s, power, its.count, its.cv_pct))
         if self._k == 0:
-            self._top, self._top_iter_s = stats, (t1 - t0) / s.measured_iters
+            self._top, self._top_iter_s = stats, its.mean_s if its is not None else (t1 - t0) / s.measured_iters
             self._plan(power)
         self._k += 1
         more = self._k < len(self._caps)
@@ -264,8 +268,7 @@ class Profiler:
         return None if any(w is None for w in stats) else stats  # type: ignore[return-value]
 
     def _apply(self, cap_w: float, now: float) -> None:
-        lo, hi = self._bounds  # type: ignore[misc]
-        cap_w = min(max(cap_w, lo), hi)  # never outside the admin's bounds
+        # the caps planned here are inside the bounds (profile_caps); the setter (the job's cap owner) clips again
         for uuid in self._uuids:
             if self._current.get(uuid, self._found.get(uuid)) == cap_w:
                 continue
@@ -338,7 +341,8 @@ class Profiler:
             if top_point.power_cap_w < hi:  # measured under a lower cap: the model says what uncapped would be
                 pred = model.predict(hi)
                 t0, p0 = pred.iter_time_s, pred.power_w
-            choice = choose_cap(model, cap_grid(lo, hi, self._step), self._slowdown, self._eta, hi)
+            # the one cap choice, as the placement policy and the closed loop make it (capchoice.job_cap_choice)
+            choice = job_cap_choice(self._points, (lo, hi), self.allowed_slowdown_pct, self._eta)
         profile = Profile(t0, util, mem_bw, memory, p0, tuple(self._points), instrumented=True)
         complete = why == "profiled"
         caps = ", ".join(f"{p.power_cap_w:.0f}" for p in self._points)
@@ -380,9 +384,10 @@ def check_early(profile: Profile | None, iter_times_s: Sequence[float], allowed_
 
     Returns a finding when the median iteration time is more than ``allowed_slowdown_pct`` above the
     profile's ``iter_time_s``; None when within the bound, or when it cannot tell (no profile iteration time,
-    fewer than ``min_iters`` iterations). When the job runs under a cap below ``max_cap_w``, the finding
-    suggests raising it to ``max_cap_w`` (the one lever a launcher can pull live); otherwise the slowdown comes
-    from sharing the GPU or from the job itself, and the finding only reports it.
+    fewer than ``min_iters`` iterations). When the job runs under a cap below ``max_cap_w``, the finding names
+    ``max_cap_w`` as what would lift it (the run observer uses the check only where the closed loop cannot run:
+    caps may not be changed, or the GPU is shared); otherwise the slowdown comes from sharing the GPU or from
+    the job itself.
     """
     if profile is None or profile.iter_time_s is None or len(iter_times_s) < max(1, min_iters):
         return None
@@ -394,6 +399,7 @@ def check_early(profile: Profile | None, iter_times_s: Sequence[float], allowed_
             f"{profile.iter_time_s * 1e3:.1f} ms per iteration; bound {allowed_slowdown_pct:g} %)")
     if cap_w is not None and max_cap_w is not None and cap_w < max_cap_w:
         return SlowdownFinding(measured, profile.iter_time_s, slowdown, allowed_slowdown_pct, cap_w, max_cap_w,
-                               f"{head}: raising the power cap from {cap_w:.0f} W to {max_cap_w:.0f} W")
+                               f"{head}: it runs under a {cap_w:.0f} W power cap that ecolaunch may not change "
+                               f"here (up to {max_cap_w:.0f} W would lift it)")
     return SlowdownFinding(measured, profile.iter_time_s, slowdown, allowed_slowdown_pct, cap_w, None,
                            f"{head}: no cap to raise; the GPU's other jobs or the job's input slow it")

@@ -38,13 +38,14 @@ from dataclasses import dataclass, field, replace
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.catalogue import GpuModel
 from ecolaunch.devices.spec import MachineSpec
+from ecolaunch.policy.admission import admit
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.profile.powercap import profile_caps
 from ecolaunch.sim.interference import demand
 from ecolaunch.sim.models import JobProfile
 from ecolaunch.sim.power import default_power_model
 from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, shared_gpu
-from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
+from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
 logger = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ class Simulation:
                 running[head.id] = _Running(head, out, host, decision.gpus, head.work_s)
                 if undo and any(gpu_jobs[u] for u in decision.gpus):
                     heapq.heappush(checks, (now + self.early_check_fraction * head.work_s, head.id))
-                self._book(head, host, decision)
+                self._book(head, host, decision, now)
                 for u in decision.gpus:
                     gpu_jobs[u].append(head.id)
                     changed.add(u)
@@ -290,20 +291,20 @@ class Simulation:
                 memory_mib=job.profile.memory_mib, allowed_slowdown_pct=job.allowed_slowdown_pct,
                 profile=job.profile_dict(),
             )
-            decision = self.policy.decide(self.graph, request, rules)
+            decision = admit(self.graph, request, rules, self.policy.decide(self.graph, request, rules))
             if decision is not None:
                 return host.name, decision
         return None
 
-    def _book(self, job: TraceJob, host: str, decision: Decision) -> None:
+    def _book(self, job: TraceJob, host: str, decision: Decision, now: float) -> None:
         self.graph.jobs[job.id] = Job(
             id=job.id, uid=0, user=job.user, host=host, launcher_pid=0, launcher_start_time=0.0,
             nproc=len(decision.gpus), name=job.kind or job.id, seq=0, submitted_at=job.arrival_s,
-            state=JobState.RUNNING, gpus=list(decision.gpus),
-            power_caps_w={u: w for u, w in decision.power_caps_w.items() if w is not None},
             request={"allowed_slowdown_pct": job.allowed_slowdown_pct, "memory_mib": job.profile.memory_mib},
-            profile=job.profile_dict(),
         )
+        # the launcher's own booking (Session.try_place): RUNNING, the decided caps, and the job's profile
+        self.graph.book(job.id, list(decision.gpus), dict(decision.power_caps_w), decision.to_dict(),
+                        job.profile_dict(), now)
 
     # --- the machine's response ------------------------------------------------------------------
     def _refresh(self, changed: set[str], gpu_jobs: dict[str, list[str]], running: dict[str, _Running],

@@ -10,11 +10,16 @@ launcher could run: it knows the machine's response in advance.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 
+from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.catalogue import GpuModel, lookup
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
+from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome, knows_power
+from ecolaunch.profile.modes import job_cap_bounds
+from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT
+from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.sim.models import JobProfile, as_profile
 from ecolaunch.sim.node import shared_gpu
 from ecolaunch.state.graph import GpuNode, StateGraph
@@ -27,6 +32,9 @@ def _model(name: str) -> GpuModel:
 
 class TrueModelPredictor:
     name = "true-model"
+
+    def __init__(self) -> None:
+        self.cap_cache: dict = {}  # alone caps by (GPU models, profile, bounds, bound): the truth does not change
 
     def __repr__(self) -> str:
         return "TrueModelPredictor()"
@@ -73,6 +81,34 @@ class TrueModelPredictor:
 class _TrueScorer:
     def __init__(self, predictor: TrueModelPredictor, state: StateGraph, job: JobRequest) -> None:
         self._p, self._state, self._job = predictor, state, job
+
+    def alone_cap(self, job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> float | None:
+        """The one objective with the truth instead of the job's curve: the least true energy per unit of work
+        within the bound (no margin: nothing is unknown), on the same grid; None when no cap saves enough."""
+        bounds = job_cap_bounds(rules, gpus)
+        if bounds is None or not knows_power(job):
+            return None
+        key = (tuple(g.name for g in gpus), json.dumps(job.profile, sort_keys=True), bounds, job.allowed_slowdown_pct)
+        if key not in self._p.cap_cache:
+            self._p.cap_cache[key] = self._best_cap(job, gpus, bounds)
+        return self._p.cap_cache[key]
+
+    def _best_cap(self, job: JobRequest, gpus: Sequence[GpuNode], bounds: tuple[float, float]) -> float | None:
+        new = (job.id, as_profile(job.profile or {}))
+        uuids = tuple(g.uuid for g in gpus)
+        host = self._job.host
+        top = self._p._outcome(self._state, host, uuids, (bounds[1],) * len(uuids), new)
+        top_cost = sum(top.gpu_power_w.values()) / top.throughput[job.id]
+        best, best_cost = None, top_cost
+        for cap in cap_grid(bounds[0], bounds[1], CHOICE_STEP_W):
+            out = self._p._outcome(self._state, host, uuids, (cap,) * len(uuids), new)
+            x = out.throughput[job.id]
+            cost = sum(out.gpu_power_w.values()) / x
+            if 100.0 * (1.0 / x - 1.0) <= job.allowed_slowdown_pct + 1e-9 and cost < best_cost:
+                best, best_cost = cap, cost
+        if best is None or 100.0 * (1.0 - best_cost / top_cost) < MIN_SAVING_PCT:
+            return None
+        return best
 
     def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
         return self._p.predict(self._state, self._job, candidates)

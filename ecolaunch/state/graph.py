@@ -46,7 +46,10 @@ class GpuNode:
     power_limit_min_w: float | None = None
     power_limit_default_w: float | None = None
     power_limit_max_w: float | None = None
+    #: the limit that was set (NVML's management limit): what caps are compared and restored against
     power_limit_w: float | None = None
+    #: the limit in force (NVML's enforced limit), which may lag a change on an idle GPU
+    power_limit_enforced_w: float | None = None
     #: memory held by processes that belong to no ecolaunch job (a colleague's plain ``python train.py``)
     foreign_memory_mib: int = 0
     foreign_pids: list[int] = field(default_factory=list)
@@ -70,6 +73,7 @@ class GpuNode:
             power_limit_default_w=snap.power_limit_default_w,
             power_limit_max_w=snap.power_limit_max_w,
             power_limit_w=snap.power_limit_w,
+            power_limit_enforced_w=snap.power_limit_enforced_w,
         )
 
 
@@ -111,7 +115,7 @@ class Job:
     def memory_mib(self) -> int:
         """Memory the job needs per GPU: its profile's peak, else the request's estimate, else 0."""
         if self.profile and self.profile.get("memory_mib") is not None:
-            return int(self.profile["memory_mib"])
+            return int(self.profile["memory_mib"])  # finite and whole: checked by job_from_dict
         return int(self.request.get("memory_mib") or 0)
 
 
@@ -127,11 +131,38 @@ class StateGraph:
         return [j for j in self.jobs.values() if j.state is JobState.RUNNING]
 
     def queued_jobs(self) -> list[Job]:
-        """Queued jobs in arrival order (the FIFO the launchers wait in)."""
-        return sorted((j for j in self.jobs.values() if j.state is JobState.QUEUED), key=lambda j: j.seq)
+        """Queued jobs in arrival order (the FIFO the launchers wait in).
+
+        A queued job that can never be placed on its host (more GPUs, or more memory per GPU, than the host has) is
+        left out: no honest launcher queues one (it fails at once), so it is a forgery, and it must not hold the
+        head of the queue. Equal ``seq`` values (another forgery) are ordered by submission time, then id.
+        """
+        queued = [j for j in self.jobs.values() if j.state is JobState.QUEUED and self._may_ever_fit(j)]
+        return sorted(queued, key=lambda j: (j.seq, j.submitted_at, j.id))
+
+    def _may_ever_fit(self, job: Job) -> bool:
+        host = self.hosts.get(job.host)
+        if host is None or not host.gpus:
+            return True  # another host's job, or GPUs not read yet: nothing to judge by
+        return job.nproc <= len(host.gpus) and job.memory_mib <= max(g.memory_total_mib for g in host.gpus.values())
 
     def jobs_on(self, gpu_uuid: str) -> list[Job]:
         return [j for j in self.running_jobs() if gpu_uuid in j.gpus]
+
+    def book(self, job_id: str, gpus: list[str], power_caps_w: dict[str, float | None], decision: dict[str, Any],
+             profile: dict[str, Any] | None, now: float) -> Job:
+        """Grant a queued job its placement: RUNNING on ``gpus`` with the decided caps (None: the GPU's current
+        limit, not recorded) and what is known of it (``profile``), so that every later decision sees the jobs
+        already on a GPU as what they are. The one way a job starts running, for the launcher and the simulator
+        alike. Raises KeyError when the job is not in the graph."""
+        job = self.jobs[job_id]
+        job.state = JobState.RUNNING
+        job.gpus = list(gpus)
+        job.power_caps_w = {u: float(w) for u, w in power_caps_w.items() if w is not None}
+        job.decision = dict(decision)
+        job.profile = dict(profile) if profile else None
+        job.started_at = job.heartbeat_at = now
+        return job
 
     def queue_position(self, job_id: str) -> int | None:
         """1-based position of a queued job, or None when it is not queued."""
@@ -234,33 +265,52 @@ _JOB_TYPES: dict[str, tuple[type, ...]] = {
 
 _GPU_INTS = ("index", "memory_total_mib", "memory_used_mib", "foreign_memory_mib")
 _GPU_OPTIONAL_FLOATS = ("util_gpu_pct", "util_mem_pct", "power_w", "power_limit_min_w", "power_limit_default_w",
-                        "power_limit_max_w", "power_limit_w")
+                        "power_limit_max_w", "power_limit_w", "power_limit_enforced_w")
 
 
 def job_from_dict(jid: str, raw: Any) -> Job:
-    """Validate one job record (the value under ``jobs.<jid>``); raises ValueError naming the bad field."""
+    """Validate one job record (the value under ``jobs.<jid>``); raises ValueError naming the bad field.
+
+    A job file is another user's word, read by every launcher and by the root cap agent: every field a policy,
+    the queue or the agent reads is checked for type, range and finiteness here, so that a bad file is skipped
+    with a warning instead of crashing, blocking or reordering anyone else's launch (bounds: ``MAX_*`` below).
+    """
     _expect(isinstance(raw, dict), f"jobs.{jid}", "an object")
     for key, types in _JOB_TYPES.items():
         value = raw.get(key)
         _expect(isinstance(value, types) and not isinstance(value, bool), f"jobs.{jid}.{key}", "/".join(t.__name__ for t in types))
     _expect(raw["id"] == jid, f"jobs.{jid}.id", repr(jid))
-    _expect(raw["uid"] >= 0 and raw["launcher_pid"] > 0 and raw["nproc"] >= 0, f"jobs.{jid}", "uid >= 0, launcher_pid > 0, nproc >= 0")
+    for key, (lo, hi) in _JOB_INT_RANGES.items():
+        _expect(lo <= raw[key] <= hi, f"jobs.{jid}.{key}", f"a whole number from {lo} to {hi}")
+    for key in ("user", "host", "name"):
+        _expect(len(raw[key]) <= MAX_NAME_CHARS, f"jobs.{jid}.{key}", f"at most {MAX_NAME_CHARS} characters")
     for key in ("launcher_start_time", "submitted_at"):
         _expect(math.isfinite(raw[key]), f"jobs.{jid}.{key}", "a finite number")
-    _expect(all(isinstance(u, str) for u in raw["gpus"]), f"jobs.{jid}.gpus", "a list of UUIDs")
+    gpus = raw["gpus"]
+    _expect(len(gpus) <= MAX_NPROC and all(isinstance(u, str) and len(u) <= MAX_NAME_CHARS for u in gpus)
+            and len(set(gpus)) == len(gpus), f"jobs.{jid}.gpus", f"a list of at most {MAX_NPROC} distinct UUIDs")
     try:
         state = JobState(raw.get("state"))
     except ValueError as e:
         raise ValueError(f"jobs.{jid}.state: {raw.get('state')!r} is not a job state") from e
     fields = {k: raw[k] for k in _JOB_TYPES}
+    _expect(len(raw["power_caps_w"]) <= MAX_NPROC, f"jobs.{jid}.power_caps_w", f"at most {MAX_NPROC} caps")
     for u, w in raw["power_caps_w"].items():
-        _expect(_is_number(w) and math.isfinite(w) and w > 0, f"jobs.{jid}.power_caps_w.{u}", "a finite power in watts above 0")
+        _expect(_is_number(w) and math.isfinite(w) and 0 < w <= MAX_POWER_W, f"jobs.{jid}.power_caps_w.{u}",
+                f"a finite power in watts above 0 and at most {MAX_POWER_W:g}")
     caps = {str(u): float(w) for u, w in raw["power_caps_w"].items()}
     for key in ("started_at", "heartbeat_at"):
         value = raw.get(key)
         _expect(value is None or (_is_number(value) and math.isfinite(value)), f"jobs.{jid}.{key}", "a finite number or null")
+    if state is JobState.QUEUED:
+        # a queued job holds nothing yet: GPUs, caps or a start time in a queued job are a forgery or a bug
+        _expect(not gpus and not caps and raw.get("started_at") is None, f"jobs.{jid}",
+                "a queued job without GPUs, caps or a start time")
+    _check_request(f"jobs.{jid}.request", raw["request"])
     profile = raw.get("profile")
     _expect(profile is None or isinstance(profile, dict), f"jobs.{jid}.profile", "an object or null")
+    if profile is not None:
+        _check_profile(f"jobs.{jid}.profile", profile)
     fields.update(
         state=state,
         power_caps_w=caps,
@@ -272,6 +322,64 @@ def job_from_dict(jid: str, raw: Any) -> Job:
 
 
 _job_from_dict = job_from_dict  # the former private name
+
+#: bounds on what a job file may claim (far beyond any real job; what matters is that every value is finite,
+#: of its type, and cannot overflow a computation or sort ahead of the honest queue)
+MAX_NPROC = 4096
+MAX_MEMORY_MIB = 1 << 30  # 1 PiB per GPU
+MAX_POWER_W = 100_000.0
+MAX_SLOWDOWN_PCT = 1000.0
+MAX_NAME_CHARS = 256
+MAX_CAP_POINTS = 256
+_JOB_INT_RANGES = {
+    "uid": (0, 2**32 - 2),
+    "launcher_pid": (1, 2**31 - 1),
+    "nproc": (1, MAX_NPROC),
+    # the queue counter hands out 0, 1, 2, ...: a negative seq would sort ahead of every honest job
+    "seq": (0, 2**53),
+}
+
+
+def _check_request(where: str, request: dict[str, Any]) -> None:
+    """The request fields that policies read: the memory estimate and the slowdown bound."""
+    memory = request.get("memory_mib")
+    _expect(memory is None or (isinstance(memory, int) and not isinstance(memory, bool) and 0 <= memory <= MAX_MEMORY_MIB),
+            f"{where}.memory_mib", f"null or a whole number of MiB from 0 to {MAX_MEMORY_MIB}")
+    _check_number(f"{where}.allowed_slowdown_pct", request.get("allowed_slowdown_pct"), 0.0, MAX_SLOWDOWN_PCT)
+
+
+def _check_profile(where: str, profile: dict[str, Any]) -> None:
+    """The job profile (DESIGN.md §4) as policies read it: every measurement null or finite and in range."""
+    memory = profile.get("memory_mib")
+    _expect(memory is None or (_is_number(memory) and math.isfinite(memory) and 0 <= memory <= MAX_MEMORY_MIB
+                               and float(memory).is_integer()),
+            f"{where}.memory_mib", f"null or a whole number of MiB from 0 to {MAX_MEMORY_MIB}")
+    _check_number(f"{where}.iter_time_s", profile.get("iter_time_s"), 0.0, 1e9, positive=True)
+    _check_number(f"{where}.sm_util_pct", profile.get("sm_util_pct"), 0.0, 100.0)
+    _check_number(f"{where}.mem_bw_util_pct", profile.get("mem_bw_util_pct"), 0.0, 100.0)
+    _check_number(f"{where}.power_w", profile.get("power_w"), 0.0, MAX_POWER_W)
+    _expect(isinstance(profile.get("instrumented", True), bool), f"{where}.instrumented", "true or false")
+    points = profile.get("cap_points")
+    _expect(points is None or (isinstance(points, list) and len(points) <= MAX_CAP_POINTS), f"{where}.cap_points",
+            f"null or a list of at most {MAX_CAP_POINTS} points")
+    for i, point in enumerate(points or ()):
+        at = f"{where}.cap_points[{i}]"
+        if isinstance(point, dict):
+            values = [point.get(k) for k in ("power_cap_w", "iter_time_s", "power_w")]
+            extra = [point.get("iterations"), point.get("iter_time_cv_pct")]
+        else:
+            _expect(isinstance(point, list) and 3 <= len(point) <= 5, at, "[cap, time, power] or an object")
+            values, extra = point[:3], (point[3:] + [None, None])[:2]
+        for value in values:
+            _expect(_is_number(value) and math.isfinite(value) and 0 < value <= 1e9, at, "three finite numbers above 0")
+        _expect(extra[0] is None or (isinstance(extra[0], int) and not isinstance(extra[0], bool) and 0 <= extra[0] <= 2**53),
+                f"{at}.iterations", "null or a whole number >= 0")
+        _check_number(f"{at}.iter_time_cv_pct", extra[1], 0.0, 1e6)
+
+
+def _check_number(where: str, value: Any, lo: float, hi: float, *, positive: bool = False) -> None:
+    _expect(value is None or (_is_number(value) and math.isfinite(value) and lo <= value <= hi and (value > 0 or not positive)),
+            where, f"null or a finite number from {lo:g} to {hi:g}" + (" above 0" if positive else ""))
 
 
 def _gpu_from_dict(where: str, uuid: str, g: Any) -> GpuNode:

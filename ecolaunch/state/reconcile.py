@@ -3,7 +3,9 @@
 Two sources of truth are consulted:
 
 * the process table (:class:`ProcessTable`, psutil): a job whose launcher process is gone — dead, or its pid
-  reused by another program (told apart by the process start time) — is released, whatever it was doing;
+  reused by another program (told apart by the process start time) — is released, whatever it was doing. So is a
+  job whose launcher runs under another uid than the job names (:func:`launcher_alive`): a member cannot keep a
+  booking alive with pid 1 or a colleague's process;
 * the GPU backend's snapshots: the host's GPUs, their links and live readings are refreshed, and memory held by
   processes that belong to no ecolaunch job (a colleague's plain ``python train.py``) is recorded as foreign
   use, so that policies count such GPUs as busy.
@@ -15,6 +17,7 @@ system) keeps the others' jobs as they are.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -61,6 +64,37 @@ class PsutilProcessTable:
         except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
             return []
 
+    def owner_uids(self, pid: int) -> tuple[int, ...] | None:
+        """The process's real and effective uids, from the kernel; None when they cannot be read."""
+        try:
+            uids = psutil.Process(pid).uids()
+            return (uids.real, uids.effective)
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            return None
+        except psutil.AccessDenied:
+            # hidepid=1 hides /proc/<pid>/status but not the directory, which belongs to the process's uid
+            try:
+                return (os.stat(f"/proc/{pid}").st_uid,)
+            except OSError:
+                return None
+
+
+def launcher_alive(processes: ProcessTable, job: Job) -> bool:
+    """Whether the job's launcher runs (same pid, same start time) as the uid the job names.
+
+    A job file is its owner's word: anyone may write one naming a pid of theirs, or pid 1. Only a process the
+    kernel says belongs to the job's uid (real or effective) holds the job's booking and its caps. A process
+    table that cannot tell owners (a test fake without ``owner_uids``), or an owner hidden from this user, is
+    taken at its word, as a hidden process is taken to be alive.
+    """
+    if not processes.alive(job.launcher_pid, job.launcher_start_time):
+        return False
+    owner_uids = getattr(processes, "owner_uids", None)
+    if owner_uids is None:
+        return True
+    uids = owner_uids(job.launcher_pid)
+    return uids is None or job.uid in uids
+
 
 def process_start_time(pid: int) -> float:
     """The start time psutil reports for ``pid`` (what :meth:`PsutilProcessTable.alive` compares)."""
@@ -85,8 +119,9 @@ def reconcile(
     """Release dead jobs of ``host`` and, when ``gpus`` are given, refresh the host's GPUs from them."""
     report = ReconcileReport()
     for job in list(graph.jobs.values()):
-        if job.host == host and not processes.alive(job.launcher_pid, job.launcher_start_time):
-            logger.info("releasing job %s of %s: its launcher (pid %d) is gone", job.id, job.user, job.launcher_pid)
+        if job.host == host and not launcher_alive(processes, job):
+            logger.info("releasing job %s of %s: its launcher (pid %d, uid %d) is gone", job.id, job.user,
+                        job.launcher_pid, job.uid)
             del graph.jobs[job.id]
             report.released.append(job)
     if gpus is not None:

@@ -6,7 +6,11 @@ Layout of a state directory (see ``docs/threat-model.md`` for who may write what
         state.json          hosts, GPUs, links and the queue counter: shared, rebuilt from the live GPUs at will
         state.lock          the lock every transaction holds (fcntl, dropped by the kernel when its holder dies)
         jobs/               sticky + setgid: one file per job, ``<job id>.json``, owned by the job's user
+        hooks/, history/    sticky + setgid: per-run and per-user directories (``profile.channel``, ``state.userdirs``)
         caps.json           the cap agent's ledger of original power caps (``ecolaunch.admin.caps``)
+
+``ecolaunch init-state`` (:mod:`ecolaunch.state.layout`) creates this layout as root before anyone runs; a member
+may not create ``jobs/`` in a directory they do not own (they would own everyone's job directory).
 
 Jobs live in per-user files, not in the shared ``state.json``, so that ownership is enforced by the kernel rather
 than by convention: in a sticky directory only a file's owner (or root, or the directory's owner) can remove or
@@ -43,7 +47,8 @@ from typing import Any
 
 from ecolaunch.errors import StateError
 from ecolaunch.state.graph import Job, StateGraph, job_from_dict, job_to_dict
-from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable
+from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive
+from ecolaunch.safefs import RefusedFile as _RefusedFile
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +95,7 @@ class StateStore:
         self._group = group
         self._processes = processes or PsutilProcessTable()
         self._checked = False
+        self._warned: set[object] = set()
 
     def __repr__(self) -> str:
         return f"StateStore({str(self.directory)!r})"
@@ -139,7 +145,8 @@ class StateStore:
         except _Refused as e:
             return self._rebuild(str(e), move_aside)
         except OSError as e:
-            raise StateError(f"cannot read {str(self.path)!r}: {e.strerror}", hint="check the file's permissions") from e
+            # e.g. a mode-600 file a member planted: it holds nothing that is not rebuilt, so never fatal
+            return self._rebuild(f"unreadable ({e.strerror or e})", move_aside)
         try:
             graph = StateGraph.from_dict(json.loads(raw))
         except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
@@ -154,10 +161,25 @@ class StateStore:
     def _rebuild(self, why: str, move_aside: bool) -> StateGraph:
         if move_aside:
             aside = self.path.with_name(f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
-            with contextlib.suppress(OSError):
+            try:
                 os.replace(self.path, aside)  # renames a symlink itself, never its target
-            logger.warning("state file %s is %s; moved it to %s and rebuilt the state", self.path, why, aside)
+            except OSError as e:
+                # a sticky directory: only the file's owner (or root) may move it. Nothing in it matters (the next
+                # transaction rebuilds it from the driver), so carry on with a rebuilt state in memory
+                self._warn_once(("state", why), "state file %s is %s and cannot be moved aside (%s); using a rebuilt "
+                                "state (the admin should remove it, or run `ecolaunch init-state`)", self.path, why,
+                                e.strerror or e)
+            else:
+                logger.warning("state file %s is %s; moved it to %s and rebuilt the state", self.path, why, aside)
         return StateGraph()
+
+    def _warn_once(self, key: object, msg: str, *args: object) -> None:
+        """A warning the first time, DEBUG afterwards: a launcher polls every 0.2 s and must not flood stderr."""
+        if key in self._warned:
+            logger.debug(msg, *args)
+        else:
+            self._warned.add(key)
+            logger.warning(msg, *args)
 
     def _load_jobs(self) -> dict[str, Job]:
         try:
@@ -190,10 +212,10 @@ class StateStore:
         except FileNotFoundError:
             return None  # removed between listing and opening
         except (_Refused, OSError, ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
-            logger.warning("ignoring job file %s: %s", where, e)
+            self._warn_once((name, str(e)), "ignoring job file %s: %s", where, e)
             return None
         if owner not in (0, job.uid):
-            logger.warning("ignoring job file %s: it names uid %d but belongs to uid %d", where, job.uid, owner)
+            self._warn_once((name, owner), "ignoring job file %s: it names uid %d but belongs to uid %d", where, job.uid, owner)
             return None
         return job
 
@@ -214,7 +236,7 @@ class StateStore:
                 )
         for jid in removed:
             job = before_jobs[jid]
-            if euid != 0 and job.uid != euid and self._processes.alive(job.launcher_pid, job.launcher_start_time):
+            if euid != 0 and job.uid != euid and launcher_alive(self._processes, job):
                 raise StateError(
                     f"job {jid} belongs to {job.user} (uid {job.uid}) and its launcher (pid {job.launcher_pid}) is alive",
                     hint="a user can only remove another user's job once its launcher is dead",
@@ -247,18 +269,26 @@ class StateStore:
         doc = graph.to_dict(include_jobs=False)
         data = _dumps(doc)
         try:
-            atomic_write_bytes(self.path, data)
-        except PermissionError:
-            # a sticky state directory: only state.json's owner may rename over it. Everyone else rewrites it in
-            # place (it is group-writable); a write torn by a crash reads as corrupt and is rebuilt, losing nothing
-            # that the next reconcile does not restore
-            fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
-                os.write(fd, data)
-                os.ftruncate(fd, len(data))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                atomic_write_bytes(self.path, data)
+            except PermissionError:
+                # a sticky state directory: only state.json's owner may rename over it. Everyone else rewrites it in
+                # place (it is group-writable); a write torn by a crash reads as corrupt and is rebuilt, losing
+                # nothing that the next reconcile does not restore
+                fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        raise _Refused("not a regular file")
+                    os.write(fd, data)
+                    os.ftruncate(fd, len(data))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except OSError as e:
+            # a state.json planted by a member (a directory, or a file only they may write): it holds nothing that
+            # the next transaction does not rebuild from the driver and the job files, so the transaction stands
+            self._warn_once(("write", type(e).__name__), "cannot write the state file %s (%s); carrying on without "
+                            "it (the admin should remove it, or run `ecolaunch init-state`)", self.path, e.strerror or e)
 
     # --- directory and lock ----------------------------------------------------------------------
     def _prepare(self) -> None:
@@ -276,6 +306,12 @@ class StateStore:
             ) from e
         check_state_dir(self.directory, group=self._group)
         if not os.access(self.directory, os.W_OK | os.X_OK):
+            if _read_only_mount(self.directory):  # no group membership helps there: say what is wrong
+                raise StateError(
+                    f"the state directory {str(self.directory)!r} is on a read-only file system",
+                    hint="set ECOLAUNCH_STATE_DIR to a directory on a writable file system, or ask the lab admin to "
+                    "mount it read-write",
+                )
             raise StateError(
                 f"the state directory {str(self.directory)!r} is not writable by this user",
                 hint="ask the lab admin to add you to the directory's group, or set ECOLAUNCH_STATE_DIR",
@@ -288,6 +324,13 @@ class StateStore:
         self._checked = True
 
     def _ensure_jobs_dir(self) -> None:
+        owner = os.stat(self.directory).st_uid
+        if not os.path.lexists(self.jobs_dir) and os.geteuid() not in (0, owner):
+            # created by a member, jobs/ would be theirs: they could remove anyone's job file (sticky rules spare a
+            # directory's owner), so every other user refuses it. Only root or the state directory's owner creates it
+            raise StateError(f"{str(self.jobs_dir)!r} does not exist, and a member may not create it for everyone",
+                             hint="the lab admin should run: ecolaunch init-state (or set ECOLAUNCH_STATE_DIR to a "
+                                  "directory of your own)")
         try:
             os.mkdir(self.jobs_dir, 0o3775)
         except FileExistsError:
@@ -412,9 +455,16 @@ def check_jobs_dir(jobs_dir: Path, dir_owner: int) -> None:
         os.chmod(jobs_dir, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
 
 
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 # --- files ---------------------------------------------------------------------------------------
-class _Refused(Exception):
-    """A file that must not be read: a symbolic link, not a regular file, or too large."""
+# A file that must not be read: a symbolic link, not a regular file, or too large (an OSError: see safefs)
+_Refused = _RefusedFile
 
 
 def read_regular_file(path: Path, max_bytes: int) -> bytes:

@@ -35,9 +35,14 @@ def test_a_tighter_request_is_kept() -> None:
     assert clip_slowdown(RULES, 20.0) == (20.0, False)
 
 
-def test_a_looser_request_is_clipped_and_flagged() -> None:
+def test_a_looser_request_is_clipped_and_flagged(caplog: pytest.LogCaptureFixture) -> None:
     assert clip_slowdown(RULES, 50.0) == (20.0, True)
+    assert caplog.records == []  # the flag tells its caller
     assert effective_slowdown_pct(RULES, 50.0) == 20.0
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "allowed slowdown 50 % is above the admin policy's maximum: the job gets 20 %")]
+    caplog.clear()
+    assert effective_slowdown_pct(RULES, 20.0) == 20.0 and caplog.records == []
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf])

@@ -267,3 +267,48 @@ def test_fuzzed_requests_never_set_an_out_of_policy_cap(tmp_path: Path, graph: S
     k.reconcile(StateGraph())
     assert fake.limits == {f"GPU-{i}": 400.0 for i in range(4)}
     ledger.unlink(missing_ok=True)
+
+
+def test_the_ledger_records_what_ecolaunch_set_and_a_gpu_changed_since_is_left_as_found(tmp_path: Path, caplog) -> None:
+    from ecolaunch.admin.caps import load_ledger_entries
+
+    b = backend(tmp_path)
+    u = [g.uuid for g in b.gpus()]
+    k = keeper(b, tmp_path)
+    graph = StateGraph(jobs={"a": running("a", [u[0], u[1]], {u[0]: 200.0, u[1]: 200.0})})
+    k.reconcile(graph)
+    entries = load_ledger_entries(tmp_path / "caps.json", HOST)
+    assert {x: (e.original_w, e.set_w) for x, e in entries.items()} == {u[0]: (400.0, 200.0), u[1]: (400.0, 200.0)}
+    b.set_power_limit(u[1], 280.0)  # the admin changes GPU 1 with nvidia-smi while the job runs
+    del graph.jobs["a"]  # the job ends (or its launcher dies)
+    report = k.reconcile(graph)
+    assert report.restored == {u[0]: 400.0} and report.left == {u[1]: 280.0}
+    assert limits(b)[:2] == [400.0, 280.0]  # the admin's change stays
+    assert "someone changed it since" in caplog.text and "nvidia-smi -i 1 -pl 400" in caplog.text
+    assert load_ledger(tmp_path / "caps.json", HOST) == {}  # and is no longer ecolaunch's to restore
+
+
+def test_a_ledger_written_before_set_w_still_restores(tmp_path: Path) -> None:
+    b = backend(tmp_path)
+    u = b.gpus()[0].uuid
+    b.set_power_limit(u, 250.0)
+    (tmp_path / "caps.json").write_text(json.dumps({"schema": "ecolaunch.caps", "version": 1, "host": HOST,
+                                                    "gpus": {u: {"original_w": 400.0}}}))
+    os.chmod(tmp_path / "caps.json", 0o644)
+    report = keeper(b, tmp_path).reconcile(StateGraph())
+    assert report.restored == {u: 400.0} and limits(b)[0] == 400.0
+
+
+def test_restoring_orphans_applies_nothing_new(tmp_path: Path) -> None:
+    b = backend(tmp_path)
+    u = [g.uuid for g in b.gpus()]
+    k = keeper(b, tmp_path, processes=Processes({100}))
+    assert k.restore_orphans(StateGraph(jobs={"a": running("a", [u[0]], {u[0]: 200.0})})).applied == {}
+    assert limits(b)[0] == 400.0  # an empty ledger: nothing to do, and a live job's wish is the agent's to apply
+    k.reconcile(StateGraph(jobs={"dead": running("dead", [u[1]], {u[1]: 200.0})}))  # applied while pid 100 lived
+    assert limits(b)[1] == 200.0
+    graph = StateGraph(jobs={"dead": running("dead", [u[1]], {u[1]: 200.0}, pid=999),
+                             "new": running("new", [u[2]], {u[2]: 180.0})})
+    report = k.restore_orphans(graph)
+    assert report.restored == {u[1]: 400.0} and report.applied == {}
+    assert limits(b)[1:3] == [400.0, 400.0]

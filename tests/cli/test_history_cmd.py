@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 import types
@@ -15,6 +17,7 @@ from ecolaunch.cli.history_cmd import fmt_duration, fmt_energy, history
 from ecolaunch.cli.report_cmd import report
 from ecolaunch.profile.history import History, JobRecord, Profile
 from ecolaunch.profile.powercap import CapPoint
+from tests.conftest import clean_env, ecolaunch_cmd
 
 PROFILE = Profile(0.05, 81.5, 40.0, 12_000, 290.0, (CapPoint(400.0, 0.05, 290.0), CapPoint(250.0, 0.056, 240.0)))
 
@@ -83,6 +86,11 @@ def test_history_json_and_limit(filled: History, state: Path) -> None:
 
 
 def test_history_empty_and_bad_limit(state: Path) -> None:
+    result = invoke(history, [], state)
+    assert result.exit_code == 0
+    assert result.output == (f"no finished jobs in the history of {state} (the directory does not exist: nothing has "
+                             "run there yet)\n")
+    state.mkdir()
     result = invoke(history, [], state)
     assert result.exit_code == 0
     assert result.output == f"no finished jobs in the history of {state}\n"
@@ -181,8 +189,94 @@ def test_report_plot_draws_power_and_utilization(filled: History, state: Path, t
     assert names[0] == "use" and log[0][1] == ("Agg",)
     assert names.count("plot") == 4  # power, cap, SM and memory utilization of the one GPU
     assert ("set_ylabel", ("power (W)",), {}) in log and ("set_ylabel", ("utilization (%)",), {}) in log
+    assert ("set_ylim", (-5, 105), {}) in log  # a GPU idle at 0 % draws above the axis line, not on it
+    labels = [kw["label"] for n, _, kw in log if n == "plot"]
+    assert labels == [f"GPU-aaaaaaaa… {what}" for what in ("power", "cap", "SM", "memory")]  # no state graph here
 
 
 def test_formatters() -> None:
     assert [fmt_energy(v) for v in (None, 0.4, 999.0, 1000.0, 2.5e6)] == ["N/A", "0 J", "999 J", "1 kJ", "2.5 MJ"]
     assert [fmt_duration(v) for v in (None, 5.0, 65.0, 7200.0)] == ["N/A", "5.0s", "1m05s", "2h00m"]
+
+
+# --- the real command line: a state directory that cannot be read is an error, not an empty history ------------
+def _cli(args: list[str], state: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(ecolaunch_cmd(*args), env=clean_env(ECOLAUNCH_STATE_DIR=str(state)), capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_an_unusable_state_directory_is_an_error(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "state-file"
+    not_a_dir.write_text("")
+    for args in (["history"], ["history", "--json"], ["report", "a1b2"]):
+        out = _cli(args, not_a_dir)
+        assert out.returncode == 1, out.stdout
+        assert out.stdout == ""
+        assert out.stderr == (f"Error: cannot read the state directory {str(not_a_dir)!r}: Not a directory\n"
+                              "HINT: set ECOLAUNCH_STATE_DIR to the state directory the launcher uses\n")
+    broken = tmp_path / "state"
+    broken.mkdir()
+    (broken / "history").write_text("")
+    out = _cli(["history"], broken)
+    assert out.returncode == 1, out.stdout
+    assert out.stderr == (f"Error: cannot read the job history {str(broken / 'history')!r}: Not a directory\n"
+                          "HINT: move it aside: the next launch creates the directory again\n")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
+def test_an_unreadable_state_directory_is_an_error(tmp_path: Path) -> None:
+    locked = tmp_path / "state"
+    (locked / "history" / "jobs").mkdir(parents=True)
+    locked.chmod(0o300)
+    try:
+        out = _cli(["history"], locked)
+    finally:
+        locked.chmod(0o700)
+    assert out.returncode == 1, out.stdout
+    assert out.stderr == (f"Error: cannot read the state directory {str(locked)!r}: Permission denied\n"
+                          "HINT: ask the lab admin for read access, or set ECOLAUNCH_STATE_DIR to the launcher's "
+                          "state directory\n")
+
+
+# --- report --plot: GPUs labelled by their NVML index, identical GPUs drawn once, 0 % visible ------------------
+def _two_gpu_job(tmp_path: Path) -> tuple[Path, dict[str, int]]:
+    """A state directory whose graph knows two simulated GPUs (as ``status`` wrote it), and a finished 2-GPU job
+    whose record lists them against UUID order, with identical idle readings on both."""
+    state = tmp_path / "state"
+    env = clean_env(ECOLAUNCH_SIMULATE="2xA100-SXM4-80GB", ECOLAUNCH_STATE_DIR=str(state))
+    out = subprocess.run(ecolaunch_cmd("status", "--json"), env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    indices = {g["uuid"]: g["index"] for g in json.loads(out.stdout)["gpus"]}
+    uuids = tuple(sorted(indices, reverse=True))
+    points = [{"t_s": float(t), "power_w": 50.0, "power_limit_w": 400.0, "util_gpu_pct": 0.0, "util_mem_pct": 0.0,
+               "memory_used_mib": 0} for t in range(5)]
+    History(state).record(record("b0b0b0b0", time.time(), gpus=uuids, gpu_names=("NVIDIA A100-SXM4-80GB",) * 2,
+                                 power_caps_w={u: 400.0 for u in uuids}, samples={u: points for u in uuids}))
+    return state, indices
+
+
+def test_plot_groups_label_gpus_by_index_and_merge_identical_ones(tmp_path: Path) -> None:
+    from ecolaunch.cli.report_cmd import gpu_indices, plot_groups
+
+    state, indices = _two_gpu_job(tmp_path)
+    assert gpu_indices(state) == indices
+    rec = History(state).get("b0b0b0b0")
+    by_index = sorted(indices, key=indices.get)
+    groups = plot_groups(rec, indices)
+    assert [label for label, _ in groups] == [
+        f"GPU 0 ({by_index[0][:12]}…) = GPU 1 ({by_index[1][:12]}…)"]
+    assert groups[0][1]["util_gpu_pct"] == [0.0] * 5
+    # different readings: one group per GPU, by index; a GPU the state graph does not know goes by its UUID
+    rec.samples[by_index[1]] = [dict(p, power_w=60.0) for p in rec.samples[by_index[1]]]
+    assert [label for label, _ in plot_groups(rec, {by_index[1]: 1})] == [
+        f"GPU 1 ({by_index[1][:12]}…)", f"{by_index[0][:12]}…"]
+
+
+def test_report_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    state, _ = _two_gpu_job(tmp_path)
+    png = tmp_path / "job.png"
+    out = _cli(["report", "b0b0b0b0", "--plot", str(png)], state)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == f"plot written to {png}\n"
+    assert png.read_bytes().startswith(b"\x89PNG")

@@ -160,6 +160,7 @@ def test_sigkilled_launcher_frees_its_gpus_for_the_next_launch(sim_env, tmp_path
                 pass
 
 
+@pytest.mark.slow  # ~40 s; tests/state/test_store.py covers concurrent processes in the default run
 def test_sixteen_concurrent_launches_never_share_a_gpu(sim_env, tmp_path: Path) -> None:
     env = sim_env()
     procs = [_start_sleeper(env, tmp_path, 1, 0.5) for _ in range(16)]

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import inspect
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from ecolaunch.admin.rules import Rules
 from ecolaunch.cli.policy_cmd import policy
+from tests.conftest import clean_env, ecolaunch_cmd
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.toml"
 POLICY = textwrap.dedent(
@@ -57,19 +60,20 @@ def test_show_prints_every_value_with_its_source(runner: CliRunner, policy_file:
         ("KEY", "VALUE", "SOURCE"),
         ("slowdown.default_pct", "10.0", "default"),
         ("slowdown.max_pct", "15.0", f"{f}:2"),
-        ("energy.eta", "0.5", "default"),
+        ("energy.eta", repr(Rules().eta), "default"),  # the built-in default, whatever it is
         ("colocation.enabled", "true", "default"),
         ("colocation.max_jobs_per_gpu", "2", "default"),
         ("colocation.memory_margin_mib", "1024", "default"),
-        ("profiling.max_iterations", "N/A", "default"),
-        ("profiling.max_time_s", "N/A", "default"),
-        ("profiling.max_caps", "N/A", "default"),
-        ("state.dir", "N/A", "default"),
-        ("state.group", "N/A", "default"),
+        ("profiling.max_iterations", "none (a full profile takes 65 iterations)", "default"),
+        ("profiling.max_time_s", "none (no time limit)", "default"),
+        ("profiling.max_caps", "none (profiling tries at most 3 caps)", "default"),
+        ("state.dir", "none ($ECOLAUNCH_STATE_DIR, else /var/tmp/ecolaunch)", "default"),
+        ("state.group", "none (the directory's group is not checked)", "default"),
         ("caps.A40", "max_w=250.0", f"{f}:4"),
         ("caps.index.1", "max_fraction=0.8", f"{f}:6"),
         ("reserve.0", 'users=["alice"] groups=[]', f"{f}:9"),
         ("users.bob.max_gpus", "1", f"{f}:13"),
+        ("agent.gpus", "every GPU of the host", "default"),
     ]
     kw = max(len(r[0]) for r in rows)
     vw = max(len(r[1]) for r in rows)
@@ -132,16 +136,29 @@ def test_show_bad_file_is_error_exit_1(runner: CliRunner, tmp_path: Path) -> Non
     )
 
 
-def test_check_ok(runner: CliRunner, policy_file: Path) -> None:
-    result = invoke(runner, ["check", str(policy_file)])
+def _four_a40s(tmp_path: Path) -> dict[str, str]:
+    """The GPUs `policy check` compares the file with: four simulated A40s (not whatever this machine has)."""
+    return {"ECOLAUNCH_SIMULATE": "4xA40", "ECOLAUNCH_STATE_DIR": str(tmp_path / "state")}
+
+
+def test_check_ok(runner: CliRunner, policy_file: Path, tmp_path: Path) -> None:
+    result = invoke(runner, ["check", str(policy_file)], env=_four_a40s(tmp_path))
     assert result.exit_code == 0, result.output
     assert result.output == f"OK: {policy_file}\n"
 
 
-def test_check_example_policy(runner: CliRunner) -> None:
-    result = invoke(runner, ["check", str(EXAMPLE)])
+def test_check_example_policy(runner: CliRunner, tmp_path: Path) -> None:
+    result = invoke(runner, ["check", str(EXAMPLE)], env=_four_a40s(tmp_path))
     assert result.exit_code == 0, result.output
     assert result.output == f"OK: {EXAMPLE}\n"
+
+
+def test_check_says_when_gpu_indices_could_not_be_checked(runner: CliRunner, policy_file: Path) -> None:
+    result = invoke(runner, ["check", str(policy_file)], env={"ECOLAUNCH_SIMULATE": "4xH9000"})
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("Note: GPU indices and UUIDs not checked against this host: bad machine spec "
+                                    "'4xH9000': unknown GPU model 'H9000'"), result.output
+    assert result.output.endswith(f"\nOK: {policy_file}\n")
 
 
 def test_check_unknown_key_prints_error_and_hint(runner: CliRunner, tmp_path: Path) -> None:
@@ -189,3 +206,50 @@ def test_help_names_the_environment_variables(runner: CliRunner) -> None:
     assert result.exit_code == 0
     assert "ECOLAUNCH_POLICY" in result.output and "ECOLAUNCH_JSON" in result.output
     assert "/etc/ecolaunch/policy.toml" in result.output
+
+
+# --- the real command line: rules that apply to no GPU, built-in defaults in words ------------------------------
+def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(ecolaunch_cmd("policy", *args), env=clean_env(**env), capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_check_warns_about_rules_that_apply_to_no_gpu(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[caps.H9000]\nmax_w = 300\n[caps."V100-SXM2-32GB"]\nmax_w = 200\n[caps.index.7]\nmax_w = 200\n'
+                    '[reserve.99]\nusers = ["alice"]\n[agent]\ngpus = [0, 4]\n[caps.A40]\nmax_w = 250\n')
+    out = _cli(["check", str(path)], _four_a40s(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"OK: {path} (5 warnings)\n"
+    assert out.stderr == (
+        f"Warning: {path}:1: caps.H9000: no GPU model 'H9000' in ecolaunch's catalogue or on this host: the bounds "
+        "apply to no GPU\n"
+        "HINT: write the model as nvidia-smi -L shows it, e.g. [caps.H200]\n"
+        f"Warning: {path}:3: caps.V100-SXM2-32GB: no GPU reports the name 'V100-SXM2-32GB': NVML calls the "
+        "V100-SXM2-32GB 'Tesla V100-SXM2-32GB'\n"
+        'HINT: write [caps."Tesla V100-SXM2-32GB"]\n'
+        f"Warning: {path}:5: caps.index.7: this host has no GPU 7 (its GPUs are 0-3): these bounds apply to no GPU\n"
+        "HINT: check the index or UUID with nvidia-smi -L\n"
+        f"Warning: {path}:7: reserve.99: this host has no GPU 99 (its GPUs are 0-3): the reservation applies to no "
+        "GPU\n"
+        "HINT: check the index or UUID with nvidia-smi -L\n"
+        f"Warning: {path}:10: agent.gpus: this host has no GPU 4 (its GPUs are 0-3)\n"
+        "HINT: check the index or UUID with nvidia-smi -L\n"
+    )
+
+
+def test_show_names_built_in_defaults_and_agent_gpus(tmp_path: Path) -> None:
+    out = _cli(["show", "--file", str(EXAMPLE)], {})
+    assert out.returncode == 0, out.stderr
+    assert "N/A" not in out.stdout
+    line = EXAMPLE.read_text().splitlines().index("gpus = [0, 1, 2, 3]") + 1
+    assert [line.split() for line in out.stdout.splitlines() if line.startswith("agent.")] == [
+        ["agent.gpus", "[0,", "1,", "2,", "3]", f"{EXAMPLE}:{line}"]]
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    out = _cli(["show", "--file", str(empty)], {})
+    assert out.returncode == 0, out.stderr
+    assert "N/A" not in out.stdout
+    assert "profiling.max_caps            none (profiling tries at most 3 caps)" in out.stdout
+    assert [line.split(None, 1)[1].rsplit(None, 1) for line in out.stdout.splitlines()
+            if line.startswith("agent.")] == [["every GPU of the host", "default"]]

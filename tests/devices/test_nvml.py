@@ -29,7 +29,10 @@ class FakeNvml:
         self.count = count
         self.fail: dict[str, BaseException] = {}
         self.calls: list[str] = []
-        self.limit_mw = [300_000] * count
+        self.limit_mw = [300_000] * count  # the management limit: what was set
+        self.enforced_mw = [300_000] * count  # the limit in force
+        #: True plays the idle H200: a newly set limit is read back at once but not enforced yet
+        self.enforce_lag = False
         self.energy_mj = [1_234_567] * count
 
     def _enter(self, name: str) -> None:
@@ -80,13 +83,19 @@ class FakeNvml:
         self._enter("nvmlDeviceGetPowerManagementDefaultLimit")
         return 400_000
 
+    def nvmlDeviceGetPowerManagementLimit(self, h):
+        self._enter("nvmlDeviceGetPowerManagementLimit")
+        return self.limit_mw[h]
+
     def nvmlDeviceGetEnforcedPowerLimit(self, h):
         self._enter("nvmlDeviceGetEnforcedPowerLimit")
-        return self.limit_mw[h]
+        return self.enforced_mw[h]
 
     def nvmlDeviceSetPowerManagementLimit(self, h, mw):
         self._enter("nvmlDeviceSetPowerManagementLimit")
         self.limit_mw[h] = mw
+        if not self.enforce_lag:
+            self.enforced_mw[h] = mw
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
         self._enter("nvmlDeviceGetTotalEnergyConsumption")
@@ -156,6 +165,7 @@ def test_snapshot_converts_units():
     assert (g.util_gpu_pct, g.util_mem_pct) == (37.0, 12.0)
     assert g.power_w == pytest.approx(123.456)
     assert (g.power_limit_min_w, g.power_limit_default_w, g.power_limit_max_w, g.power_limit_w) == (100, 400, 400, 300)
+    assert g.power_limit_enforced_w == 300
     assert g.energy_j == pytest.approx(1235.067)
     # compute and graphics merged by pid (largest use), memory NVML cannot report counts as 0
     assert g.processes == (GpuProcess(7, 0), GpuProcess(9, 512), GpuProcess(42, 2048))
@@ -231,10 +241,37 @@ def test_unsupported_optional_reading_is_none(fn, code):
         "nvmlDeviceGetPowerUsage": (g.power_w,),
         "nvmlDeviceGetPowerManagementLimitConstraints": (g.power_limit_min_w, g.power_limit_max_w),
         "nvmlDeviceGetPowerManagementDefaultLimit": (g.power_limit_default_w,),
-        "nvmlDeviceGetEnforcedPowerLimit": (g.power_limit_w,),
+        "nvmlDeviceGetEnforcedPowerLimit": (g.power_limit_enforced_w,),
         "nvmlDeviceGetTotalEnergyConsumption": (g.energy_j,),
     }[fn]
     assert values == (None,) * len(values)
+    if fn == "nvmlDeviceGetEnforcedPowerLimit":
+        assert g.power_limit_w == 300  # the set limit does not depend on the enforced one
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND])
+def test_unreadable_management_limit_falls_back_to_the_enforced_one(code):
+    fake = FakeNvml()
+    fake.fail["nvmlDeviceGetPowerManagementLimit"] = _err(code)
+    fake.limit_mw[0], fake.enforced_mw[0] = 250_000, 350_000  # tell the two readings apart
+    g = NvmlBackend(fake).gpus()[0]
+    assert (g.power_limit_w, g.power_limit_enforced_w) == (350, 350)
+    fake.fail["nvmlDeviceGetEnforcedPowerLimit"] = _err(code)
+    g = NvmlBackend(fake).gpus()[0]
+    assert (g.power_limit_w, g.power_limit_enforced_w) == (None, None)
+
+
+def test_set_limit_is_read_back_before_it_is_enforced():
+    """The idle H200: right after setting 450 W the enforced limit still read 700 W, the management limit 450 W."""
+    fake = FakeNvml()
+    fake.enforce_lag = True
+    backend = NvmlBackend(fake)
+    backend.set_power_limit(_uuid(2), 150)
+    g = backend.gpus()[2]
+    assert (g.power_limit_w, g.power_limit_enforced_w) == (150, 300)  # the old value is still in force
+    fake.enforced_mw[2] = fake.limit_mw[2]  # the driver catches up
+    g = backend.gpus()[2]
+    assert (g.power_limit_w, g.power_limit_enforced_w) == (150, 150)
 
 
 def test_unsupported_process_list_leaves_the_other_list():
@@ -255,7 +292,8 @@ def test_set_power_limit_converts_to_milliwatts():
     backend = NvmlBackend(fake)
     backend.set_power_limit(_uuid(1), 250.5)
     assert fake.limit_mw[1] == 250_500
-    assert backend.gpus()[1].power_limit_w == 250.5
+    g = backend.gpus()[1]
+    assert (g.power_limit_w, g.power_limit_enforced_w) == (250.5, 250.5)
 
 
 @pytest.mark.parametrize("value", [99.9, 400.1, "300"])

@@ -11,6 +11,14 @@ from torch.distributed.run import get_args_parser
 from ecolaunch.launch.argv import ECO_OPTIONS, build_parser, expand_prefix, parse
 
 
+@pytest.fixture(autouse=True)
+def _in_a_dir_with_scripts(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """parse() refuses a training script that does not exist: give the scripts these tests name a home."""
+    for name in ("train.py", "t.py"):
+        (tmp_path / name).write_text("")
+    monkeypatch.chdir(tmp_path)
+
+
 def _resolve(parser: argparse.ArgumentParser, arg: str):
     """What argparse makes of an option-like argument: the action's dest, 'ambiguous', or None (unknown)."""
     real_error = parser.error
@@ -86,6 +94,13 @@ def test_eco_options_from_flags_and_env() -> None:
         (["t.py"], {"ECOLAUNCH_DRY_RUN": "maybe"}, "ECOLAUNCH_DRY_RUN='maybe' is not a boolean"),
         (["--nproc", "2", "t.py"], {}, "ambiguous option: --nproc"),
         (["python", "-u", "t.py"], {}, "interpreter option '-u' is not supported"),
+        (["--policy", "magic", "t.py"], {}, "--policy (or ECOLAUNCH_PLACEMENT_POLICY) must be a placement policy, got 'magic' (use one of: eaco, exclusive, first-fit, gnn, lucid, zeus)"),
+        (["t.py"], {"ECOLAUNCH_PLACEMENT_POLICY": "magic"}, "must be a placement policy, got 'magic'"),
+        (["--profile", "sometimes", "t.py"], {}, "--profile 'sometimes' is not a profiling mode (use one of: auto, pre, inline, off)"),
+        (["--memory-mib", "lots", "t.py"], {}, "--memory-mib (or ECOLAUNCH_MEMORY_MIB) must be a number, got 'lots'"),
+        (["missing.py"], {}, "training script 'missing.py' does not exist"),
+        (["python", "missing.py", "--lr", "1"], {}, "training script 'missing.py' does not exist"),
+        (["--run-path", "missing.py"], {}, "training script 'missing.py' does not exist"),
     ],
 )
 def test_bad_input_exits_2_with_message(argv, env, message, capsys) -> None:
@@ -103,3 +118,17 @@ def test_prefix_forms() -> None:
     assert expand_prefix(["python3", "-m", "pkg.mod", "1"])[0] == ["--nproc-per-node", "1", "-m", "pkg.mod", "1"]
     assert expand_prefix(["./python_helper.py"]) == (["./python_helper.py"], None)
     assert expand_prefix(["t.py", "python"]) == (["t.py", "python"], None)
+
+
+def test_a_script_that_is_no_file_is_not_looked_for() -> None:
+    assert parse(["-m", "no.such.module"], {}).torch_args.module
+    assert parse(["--no-python", "no-such-program"], {}).torch_args.no_python
+    assert parse(["python", "-m", "no.such.module"], {}).torch_args.training_script == "no.such.module"
+
+
+def test_every_policy_name_parses() -> None:
+    from ecolaunch.policy.baselines import policy_names
+
+    for name in policy_names():
+        assert parse(["--policy", name, "t.py"], {}).options.placement_policy == name
+    assert parse(["t.py"], {}).options.placement_policy == "gnn"

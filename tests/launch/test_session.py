@@ -11,7 +11,7 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.clock import VirtualClock
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
-from ecolaunch.errors import NoPlacement, WaitTimeout
+from ecolaunch.errors import NeverFits, NoPlacement, WaitTimeout
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
@@ -58,5 +58,5 @@ def test_wait_timeout_and_no_wait_leave_the_queue(session: Session) -> None:
 
 
 def test_a_request_that_can_never_fit_is_refused_at_once(session: Session) -> None:
-    with pytest.raises(NoPlacement, match="asks for 3 GPU"):
+    with pytest.raises(NeverFits, match="asks for 3 GPU.* can never fit: the host has 2 GPU"):
         submit(session, "huge", 3)

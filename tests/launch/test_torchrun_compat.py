@@ -178,6 +178,9 @@ def test_four_workers_see_torchruns_environment(tmp_path: Path, state_dir: Path)
 
 # --- cases whose workers touch one file per rank -------------------------------------------------------------
 
+#: the long variants run with -m slow (CI runs them; the default run keeps one case of each kind)
+SLOW = pytest.mark.slow
+
 TOUCH_CASES = [
     # argv ({shell}: the --no-python shell worker), extra env, ranks expected; id
     pytest.param(["--nproc-per-node=2", "--no-python", "{shell}", "{out}"], {}, 2, id="no-python-shell-script"),
@@ -185,14 +188,14 @@ TOUCH_CASES = [
     pytest.param(["{shell}", "{out}"],
                  {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "2", "PET_RDZV_ID": "pet-run", "PET_MONITOR_INTERVAL": "0.1",
                   "PET_START_METHOD": "spawn", "PET_NO_PYTHON": "1", "PET_MODULE": "0", "PET_STANDALONE": "1"},
-                 2, id="pet-env-only"),
+                 2, id="pet-env-only", marks=SLOW),
     pytest.param(["--standalone", "--nnodes=1", "--nproc-per-node=2", ENV_WORKER, "{out}"], {}, 2, id="standalone"),
     pytest.param(["--run-path", "--nnodes=1", "--nproc-per-node=2", "--start-method=spawn", ENV_WORKER, "{out}"],
-                 {}, 2, id="run-path"),
+                 {}, 2, id="run-path", marks=SLOW),
     pytest.param(["--nnodes=1", "--nproc-per-node=2", "--master-addr=127.0.0.1", "--master-port={port}",
-                  "--node-rank=0", ENV_WORKER, "{out}"], {}, 2, id="static-rendezvous"),
+                  "--node-rank=0", ENV_WORKER, "{out}"], {}, 2, id="static-rendezvous", marks=SLOW),
     pytest.param(["--nproc_per_node", "2", "--max_restarts=0", "--rdzv_backend=static", "--master_port={port}",
-                  ENV_WORKER, "{out}"], {}, 2, id="underscore-spellings"),
+                  ENV_WORKER, "{out}"], {}, 2, id="underscore-spellings", marks=SLOW),
 ]
 
 
@@ -237,7 +240,7 @@ def _auto_on_this_machine() -> int:
     [
         pytest.param("2", lambda: 2, lambda: 2, id="int"),
         # ecolaunch: auto = as many GPUs as the policy grants (all 4 simulated GPUs are free); torchrun counts CPUs
-        pytest.param("auto", _auto_on_this_machine, lambda: 4, id="auto"),
+        pytest.param("auto", _auto_on_this_machine, lambda: 4, id="auto", marks=SLOW),
     ],
 )
 def test_nproc_values(value, torchrun_n, ecolaunch_n, tmp_path: Path, state_dir: Path, shell_worker: str) -> None:
@@ -262,9 +265,11 @@ ERROR_CASES = [
     pytest.param(["--nproc-per-node=2", "--no-python", "--module", "{shell}", "{out}"], {},
                  "Don't use both the '--no-python' flag and the '--module' flag", id="no-python-with-module"),
     pytest.param(["{shell}", "{out}"], {"PET_NPROC_PER_NODE": "2", "PET_NO_PYTHON": "1", "PET_MODULE": "1"},
-                 "Don't use both the '--no-python' flag and the '--module' flag", id="pet-no-python-with-module"),
+                 "Don't use both the '--no-python' flag and the '--module' flag", id="pet-no-python-with-module",
+                 marks=SLOW),
     pytest.param(["--nproc-per-node=1", "--logs-specs=DOESNOT_EXIST", ENV_WORKER, "{out}"], {},
-                 "Could not find entrypoint under 'torchrun.logs_specs[DOESNOT_EXIST]' key", id="unknown-logs-specs"),
+                 "Could not find entrypoint under 'torchrun.logs_specs[DOESNOT_EXIST]' key", id="unknown-logs-specs",
+                 marks=SLOW),
 ]
 
 
@@ -291,6 +296,7 @@ def test_torch_value_errors_are_clean_errors_before_any_booking(tmp_path: Path, 
 # --- torch.distributed.is_torchelastic_launched() (test_is_torchelastic_launched) ------------------------------
 
 
+@pytest.mark.slow
 def test_is_torchelastic_launched_under_both(tmp_path: Path, state_dir: Path) -> None:
     argv = ["--run-path", "--nnodes=1", "--nproc-per-node=1", "--monitor-interval=0.1", IS_TE_WORKER, "{out}"]
     runs = launch_both(argv, tmp_path, state_dir)

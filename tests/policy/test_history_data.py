@@ -95,6 +95,7 @@ def test_runs_that_cannot_be_labelled_are_left_out_with_a_reason(tmp_path: Path,
     assert data.samples == [] and data.skipped == {reason: 1}
 
 
+@pytest.mark.slow  # trains the GNN
 def test_training_on_the_history_moves_the_model_towards_the_lab_measurements(tmp_path: Path) -> None:
     """Same seed and data but for the history: the job's slowdown under caps is predicted closer to what the
     lab measured (a small run: 300 simulated states, 10 epochs)."""
@@ -115,6 +116,7 @@ def test_training_on_the_history_moves_the_model_towards_the_lab_measurements(tm
     assert with_history < 0.8 * without, (with_history, without)
 
 
+@pytest.mark.slow  # trains the GNN
 def test_policy_train_writes_weights_that_launches_and_predict_use(tmp_path: Path) -> None:
     state = tmp_path / "state"
     stored(state, record("a", fingerprint="b" * 64))

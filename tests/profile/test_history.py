@@ -12,6 +12,7 @@ import pytest
 from ecolaunch.errors import ConfigError, StateError
 from ecolaunch.profile.history import History, JobRecord, Profile, ProfileEntry, fingerprint
 from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.state.userdirs import user_dir_name
 
 FP = "ab" * 32
 PROFILE = Profile(0.05, 81.5, 40.0, 12_000, 290.0,
@@ -45,7 +46,7 @@ def test_record_round_trip(tmp_path: Path) -> None:
     history = History(tmp_path)
     rec = make_record()
     path = history.record(rec)
-    assert path == tmp_path / "history" / "jobs" / "j1.json"
+    assert path == tmp_path / "history" / user_dir_name(os.geteuid()) / "jobs" / "j1.json"  # this user's own directory
     assert history.get("j1") == rec
     assert JobRecord.from_dict(rec.to_dict()) == rec
     assert history.get("nope") is None

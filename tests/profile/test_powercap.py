@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.profile import capchoice as cc
 from ecolaunch.profile import powercap as pc
 from ecolaunch.profile import zeus_data as zd
 
@@ -76,20 +77,22 @@ def test_fit_on_synthetic_curves(p_free_w: float, exponent: float) -> None:
     assert time_mape < 2.0
     assert power_mape < 5.0
     assert_extrapolation_is_monotone(model, truth, profiled)
-    choice = pc.choose_cap(model, sorted(truth), 10.0, 1.0, 300)
+    choice = cc.choose_cap(model, sorted(truth), 10.0, 1.0, 300)
     assert abs(choice.cap_w - true_optimum(truth, 10.0)) <= 25
 
 
-def test_flat_job_needs_one_cap_and_gets_the_lowest() -> None:
+def test_flat_job_needs_one_cap_and_is_left_uncapped() -> None:
     truth = synthetic(60, 1.0, pc.cap_grid(100, 250))
     model, profiled = fit_from_profile(truth)
     assert profiled == [250]
     assert model.is_flat
     assert {round(model.predict(c).iter_time_s, 12) for c in truth} == {0.5}
-    choice = pc.choose_cap(model, sorted(truth), 10.0, 1.0, 250)
-    assert choice.cap_w == 100
-    assert choice.slowdown_pct == pytest.approx(0.0)
+    choice = cc.choose_cap(model, sorted(truth), 10.0, 1.0, 250)
+    assert choice.cap_w == 250  # no cap saves anything: none is set for nothing
+    assert choice.slowdown_pct == pytest.approx(0.0) and choice.saving_pct == pytest.approx(0.0)
     assert "not bound by any cap" in choice.reason
+    # Zeus's plain rule (the baseline) takes the lowest of equal costs
+    assert cc.choose_cap(model, sorted(truth), 10.0, 1.0, 250, z=0.0, min_saving_pct=0.0).cap_w == 100
 
 
 def test_non_binding_replicates_are_averaged() -> None:
@@ -140,7 +143,7 @@ def test_fit_on_real_zeus_rows(gpu: str, workload: str, batch_size: int) -> None
     assert time_mape < 2.0  # 0.5-0.8 % today
     assert power_mape < 5.0
     assert_extrapolation_is_monotone(model, truth, profiled)
-    choice = pc.choose_cap(model, sorted(truth), 10.0, 1.0, max(truth))
+    choice = cc.choose_cap(model, sorted(truth), 10.0, 1.0, max(truth))
     assert abs(choice.cap_w - true_optimum(truth, 10.0)) <= 25
 
 
@@ -156,7 +159,7 @@ def bound_job() -> tuple[pc.CapModel, list[float]]:
 @pytest.mark.parametrize("bound_pct", [0.0, 2.0, 5.0, 10.0, 25.0, 60.0])
 def test_choice_respects_the_slowdown_bound(bound_job, bound_pct: float) -> None:
     model, caps = bound_job
-    choice = pc.choose_cap(model, caps, bound_pct, 1.0, 300)
+    choice = cc.choose_cap(model, caps, bound_pct, 1.0, 300)
     assert choice.slowdown_pct <= bound_pct + 1e-6
     ref = model.predict(300).iter_time_s
     assert choice.predicted_iter_time_s <= ref * (1 + bound_pct / 100) + 1e-12
@@ -164,7 +167,7 @@ def test_choice_respects_the_slowdown_bound(bound_job, bound_pct: float) -> None
 
 def test_eta_one_picks_minimum_energy(bound_job) -> None:
     model, caps = bound_job
-    choice = pc.choose_cap(model, caps, None, 1.0, 300)
+    choice = cc.choose_cap(model, caps, None, 1.0, 300)
     energies = {c: model.predict(c).iter_time_s * model.predict(c).power_w for c in caps}
     assert choice.cap_w == min(energies, key=energies.get)
     assert choice.predicted_energy_j_per_iter == pytest.approx(energies[choice.cap_w])
@@ -173,14 +176,14 @@ def test_eta_one_picks_minimum_energy(bound_job) -> None:
 
 def test_eta_zero_picks_the_fastest(bound_job) -> None:
     model, caps = bound_job
-    choice = pc.choose_cap(model, caps, None, 0.0, 300)
+    choice = cc.choose_cap(model, caps, None, 0.0, 300)
     times = {c: model.predict(c).iter_time_s for c in caps}
     assert times[choice.cap_w] == min(times.values())
 
 
 def test_no_feasible_cap_falls_back_to_the_fastest(bound_job) -> None:
     model, _ = bound_job
-    choice = pc.choose_cap(model, [100.0, 125.0], 5.0, 1.0, 300)
+    choice = cc.choose_cap(model, [100.0, 125.0], 5.0, 1.0, 300)
     assert choice.cap_w == 125.0
     assert "no candidate cap meets" in choice.reason
 
@@ -226,7 +229,7 @@ def test_bad_choice_arguments(bound_job) -> None:
         args = {"model": model, "caps_w": caps, "allowed_slowdown_pct": 10.0, "eta": 1.0, "max_power_w": 300.0}
         args.update(kwargs)
         with pytest.raises(ConfigError):
-            pc.choose_cap(**args)
+            cc.choose_cap(**args)
     with pytest.raises(ConfigError):
         model.predict(0.0)
 
@@ -242,3 +245,51 @@ def test_bad_grid_and_plan_arguments() -> None:
         pc.CapPrior((0.5, 0.4), (1.0, 1.0), (1.0, 1.0))
     with pytest.raises(ConfigError):
         pc.CapPrior.fit([])
+
+
+# --- what was measured: robust statistics, the margin, pooling -------------------------------------------------
+def test_iteration_stats_ignore_a_stall_and_measure_the_spread() -> None:
+    rng = __import__("random").Random(1)
+    times = [0.1 * (1 + rng.gauss(0, 0.03)) for _ in range(40)]
+    plain = cc.iteration_stats(times)
+    stalled = cc.iteration_stats(times[:-1] + [5.0])  # one data-loader wait of 50 iterations
+    assert stalled.mean_s == pytest.approx(plain.mean_s, rel=0.01)
+    assert 2.0 < plain.cv_pct < 4.5 and stalled.cv_pct == pytest.approx(plain.cv_pct, rel=0.2)
+    assert plain.count == 40 and plain.se_pct == pytest.approx(plain.cv_pct / 40 ** 0.5)
+    assert cc.iteration_stats([]) is None
+
+
+def test_the_margin_comes_from_what_was_measured() -> None:
+    exact = pc.fit_cap_model([pc.CapPoint(400, 0.1, 300), pc.CapPoint(250, 0.114, 250), pc.CapPoint(200, 0.13, 200)])
+    assert cc.cap_margin_pct(exact, 250) == cc.MIN_MARGIN_PP  # a measured cap, measured without noise: the floor
+    between = [cc.cap_margin_pct(exact, c) for c in (265, 275, 290)]
+    assert cc.MIN_MARGIN_PP < between[0] < between[1] < between[2]  # grows with the distance from a measured cap
+    assert cc.cap_margin_pct(exact, 150) >= cc.MARGIN_Z * cc.EXTRAPOLATION_ERROR_PP  # below the lowest measured
+    noisy = pc.fit_cap_model([pc.CapPoint(400, 0.1, 300, 15, 3.0), pc.CapPoint(250, 0.114, 250, 15, 3.0),
+                              pc.CapPoint(200, 0.13, 200, 15, 3.0)])
+    assert cc.cap_margin_pct(noisy, 250) == pytest.approx(cc.MARGIN_Z * (2 * 9.0 / 15) ** 0.5)
+    more = pc.fit_cap_model([pc.CapPoint(400, 0.1, 300, 600, 3.0), pc.CapPoint(250, 0.114, 250, 600, 3.0)])
+    assert cc.cap_margin_pct(more, 250) < cc.cap_margin_pct(noisy, 250) / 3  # more iterations, less margin
+
+
+def test_the_choice_keeps_its_margin_and_noisier_profiles_choose_higher_caps() -> None:
+    points = [pc.CapPoint(400, 0.1, 300), pc.CapPoint(250, 0.114, 250), pc.CapPoint(200, 0.13, 200)]
+    exact = cc.job_cap_choice(points, (100, 400), 10.0)
+    noisy = cc.job_cap_choice([pc.CapPoint(p.power_cap_w, p.iter_time_s, p.power_w, 15, 3.0) for p in points],
+                              (100, 400), 10.0)
+    for choice in (exact, noisy):
+        assert choice.slowdown_pct + choice.margin_pct <= 10.0 + 1e-9 and choice.cap_w % cc.CHOICE_STEP_W == 0
+    assert noisy.cap_w > exact.cap_w and noisy.margin_pct > exact.margin_pct
+    assert "kept back for what is not known" in noisy.reason
+    assert cc.job_cap_choice([], (100, 400), 10.0) is None
+
+
+def test_points_at_one_cap_pool_by_iterations() -> None:
+    merged = pc.merge_points([pc.CapPoint(250, 0.11, 250, 15, 3.0), pc.CapPoint(250, 0.12, 240, 585, 1.0),
+                              pc.CapPoint(400, 0.1, 300)])
+    assert [p.power_cap_w for p in merged] == [250, 400]
+    assert merged[0].iterations == 600 and merged[0].iter_time_s == pytest.approx((15 * 0.11 + 585 * 0.12) / 600)
+    assert merged[0].iter_time_cv_pct == pytest.approx(((15 * 9 + 585 * 1) / 600) ** 0.5)
+    assert pc.as_cap_points([[250, 0.11, 250, 15, 3.0], {"power_cap_w": 250, "iter_time_s": 0.11, "power_w": 250,
+                                                         "iterations": 15, "iter_time_cv_pct": 3.0}]) == \
+        [pc.CapPoint(250, 0.11, 250, 15, 3.0)] * 2

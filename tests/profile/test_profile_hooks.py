@@ -77,7 +77,7 @@ def test_active_path_stamps_reach_the_reader(tmp_path: Path) -> None:
     steps = channel.read_steps(hook_dir)
     assert list(steps) == [2]
     stamps = steps[2]
-    assert len(stamps) == 5 + 4 + 2  # step() x5, track over 3 items (+1 at exhaustion), train_step x2
+    assert len(stamps) == 5 + 3 + 2  # step() x5, track over 3 items, train_step x2
     assert stamps == sorted(stamps)
     assert len(channel.iteration_times(stamps, warmup=3)) == len(stamps) - 4
     hints = channel.read_hints(hook_dir)
@@ -106,7 +106,34 @@ def test_step_and_track_in_process(tmp_path: Path) -> None:
     assert list(tracked) == [0, 1, 2]
     ecolaunch.step()
     hooks._reset_for_tests({})  # closes the file
-    assert len(channel.read_steps(tmp_path)[1]) == 4 + 1
+    assert len(channel.read_steps(tmp_path)[1]) == 3 + 1
+
+
+def test_track_counts_one_iteration_per_item_like_step(tmp_path: Path) -> None:
+    for name, body in (("track", "for _ in ecolaunch.track(range(10)):\n    pass\n"),
+                       ("step", "for _ in range(10):\n    ecolaunch.step()\n"),
+                       ("empty", "for _ in ecolaunch.track([]):\n    pass\n")):
+        hook_dir = tmp_path / name
+        hook_dir.mkdir()
+        proc = run_script("import ecolaunch\n" + body, tmp_path, ECOLAUNCH_HOOK_DIR=str(hook_dir))
+        assert proc.returncode == 0, proc.stderr
+        assert len(channel.read_steps(hook_dir).get(0, [])) == (0 if name == "empty" else 10), name
+
+
+def test_a_launch_counts_track_over_ten_items_as_ten_iterations(tmp_path: Path) -> None:
+    (tmp_path / "tracked.py").write_text("import ecolaunch\nfor _ in ecolaunch.track(range(10)):\n    pass\n")
+    (tmp_path / "stepped.py").write_text("import ecolaunch\nfor _ in range(10):\n    ecolaunch.step()\n")
+    env = clean_env(ECOLAUNCH_SIMULATE="1xA100-SXM4-80GB", ECOLAUNCH_STATE_DIR=str(tmp_path / "state"))
+    for script in ("tracked.py", "stepped.py"):
+        proc = subprocess.run([sys.executable, "-m", "ecolaunch", "--profile", "off", "python", script], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert "ecolaunch: 10 iterations\n" in proc.stderr, proc.stderr
+    listed = subprocess.run([sys.executable, "-m", "ecolaunch", "history", "--json"], env=env, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert listed.returncode == 0, listed.stderr
+    assert sorted((r["name"], r["iterations"]) for r in json.loads(listed.stdout)) == [
+        ("stepped.py", 10), ("tracked.py", 10)]
 
 
 def test_train_step_marks_successful_calls_only(tmp_path: Path) -> None:

@@ -250,7 +250,7 @@ def test_early_check_flags_and_suggests_raising_the_cap() -> None:
     assert f is not None
     assert f.slowdown_pct == pytest.approx(15.0)
     assert f.suggested_cap_w == 400.0
-    assert "raising the power cap from 250 W to 400 W" in f.message
+    assert "250 W power cap that ecolaunch may not change here (up to 400 W would lift it)" in f.message
 
 
 def test_early_check_at_the_top_cap_only_reports() -> None:

@@ -72,5 +72,6 @@ def test_track_stops_inside_the_loop_and_flushes_output(tmp_path: Path) -> None:
     proc = run(TRACK, tmp_path, ECOLAUNCH_HOOK_DIR=str(tmp_path), ECOLAUNCH_PROFILING="1",
                ECOLAUNCH_PROFILE_STEPS="4")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["item", "0", "item", "1", "item", "2"]  # the 4th mark precedes item 3
+    # the 4th mark ends item 3's iteration (as step() at the end of its body would): item 4 never runs
+    assert proc.stdout.split() == ["item", "0", "item", "1", "item", "2", "item", "3"]
     assert hooks.ENV_PROFILE_STEPS == channel.ENV_PROFILE_STEPS

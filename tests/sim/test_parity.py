@@ -36,9 +36,8 @@ def test_same_state_same_decision(policy_name: str, state_dir: Path) -> None:
         req = JobRequest(id=f"r{i}", user="u", host="ws", nproc=1, memory_mib=6000, profile=dict(PROFILE))
         session.submit(req, me, name="x", info={"allowed_slowdown_pct": 10.0, "memory_mib": 6000})
         assert not isinstance(session.try_place(req.id), int)
-    with session.store.transaction() as graph:
-        for j in graph.jobs.values():
-            j.profile = dict(PROFILE)
+    with session.store.transaction() as graph:  # the launcher's booking put each job's profile in the graph
+        assert [j.profile for j in graph.jobs.values()] == [PROFILE, PROFILE]
     new = JobRequest(id="new", user="u", host="ws", nproc=1, memory_mib=6000, profile=dict(PROFILE),
                      allowed_slowdown_pct=10.0)
     launcher_decision, graph = session.preview(new)

@@ -60,3 +60,31 @@ def test_invalid_documents_name_the_field(mutate, message) -> None:
     mutate(doc)
     with pytest.raises(ValueError, match=message):
         StateGraph.from_dict(doc)
+
+
+def test_set_and_enforced_limits_from_a_snapshot_survive_a_round_trip() -> None:
+    from ecolaunch.devices.base import GpuSnapshot
+
+    snap = GpuSnapshot(uuid="GPU-0", index=0, name="H200", memory_total_mib=143_771, memory_used_mib=0,
+                       util_gpu_pct=0.0, util_mem_pct=0.0, power_w=80.0, power_limit_min_w=200.0,
+                       power_limit_default_w=700.0, power_limit_max_w=700.0, power_limit_w=450.0, energy_j=1.0,
+                       power_limit_enforced_w=700.0)
+    graph = make_graph()
+    graph.hosts["ws1"].gpus["GPU-0"] = GpuNode.from_snapshot(snap)
+    again = StateGraph.from_dict(graph.to_dict()).hosts["ws1"].gpus["GPU-0"]
+    assert (again.power_limit_w, again.power_limit_enforced_w) == (450.0, 700.0)
+
+
+def test_a_state_file_without_the_enforced_limit_still_loads() -> None:
+    doc = make_graph().to_dict()
+    for gpu in doc["hosts"]["ws1"]["gpus"].values():
+        del gpu["power_limit_enforced_w"]  # written before the field existed
+    assert StateGraph.from_dict(doc).hosts["ws1"].gpus["GPU-0"].power_limit_enforced_w is None
+
+
+@pytest.mark.parametrize("value", ["700", float("nan"), True])
+def test_a_bad_enforced_limit_names_the_field(value) -> None:
+    doc = make_graph().to_dict()
+    doc["hosts"]["ws1"]["gpus"]["GPU-0"]["power_limit_enforced_w"] = value
+    with pytest.raises(ValueError, match="hosts.ws1.gpus.GPU-0.power_limit_enforced_w"):
+        StateGraph.from_dict(doc)

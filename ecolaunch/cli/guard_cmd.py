@@ -1,0 +1,74 @@
+"""``python -m ecolaunch.cli.guard_cmd --launcher-pid PID``: the cap guard of one root launcher (not a user command).
+
+Started by the launcher (:func:`ecolaunch.launch.guard.start_guard`) with the launcher's environment and the read
+end of a pipe on stdin; see :mod:`ecolaunch.launch.guard`. Exit status 0 when the launcher ended cleanly or its
+caps were restored, 1 when the guard could not restore (it says which GPU and how to fix it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ecolaunch.cli.guard_cmd", description=__doc__.split("\n")[0])
+    ap.add_argument("--launcher-pid", type=int, required=True)
+    args = ap.parse_args(argv)
+    for s in (signal.SIGINT, signal.SIGHUP):  # only the launcher's death (its pipe) ends the guard
+        signal.signal(s, signal.SIG_IGN)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("ecolaunch guard: %(message)s"))
+    root = logging.getLogger("ecolaunch")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    root.propagate = False
+    from ecolaunch.cli.context import open_gpus, resolve
+    from ecolaunch.errors import EcolaunchError
+    from ecolaunch.launch.guard import LOCK_TIMEOUT_S, READY, restore_after, wait_for_launcher, wait_gone
+    from ecolaunch.state.store import StateStore
+
+    try:  # everything that can fail is opened before the wait, so that the restore itself is quick
+        environment, rules = resolve(os.environ)
+        backend = open_gpus(environment)
+        store = StateStore(environment.state_dir, group=rules.state_group, lock_timeout_s=LOCK_TIMEOUT_S)
+        host = backend.hostname()
+    except EcolaunchError as e:
+        sys.stderr.write(f"ecolaunch guard: Error: cannot watch launcher {args.launcher_pid}: {e}\n"
+                         f"HINT: if it dies, run `sudo ecolaunch agent --once` to restore its power caps\n")
+        wait_for_launcher(sys.stdin.buffer)
+        return 1
+    sys.stdout.buffer.write(READY)  # the launcher changes no cap before it reads this
+    sys.stdout.buffer.flush()
+    if not wait_for_launcher(sys.stdin.buffer):
+        return 0
+    wait_gone(args.launcher_pid)
+    try:
+        report = restore_after(store, backend, rules, host=host)
+    except EcolaunchError as e:
+        sys.stderr.write(f"ecolaunch guard: Error: launcher {args.launcher_pid} died and its power caps could not be "
+                         f"restored: {e}\nHINT: {e.hint or 'run `sudo ecolaunch agent --once`'}\n")
+        return 1
+    from ecolaunch.admin.caps import LEDGER_FILE, load_ledger
+
+    gpus = {g.uuid: g.index for g in backend.gpus()}
+    for uuid, watts in report.restored.items():
+        sys.stderr.write(f"ecolaunch guard: launcher {args.launcher_pid} died; GPU {gpus.get(uuid, uuid)} restored to "
+                         f"{watts:.0f} W\n")
+    originals = load_ledger(environment.state_dir / LEDGER_FILE, host) or {}
+    for uuid in report.failed:
+        index, original = gpus.get(uuid, uuid), originals.get(uuid)
+        value = f"{original:.0f} W" if original is not None else "its original limit"
+        sys.stderr.write(f"ecolaunch guard: Error: launcher {args.launcher_pid} died and GPU {index} could not be "
+                         f"restored to {value}\nHINT: run `sudo nvidia-smi -i {index} -pl "
+                         f"{original:.0f}` or `sudo ecolaunch agent --once`\n" if original is not None else
+                         f"ecolaunch guard: Error: launcher {args.launcher_pid} died and GPU {index} could not be "
+                         f"restored to {value}\nHINT: run `sudo ecolaunch agent --once`\n")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""``ecolaunch init-state``: the lab admin creates (or repairs) the shared state directory's layout, as root."""
+
+from __future__ import annotations
+
+import grp
+import os
+from pathlib import Path
+
+import click
+
+from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
+from ecolaunch.errors import EcolaunchError
+
+
+@click.command("init-state")
+@click.option("--group", "group", default=None, metavar="NAME",
+              help="the Unix group of the lab's users (default: the policy's [state] group)")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help=f"the state directory (default: {ENV_STATE_DIR}, else the policy's [state] dir, else the built-in "
+                   f"default; with {ENV_SIMULATE}, the simulated machine's own sub-directory)")
+def init_state(group: str | None, directory: Path | None) -> None:
+    """Create or repair the shared state directory, as root, before any user runs.
+
+    Creates jobs/, hooks/ and history/ (3775 root:GROUP), state.lock and state.json (0664 root:GROUP) and sets the
+    directory itself to 3775 root:GROUP, so that no lab member owns anything the others write into. Anything a
+    member planted in those places (a link, a FIFO, a file where a directory belongs) is moved aside. Reads the
+    policy (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command; with
+    ECOLAUNCH_SIMULATE it also creates the simulated GPUs' shared files.
+    """
+    from ecolaunch.cli.context import open_gpus, resolve
+    from ecolaunch.state.layout import init_state as make_layout
+
+    try:
+        environment, rules = resolve()
+        target = directory if directory is not None else environment.state_dir
+        name = group or rules.state_group
+        if name is None:
+            raise click.UsageError(f"name the lab's group: --group NAME, or [state] group in the policy ({ENV_POLICY_FILE})")
+        try:
+            gid = grp.getgrnam(name).gr_gid
+        except KeyError:
+            raise click.ClickException(f"group {name!r} does not exist on this host\nHINT: create it (groupadd {name}) "
+                                       "and add the lab's users to it") from None
+        if os.geteuid() != 0:
+            raise click.ClickException("init-state must run as root: it gives the shared directories to root\n"
+                                       f"HINT: sudo ecolaunch init-state --group {name}")
+        try:
+            done = make_layout(target, gid)
+        except OSError as e:
+            raise click.ClickException(f"cannot set up {str(target)!r}: {e.strerror or e}") from e
+        if environment.simulate and directory is None:
+            open_gpus(environment).gpus()  # creates the simulated GPUs' state and lock files as root, group-shared
+    except EcolaunchError as e:
+        raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
+    for line in done:
+        click.echo(f"ecolaunch init-state: {line}")
+    click.echo(f"ecolaunch init-state: {target} is ready for group {name}"
+               + ("" if done else " (nothing to change)"))

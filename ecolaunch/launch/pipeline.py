@@ -1,0 +1,334 @@
+"""The launch pipeline: request → profile plan → queue → decision → caps → run under an observer → release.
+
+What lives here: :func:`run_launch` (one launch of a parsed command line, returning its exit code) and
+:class:`LaunchCallbacks` (how the pipeline reports progress: the CLI renders and prints, nothing here does).
+What does not: parsing, signal handlers, exit-code mapping of exceptions, rendering (``ecolaunch.cli.launch_cmd``).
+
+Every placed job ends in :func:`_release` — on success, worker failure, exception or signal — which frees the
+booking and restores the caps the job's :class:`~ecolaunch.launch.caps.JobCaps` applied; a SIGKILL is covered by
+the state lock (the kernel releases it), reconciling (the launcher's pid is gone) and the cap guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ContextManager
+
+from ecolaunch.errors import DriverNotFound, EcolaunchError
+from ecolaunch.launch import exitcodes
+from ecolaunch.launch.argv import ParsedLaunch
+from ecolaunch.launch.session import Launcher, Placement, Session
+from ecolaunch.launch.workerenv import allowed_by_visible_devices, worker_env
+from ecolaunch.policy.base import Decision, JobRequest
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_S = 10.0
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What the CLI resolved once: the environment, the admin policy, who launches, and how to open the GPUs
+    (``open_gpus()`` raises DriverNotFound when there are none)."""
+
+    environment: Any
+    rules: Any
+    user: str
+    groups: tuple[str, ...]
+    open_gpus: Callable[[], Any]
+
+
+@dataclass
+class LaunchCallbacks:
+    """How a launch reports. ``decision(decision, gpus, job_id, waited_s, dry_run)`` (decision None: nothing fits
+    now, for a dry run); ``no_gpus(why, dry_run)``: launching without placement; ``message(line)``: one line for the
+    user (the CLI prefixes ``ecolaunch:``); ``waiting(job_id, position, waited_s)`` while queued; ``summary(observer)``
+    when the job ended; ``shielded()``: a context in which stop signals wait (the release)."""
+
+    decision: Callable[[Decision | None, Mapping[str, Any], str, float, bool], None]
+    no_gpus: Callable[[str, bool], None]
+    message: Callable[[str], None] = lambda line: None
+    waiting: Callable[[str, int, float], None] = lambda job_id, position, waited_s: None
+    summary: Callable[[Any], None] = lambda observer: None
+    shielded: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext, ui: LaunchCallbacks) -> int:
+    """One launch; returns the exit code (``ecolaunch.launch.exitcodes``). Raises EcolaunchError (ecolaunch failed),
+    NoPlacement/WaitTimeout (nothing fits in time); a signal handler's exception passes through after release."""
+    from ecolaunch.launch.caps import orphan_keeper
+    from ecolaunch.launch.torchrun import check_args
+    from ecolaunch.policy.baselines import get_policy
+    from ecolaunch.profile.history import History
+    from ecolaunch.profile.modes import ProfileAction
+    from ecolaunch.state.store import StateStore
+
+    args, opts = parsed.torch_args, parsed.options
+    extra_env = {"PYTHON_EXEC": parsed.python_exec} if parsed.python_exec else {}
+    environment, rules = ctx.environment, ctx.rules
+    # torch's own checks first: a bad command line must never wait in the queue or book GPUs
+    check_args(args, nproc_override="1" if args.nproc_per_node in ("gpu", "auto") else None)
+    if args.nproc_per_node == "cpu":
+        return _plain(parsed, extra_env, "--nproc-per-node cpu asks for no GPUs", ui)
+    try:
+        backend = ctx.open_gpus()
+    except DriverNotFound as e:
+        hint = f" (HINT: {e.hint})" if e.hint else ""
+        return _plain(parsed, extra_env, f"{e}{hint}; launching like torchrun without GPU placement", ui)
+    if environment.gnn_weights is not None and opts.placement_policy == "gnn":
+        from ecolaunch.policy.infer import load_model_cached
+
+        load_model_cached(environment.gnn_weights)  # a bad weight file fails here, before anything is booked
+    store = StateStore(environment.state_dir, group=rules.state_group)
+    session = Session(store, backend, get_policy(opts.placement_policy, gnn_weights=environment.gnn_weights), rules,
+                      cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
+    host_gpus = _host_gpus(session)
+    request = _request(parsed, session, ctx, env, host_gpus)
+    history = History(environment.state_dir)
+    fp, plan, entry = _profile_plan(parsed, request, history, host_gpus)
+    logger.info("profiling: %s", plan.reason)
+    request = _with_hints(request, entry, parsed, rules, ui)
+    request = _with_profile(request, plan.profile)
+    if opts.dry_run:
+        decision, graph = session.preview(request)
+        ui.decision(decision, graph.hosts[session.host].gpus, "-", 0.0, True)
+        return exitcodes.OK
+    launcher = Launcher(pid=os.getpid(), start_time=_own_start_time(), uid=os.getuid(), user=request.user)
+    run = _Run(session, launcher, parsed, extra_env, rules, environment.state_dir, history, fp, env, ui)
+    action, profiling_energy_j, source = plan.action, None, None
+    if action is ProfileAction.PRE:
+        ui.message(plan.reason)
+        _, pre = run(request, ProfileAction.PRE)
+        if pre.result is not None and pre.result.profile is not None:
+            request, action = _with_profile(request, pre.result.profile), ProfileAction.HISTORY
+            ui.message(f"profiling run: {pre.result.reason}")
+        else:
+            action = ProfileAction.INLINE
+            ui.message("the profiling run gave no profile; profiling the real run instead")
+        profiling_energy_j, source = pre.summary().gpu_energy_j, "pre"
+    outcome, observer = run(request, action, profiling_energy_j=profiling_energy_j, profile_source=source)
+    if outcome.report:
+        ui.message(outcome.report)
+    ui.summary(observer)
+    return outcome.exit_code
+
+
+@dataclass
+class _Run:
+    """Queue, place, apply caps, run the workers under a RunObserver, release: one run of the job."""
+
+    session: Session
+    launcher: Launcher
+    parsed: ParsedLaunch
+    extra_env: dict[str, str]
+    rules: Any
+    state_dir: Any
+    history: Any
+    fp: str | None
+    env: Mapping[str, str]
+    ui: LaunchCallbacks
+
+    def __call__(self, request: JobRequest, action, *, profiling_energy_j: float | None = None,
+                 profile_source: str | None = None):
+        from ecolaunch.clock import SystemClock
+        from ecolaunch.launch.caps import JobCaps
+        from ecolaunch.launch.observe import RunObserver
+        from ecolaunch.launch.torchrun import run_workers
+        from ecolaunch.profile.history import Profile
+        from ecolaunch.profile.modes import ProfileAction
+
+        session, parsed, ui, pre = self.session, self.parsed, self.ui, action is ProfileAction.PRE
+        name = _job_name(parsed.torch_args)
+        job = session.submit(request, self.launcher, name=name, info=_request_info(parsed, request))
+        stop_heartbeat = threading.Event()
+        caps: JobCaps | None = None
+        try:
+            placement = session.wait_for_placement(job.id, parsed.options.wait_timeout_s,
+                                                   on_wait=lambda position, waited: ui.waiting(job.id, position, waited))
+            ui.decision(placement.decision, placement.gpus, job.id, placement.waited_s, False)
+            caps = JobCaps(session, placement, self.state_dir, self.env, on_message=ui.message)
+            caps.begin()
+            worker_args = _worker_args(parsed.torch_args, placement, request)
+            if pre:
+                worker_args.max_restarts = 0  # a profiling run that is stopped must not be restarted
+            observer = RunObserver(
+                session.backend, job.id, placement.decision.gpus, self.state_dir, clock=SystemClock(), mode=action,
+                history=self.history, fingerprint=self.fp, rules=self.rules, slowdown_pct=request.allowed_slowdown_pct,
+                set_cap=None if caps.refused else caps.set_cap, user=request.user, name=name,
+                profile=Profile.from_dict(request.profile) if request.profile else None,
+                colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
+                profile_source=profile_source, on_profile_done=_stop_workers if pre else None)
+            threading.Thread(target=_heartbeat, args=(session, placement, observer, stop_heartbeat),
+                             daemon=True).start()
+            with observer:
+                env = {**worker_env(job.id, placement.decision.gpus, placement.gpus), **self.extra_env,
+                       **observer.worker_env()}
+                outcome = run_workers(worker_args, env)
+                observer.set_exit_code(outcome.exit_code)
+        finally:
+            stop_heartbeat.set()
+            _release(session, job.id, caps, ui)
+        return outcome, observer
+
+
+def _profile_plan(parsed: ParsedLaunch, request: JobRequest, history, host_gpus: list):
+    """The job's fingerprint and what ``--profile`` resolves to against its history (fingerprint None: the
+    GPU model the job will get is not known before placement, on a host with mixed or no GPUs)."""
+    from ecolaunch.profile.history import fingerprint
+    from ecolaunch.profile.modes import resolve_mode
+
+    args = parsed.torch_args
+    gpus = [g for g in host_gpus if request.allowed_gpus is None or g.uuid in request.allowed_gpus]
+    models = sorted({g.name for g in gpus})
+    if len(models) != 1:
+        return None, resolve_mode(parsed.options.profile if models else "off", None), None
+    fp = fingerprint(args.training_script, list(args.training_script_args), args.nproc_per_node, request.user,
+                     models[0], module=bool(args.module))
+    entry = history.lookup(fp)
+    return fp, resolve_mode(parsed.options.profile, entry), entry
+
+
+def _with_hints(request: JobRequest, entry, parsed: ParsedLaunch, rules, ui: LaunchCallbacks) -> JobRequest:
+    """What the script declared on an earlier run (``@ecolaunch.job(max_slowdown_pct=..., memory_mib=...)``, kept
+    in history) where the command line says nothing: its bound (as ``--allowed-slowdown``: never above the
+    admin's maximum) and its memory per GPU."""
+    from ecolaunch.admin.rules import clip_slowdown
+
+    hints = entry.hints if entry is not None else {}
+    changes = {}
+    declared = hints.get("max_slowdown_pct")
+    if declared is not None and parsed.options.allowed_slowdown_pct is None:
+        bound, _ = clip_slowdown(rules, declared)
+        if bound != request.allowed_slowdown_pct:
+            changes["allowed_slowdown_pct"] = bound
+            ui.message(f"the script declares a {bound:g} % slowdown bound (@ecolaunch.job); using it")
+    if hints.get("memory_mib") and request.memory_mib is None:
+        changes["memory_mib"] = int(hints["memory_mib"])
+    return dataclasses.replace(request, **changes) if changes else request
+
+
+def _with_profile(request: JobRequest, profile) -> JobRequest:
+    """The request with a known profile (history or a profiling run): the policy places with full knowledge."""
+    if profile is None:
+        return request
+    return dataclasses.replace(request, profile=profile.to_dict(), memory_mib=request.memory_mib or profile.memory_mib)
+
+
+def _stop_workers() -> None:
+    """End a profiling run that no step limit stops (an uninstrumented script): terminate this launcher's
+    child processes (torch's agent and its workers); the run returns as failed, which a profiling run ignores."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+
+
+def _plain(parsed: ParsedLaunch, extra_env: dict[str, str], why: str, ui: LaunchCallbacks) -> int:
+    from ecolaunch.launch.torchrun import run_workers
+
+    ui.no_gpus(why, parsed.options.dry_run)
+    if parsed.options.dry_run:
+        return exitcodes.OK
+    outcome = run_workers(parsed.torch_args, extra_env)
+    if outcome.report:
+        ui.message(outcome.report)
+    return outcome.exit_code
+
+
+def _host_gpus(session: Session) -> list:
+    """This host's GPUs as the state graph sees them now (one reconciling transaction)."""
+    host = session.snapshot().hosts.get(session.host)
+    return list(host.gpus.values()) if host else []
+
+
+def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, env: Mapping[str, str],
+             host_gpus: list) -> JobRequest:
+    from ecolaunch.admin.rules import effective_slowdown_pct
+
+    args, opts, rules = parsed.torch_args, parsed.options, ctx.rules
+    allowed = allowed_by_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), host_gpus)
+    elastic = args.nproc_per_node in ("gpu", "auto")
+    nproc = 1 if elastic else _int_nproc(args.nproc_per_node)
+    slowdown = effective_slowdown_pct(rules, opts.allowed_slowdown_pct)
+    return JobRequest(
+        id=uuid.uuid4().hex[:8],
+        user=ctx.user,
+        groups=ctx.groups,
+        host=session.host,
+        nproc=nproc,
+        elastic=elastic,
+        memory_mib=parsed.memory_mib,
+        allowed_slowdown_pct=slowdown,
+        allowed_gpus=allowed,
+    )
+
+
+def _int_nproc(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        # torchrun's own message for the same value
+        raise EcolaunchError(f"Unsupported nproc_per_node value: {value}", hint="use an integer, gpu, auto or cpu") from None
+    if n < 1:
+        raise EcolaunchError(f"--nproc-per-node must be at least 1, got {n}", hint="use an integer >= 1, gpu or auto")
+    return n
+
+
+def _worker_args(args, placement: Placement, request: JobRequest):
+    worker_args = copy.copy(args)
+    if request.elastic:
+        worker_args.nproc_per_node = str(len(placement.decision.gpus))
+    return worker_args
+
+
+def _heartbeat(session: Session, placement: Placement, observer, stop: threading.Event) -> None:
+    """Every HEARTBEAT_S: refresh the job's lease, and tell the observer who shares its GPUs now (energy shares,
+    and the closed loop, which stops on a GPU that became shared)."""
+    while not stop.wait(HEARTBEAT_S):
+        try:
+            residents = session.heartbeat(placement.job)
+            for gpu, jobs in residents.items():
+                observer.set_co_residents(gpu, jobs)
+        except Exception:  # noqa: BLE001 - a missed heartbeat must never kill the run
+            logger.warning("heartbeat failed", exc_info=True)
+
+
+def _release(session: Session, job_id: str, caps, ui: LaunchCallbacks) -> None:
+    """Free the job's GPUs and restore the caps it applied, with the stop signals held back meanwhile (a second
+    Ctrl-C must not interrupt the write; a signal that arrives is delivered right after)."""
+    with ui.shielded():
+        session.release(job_id)
+        if caps is not None:
+            caps.release()
+
+
+def _request_info(parsed: ParsedLaunch, request: JobRequest) -> dict:
+    args = parsed.torch_args
+    return {
+        "nproc_per_node": args.nproc_per_node,
+        "memory_mib": request.memory_mib,
+        "allowed_slowdown_pct": request.allowed_slowdown_pct,
+        "policy": parsed.options.placement_policy,
+        "script": args.training_script,
+        "args": list(args.training_script_args),
+    }
+
+
+def _job_name(args) -> str:
+    return os.path.basename(str(args.training_script))
+
+
+def _own_start_time() -> float:
+    from ecolaunch.state.reconcile import process_start_time
+
+    return process_start_time(os.getpid())

@@ -1,0 +1,110 @@
+"""The admin rules, enforced once, after any policy has decided: :func:`admit`.
+
+Policies apply the admin rules while they search (``candidates``), but each one in its own way, and a policy
+can be replaced (``--policy``, a lab's own GNN weights). So the launcher and the simulator pass every decision
+through :func:`admit` before booking it: a decision that breaks a rule is refused (the job waits, as when no
+GPU fits), and caps are clipped into the policy's bounds. No policy can skip it, however it was chosen.
+
+The rules checked, against the state the policy decided on:
+
+* the GPUs exist on the job's host, are distinct, are as many as the job asks (at least, for an elastic job),
+  and lie inside the job's allocation (``CUDA_VISIBLE_DEVICES``);
+* reservations (``[reserve.*]``): every GPU is open to the job's user or one of its groups. The user and groups
+  come from the kernel (``cli.context.current_user``), never from the environment;
+* per-user limits (``[users.*] max_gpus``): the user's running jobs plus this one hold at most that many GPUs;
+* co-location (``[colocation]``): a GPU another job uses is shared only if sharing is enabled, it runs fewer
+  than ``max_jobs_per_gpu`` jobs, no foreign process, and (when the job's memory is known) its free memory
+  keeps ``memory_margin_mib`` beyond the job's peak;
+* caps: clipped to ``[caps.*]`` bounds; a newcomer's cap on a GPU another job already uses is dropped (a
+  newcomer takes a GPU as it finds it: the cap agent would refuse it anyway, see ``admin.caps``).
+
+What does not live here: how a policy chooses (``policy.*``), and the cap agent's own checks at apply time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+
+from ecolaunch.admin.rules import Rules, cap_bounds_w, may_use_gpu
+from ecolaunch.policy.base import Decision, JobRequest
+from ecolaunch.policy.candidates import user_quota_left
+from ecolaunch.state.graph import StateGraph
+
+__all__ = ["admit", "refusal"]
+
+logger = logging.getLogger(__name__)
+
+
+def admit(state: StateGraph, job: JobRequest, rules: Rules, decision: Decision | None) -> Decision | None:
+    """``decision`` with its caps clipped to the admin rules, or None (the job waits) when it breaks one."""
+    if decision is None:
+        return None
+    why = refusal(state, job, rules, decision)
+    if why is not None:
+        # INFO, not WARNING: a waiting launcher asks every 0.2 s, and waiting for a per-user limit is normal
+        logger.info("policy %s chose GPUs the admin rules forbid for job %s (%s); the job waits", decision.policy,
+                    job.id, why)
+        return None
+    caps = _clipped_caps(state, job, rules, decision)
+    return decision if caps == decision.power_caps_w else dataclasses.replace(decision, power_caps_w=caps)
+
+
+def refusal(state: StateGraph, job: JobRequest, rules: Rules, decision: Decision) -> str | None:
+    """The first admin rule ``decision`` breaks, in words, or None."""
+    host = state.hosts.get(job.host)
+    gpus = list(decision.gpus)
+    if host is None:
+        return f"host {job.host!r} is not in the state"
+    if len(set(gpus)) != len(gpus) or (len(gpus) < job.nproc) or (not job.elastic and len(gpus) != job.nproc):
+        return f"{len(gpus)} GPU(s) for a job of {job.nproc}"
+    missing = [u for u in gpus if u not in host.gpus]
+    if missing:
+        return f"{missing[0]} is not a GPU of host {job.host}"
+    if job.allowed_gpus is not None:
+        outside = [u for u in gpus if u not in job.allowed_gpus]
+        if outside:
+            return f"GPU {host.gpus[outside[0]].index} is outside the job's allocation"
+    for u in gpus:
+        gpu = host.gpus[u]
+        if not may_use_gpu(rules, job.user, job.groups, u, gpu.index):
+            return f"GPU {gpu.index} is reserved and user {job.user} may not use it"
+    quota = user_quota_left(state, job, rules)
+    if quota is not None and len(gpus) > quota:
+        return f"user {job.user} may hold {quota} more GPU(s) ([users] max_gpus), not {len(gpus)}"
+    for u in gpus:
+        gpu, others = host.gpus[u], state.jobs_on(u)
+        if not others:
+            continue
+        if not rules.allow_colocation:
+            return f"GPU {gpu.index} is in use and co-location is disabled"
+        if len(others) >= rules.max_jobs_per_gpu:
+            return f"GPU {gpu.index} already runs {len(others)} job(s) (max_jobs_per_gpu {rules.max_jobs_per_gpu})"
+        if gpu.foreign_pids:
+            return f"GPU {gpu.index} runs a process outside ecolaunch"
+        if job.memory_mib is not None and gpu.memory_free_mib < job.memory_mib + rules.memory_margin_mib:
+            return (f"GPU {gpu.index} has {gpu.memory_free_mib} MiB free, not {job.memory_mib} MiB plus the "
+                    f"{rules.memory_margin_mib} MiB margin")
+    return None
+
+
+def _clipped_caps(state: StateGraph, job: JobRequest, rules: Rules, decision: Decision) -> dict[str, float | None]:
+    host = state.hosts[job.host]
+    caps: dict[str, float | None] = {}
+    for u in decision.gpus:
+        watts = decision.power_caps_w.get(u)
+        gpu = host.gpus[u]
+        if watts is None or state.jobs_on(u):
+            caps[u] = None  # no cap, or a newcomer's on a GPU someone else already uses
+            continue
+        if isinstance(watts, bool) or not isinstance(watts, (int, float)) or not math.isfinite(watts) or watts <= 0:
+            caps[u] = None
+            continue
+        lo, hi = gpu.power_limit_min_w, gpu.power_limit_max_w
+        if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi):
+            caps[u] = None  # the board reports no usable range: nothing can be checked, nothing is capped
+            continue
+        lo, hi = cap_bounds_w(rules, gpu.name, gpu.index, lo, hi)
+        caps[u] = min(max(float(watts), lo), hi)
+    return caps

@@ -1,0 +1,214 @@
+"""The one cap choice: on a job's measured curve, the least energy per unit of work within its bound, with the
+margin what was measured leaves.
+
+What lives here: :func:`job_cap_choice`, the call every path makes (the profiler on a first run, the placement
+policy on a repeat run and in the simulator, the closed loop during a run), :func:`choose_cap` ->
+:class:`CapChoice` (least energy per iteration, or Zeus's cost ``eta*E + (1-eta)*P_max*T`` for ``eta < 1``, whose
+slowdown plus margin stays within the bound), :func:`cap_margin_pct` (the part of a bound kept back for what is not
+known) and :func:`iteration_stats` (a robust mean of iteration times and their spread). What does not: the curve
+model (:mod:`ecolaunch.profile.powercap`), measuring, setting caps.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ecolaunch.errors import ConfigError
+from ecolaunch.profile.powercap import (DEFAULT_PRIOR, NON_BINDING_RATIO, CapModel, CapPoint, CapPrior, cap_grid,
+                                        fit_cap_model)
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class CapChoice:
+    """The chosen cap and what the model predicts there; ``reason`` is one line for logs and the CLI.
+
+    ``margin_pct`` is the part of the slowdown bound kept back at the chosen cap for what is not known
+    (:func:`cap_margin_pct`); ``saving_pct`` the predicted energy per iteration saved against the top cap.
+    """
+
+    cap_w: float
+    predicted_iter_time_s: float
+    predicted_power_w: float
+    predicted_energy_j_per_iter: float
+    slowdown_pct: float
+    reason: str
+    margin_pct: float = 0.0
+    saving_pct: float = 0.0
+
+
+# --- what was measured: robust iteration statistics and the margin they leave ---------------------------
+#: one-sided normal quantile of the margin: the bound is kept with ~99 % confidence given what was measured
+MARGIN_Z = 2.33
+#: held-out slowdown error of the curve model, in percentage points per unit of ``u`` (cap / uncapped power)
+#: between a cap and the nearest measured cap. Replaying the Zeus traces leave-one-workload-out, the robust
+#: sigma (1.4826 x MAD) of predicted minus true slowdown at held-out caps was 1.0 / 1.2 / 1.5 / 1.3 / 2.3 /
+#: 2.8 / 2.2 / 2.5 / 2.9 points at 0.05 ... 0.45 ``u`` from the nearest profiled cap (those include the traces'
+#: own noise: non-binding caps of the same curve deviate with a robust sigma of 3.9 %); 6 points per ``u``
+#: follows that line. Below the lowest measured cap the curve is extrapolated: the same replay gave robust
+#: sigmas of 4-6 points at any distance, hence the floor.
+MODEL_ERROR_PP_PER_U = 6.0
+EXTRAPOLATION_ERROR_PP = 5.0
+#: the least margin, whatever was measured: a first run's whole-run slowdown also counts its profiling iterations
+#: at lower caps, 0.3-1.7 points over the 2,000-iteration runs of ``benchmarks/cap_control.py`` (the most on
+#: steep curves, whose lowest profiled cap runs 25-45 % slower). With no measurement noise (no other margin) this
+#: floor halved the first runs breaking a 10 % bound there (4.8 to 2.4 %), for 0.2 points of saving.
+MIN_MARGIN_PP = 0.5
+#: a cap that saves less than this (% of energy per iteration against the top cap) is not worth setting
+MIN_SAVING_PCT = 0.5
+#: the grid caps are chosen on: NVML takes any whole-watt limit; 5 W is finer than the curve's accuracy
+CHOICE_STEP_W = 5.0
+#: share of iterations trimmed at each end before averaging (data-loader stalls, checkpoints, GC pauses)
+TRIM_FRACTION = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class IterationStats:
+    """A robust summary of iteration times: trimmed mean (s), robust spread (coefficient of variation, %), count."""
+
+    mean_s: float
+    cv_pct: float
+    count: int
+
+    @property
+    def se_pct(self) -> float:
+        return self.cv_pct / math.sqrt(self.count) if self.count else 0.0
+
+
+def iteration_stats(times_s: Sequence[float]) -> IterationStats | None:
+    """Trimmed mean of ``times_s`` (``TRIM_FRACTION`` off each end) and its spread; None for an empty sequence.
+
+    The spread is 1.4826 x the median absolute deviation over the median (a normal sigma that outliers do not
+    inflate), as a percentage. Trimming and MAD make one stalled iteration (a data-loader wait, a checkpoint)
+    move neither, as it would move a plain mean.
+    """
+    xs = sorted(t for t in times_s if t > 0 and math.isfinite(t))
+    if not xs:
+        return None
+    k = int(len(xs) * TRIM_FRACTION)
+    kept = xs[k: len(xs) - k] or xs
+    med = statistics.median(xs)
+    mad = statistics.median(abs(x - med) for x in xs)
+    return IterationStats(statistics.fmean(kept), 100.0 * 1.4826 * mad / med if med > 0 else 0.0, len(xs))
+
+
+def cap_margin_pct(model: CapModel, cap_w: float, z: float = MARGIN_Z) -> float:
+    """Slowdown (percentage points) kept back from the bound at ``cap_w``: ``z`` standard errors of the
+    predicted slowdown, from what was measured.
+
+    Three independent parts: the standard error of the uncapped reference time (its points' spread over their
+    iteration counts), that of the measured cap nearest ``cap_w``, and the curve model's held-out error at the
+    distance from that cap (zero at a measured cap; :data:`MODEL_ERROR_PP_PER_U` per unit of ``u`` in between;
+    at least :data:`EXTRAPOLATION_ERROR_PP` below the lowest measured cap). Points without a known spread (a
+    trace, a simulation) contribute only the model error. Never less than :data:`MIN_MARGIN_PP`.
+    """
+    if z <= 0:
+        return 0.0
+    points = model.points
+    replicates = _replicates(model)
+    se_ref = reference_se_pct(model)
+    nearest = min(points, key=lambda p: (abs(p.power_cap_w - cap_w), -p.power_cap_w))
+    se_cap = 0.0 if nearest in replicates else nearest.se_pct
+    distance_u = abs(nearest.power_cap_w - cap_w) / model.reference_power_w
+    error = MODEL_ERROR_PP_PER_U * distance_u
+    if cap_w < points[0].power_cap_w - _EPS and cap_w < NON_BINDING_RATIO * model.reference_power_w:
+        error = max(error, EXTRAPOLATION_ERROR_PP)
+    return max(MIN_MARGIN_PP, z * math.sqrt(se_ref ** 2 + se_cap ** 2 + error ** 2))
+
+
+def _replicates(model: CapModel) -> list[CapPoint]:
+    top = model.points[-1]
+    return [p for p in model.points if p is top or p.power_cap_w >= NON_BINDING_RATIO * model.reference_power_w]
+
+
+def reference_se_pct(model: CapModel) -> float:
+    """Standard error (% of it) of the job's uncapped reference time: its top point and non-binding replicates,
+    pooled by iterations; 0 when their spread is not known."""
+    replicates = _replicates(model)
+    n_ref = sum(p.iterations for p in replicates)
+    if not n_ref:
+        return 0.0
+    return math.sqrt(sum(p.iterations * (p.iter_time_cv_pct or 0.0) ** 2 for p in replicates) / n_ref) / math.sqrt(n_ref)
+
+
+def choose_cap(model: CapModel, caps_w: Sequence[float], allowed_slowdown_pct: float | None,
+               eta: float, max_power_w: float, *, z: float = MARGIN_Z,
+               min_saving_pct: float = MIN_SAVING_PCT) -> CapChoice:
+    """The one objective: least ``eta*E + (1-eta)*max_power_w*T`` per iteration over ``caps_w`` whose predicted
+    slowdown plus its margin (:func:`cap_margin_pct` with ``z``) stays within the bound.
+
+    With ``eta = 1`` (the default of the admin policy) that is the least energy per iteration; ``eta < 1`` is
+    the admin's alternative, Zeus's ``ZeusCost`` (time weighted by the maximum power). Slowdown is against the
+    predicted time at ``max_power_w`` (the top cap, i.e. uncapped). A cap that saves less than
+    ``min_saving_pct`` of the top cap's cost is not worth setting: the top cap is chosen then (a job that no
+    cap binds runs uncapped). When no cap meets the bound, the fastest one is chosen and the reason says so.
+    ``z = 0`` and ``min_saving_pct = 0`` give Zeus's plain rule (the baseline).
+    """
+    if not caps_w:
+        raise ConfigError("no candidate caps to choose from", hint="pass at least one cap, e.g. cap_grid(min, max)")
+    if not 0.0 <= eta <= 1.0:
+        raise ConfigError(f"eta must be in [0, 1], got {eta!r}", hint="1 = energy only, 0 = time only")
+    if not (max_power_w > 0 and math.isfinite(max_power_w)):
+        raise ConfigError(f"max_power_w must be a positive number of watts, got {max_power_w!r}")
+    if allowed_slowdown_pct is not None and not (allowed_slowdown_pct >= 0 and math.isfinite(allowed_slowdown_pct)):
+        raise ConfigError(f"allowed slowdown must be >= 0 %, got {allowed_slowdown_pct!r}",
+                          hint="pass None for no bound")
+    top = model.predict(max_power_w)
+    ref = top.iter_time_s
+    top_cost = eta * top.iter_time_s * top.power_w + (1.0 - eta) * max_power_w * top.iter_time_s
+    bound = math.inf if allowed_slowdown_pct is None else allowed_slowdown_pct
+    rows = []
+    for cap in sorted(set(caps_w)):
+        pred = model.predict(cap)
+        energy = pred.iter_time_s * pred.power_w
+        cost = eta * energy + (1.0 - eta) * max_power_w * pred.iter_time_s
+        slow = 100.0 * (pred.iter_time_s / ref - 1.0)
+        margin = cap_margin_pct(model, cap, z) if cap < max_power_w - _EPS else 0.0
+        rows.append((cap, pred, energy, cost, slow, margin))
+    feasible = [r for r in rows if r[4] + r[5] <= bound + 1e-6]
+    bound_txt = "" if allowed_slowdown_pct is None else f" (bound {bound:g} %"
+    if feasible:
+        best = min(r[3] for r in feasible)
+        row = min(r for r in feasible if r[3] <= best * (1 + 1e-9))
+        if 100.0 * (1.0 - row[3] / top_cost) < min_saving_pct:
+            row = max(feasible, key=lambda r: r[0])  # saves next to nothing: do not cap for it
+        cap, pred, energy, _, slow, margin = row
+        saving = 100.0 * (1.0 - energy / (top.iter_time_s * top.power_w))
+        if cap >= max_power_w - _EPS:
+            return CapChoice(cap, pred.iter_time_s, pred.power_w, energy, slow,
+                             f"no cap below {max_power_w:.0f} W: " + (
+                                 "the job is not bound by any cap" if model.is_flat else
+                                 f"none saves {min_saving_pct:g} % of the energy per iteration within the "
+                                 f"{bound:g} % bound" if allowed_slowdown_pct is not None else
+                                 f"none saves {min_saving_pct:g} % of the cost"), margin, saving)
+        why = (f"cap {cap:.0f} W: predicted {energy:.4g} J/iter ({saving:.1f} % less than at {max_power_w:.0f} W), "
+               f"slowdown {slow:.1f} %" + (bound_txt + (f", {margin:.1f} points kept back for what is not known)"
+                                                        if margin > 0.05 else ")") if bound_txt else "")
+               + ("" if eta == 1.0 else f", eta {eta:g}") + (", job is not bound by any cap" if model.is_flat else ""))
+    else:
+        cap, pred, energy, _, slow, margin = min(rows, key=lambda r: (r[1].iter_time_s, -r[0]))
+        saving = 100.0 * (1.0 - energy / (top.iter_time_s * top.power_w))
+        why = (f"cap {cap:.0f} W: no candidate cap meets the {bound:g} % slowdown bound; "
+               f"chose the fastest ({slow:.1f} %)")
+    return CapChoice(cap, pred.iter_time_s, pred.power_w, energy, slow, why, margin, saving)
+
+
+def job_cap_choice(points: Sequence[CapPoint], bounds_w: tuple[float, float], allowed_slowdown_pct: float | None,
+                   eta: float = 1.0, *, step_w: float = CHOICE_STEP_W, prior: CapPrior | None = None,
+                   z: float = MARGIN_Z) -> CapChoice | None:
+    """The cap for a job alone on its GPUs from its measured points: the one choice every path makes.
+
+    The profiler (first run), the placement policy (a repeat run from history, and the simulator, which runs
+    the same policy) and the closed loop (during the run) all call this with the job's points and its cap
+    bounds ``(min, max)`` under the admin policy (the max is "uncapped": slowdown is against it). None when the
+    points say nothing about cap (no points).
+    """
+    if not points:
+        return None
+    lo, hi = bounds_w
+    model = fit_cap_model(points, prior or DEFAULT_PRIOR)
+    return choose_cap(model, cap_grid(lo, hi, step_w), allowed_slowdown_pct, eta, hi, z=z)

@@ -1,0 +1,183 @@
+"""Per-user sub-directories of a shared directory: ``<shared>/<user>/<kind>/<name>``, each user's own.
+
+The job history lives in one (``<state dir>/history``): every user writes only below a directory they own and
+nobody else may write (``0755``), so no member can overwrite, rename or plant a colleague's record, and a
+reader trusts a file only when the kernel says it belongs to the user whose directory holds it. The shared
+parent is sticky (``ecolaunch init-state`` creates it ``3775 root:<group>``), so nobody renames another user's
+directory either.
+
+Every access goes through :mod:`ecolaunch.safefs`: directories are opened one component at a time relative
+to their parent's descriptor with ``O_NOFOLLOW``, files are read only when regular and within a size bound (a
+link to ``/dev/zero`` or a FIFO is refused, never read or waited on), and writes are atomic renames of
+unpredictably named temporary files. What does not live here: what the files mean (``ecolaunch.profile.history``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ecolaunch.safefs import open_dir, read_at, shared_dir_mode, write_at
+
+__all__ = ["Entry", "UserTree", "account_name", "user_dir_name"]
+
+logger = logging.getLogger(__name__)
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+#: names a user directory never takes: the directories of the layout before per-user directories
+_RESERVED = frozenset({"jobs", "profiles"})
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def account_name(uid: int) -> str:
+    """The account name of ``uid`` (its number when it has no account)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def user_dir_name(uid: int) -> str:
+    """The directory name of ``uid``: its account name when that is a safe file name, else its number."""
+    name = account_name(uid)
+    return name if _SAFE_NAME.match(name) and name not in _RESERVED else str(uid)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One file of one user: who (directory name and uid), which file, when it was last modified."""
+
+    user: str
+    uid: int
+    name: str
+    mtime: float
+
+
+class UserTree:
+    """``<shared>/<user>/<kind>/`` for every user; this process writes only its own (``os.geteuid()``).
+
+    Args:
+        shared: the shared parent (e.g. ``<state dir>/history``); its parent must exist.
+    """
+
+    def __init__(self, shared: Path) -> None:
+        self.shared = Path(shared)
+        self.uid = os.geteuid()
+        self.user = user_dir_name(self.uid)
+
+    def __repr__(self) -> str:
+        return f"UserTree({str(self.shared)!r})"
+
+    def own_dir(self, kind: str) -> Path:
+        return self.shared / self.user / kind
+
+    # --- writing -----------------------------------------------------------------------------------
+    def write(self, kind: str, name: str, data: bytes) -> Path:
+        """Replace ``<shared>/<own user>/<kind>/<name>`` atomically (mode 0644), creating the directories.
+
+        Raises RefusedFile when something in the way is a link, not a directory, or not this user's alone, and
+        OSError when the file system refuses.
+        """
+        if not os.path.lexists(self.shared.parent):
+            # a state directory nobody has used yet: nothing can have been planted in what does not exist
+            self.shared.parent.mkdir(parents=True, exist_ok=True)
+        parent = os.open(self.shared.parent, _DIR_FLAGS)
+        try:
+            root = open_dir(self.shared.name, parent_fd=parent, create_mode=shared_dir_mode(os.fstat(parent).st_mode))
+        finally:
+            os.close(parent)
+        try:
+            mine = open_dir(self.user, parent_fd=root, create_mode=0o755, owners={self.uid}, private=True)
+        finally:
+            os.close(root)
+        try:
+            kind_fd = open_dir(kind, parent_fd=mine, create_mode=0o755, owners={self.uid}, private=True)
+        finally:
+            os.close(mine)
+        try:
+            write_at(kind_fd, name, data, mode=0o644)
+        finally:
+            os.close(kind_fd)
+        return self.own_dir(kind) / name
+
+    # --- reading -----------------------------------------------------------------------------------
+    def read(self, user: str, uid: int, kind: str, name: str, max_bytes: int) -> bytes:
+        """The bytes of one user's file; raises FileNotFoundError, RefusedFile or OSError."""
+        fd = self._open_kind(user, uid, kind)
+        try:
+            return read_at(fd, name, max_bytes, owners={uid}, private=True)[0]
+        finally:
+            os.close(fd)
+
+    def read_own(self, kind: str, name: str, max_bytes: int) -> bytes:
+        return self.read(self.user, self.uid, kind, name, max_bytes)
+
+    def users(self) -> list[tuple[str, int]]:
+        """``(directory name, uid)`` of every user directory whose owner the kernel confirms, own first."""
+        try:
+            root = open_dir(self.shared)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            logger.warning("ignoring %s: %s", self.shared, e)
+            return []
+        out = []
+        try:
+            for name in sorted(os.listdir(root)):
+                if not _SAFE_NAME.match(name) or name in _RESERVED:
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=root, follow_symlinks=False)
+                except OSError:
+                    continue
+                if not stat.S_ISDIR(st.st_mode):
+                    continue
+                if user_dir_name(st.st_uid) != name:
+                    logger.warning("ignoring %s: it belongs to uid %d, not to user %s", self.shared / name, st.st_uid, name)
+                    continue
+                out.append((name, st.st_uid))
+        finally:
+            os.close(root)
+        out.sort(key=lambda u: (u[1] != self.uid, u[0]))
+        return out
+
+    def entries(self, kind: str, suffix: str = ".json") -> Iterator[Entry]:
+        """Every user's files of ``kind`` ending in ``suffix`` (unread); unusable directories are skipped."""
+        for user, uid in self.users():
+            try:
+                fd = self._open_kind(user, uid, kind)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                logger.warning("ignoring %s: %s", self.shared / user / kind, e)
+                continue
+            try:
+                for name in os.listdir(fd):
+                    if name.startswith(".") or not name.endswith(suffix):
+                        continue
+                    try:
+                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        yield Entry(user, uid, name, st.st_mtime)
+            finally:
+                os.close(fd)
+
+    def _open_kind(self, user: str, uid: int, kind: str) -> int:
+        root = open_dir(self.shared)
+        try:
+            mine = open_dir(user, parent_fd=root, owners={uid}, private=True)
+        finally:
+            os.close(root)
+        try:
+            return open_dir(kind, parent_fd=mine, owners={uid}, private=True)
+        finally:
+            os.close(mine)
+

@@ -1,0 +1,327 @@
+"""Canned workloads with known character, for checking an install and calibrating caps on the user's own GPUs.
+
+Three workloads, the ones of the H200 sweep in ``shared/data/h200-2026-11-30``:
+
+======  ===============================================================  =================================
+name    one iteration on a CUDA GPU                                      character
+======  ===============================================================  =================================
+``mm``  100 bf16 8192x8192 matrix products                               compute-bound
+``bw``  60 copies of a 2 GiB fp32 tensor                                 memory-bound
+``mlp`` 40 Adam steps of a 3-layer fp32 MLP (1024-2048-2048-10, b. 512)  launch-bound (host-side jitter)
+======  ===============================================================  =================================
+
+Without CUDA each runs a scaled-down CPU version (a few milliseconds per iteration), so that a check on
+simulated GPUs (``ECOLAUNCH_SIMULATE``) runs the same code end to end; its figures say nothing about a GPU.
+Every iteration ends with ``torch.cuda.synchronize()`` on a GPU and with :func:`ecolaunch.step`, so a launch by
+ecolaunch profiles it like any instrumented training script.
+
+Command line (one worker; under ``torchrun`` or ``ecolaunch`` as the script, or plain ``python``)::
+
+    python -m ecolaunch.workloads mm|bw|mlp --steps N --warmup K --result FILE [--device auto|cuda|cpu]
+
+It runs ``N`` iterations and measures the last ``N - K`` inside the loop: wall time per iteration, and the GPU's
+energy over them from its energy counter, read through the same backend selection as the launcher
+(``ECOLAUNCH_SIMULATE`` picks simulated GPUs, else NVML; :func:`open_meter`). Rank 0 writes the result to ``FILE``
+as JSON (atomically); it prints nothing. Fields: ``workload``, ``what``, ``device``, ``gpu_uuid``,
+``energy_source`` (``nvml``, ``simulated`` or null), ``energy_error`` (why there is no energy, or null),
+``stand_in_load`` (see :func:`open_meter`), ``steps``, ``warmup``, ``profiling`` (``ecolaunch.is_profiling()``),
+and the figures of :func:`measure`. Unknown figures are null.
+
+Python API for other tools (``benchmarks/gpu_check.py``, a later ``ecolaunch calibrate``): :func:`build` returns a
+:class:`Workload` whose ``step()`` runs one synchronized iteration; :func:`run_for` runs it for a time,
+:func:`measure` for a number of iterations; :func:`open_meter` opens the GPU it runs on (energy, snapshot).
+
+This module imports torch only inside :func:`build` and the command line; importing it costs nothing. It sets no
+power cap: whoever sweeps caps owns them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["NAMES", "STAND_IN_LOADS", "GpuMeter", "Workload", "build", "main", "measure", "open_meter", "run_for"]
+
+NAMES = ("mm", "bw", "mlp")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A built workload: ``step()`` runs one iteration and returns when the device has finished it."""
+
+    name: str
+    device: str  # "cuda:N" or "cpu"
+    what: str  # one iteration in words
+    step: Callable[[], None]
+
+
+def build(name: str, device: str = "auto") -> Workload:
+    """Allocate ``name``'s tensors on ``device`` (``auto``: ``cuda:LOCAL_RANK`` when CUDA is available, else cpu).
+
+    Raises:
+        ValueError: an unknown workload or device.
+    """
+    import torch
+
+    if name not in NAMES:
+        raise ValueError(f"unknown workload {name!r}: choose one of {', '.join(NAMES)}")
+    if device == "auto":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
+    elif device == "cuda":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ValueError(f"unknown device {device!r}: choose auto, cuda or cpu")
+    torch.manual_seed(0)
+    gpu = device != "cpu"
+    if gpu:
+        torch.cuda.set_device(torch.device(device))
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    what, body = _BUILDERS[name](torch, device, gpu)
+
+    def step() -> None:
+        body()
+        sync()
+
+    return Workload(name, device, what, step)
+
+
+def _mm(torch: Any, device: str, gpu: bool) -> tuple[str, Callable[[], None]]:
+    n, count, dtype = (8192, 100, torch.bfloat16) if gpu else (256, 8, torch.float32)
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    out = torch.empty(n, n, device=device, dtype=dtype)
+
+    def body() -> None:
+        for _ in range(count):
+            torch.matmul(a, b, out=out)
+
+    return f"{count} {str(dtype).removeprefix('torch.')} {n}x{n} matrix products", body
+
+
+def _bw(torch: Any, device: str, gpu: bool) -> tuple[str, Callable[[], None]]:
+    mib, count = (2048, 60) if gpu else (16, 8)
+    src = torch.ones(mib * 1024 * 1024 // 4, device=device, dtype=torch.float32)
+    dst = torch.empty_like(src)
+
+    def body() -> None:
+        for _ in range(count):
+            dst.copy_(src)
+
+    return f"{count} copies of a {mib} MiB fp32 tensor", body
+
+
+def _mlp(torch: Any, device: str, gpu: bool) -> tuple[str, Callable[[], None]]:
+    (d_in, hidden, batch, count) = (1024, 2048, 512, 40) if gpu else (64, 128, 64, 6)
+    model = torch.nn.Sequential(torch.nn.Linear(d_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
+                                torch.nn.ReLU(), torch.nn.Linear(hidden, 10)).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, d_in, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def body() -> None:
+        for _ in range(count):
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(x), y).backward()
+            opt.step()
+
+    return f"{count} Adam steps of a 3-layer fp32 MLP ({d_in}-{hidden}-{hidden}-10, batch {batch})", body
+
+
+_BUILDERS = {"mm": _mm, "bw": _bw, "mlp": _mlp}
+
+
+def run_for(workload: Workload, seconds: float) -> tuple[int, float]:
+    """Run whole iterations until ``seconds`` have passed; returns (iterations, wall seconds). At least one."""
+    start = time.perf_counter()
+    iters = 0
+    while True:
+        workload.step()
+        iters += 1
+        wall_s = time.perf_counter() - start
+        if wall_s >= seconds:
+            return iters, wall_s
+
+
+#: what a CPU stand-in plays on a simulated GPU, per workload: (SM %, memory-bandwidth %, fraction of the board's
+#: maximum power). Shaped on the H200 sweep: mm drew ~715 W of 700, bw ~412 W, mlp ran at ~55 % SM.
+STAND_IN_LOADS = {"mm": (98.0, 40.0, 0.95), "bw": (60.0, 95.0, 0.6), "mlp": (55.0, 20.0, 0.4)}
+_STAND_IN_MEMORY_MIB = 1024
+
+
+@dataclass(slots=True)
+class GpuMeter:
+    """The GPU this process computes on, opened through ecolaunch's backend selection (NVML or simulated).
+
+    ``backend`` and ``uuid`` are None, and ``error`` says why, when no backend or GPU could be opened.
+    """
+
+    backend: Any
+    uuid: str | None
+    error: str | None = None
+    stand_in: bool = False
+
+    @property
+    def kind(self) -> str | None:
+        return None if self.backend is None else self.backend.kind
+
+    def energy_j(self) -> float | None:
+        """The GPU's energy counter in joules (None without a GPU or a counter)."""
+        if self.backend is None or self.uuid is None:
+            return None
+        return self.backend.energy_j(self.uuid)
+
+    def snapshot(self) -> Any:
+        """The GPU's snapshot (``ecolaunch.devices.base.GpuSnapshot``), or None without a GPU."""
+        if self.backend is None or self.uuid is None:
+            return None
+        return next((g for g in self.backend.gpus() if g.uuid == self.uuid), None)
+
+
+def open_meter(device: str, workload: str | None = None, env: dict[str, str] | None = None) -> GpuMeter:
+    """Open the GPU that ``device`` computes on, as the launcher would (``ECOLAUNCH_SIMULATE``, state directory).
+
+    On simulated GPUs a CPU ``device`` does nothing a GPU can see, so this process attaches itself with
+    ``workload``'s stand-in load (:data:`STAND_IN_LOADS`): the simulated GPU then draws, and answers caps, as that
+    kind of job would, and profiling has something to measure. Not when the GPU already reports a load: a launcher
+    that knows the job (a repeat launch) attaches the job's profile itself. A process that attached before attaches
+    again (a new workload replaces its load). The iteration time of the CPU stand-in does not answer caps.
+    """
+    from ecolaunch.cli.context import open_gpus, resolve
+    from ecolaunch.errors import EcolaunchError
+
+    env = dict(os.environ) if env is None else env
+    try:
+        environment, _ = resolve(env)
+        backend = open_gpus(environment)
+        gpus = backend.gpus()
+        uuid = _device_uuid(device, env, gpus)
+        if uuid is None:
+            return GpuMeter(None, None, f"cannot tell which of the {len(gpus)} GPU(s) {device} is")
+        meter = GpuMeter(backend, uuid)
+        snap = meter.snapshot()
+        attach = getattr(backend, "attach", None)
+        own = os.getpid() in {proc.pid for proc in snap.processes}
+        if device == "cpu" and workload in STAND_IN_LOADS and attach is not None and (own or not snap.util_gpu_pct):
+            sm_pct, mem_pct, power_frac = STAND_IN_LOADS[workload]
+            attach(uuid, os.getpid(), _STAND_IN_MEMORY_MIB, util_gpu_pct=sm_pct, util_mem_pct=mem_pct,
+                   power_w=power_frac * (snap.power_limit_max_w or 0.0))
+            meter.stand_in = True
+        return meter
+    except EcolaunchError as e:
+        return GpuMeter(None, None, str(e) + (f" (HINT: {e.hint})" if e.hint else ""))
+
+
+def _device_uuid(device: str, env: dict[str, str], gpus: Sequence[Any]) -> str | None:
+    """The NVML UUID of ``device``: CUDA's own UUID on a GPU; else the visible device of this local rank."""
+    uuids = {g.uuid for g in gpus}
+    if device.startswith("cuda"):
+        import torch
+
+        raw = str(getattr(torch.cuda.get_device_properties(torch.device(device)), "uuid", ""))
+        for candidate in (raw, f"GPU-{raw}"):
+            if candidate in uuids:
+                return candidate
+    # a CPU stand-in on simulated GPUs: the GPU the launcher gave this worker (ecolaunch sets NVML indices)
+    position = int(env.get("LOCAL_RANK", "0")) if device == "cpu" else (torch_index(device) or 0)
+    visible = [v.strip() for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    entry = visible[position] if position < len(visible) else str(position) if not visible else None
+    if entry is None:
+        return None
+    matches = [u for u in uuids if u.startswith(entry)] if not entry.isdigit() else []
+    if len(matches) == 1:
+        return matches[0]
+    return {str(g.index): g.uuid for g in gpus}.get(entry)
+
+
+def torch_index(device: str) -> int | None:
+    """``cuda:3`` -> 3; None without an index."""
+    _, _, index = device.partition(":")
+    return int(index) if index.isdigit() else None
+
+
+def measure(workload: Workload, steps: int, warmup: int, read_energy: Callable[[], float | None] | None,
+            mark: Callable[[], None]) -> dict[str, Any]:
+    """Run ``steps`` iterations, calling ``mark()`` after each.
+
+    The figures cover the iterations after ``warmup`` (``timed_iters``, ``wall_s``, ``iter_time_s``,
+    ``iter_time_median_s``, ``energy_j``, ``j_per_iter``, ``power_w``) and, with a ``run_`` prefix, the whole run
+    (``run_wall_s``, ``run_iter_time_s``, ``run_energy_j``, ``run_j_per_iter``). Unknown figures are None.
+    """
+    read = read_energy or (lambda: None)
+    times: list[float] = []
+    run_j, run_s = read(), time.perf_counter()
+    start_j, start_s = run_j, run_s
+    for i in range(steps):
+        if i == warmup and i:
+            start_j, start_s = read(), time.perf_counter()
+        t0 = time.perf_counter()
+        workload.step()
+        mark()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    end_s = time.perf_counter()
+    end_j = read()
+    n = len(times)
+    wall_s, whole_s = end_s - start_s, end_s - run_s
+    energy_j = None if start_j is None or end_j is None else end_j - start_j
+    run_energy_j = None if run_j is None or end_j is None else end_j - run_j
+    return {
+        "timed_iters": n,
+        "wall_s": wall_s if n else None,
+        "iter_time_s": wall_s / n if n else None,
+        "iter_time_median_s": statistics.median(times) if n else None,
+        "energy_j": energy_j if n else None,
+        "j_per_iter": None if energy_j is None or not n else energy_j / n,
+        "power_w": None if energy_j is None or not n or wall_s <= 0 else energy_j / wall_s,
+        "run_wall_s": whole_s,
+        "run_iter_time_s": whole_s / steps if steps else None,
+        "run_energy_j": run_energy_j,
+        "run_j_per_iter": None if run_energy_j is None or not steps else run_energy_j / steps,
+    }
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ecolaunch.workloads", description="Run one canned workload.")
+    p.add_argument("workload", choices=NAMES)
+    p.add_argument("--steps", type=int, default=100, help="iterations in all (default 100)")
+    p.add_argument("--warmup", type=int, default=10, help="iterations before the timed ones (default 10)")
+    p.add_argument("--result", type=Path, help="write the figures here as JSON (rank 0 only)")
+    p.add_argument("--device", default="auto", help="auto (default), cuda or cpu")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit status (2 for bad arguments, as argparse)."""
+    args = _parser().parse_args(argv)
+    if args.steps < 1 or not 0 <= args.warmup < args.steps:
+        _parser().error(f"need --steps >= 1 and 0 <= --warmup < --steps (got {args.steps}, {args.warmup})")
+    import ecolaunch
+
+    workload = build(args.workload, args.device)
+    meter = open_meter(workload.device, workload.name)
+    figures = measure(workload, args.steps, args.warmup, meter.energy_j if meter.backend else None, ecolaunch.step)
+    if args.result is not None and os.environ.get("RANK", "0") == "0":
+        _write_json(args.result, {
+            "workload": workload.name, "what": workload.what, "device": workload.device, "gpu_uuid": meter.uuid,
+            "energy_source": meter.kind, "energy_error": meter.error, "stand_in_load": meter.stand_in,
+            "steps": args.steps, "warmup": args.warmup, "profiling": ecolaunch.is_profiling(), **figures,
+        })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The closed loop's decisions (CapController) on scripted truths: up by the smallest step the corrected curve says
+keeps the bound, down (bounded) on slack, no oscillation under noise, robust to stalls, what it learned."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ecolaunch.errors import ConfigError
+from ecolaunch.profile.control import CapController, ControlSettings
+from ecolaunch.profile.capchoice import job_cap_choice
+from ecolaunch.profile.powercap import CapPoint
+
+BOUNDS = (100.0, 400.0)
+
+
+def truth_time(cap_w: float, demand_w: float = 300.0, base_s: float = 0.1) -> float:
+    """A job slower as the cap bites below its demand (the shape of tests/profile/conftest.iter_time_at)."""
+    return base_s * max(1.0, demand_w / cap_w) ** 0.7
+
+
+def truth_power(cap_w: float, demand_w: float = 300.0) -> float:
+    return min(demand_w, cap_w)
+
+
+def run(ctl: CapController, iterations: int, *, noise: float = 0.0, seed: int = 0, stall_every: int = 0,
+        time_at=truth_time, power_at=truth_power) -> list[float]:
+    """Feed ``iterations`` at whatever cap the controller holds, 10 at a time; returns the caps it moved to."""
+    rng = random.Random(seed)
+    caps = []
+    for i in range(0, iterations, 10):
+        cap = ctl.cap_w
+        times = [time_at(cap) * max(0.05, 1.0 + rng.gauss(0.0, noise)) for _ in range(10)]
+        if stall_every and (i // 10) % stall_every == 0:
+            times[3] *= 40.0  # a data-loader stall
+        move = ctl.observe(times, power_at(cap))
+        if move is not None:
+            caps.append(move.cap_w)
+    return caps
+
+
+def profiled(noise_cv_pct: float = 0.0) -> list[CapPoint]:
+    """What profiling measured: the top, ~85 % and ~65 % of the job's power (15 iterations each)."""
+    return [CapPoint(c, truth_time(c), truth_power(c), 15, noise_cv_pct) for c in (400.0, 250.0, 200.0)]
+
+
+def test_a_cap_that_runs_too_slow_moves_up_by_the_smallest_step_that_keeps_the_bound() -> None:
+    # the decision believed 250 W keeps a 10 % bound (only the uncapped point was known); it runs 13.6 % slower
+    ctl = CapController([CapPoint(400.0, 0.1, 300.0)], BOUNDS, 10.0, 250.0)
+    caps = run(ctl, 400)
+    assert caps and caps[0] > 250.0 and caps[0] < 400.0  # never a jump to uncapped the curve does not ask for
+    assert truth_time(ctl.cap_w) / 0.1 - 1.0 <= 0.10
+    assert ctl.moves[0].up and ctl.moves[0].measured_slowdown_pct == pytest.approx(13.6, abs=0.1)
+    assert 250.0 in {p.power_cap_w for p in ctl.learned()}
+
+
+def test_uncapped_only_when_the_curve_says_so() -> None:
+    # a job that loses 30 % at any cap below 400 W: the corrected curve says only uncapped keeps 10 %
+    def steep(cap_w: float) -> float:
+        return 0.1 if cap_w >= 400.0 else 0.13
+
+    ctl = CapController([CapPoint(400.0, 0.1, 300.0)], BOUNDS, 10.0, 300.0)
+    run(ctl, 2000, time_at=steep)
+    assert ctl.cap_w == 400.0
+    assert ctl.moves[-1].cap_w == 400.0 and "uncapped" in ctl.moves[-1].reason
+
+
+def test_slack_moves_the_cap_down_a_bounded_number_of_times() -> None:
+    points = profiled()
+    ctl = CapController(points, BOUNDS, 10.0, 400.0, settings=ControlSettings(max_down_moves=2))
+    run(ctl, 3000)
+    downs = [m for m in ctl.moves if not m.up]
+    assert 1 <= len(downs) <= 2 and ctl.cap_w < 400.0
+    assert truth_time(ctl.cap_w) / 0.1 - 1.0 <= 0.10
+    best = job_cap_choice(points, BOUNDS, 10.0, 1.0)
+    assert abs(ctl.cap_w - best.cap_w) <= 25.0
+
+
+@pytest.mark.parametrize("noise", [0.01, 0.03])
+def test_no_oscillation_and_the_bound_holds_under_noise(noise: float) -> None:
+    for seed in range(10):
+        cv = 100.0 * noise
+        ctl = CapController(profiled(cv), BOUNDS, 10.0, job_cap_choice(profiled(cv), BOUNDS, 10.0).cap_w)
+        run(ctl, 5000, noise=noise, seed=seed)
+        directions = [m.up for m in ctl.moves]
+        assert len(ctl.moves) <= 4, ctl.moves
+        # hysteresis: a cap found too slow is never gone back to, so the run never goes up, down and up again
+        assert directions.count(True) <= 1 or all(directions), ctl.moves
+        assert truth_time(ctl.cap_w) / 0.1 - 1.0 <= 0.10
+
+
+def test_stalls_do_not_move_the_cap() -> None:
+    points = profiled()
+    start = job_cap_choice(points, BOUNDS, 10.0).cap_w
+    ctl = CapController(points, BOUNDS, 10.0, start, settings=ControlSettings(max_down_moves=0))
+    run(ctl, 3000, stall_every=2)  # every other batch of 10 has one iteration 40x too long
+    assert ctl.moves == [] and ctl.cap_w == start
+
+
+def test_a_flat_job_is_never_moved() -> None:
+    ctl = CapController([CapPoint(400.0, 0.1, 60.0)], BOUNDS, 10.0, 400.0)
+    run(ctl, 2000, power_at=lambda cap: 60.0, time_at=lambda cap: 0.1)
+    assert ctl.moves == [] and ctl.cap_w == 400.0 and ctl.measured_slowdown_pct == pytest.approx(0.0, abs=1e-9)
+
+
+def test_settling_iterations_after_a_move_are_not_counted() -> None:
+    ctl = CapController([CapPoint(400.0, 0.1, 300.0)], BOUNDS, 10.0, 250.0,
+                        settings=ControlSettings(settle_iters=5, window_iters=30))
+    assert ctl.observe([1.0] * 5, 250.0) is None  # settling (e.g. still under the previous cap): ignored
+    ctl.observe([truth_time(250.0)] * 30, 250.0)
+    (point,) = ctl.learned()
+    assert point.iterations == 30 and point.iter_time_s == pytest.approx(truth_time(250.0))
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ConfigError, match="measured cap points"):
+        CapController([], BOUNDS, 10.0, 300.0)
+    with pytest.raises(ConfigError, match="allowed slowdown"):
+        CapController([CapPoint(400.0, 0.1, 300.0)], BOUNDS, float("nan"), 300.0)
+    with pytest.raises(ConfigError, match="window_iters"):
+        ControlSettings(window_iters=2)
+
+
+def test_hysteresis_a_cap_found_too_slow_is_never_gone_back_to() -> None:
+    ctl = CapController([CapPoint(400.0, 0.1, 300.0)], BOUNDS, 10.0, 250.0)
+    run(ctl, 300)  # 13.6 % slower at 250 W: moves up
+    assert ctl.moves and ctl.moves[0].from_w == 250.0 and ctl.cap_w > 250.0
+    raised = ctl.cap_w
+    # then the job changes phase and no cap slows it: slack everywhere, but the run never returns to 250 W or below
+    run(ctl, 5000, time_at=lambda cap: 0.1, power_at=lambda cap: min(cap, 300.0) * 0.9)
+    assert all(m.cap_w > 250.0 for m in ctl.moves)
+    assert ctl.cap_w <= raised  # the slack was taken, above the floor

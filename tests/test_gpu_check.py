@@ -1,0 +1,94 @@
+"""benchmarks/gpu_check.py: its helpers, and (slow) one whole quick run on simulated GPUs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import REPO, clean_env
+
+BENCHMARKS = REPO / "benchmarks"
+STATUSES = {"pass", "fail", "skip"}
+
+
+@pytest.fixture
+def gpu_check(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import gpu_check
+
+    return gpu_check
+
+
+def test_sweep_caps_run_from_max_to_min_on_a_5_w_grid(gpu_check) -> None:
+    h200 = SimpleNamespace(power_limit_min_w=200.0, power_limit_max_w=700.0)
+    assert gpu_check.sweep_caps(h200, 5) == [700, 575, 450, 325, 200]
+    a100 = SimpleNamespace(power_limit_min_w=100.0, power_limit_max_w=400.0)
+    assert gpu_check.sweep_caps(a100, 4) == [400, 300, 200, 100]
+
+
+def test_result_file_names(gpu_check) -> None:
+    assert gpu_check.slug("NVIDIA H200") == "nvidia-h200"
+    doc = {"backend": "nvml", "gpu": {"name": "NVIDIA H200"}}
+    assert gpu_check.default_out(doc) == BENCHMARKS / "results" / "gpu-nvidia-h200.json"
+    doc = {"backend": "simulated", "gpu": {"name": "NVIDIA A100-SXM4-80GB"}}
+    assert gpu_check.default_out(doc).name == "gpu-nvidia-a100-sxm4-80gb-simulated.json"
+
+
+def test_percentages(gpu_check) -> None:
+    assert gpu_check.pct(110.0, 100.0) == 10.0 and gpu_check.saving(91.0, 100.0) == 9.0
+    assert gpu_check.pct(None, 1.0) is None and gpu_check.saving(1.0, 0.0) is None
+
+
+@pytest.mark.slow
+def test_a_quick_run_on_simulated_gpus(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.json"
+    env = clean_env(ECOLAUNCH_SIMULATE="4xA100-SXM4-80GB", ECOLAUNCH_POLICY="", TMPDIR=str(tmp_path))
+    ran = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_check.py"), "--quick", "--json", "--out", str(out)],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert ran.returncode in (0, 1), ran.stderr  # 1: a section failed (the SIGKILL one may, until the cap guard)
+    doc = json.loads(ran.stdout)
+    assert json.loads(out.read_text()) == doc
+    assert (doc["schema"], doc["version"], doc["backend"], doc["quick"]) == ("ecolaunch.gpu_check", 1, "simulated", True)
+    assert doc["gpu"]["uuid"].startswith("GPU-") and doc["gpu"]["power_limit_enforced_w"] == doc["gpu"]["power_limit_w"]
+    sections = doc["sections"]
+    assert set(sections) == {"contract", "sweep", "launches", "sigkill", "overhead"}
+    for name, s in sections.items():
+        assert s["status"] in STATUSES, name
+        assert s["status"] == "pass" or s["reason"], f"{name} {s['status']} without a reason"
+    assert ran.returncode == (1 if any(s["status"] == "fail" for s in sections.values()) else 0)
+
+    assert sections["contract"]["status"] == "skip" and "simulated" in sections["contract"]["reason"]
+
+    sweep = sections["sweep"]
+    assert sweep["status"] == "pass", sweep["reason"]
+    assert sweep["restored"] is True and sweep["caps_w"] == [400, 250, 100]
+    for name in ("mm", "bw"):
+        points = sweep["workloads"][name]["points"]
+        assert [p["power_cap_w"] for p in points] == sweep["caps_w"]
+        assert all(p["iters"] >= 1 and p["iter_time_s"] > 0 and p["power_w"] <= p["power_cap_w"] + 25 for p in points)
+        assert all(p["enforced_w"] == p["power_cap_w"] for p in points)
+
+    launches = sections["launches"]
+    assert launches["status"] == "pass", launches["reason"]
+    for name in ("mm", "bw"):
+        runs = launches["workloads"][name]
+        assert all(runs[label]["ok"] for label in ("torchrun", "first", "repeat")), runs
+        assert runs["torchrun"]["j_per_iter"] > 0 and runs["torchrun"]["stand_in_load"] is True
+        assert runs["first"]["profile_action"] == "inline" and runs["first"]["cap_line"].startswith("power cap:")
+        for label in ("first", "repeat"):
+            assert isinstance(runs[label]["energy_saving_pct"], float)
+            assert isinstance(runs[label]["slowdown_pct"], float)
+
+    sigkill = sections["sigkill"]
+    if sigkill["status"] != "skip":  # pass once the cap guard restores within 10 s; fail until then
+        assert sigkill["lowered_w"] < sigkill["original_w"] == 400
+        assert sigkill["restored_after_s"] is not None or sigkill["restored_by_check"] is True
+
+    overhead = sections["overhead"]
+    assert overhead["status"] in ("pass", "fail") and overhead["ratio_median"] > 0
+    assert len(overhead["runs_s"]["torchrun"]) == len(overhead["runs_s"]["ecolaunch"]) == 2
