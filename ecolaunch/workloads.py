@@ -1,6 +1,6 @@
 """Canned workloads with known character, for checking an install and calibrating caps on the user's own GPUs.
 
-Three workloads, the ones of the H200 sweep in ``shared/data/h200-2026-11-30``:
+Three workloads, the ones of the H200 sweep vendored in ``ecolaunch/sim/data/h200_cap_sweep.csv`` (its SOURCE.md):
 
 ======  ===============================================================  =================================
 name    one iteration on a CUDA GPU                                      character

@@ -28,7 +28,7 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.admin.safety import trusted_by_root
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
-from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, process_start_time, reconcile
+from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, process_start_time
 from ecolaunch.state.store import RefusedFile, StateStore, atomic_write_bytes, read_regular_file_owned
 
 __all__ = ["AGENT_FILE", "CapAgent", "agent_alive"]
@@ -76,17 +76,7 @@ class CapAgent:
         """One pass: reconcile the state and bring every managed GPU to its desired cap."""
         if self._topology is None:
             self._topology = self.backend.topology()
-        try:
-            with self.store.transaction() as graph:
-                reconcile(graph, self.host, self.processes, self.backend.gpus(), self._topology)
-                report = self.keeper.reconcile(graph)
-        except PermissionDenied:
-            raise
-        except StateError as e:
-            logger.warning("state transaction failed (%s); applying caps from a lock-free snapshot", e)
-            graph = self.store.read_unlocked()
-            reconcile(graph, self.host, self.processes)
-            report = self.keeper.reconcile(graph)
+        report = self.keeper.pass_over(self.store, self._topology)
         self._announce()
         return report
 

@@ -35,7 +35,7 @@ from typing import Any
 from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu, may_use_gpu
 from ecolaunch.admin.safety import identity_of_uid, require_launcher_privilege, trusted_by_root
 from ecolaunch.devices.base import GpuBackend, GpuSnapshot
-from ecolaunch.errors import DeviceError, PermissionDenied
+from ecolaunch.errors import DeviceError, PermissionDenied, StateError
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
 from ecolaunch.state.store import RefusedFile, StateStore, atomic_write_bytes, read_regular_file_owned
@@ -207,6 +207,23 @@ class CapKeeper:
         wanted = desired_caps(graph, self.host, gpus, self.rules, self.processes, report.ignored)
         self._sync(gpus, wanted, report)
         return report
+
+    def pass_over(self, store: StateStore, topology: dict | None = None) -> CapReport:
+        """One privileged pass over the state (the agent's, and a guard's after its launcher died): under the lock,
+        reconcile (dead launchers' jobs released, GPUs refreshed), then :meth:`reconcile`. A hostile holder of the
+        lock delays it at most the store's lock timeout: the pass then runs on a lock-free snapshot (each job file
+        is replaced atomically), so caps are still applied and restored."""
+        try:
+            with store.transaction() as graph:
+                reconcile(graph, self.host, self.processes, self.backend.gpus(), topology)
+                return self.reconcile(graph)
+        except PermissionDenied:
+            raise
+        except StateError as e:
+            logger.warning("state transaction failed (%s); applying caps from a lock-free snapshot", e)
+            graph = store.read_unlocked()
+            reconcile(graph, self.host, self.processes)
+            return self.reconcile(graph)
 
     def restore_orphans(self, graph: StateGraph, gpus: Sequence[GpuSnapshot] | None = None) -> CapReport:
         """Restore the GPUs in the ledger that no live job wants capped (a launcher died); apply nothing new.

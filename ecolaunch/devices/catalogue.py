@@ -8,7 +8,8 @@ Where the numbers come from:
 
 * Power-limit ranges: NVIDIA datasheets give the default (= TDP); NVML's min/max are what
   ``nvidia-smi -q`` reports as "Min/Max Power Limit". Four rows are pinned to the power-limit grids that
-  the Zeus authors swept on real boards (Zeus, NSDI '23; ``shared/data/zeus-nsdi23``): V100 PCIe
+  the Zeus authors swept on real boards (Zeus, NSDI '23; vendored in
+  ``ecolaunch/sim/data/summary_power_*.csv``): V100 PCIe
   100-250 W, A40 100-300 W, P100 125-250 W, Quadro RTX 6000 100-260 W. Rows citing an issue thread
   quote an ``nvidia-smi -q`` log posted there. Rows citing only a datasheet use the commonly reported
   NVML minimum, which is not verified against a stored source (the ``source`` string says so).
@@ -68,7 +69,7 @@ class GpuModel:
             )
 
 
-_ZEUS = "Zeus NSDI'23 power-limit grid (shared/data/zeus-nsdi23)"
+_ZEUS = "Zeus NSDI'23 power-limit grid (ecolaunch/sim/data/summary_power_*.csv)"
 _DATASHEET_MIN = "NVML min as commonly reported by nvidia-smi -q (not verified from a stored source)"
 
 # name, full_name (as NVML reports it), memory_mib, (min, default, max) W, idle W (ASSUMPTION), nvlink,

@@ -130,7 +130,8 @@ class JobCaps:
         with self._session.store.transaction() as graph:
             job = graph.jobs.get(self._job_id)
             if job is None:
-                raise StateError(f"job {self._job_id} is not in the state graph", hint="it was released; nothing to cap")
+                raise StateError(f"job {self._job_id} is not in the state graph",
+                                 hint="it was released; nothing to cap")
             before = job.power_caps_w.get(uuid)
             caps = {**job.power_caps_w, uuid: watts}
             job.power_caps_w = {u: w for u, w in caps.items() if w is not None}
@@ -138,7 +139,7 @@ class JobCaps:
 
     def _pass(self) -> bool:
         """One keeper pass as this launcher (its guard started first); False when caps may not be set here."""
-        if self._refused or not self._may_set():
+        if self._refused or not may_set_caps(self._session.backend):
             return False
         if self._guard is None:
             try:
@@ -156,12 +157,6 @@ class JobCaps:
         self.applied = True
         return True
 
-    def _may_set(self) -> bool:
-        """Whether this process may set power limits at all: root on real GPUs (NVML refuses anyone else), the
-        simulated backend's own privilege; asked before a guard is started for nothing."""
-        privileged = getattr(self._session.backend, "privileged", None)
-        return os.geteuid() == 0 if privileged is None else bool(privileged)
-
     def _refuse(self, line: str | None) -> None:
         """Caps may not be set here: say so once (``line``: the caps that would have been set)."""
         self._refused = True
@@ -172,12 +167,18 @@ class JobCaps:
                   "the job runs at its GPUs' current caps; run `ecolaunch agent` as root to apply them")
 
 
+def may_set_caps(backend) -> bool:
+    """Whether this process may set power limits on ``backend`` at all: root on real GPUs (NVML refuses anyone
+    else), the simulated backend's own privilege. Asked before a guard is started, or a keeper made, for nothing."""
+    privileged = getattr(backend, "privileged", None)
+    return os.geteuid() == 0 if privileged is None else bool(privileged)
+
+
 def orphan_keeper(backend, rules, state_dir: Path) -> CapKeeper | None:
     """A keeper that makes this process's transactions privileged (``Session(cap_keeper=...)``): each one restores
-    the caps a dead launcher left lowered. Only for a process that may set caps (root) where no cap agent serves
+    the caps a dead launcher left lowered. Only for a root process that may set caps where no cap agent serves
     the state directory (the agent restores them itself); None otherwise."""
-    privileged = getattr(backend, "privileged", None)
-    if os.geteuid() != 0 or privileged is False or agent_alive(Path(state_dir)):
+    if os.geteuid() != 0 or not may_set_caps(backend) or agent_alive(Path(state_dir)):
         return None
     return CapKeeper(backend, Path(state_dir), rules, host=backend.hostname())
 

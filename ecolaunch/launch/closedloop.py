@@ -16,13 +16,12 @@ from collections.abc import Callable, Sequence
 from ecolaunch.clock import Clock
 from ecolaunch.profile.channel import StepReader, iteration_times
 from ecolaunch.profile.control import CapController, CapMove
-from ecolaunch.profile.sampler import Sampler
+from ecolaunch.profile.sampler import Sampler, cap_seen_s
 
 logger = logging.getLogger(__name__)
 
 #: a move not seen in the GPUs' readings after this long is taken as made (a device that lags in reporting)
 MOVE_SEEN_TIMEOUT_S = 60.0
-_TOLERANCE_W = 0.5
 
 
 class ClosedLoop:
@@ -75,12 +74,5 @@ class ClosedLoop:
         return move
 
     def _seen(self, cap_w: float, asked_s: float) -> bool:
-        if self._clock.now() - asked_s > MOVE_SEEN_TIMEOUT_S:
-            return True
-        for uuid in self._uuids:
-            x = self._sampler.latest(uuid)
-            if x is None or x.t_s < asked_s:
-                return False
-            if x.power_limit_w is not None and abs(x.power_limit_w - cap_w) > _TOLERANCE_W:
-                return False
-        return True
+        return (self._clock.now() - asked_s > MOVE_SEEN_TIMEOUT_S
+                or cap_seen_s(self._sampler.latest, self._uuids, cap_w, asked_s) is not None)

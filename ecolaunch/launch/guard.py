@@ -34,8 +34,7 @@ import psutil
 from ecolaunch.admin.caps import CapKeeper, CapReport
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.base import GpuBackend
-from ecolaunch.errors import StateError
-from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
+from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable
 from ecolaunch.state.store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -122,13 +121,4 @@ def restore_after(store: StateStore, backend: GpuBackend, rules: Rules, *, host:
     Give ``store`` a short lock timeout (:data:`LOCK_TIMEOUT_S`): past it the pass runs on a lock-free snapshot.
     """
     processes = processes or PsutilProcessTable()
-    keeper = CapKeeper(backend, store.directory, rules, host=host, processes=processes)
-    try:
-        with store.transaction() as graph:
-            reconcile(graph, host, processes, backend.gpus())
-            return keeper.reconcile(graph)
-    except StateError as e:
-        logger.warning("state lock unavailable (%s); restoring caps from a lock-free snapshot", e)
-        graph = store.read_unlocked()
-        reconcile(graph, host, processes)
-        return keeper.reconcile(graph)
+    return CapKeeper(backend, store.directory, rules, host=host, processes=processes).pass_over(store)

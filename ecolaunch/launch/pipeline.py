@@ -152,8 +152,8 @@ class _Run:
         stop_heartbeat = threading.Event()
         caps: JobCaps | None = None
         try:
-            placement = session.wait_for_placement(job.id, parsed.options.wait_timeout_s,
-                                                   on_wait=lambda position, waited: ui.waiting(job.id, position, waited))
+            placement = session.wait_for_placement(
+                job.id, parsed.options.wait_timeout_s, on_wait=lambda position, waited: ui.waiting(job.id, position, waited))
             ui.decision(placement.decision, placement.gpus, job.id, placement.waited_s, False)
             caps = JobCaps(session, placement, self.state_dir, self.env, on_message=ui.message)
             caps.begin()

@@ -29,7 +29,7 @@ class JobRequest:
     memory_mib: int | None = None
     #: the job's slowdown bound in percent, already clipped to the admin policy
     allowed_slowdown_pct: float = 10.0
-    #: the job profile (DESIGN.md §4) when known
+    #: the job profile (:class:`ecolaunch.profile.history.Profile` as a dict) when known
     profile: dict[str, Any] | None = None
     #: restrict placement to these GPU UUIDs (e.g. an allocation given through CUDA_VISIBLE_DEVICES)
     allowed_gpus: tuple[str, ...] | None = None

@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ecolaunch.admin.rules import Rules
@@ -66,6 +66,8 @@ class Candidate:
     caps_w: tuple[float | None, ...]
     #: the cap is the job's own curve's choice (:func:`alone_cap`), its margin already kept back
     by_curve: bool = False
+    #: why that cap, in words (the curve's choice), for the decision's reasons
+    why_cap: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,18 +145,20 @@ def alone_choice(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> CapC
     return job_cap_choice(job_points(job, bounds[1]), bounds, job.allowed_slowdown_pct, rules.eta)
 
 
-def alone_cap(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> float | None:
-    """The cap of :func:`alone_choice`; None when the job stays uncapped (no curve, or no cap saves enough)."""
+def alone_cap(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> tuple[float | None, str | None]:
+    """The cap of :func:`alone_choice` and its reason; (None, None) when the job stays uncapped (no curve, or no cap
+    saves enough)."""
     choice = alone_choice(job, gpus, rules)
     if choice is None or choice.cap_w >= min(g.power_limit_max_w for g in gpus) - 1e-9:  # type: ignore[type-var]
-        return None
-    return choice.cap_w
+        return None, None
+    return choice.cap_w, f"the job's measured curve: {choice.reason}"
 
 
 def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, max_sets: int = 24,
                          cap_for=alone_cap) -> list[Candidate]:
     """GPU sets the job could get now, each with its cap: on GPUs it would have to itself, ``cap_for(job, gpus,
-    rules)`` (the one cap choice from its measured curve; the oracle passes the truth's); on shared GPUs, None."""
+    rules) -> (cap, why)`` (the one cap choice from its measured curve; the oracle passes the truth's); on shared
+    GPUs, None."""
     host = state.hosts.get(job.host)
     if host is None:
         return []
@@ -190,13 +194,14 @@ def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, ma
         if len(sets) >= max_sets:
             break
     out = []
+    by_curve = bool(job_points(job, 1.0))
     for combo in sets:
         uuids = tuple(g.uuid for g in combo)
         if any(state.jobs_on(u) for u in uuids):  # sharing keeps the GPUs' caps: a newcomer takes them as found
             out.append(Candidate(uuids, (None,) * len(uuids)))
             continue
-        cap = cap_for(job, combo, rules)
-        out.append(Candidate(uuids, (cap,) * len(uuids), by_curve=bool(job_points(job, 1.0))))
+        cap, why = cap_for(job, combo, rules)
+        out.append(Candidate(uuids, (cap,) * len(uuids), by_curve=by_curve, why_cap=why))
     return out
 
 
@@ -230,7 +235,7 @@ class EnergyAwarePolicy:
         scored = self._ranked(state, job, candidates, outcomes, before)
         if not scored:
             return None
-        return self._decision(state, job, rules, scored)
+        return self._decision(state, job, scored)
 
     def _elastic(self, state: StateGraph, job: JobRequest, rules: Rules, cap_for) -> Decision | None:
         """``--nproc-per-node gpu``: every free GPU the user may use (as ``exclusive`` finds them; sharing a GPU
@@ -239,13 +244,12 @@ class EnergyAwarePolicy:
         if placed is None:
             return None
         gpus = [state.hosts[job.host].gpus[u] for u in placed.gpus]
-        cap = cap_for(job, gpus, rules)
+        cap, why = cap_for(job, gpus, rules)
         reasons = [f"GPU {','.join(str(g.index) for g in gpus)}: every free GPU user {job.user!r} may use "
                    "(--nproc-per-node gpu takes as many as the policy grants), "
                    + (f"capped at {cap:.0f} W" if cap is not None else "default power limit")]
-        choice = alone_choice(job, gpus, rules) if cap is not None else None
-        if choice is not None and choice.cap_w == cap:
-            reasons.append(f"the job's measured curve: {choice.reason}")
+        if why:
+            reasons.append(why)
         return Decision(self.name, placed.gpus, dict.fromkeys(placed.gpus, cap), placed.colocated_with, reasons)
 
     def _ranked(self, state: StateGraph, job: JobRequest, candidates: Sequence[Candidate],
@@ -291,7 +295,7 @@ class EnergyAwarePolicy:
         cost = (delta_w + static + lost) / x_new
         return cost, x_new, cand, out, slowdowns
 
-    def _decision(self, state: StateGraph, job: JobRequest, rules: Rules, scored) -> Decision:
+    def _decision(self, state: StateGraph, job: JobRequest, scored) -> Decision:
         gpus = state.hosts[job.host].gpus
         cost, x_new, best, out, slow = scored[0]
         caps = dict(zip(best.gpus, best.caps_w))
@@ -302,10 +306,8 @@ class EnergyAwarePolicy:
         reasons = [f"GPU {idx} ({share_txt}, {cap_txt}): predicted {100 * (1 / x_new - 1):.1f} % slower than alone "
                    f"(bound {job.allowed_slowdown_pct:g} %), {_energy_text(cost, job)}: the least energy "
                    f"of {len(scored)} candidate{'' if len(scored) == 1 else 's'} within every job's bound"]
-        if best.by_curve and any(w is not None for w in best.caps_w):
-            choice = alone_choice(job, [gpus[u] for u in best.gpus], rules)
-            if choice is not None and choice.cap_w in best.caps_w:
-                reasons.append(f"the job's measured curve: {choice.reason}")
+        if best.why_cap:
+            reasons.append(best.why_cap)
         alternatives = []
         # the alternatives a user can weigh: other GPU sets (with their own caps), and sharing
         for c, x, cand, _, s in scored[1:4]:

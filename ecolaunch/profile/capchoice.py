@@ -132,7 +132,8 @@ def reference_se_pct(model: CapModel) -> float:
     n_ref = sum(p.iterations for p in replicates)
     if not n_ref:
         return 0.0
-    return math.sqrt(sum(p.iterations * (p.iter_time_cv_pct or 0.0) ** 2 for p in replicates) / n_ref) / math.sqrt(n_ref)
+    pooled_cv = math.sqrt(sum(p.iterations * (p.iter_time_cv_pct or 0.0) ** 2 for p in replicates) / n_ref)
+    return pooled_cv / math.sqrt(n_ref)
 
 
 def choose_cap(model: CapModel, caps_w: Sequence[float], allowed_slowdown_pct: float | None,
@@ -209,6 +210,12 @@ def job_cap_choice(points: Sequence[CapPoint], bounds_w: tuple[float, float], al
     """
     if not points:
         return None
+    return model_cap_choice(fit_cap_model(points, prior or DEFAULT_PRIOR), bounds_w, allowed_slowdown_pct, eta,
+                            step_w=step_w, z=z)
+
+
+def model_cap_choice(model: CapModel, bounds_w: tuple[float, float], allowed_slowdown_pct: float | None,
+                     eta: float = 1.0, *, step_w: float = CHOICE_STEP_W, z: float = MARGIN_Z) -> CapChoice:
+    """:func:`job_cap_choice` on a curve already fitted (the closed loop fits it once per look)."""
     lo, hi = bounds_w
-    model = fit_cap_model(points, prior or DEFAULT_PRIOR)
     return choose_cap(model, cap_grid(lo, hi, step_w), allowed_slowdown_pct, eta, hi, z=z)

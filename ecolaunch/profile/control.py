@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, iteration_stats,
-                                         job_cap_choice, reference_se_pct)
+                                         model_cap_choice, reference_se_pct)
 from ecolaunch.profile.powercap import CapPoint, CapPrior, fit_cap_model
 
 logger = logging.getLogger(__name__)
@@ -164,17 +164,16 @@ class CapController:
         slow = 100.0 * (stats.mean_s / ref - 1.0)
         self.measured_slowdown_pct = slow
         se = math.sqrt(reference_se_pct(model) ** 2 + stats.se_pct ** 2)
-        limit = self.allowed_slowdown_pct - max(MIN_MARGIN_PP if self.settings.z > 0 else 0.0, self.settings.z * se)
-        kwargs = {"step_w": self.settings.step_w, "z": self.settings.z}
-        choice = job_cap_choice(points, self._bounds, self.allowed_slowdown_pct, self._eta, prior=self._prior, **kwargs)
-        if choice is None:
-            return None
+        bound = self.allowed_slowdown_pct
+        limit = bound - max(MIN_MARGIN_PP if self.settings.z > 0 else 0.0, self.settings.z * se)
+        choice = model_cap_choice(model, self._bounds, bound, self._eta, step_w=self.settings.step_w,
+                                  z=self.settings.z)
         if slow > limit + 1e-9 and cap < hi:
             self._floors.append(cap)
             target = max(choice.cap_w, min(hi, cap + self.settings.step_w))
-            why = (f"measured {slow:.1f} % slower at {cap:.0f} W (bound {self.allowed_slowdown_pct:g} %, "
-                   f"{self.allowed_slowdown_pct - limit:.1f} points kept back for measurement error): raising the cap to "
-                   f"{target:.0f} W, {'uncapped' if target >= hi else 'the lowest cap the corrected curve keeps within it'}")
+            where = "uncapped" if target >= hi else "the lowest cap the corrected curve keeps within it"
+            why = (f"measured {slow:.1f} % slower at {cap:.0f} W (bound {bound:g} %, {bound - limit:.1f} points kept "
+                   f"back for measurement error): raising the cap to {target:.0f} W, {where}")
             return self._move(target, slow, why)
         floor = max(self._floors, default=-math.inf)
         if (choice.cap_w < cap - self.settings.step_w / 2 and choice.cap_w > floor and cap > lo
@@ -183,9 +182,9 @@ class CapController:
             gain = 100.0 * (1.0 - choice.predicted_energy_j_per_iter / (here.iter_time_s * here.power_w))
             if gain >= MIN_SAVING_PCT:
                 self._down_moves += 1
-                why = (f"measured {slow:.1f} % slower at {cap:.0f} W (bound {self.allowed_slowdown_pct:g} %): lowering the cap "
-                       f"to {choice.cap_w:.0f} W, predicted {choice.slowdown_pct:.1f} % slower and {gain:.1f} % "
-                       f"less energy per iteration")
+                why = (f"measured {slow:.1f} % slower at {cap:.0f} W (bound {bound:g} %): lowering the cap to "
+                       f"{choice.cap_w:.0f} W, predicted {choice.slowdown_pct:.1f} % slower and {gain:.1f} % less "
+                       "energy per iteration")
                 return self._move(choice.cap_w, slow, why)
         return None
 

@@ -1,6 +1,6 @@
 """Job history in the state directory: finished-job records and the latest profile of each job fingerprint.
 
-What lives here: :class:`Profile` (what profiling or history knows about a job, DESIGN.md §4),
+What lives here: :class:`Profile` (what profiling or history knows about a job),
 :class:`ProfileEntry` (a stored profile and what came with it), :class:`JobRecord` (one finished job),
 :func:`fingerprint`, and :class:`History` (the files).
 
@@ -96,7 +96,8 @@ def _str(d: Mapping[str, Any], key: str, *, optional: bool = False) -> str | Non
 # --- records ---------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """What a job is, measured alone (DESIGN.md §4). ``None``: not measured.
+    """What a job is, measured alone: the job profile policies, the GNN and ``ecolaunch predict`` read. ``None``:
+    not measured.
 
     ``iter_time_s`` and ``power_w`` are at the highest cap profiled (the admin's maximum: "uncapped");
     ``sm_util_pct``/``mem_bw_util_pct`` are NVML ``utilization.gpu``/``.memory`` means there; ``memory_mib``

@@ -45,7 +45,7 @@ from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.channel import iteration_times
 from ecolaunch.profile.capchoice import CapChoice, iteration_stats, job_cap_choice
 from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, NON_BINDING_RATIO, CapPoint, cap_grid, fit_cap_model, profile_caps
-from ecolaunch.profile.sampler import GpuSample, WindowStats
+from ecolaunch.profile.sampler import GpuSample, WindowStats, cap_seen_s
 
 logger = logging.getLogger(__name__)
 
@@ -290,12 +290,9 @@ class Profiler:
         if self._pending is None:
             return True
         cap, asked = self._pending
-        latest = [self._readings.latest(u) for u in self._uuids]
-        # a device that does not report its limit is trusted to have applied it when asked
-        seen = [asked if x.power_limit_w is None else x.t_s for x in latest if x is not None and x.t_s >= asked
-                and (x.power_limit_w is None or abs(x.power_limit_w - cap) <= 0.5)]
-        if len(seen) == len(self._uuids):
-            self._pending, self._cap_changed_s = None, max(seen)
+        seen = cap_seen_s(self._readings.latest, self._uuids, cap, asked)
+        if seen is not None:
+            self._pending, self._cap_changed_s = None, seen
             return True
         if now - asked > CAP_APPLY_TIMEOUT_S:
             self._finish(f"the {cap:.0f} W cap was not seen on the GPUs {CAP_APPLY_TIMEOUT_S:.0f} s after it was set")

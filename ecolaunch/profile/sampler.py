@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ecolaunch.clock import Clock
@@ -232,6 +232,25 @@ class Sampler:
             logger.warning(msg, *args)
         else:
             logger.debug(msg, *args)
+
+
+def cap_seen_s(latest: Callable[[str], GpuSample | None], gpu_uuids: Sequence[str], cap_w: float,
+               asked_s: float, tolerance_w: float = 0.5) -> float | None:
+    """When every GPU's latest reading shows the set limit ``cap_w`` asked for at ``asked_s`` (a cap agent may apply
+    it seconds later): the latest of those readings' times, or None while one does not. A GPU that does not report
+    its limit is trusted to have applied it when asked."""
+    seen = []
+    for uuid in gpu_uuids:
+        x = latest(uuid)
+        if x is None or x.t_s < asked_s:
+            return None
+        if x.power_limit_w is None:
+            seen.append(asked_s)
+        elif abs(x.power_limit_w - cap_w) <= tolerance_w:
+            seen.append(x.t_s)
+        else:
+            return None
+    return max(seen, default=asked_s)
 
 
 def _increment(prev: GpuSample, snap: GpuSnapshot, t: float) -> float:

@@ -2,7 +2,7 @@
 
 What lives here:
 
-- :class:`JobProfile`, the solo profile of DESIGN.md §4 (``iter_time_s``, ``sm_util_pct``,
+- :class:`JobProfile`, the solo profile (:class:`ecolaunch.profile.history.Profile`: ``iter_time_s``, ``sm_util_pct``,
   ``mem_bw_util_pct``, ``memory_mib``, ``power_w``, optional measured cap points) and :func:`as_profile`,
   which also accepts the plain ``dict`` form that state and history store;
 - cached loaders of the measured data vendored in ``ecolaunch/sim/data`` (see its ``SOURCE.md``): the Zeus
@@ -42,7 +42,7 @@ GAVEL_GPUS: tuple[str, ...] = ("v100", "p100", "k80")
 
 @dataclass(frozen=True, slots=True)
 class JobProfile:
-    """A job's solo profile (DESIGN.md §4). ``None`` = not measured.
+    """A job's solo profile (as :class:`ecolaunch.profile.history.Profile`). ``None`` = not measured.
 
     ``cap_points`` holds measured ``(power_cap_w, iter_time_s, power_w)`` triples when profiling measured them.
     """

@@ -5,7 +5,7 @@ What lives here: :func:`shared_gpu` (jobs on one GPU under an optional cap -> th
 :func:`reproduce_eaco`. The per-job models are in :mod:`ecolaunch.sim.power` and
 :mod:`ecolaunch.sim.interference`; the event loop that calls these is the simulator's engine.
 
-**Accounting** (DESIGN.md §5; all three are reported, never mixed):
+**Accounting** (all three are reported, never mixed):
 
 - *node energy*: host static power + every GPU's board power (idle GPUs at their idle power, a workstation
   stays on) + any host power a job adds, over the whole interval;

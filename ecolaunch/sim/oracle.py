@@ -82,16 +82,16 @@ class _TrueScorer:
     def __init__(self, predictor: TrueModelPredictor, state: StateGraph, job: JobRequest) -> None:
         self._p, self._state, self._job = predictor, state, job
 
-    def alone_cap(self, job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> float | None:
+    def alone_cap(self, job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> tuple[float | None, str | None]:
         """The one objective with the truth instead of the job's curve: the least true energy per unit of work
-        within the bound (no margin: nothing is unknown), on the same grid; None when no cap saves enough."""
+        within the bound (no margin: nothing is unknown), on the same grid; (None, None) when no cap saves enough."""
         bounds = job_cap_bounds(rules, gpus)
         if bounds is None or not knows_power(job):
-            return None
+            return None, None
         key = (tuple(g.name for g in gpus), json.dumps(job.profile, sort_keys=True), bounds, job.allowed_slowdown_pct)
         if key not in self._p.cap_cache:
             self._p.cap_cache[key] = self._best_cap(job, gpus, bounds)
-        return self._p.cap_cache[key]
+        return self._p.cap_cache[key], None
 
     def _best_cap(self, job: JobRequest, gpus: Sequence[GpuNode], bounds: tuple[float, float]) -> float | None:
         new = (job.id, as_profile(job.profile or {}))

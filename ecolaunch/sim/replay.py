@@ -5,7 +5,7 @@ What lives here: :class:`ReplayBackend` (the protocol on an injected :class:`~ec
 :class:`ReplayJob` (a job's iterations on that clock, one job per GPU, with the run's true totals and its uncapped
 counterfactual). The truths they play, and the hindsight oracle, are in :mod:`ecolaunch.sim.truth`.
 
-**Rules of evidence** (DESIGN.md §5). The code under test sees what a GPU shows: iteration stamps with
+**Rules of evidence** (a model is never scored against itself). The code under test sees what a GPU shows: iteration stamps with
 per-iteration noise, and readings whose ``power_w`` and utilization carry Gaussian noise. Only scoring code may read
 a job's ``true_*`` / ``uncapped_*`` totals or a GPU's ``true_energy_j`` and ``time_at_cap_s``. One simplification:
 the energy counter in ``GpuSnapshot.energy_j`` is the true energy, without noise; the sampler prefers counter

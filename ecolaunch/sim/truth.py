@@ -5,7 +5,7 @@ What lives here: :class:`TruthCurve` and its loaders :func:`h200_truths` (ecolau
 ``data/SOURCE.md``); the hindsight oracle :func:`oracle_cap`, with :func:`true_slowdown_pct` and
 :func:`true_energy_per_iter`. The GPU and job that play a truth are in :mod:`ecolaunch.sim.replay`.
 
-**Rules of evidence** (DESIGN.md §5). The truth is the measured table, interpolated, never fitted. Only scoring code
+**Rules of evidence** (a model is never scored against itself). The truth is the measured table, interpolated, never fitted. Only scoring code
 (and :mod:`ecolaunch.sim.replay`, which plays it) may import this module: the profiler, observer and controller
 under test see the truth only through noisy readings.
 

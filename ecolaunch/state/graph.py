@@ -349,7 +349,7 @@ def _check_request(where: str, request: dict[str, Any]) -> None:
 
 
 def _check_profile(where: str, profile: dict[str, Any]) -> None:
-    """The job profile (DESIGN.md §4) as policies read it: every measurement null or finite and in range."""
+    """The job profile (:class:`ecolaunch.profile.history.Profile` as a dict) as policies read it: every measurement null or finite and in range."""
     memory = profile.get("memory_mib")
     _expect(memory is None or (_is_number(memory) and math.isfinite(memory) and 0 <= memory <= MAX_MEMORY_MIB
                                and float(memory).is_integer()),
