@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,14 +28,16 @@ ENV_ALLOWED_SLOWDOWN = "ECOLAUNCH_ALLOWED_SLOWDOWN"
 ENV_VERBOSE = "ECOLAUNCH_VERBOSE"
 ENV_EXPLAIN = "ECOLAUNCH_EXPLAIN"
 ENV_PROFILE = "ECOLAUNCH_PROFILE"  # --profile auto|pre|inline|off
-ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a lab's own GNN weight file (``ecolaunch policy train``)
+ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a GNN weight file; default: <state dir>/gnn/weights.pt when present
 
 # --- environment variables ecolaunch sets for the workers it launches ----------------------------
 ENV_JOB_ID = "ECOLAUNCH_JOB_ID"
 
 DEFAULT_STATE_DIR = Path("/var/tmp/ecolaunch")
+#: where ``ecolaunch policy train`` writes the lab's GNN weights by default, relative to the state directory
+STATE_GNN_WEIGHTS = Path("gnn") / "weights.pt"
 DEFAULT_POLICY_FILE = Path("/etc/ecolaunch/policy.toml")
-DEFAULT_PLACEMENT_POLICY = "gnn"
+DEFAULT_PLACEMENT_POLICY = "curve"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -67,6 +70,26 @@ def default_state_dir(env: Mapping[str, str], policy_dir: Path | None = None) ->
     return base
 
 
+def state_gnn_weights(state_dir: Path) -> Path:
+    """The GNN weight file of a state directory: ``<state dir>/gnn/weights.pt`` (``ecolaunch policy train``)."""
+    return Path(state_dir) / STATE_GNN_WEIGHTS
+
+
+def _trusted_weights(path: Path) -> bool:
+    """Whether the state directory's weight file may steer this user's launches: it and its directory exist, are
+    no links, belong to root or to this user, and nobody else may write them (the rule of the cap ledger). A
+    colleague's file is not an error, just not used."""
+    euid = os.geteuid()
+    try:
+        for entry, kind in ((path.parent, stat.S_ISDIR), (path, stat.S_ISREG)):
+            st = os.lstat(entry)
+            if not kind(st.st_mode) or st.st_uid not in (0, euid) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return False
+    except OSError:
+        return False
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchOptions:
     """ecolaunch's own launch options (the torchrun ones stay in torch's Namespace)."""
@@ -91,15 +114,28 @@ class Environment:
     policy_file: Path
     #: the GNN weight file the ``gnn`` policy uses (None: the weights shipped in the package)
     gnn_weights: Path | None = None
+    #: where ``gnn_weights`` comes from: ``ECOLAUNCH_GNN_WEIGHTS``, ``state directory``, or None (shipped)
+    gnn_weights_source: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, policy_state_dir: Path | None = None) -> Environment:
-        """Resolve from ``env`` (default ``os.environ``); ``policy_state_dir`` is the admin policy's ``[state] dir``."""
+        """Resolve from ``env`` (default ``os.environ``); ``policy_state_dir`` is the admin policy's ``[state] dir``.
+
+        The GNN weights: ``$ECOLAUNCH_GNN_WEIGHTS``, else the state directory's ``gnn/weights.pt`` when
+        ``ecolaunch policy train`` wrote one there that this user may trust, else None (the shipped weights).
+        """
         env = os.environ if env is None else env
         policy = env.get(ENV_POLICY_FILE)
+        state_dir = default_state_dir(env, policy_state_dir)
+        weights, source = None, None
+        if env.get(ENV_GNN_WEIGHTS, "").strip():
+            weights, source = Path(env[ENV_GNN_WEIGHTS]).expanduser(), ENV_GNN_WEIGHTS
+        elif _trusted_weights(state_gnn_weights(state_dir)):
+            weights, source = state_gnn_weights(state_dir), "state directory"
         return cls(
-            state_dir=default_state_dir(env, policy_state_dir),
+            state_dir=state_dir,
             simulate=env.get(ENV_SIMULATE, "").strip() or None,
             policy_file=Path(policy) if policy else DEFAULT_POLICY_FILE,
-            gnn_weights=Path(env[ENV_GNN_WEIGHTS]).expanduser() if env.get(ENV_GNN_WEIGHTS, "").strip() else None,
+            gnn_weights=weights,
+            gnn_weights_source=source,
         )

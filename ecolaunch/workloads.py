@@ -27,7 +27,7 @@ as JSON (atomically); it prints nothing. Fields: ``workload``, ``what``, ``devic
 ``stand_in_load`` (see :func:`open_meter`), ``steps``, ``warmup``, ``profiling`` (``ecolaunch.is_profiling()``),
 and the figures of :func:`measure`. Unknown figures are null.
 
-Python API for other tools (``benchmarks/gpu_check.py``, a later ``ecolaunch calibrate``): :func:`build` returns a
+Python API for other tools (``benchmarks/gpu_check.py``, ``ecolaunch calibrate``): :func:`build` returns a
 :class:`Workload` whose ``step()`` runs one synchronized iteration; :func:`run_for` runs it for a time,
 :func:`measure` for a number of iterations; :func:`open_meter` opens the GPU it runs on (energy, snapshot).
 
@@ -185,14 +185,17 @@ class GpuMeter:
         return next((g for g in self.backend.gpus() if g.uuid == self.uuid), None)
 
 
-def open_meter(device: str, workload: str | None = None, env: dict[str, str] | None = None) -> GpuMeter:
+def open_meter(device: str, workload: str | None = None, env: dict[str, str] | None = None, *,
+               stand_in: bool | None = None) -> GpuMeter:
     """Open the GPU that ``device`` computes on, as the launcher would (``ECOLAUNCH_SIMULATE``, state directory).
 
     On simulated GPUs a CPU ``device`` does nothing a GPU can see, so this process attaches itself with
     ``workload``'s stand-in load (:data:`STAND_IN_LOADS`): the simulated GPU then draws, and answers caps, as that
     kind of job would, and profiling has something to measure. Not when the GPU already reports a load: a launcher
     that knows the job (a repeat launch) attaches the job's profile itself. A process that attached before attaches
-    again (a new workload replaces its load). The iteration time of the CPU stand-in does not answer caps.
+    again (a new workload replaces its load). ``stand_in=True`` attaches whatever the GPU reports (the second
+    workload of a pair, ``ecolaunch calibrate``); ``False`` never. The iteration time of the CPU stand-in does not
+    answer caps.
     """
     from ecolaunch.cli.context import open_gpus, resolve
     from ecolaunch.errors import EcolaunchError
@@ -209,7 +212,8 @@ def open_meter(device: str, workload: str | None = None, env: dict[str, str] | N
         snap = meter.snapshot()
         attach = getattr(backend, "attach", None)
         own = os.getpid() in {proc.pid for proc in snap.processes}
-        if device == "cpu" and workload in STAND_IN_LOADS and attach is not None and (own or not snap.util_gpu_pct):
+        wanted = (own or not snap.util_gpu_pct) if stand_in is None else stand_in
+        if device == "cpu" and workload in STAND_IN_LOADS and attach is not None and wanted:
             sm_pct, mem_pct, power_frac = STAND_IN_LOADS[workload]
             attach(uuid, os.getpid(), _STAND_IN_MEMORY_MIB, util_gpu_pct=sm_pct, util_mem_pct=mem_pct,
                    power_w=power_frac * (snap.power_limit_max_w or 0.0))

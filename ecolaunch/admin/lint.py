@@ -1,11 +1,20 @@
-"""Warnings about a valid policy file that would not do what its admin meant.
+"""Checks of a valid policy file against this host's GPUs: warnings about rules that would not do what their admin
+meant, and the one error that depends on the host (the power budget).
 
 :func:`policy_warnings` looks for rules that apply to no GPU: a ``[caps.MODEL]`` table whose model no GPU
 reports (matched as :func:`ecolaunch.admin.rules.cap_bounds_w` matches it: the name NVML reports, without case,
 spacing or a leading ``NVIDIA``), and, when this host's GPUs are known, ``[caps.index.N]``, ``[reserve.N]`` (or a
-UUID) and ``[agent] gpus`` entries naming a GPU the host does not have. Such a file is valid — the same policy may
-serve several machines — so these are warnings, never errors. Validation proper lives in
-:mod:`ecolaunch.admin.schema`; nothing here reads a file or opens a device (the caller passes the GPUs in).
+UUID) and ``[agent] gpus`` entries naming a GPU the host does not have, and a ``[power] max_total_w`` that cannot
+let every GPU run a job at once under the ``[caps]`` lower bounds. Such a file is valid — the same policy may
+serve several machines — so these are warnings, never errors.
+
+:func:`check_power_budget` is an error (``policy check`` exits 1): a ``[power] max_total_w`` below what this host
+needs to run a single job (the sum of its boards' minimum power limits, plus what a ``[caps]`` lower bound adds
+for the GPU the job gets), or above what its boards can draw (the sum of their maximum limits). Both sums count a
+GPU without a job at its minimum limit, as the budget itself does (:mod:`ecolaunch.policy.budget`).
+
+Validation proper lives in :mod:`ecolaunch.admin.schema`; nothing here reads a file or opens a device (the caller
+passes the GPUs in).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ecolaunch.admin.schema import dotted, normalize_model
+from ecolaunch.admin.schema import dotted, normalize_model, render
 from ecolaunch.devices.catalogue import CATALOGUE, lookup
 from ecolaunch.errors import ConfigError
 
@@ -23,9 +32,10 @@ if TYPE_CHECKING:
     from ecolaunch.admin.rules import Rules
     from ecolaunch.devices.base import GpuSnapshot
 
-__all__ = ["PolicyWarning", "policy_warnings"]
+__all__ = ["PolicyWarning", "check_power_budget", "policy_warnings"]
 
 _CHECK_HINT = "check the index or UUID with nvidia-smi -L"
+_BUDGET_KEY = "power.max_total_w"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +62,82 @@ def policy_warnings(
     warnings = [_model_warning(model, sources, host_gpus) for model in rules.cap_bounds_model]
     if host_gpus is not None:
         warnings += _gpu_warnings(rules, sources, host_gpus)
+        warnings.append(_budget_warning(rules, sources, host_gpus))
     return sorted((w for w in warnings if w is not None), key=_line_order)
+
+
+def check_power_budget(rules: Rules, sources: dict[str, str], host_gpus: Sequence[GpuSnapshot]) -> None:
+    """Raise ConfigError (``<file>:<line>: power.max_total_w = ...: ...`` with a hint) when the budget can never be
+    met on this host, or can never bind; nothing when it is unset or fits. ``host_gpus``: this host's GPUs."""
+    from ecolaunch.admin.rules import budget_range_w
+
+    budget = rules.power_max_total_w
+    if budget is None or not host_gpus:
+        return
+    lo, hi, unknown = budget_range_w(host_gpus)
+    where = sources.get("power_max_total_w", "?")
+    shown = f"{where}: {_BUDGET_KEY} = {render(budget)}"
+    extra, extra_gpu = _one_job_extra_w(rules, host_gpus)
+    if budget < lo + extra - 1e-9:
+        need = lo + extra
+        why = f"its GPUs' minimum power limits add up to {lo:g} W ({_limits(host_gpus, 'min')})"
+        if extra > 0:
+            why += (f", and [caps] keeps a GPU with a job at least {extra:g} W above its minimum limit "
+                    f"({extra_gpu})")
+        raise ConfigError(f"{shown}: below the {need:g} W this host needs to run any job: {why}",
+                          hint=f"raise it to at least {need:g} (a GPU without a job counts at its minimum limit), "
+                               "or remove [power] for no budget")
+    if unknown == 0 and budget > hi + 1e-9:
+        raise ConfigError(f"{shown}: above the {hi:g} W this host's GPUs can draw: their maximum power limits add "
+                          f"up to {hi:g} W ({_limits(host_gpus, 'max')}), so the budget would never bind",
+                          hint=f"lower it to at most {hi:g}, or remove [power] for no budget")
+
+
+def _one_job_extra_w(rules: Rules, host_gpus: Sequence[GpuSnapshot]) -> tuple[float, str]:
+    """The least a job's GPU adds over its minimum limit under the [caps] lower bounds, and which GPU that is."""
+    best: tuple[float, str] | None = None
+    for gpu in host_gpus:
+        lo = _cap_floor_w(rules, gpu)
+        if lo is None:
+            continue
+        extra = lo - gpu.power_limit_min_w  # type: ignore[operator]
+        if best is None or extra < best[0]:
+            best = (extra, f"GPU {gpu.index} at {lo:g} W")
+    return best if best is not None else (0.0, "")
+
+
+def _cap_floor_w(rules: Rules, gpu: GpuSnapshot) -> float | None:
+    from ecolaunch.admin.rules import cap_bounds_w
+
+    a, b = gpu.power_limit_min_w, gpu.power_limit_max_w
+    if a is None or b is None or not (0 <= a <= b < float("inf")):
+        return None
+    return cap_bounds_w(rules, gpu.name, gpu.index, a, b)[0]
+
+
+def _limits(host_gpus: Sequence[GpuSnapshot], which: str) -> str:
+    """``4 x NVIDIA A100-SXM4-80GB at 100 W``: the host's boards grouped by model and limit."""
+    counts: dict[tuple[str, float], int] = {}
+    for gpu in host_gpus:
+        value = gpu.power_limit_min_w if which == "min" else gpu.power_limit_max_w
+        if value is not None:
+            counts[(gpu.name, value)] = counts.get((gpu.name, value), 0) + 1
+    return ", ".join(f"{n} x {name} at {w:g} W" for (name, w), n in counts.items())
+
+
+def _budget_warning(rules: Rules, sources: dict[str, str], host_gpus: Sequence[GpuSnapshot]) -> PolicyWarning | None:
+    """A budget that fits one job but not a job on every GPU under the [caps] lower bounds: jobs will wait."""
+    budget = rules.power_max_total_w
+    floors = [_cap_floor_w(rules, g) for g in host_gpus]
+    if budget is None or not host_gpus or any(f is None for f in floors):
+        return None
+    total = sum(floors)  # type: ignore[arg-type]
+    if budget >= total - 1e-9:
+        return None
+    return PolicyWarning(sources.get("power_max_total_w", "?"), _BUDGET_KEY,
+                         f"with a job on every GPU the lowest caps [caps] allows add up to {total:g} W, above the "
+                         f"{budget:g} W budget: some jobs will wait for others to end",
+                         f"raise it to {total:g} to let every GPU run a job at once, or lower the [caps] min_w")
 
 
 def _line_order(warning: PolicyWarning) -> tuple[str, int]:

@@ -19,6 +19,14 @@ commented example::
                                 # 1 = the least energy per unit of work within the bound (the objective
                                 # of every cap choice: first run, repeat run, closed loop, simulator);
                                 # below 1, Zeus's cost eta*E + (1-eta)*P_max*T, on every path alike
+    [power]                     # a power budget for the whole host (ecolaunch.policy.budget)
+    max_total_w = 1200.0        # watts, 1-1e6: bounds the sum over the host's GPUs of    default: none
+                                #   their power limits, a GPU without a job counted at its minimum limit.
+                                #   New and running jobs' caps are chosen together to meet it (a running
+                                #   job is lowered, never below what keeps it within its slowdown bound,
+                                #   and raised back when a job leaves); a job that does not fit waits.
+                                #   `ecolaunch policy check` refuses a budget below the sum of this host's
+                                #   boards' minimum limits or above the sum of their maximum limits.
     [colocation]
     enabled = true              # may two jobs share one GPU at all                       default true
     max_jobs_per_gpu = 2        # 1-64; jobs on one GPU at once                           default 2
@@ -77,6 +85,7 @@ else:  # pragma: no cover - Python 3.10
 __all__ = [
     "CapBounds",
     "Rules",
+    "budget_range_w",
     "cap_bounds_w",
     "clip_slowdown",
     "effective_slowdown_pct",
@@ -157,6 +166,9 @@ class Rules:
     state_group: str | None = None
     #: GPUs (NVML index as a string, or UUID) whose power caps ecolaunch may change (None: every GPU of the host)
     agent_gpus: tuple[str, ...] | None = None
+    #: the host's power budget (W): the sum of its GPUs' power limits, a GPU without a job counted at its minimum
+    #: limit (:mod:`ecolaunch.policy.budget`); None: no budget
+    power_max_total_w: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form: paths as strings, tuples as lists, bounds as dicts, index keys as strings."""
@@ -299,6 +311,25 @@ def cap_bounds_w(
     if bounds is None:
         return float(board_min_w), float(board_max_w)
     return bounds.resolve_w(float(board_min_w), float(board_max_w))
+
+
+def budget_range_w(gpus: Iterable[Any]) -> tuple[float, float, int]:
+    """What a power budget is measured against on a host with ``gpus`` (snapshots or GpuNodes): the sum of the
+    boards' minimum power limits (every GPU idle, or capped as low as its board allows), the sum of their maximum
+    limits (what the boards can draw), and how many GPUs report no usable limit range (left out of both sums).
+
+    A GPU without a job counts at its minimum limit (see :mod:`ecolaunch.policy.budget`), so a budget below the
+    first sum could never be met, and one above the second never binds.
+    """
+    lo = hi = 0.0
+    unknown = 0
+    for gpu in gpus:
+        a, b = gpu.power_limit_min_w, gpu.power_limit_max_w
+        if a is None or b is None or not (math.isfinite(a) and math.isfinite(b) and 0 <= a <= b):
+            unknown += 1
+            continue
+        lo, hi = lo + a, hi + b
+    return lo, hi, unknown
 
 
 def may_use_gpu(rules: Rules, user: str, groups: Iterable[str], gpu_uuid: str, gpu_index: int) -> bool:

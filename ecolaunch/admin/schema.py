@@ -24,6 +24,8 @@ from ecolaunch.errors import ConfigError
 
 #: the largest slowdown bound a file may name, in percent (a guard against typos such as 2500)
 MAX_SLOWDOWN_PCT = 1000.0
+#: the largest power budget a file may name, in watts (a guard against typos: no workstation draws a megawatt)
+MAX_BUDGET_W = 1_000_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,11 @@ SCALAR_KEYS: dict[str, dict[str, ScalarKey]] = {
     },
     "energy": {
         "eta": ScalarKey("eta", "float", 0, 1, "eta weighs energy against time: 0 = time only, 1 = energy only"),
+    },
+    "power": {
+        "max_total_w": ScalarKey("power_max_total_w", "float", 1, MAX_BUDGET_W,
+                                 "the budget is in watts for all of this host's GPUs together, e.g. max_total_w = 1200; "
+                                 "leave [power] out for no budget"),
     },
     "colocation": {
         "enabled": ScalarKey("allow_colocation", "bool", hint="write true or false (no quotes)"),

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import signal
-import sys
 import threading
 from pathlib import Path
 
@@ -35,10 +33,10 @@ def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, ver
     from ecolaunch.admin.agent import CapAgent
     from ecolaunch.admin.safety import require_cap_privilege
     from ecolaunch.cli.context import resolve
-    from ecolaunch.cli.context import open_gpus
+    from ecolaunch.cli.context import open_gpus, stderr_logging
     from ecolaunch.state.store import StateStore
 
-    restore_logging = _setup_logging(verbose)
+    restore_logging = stderr_logging("ecolaunch agent", verbose)
     try:
         environment, rules = resolve()
         backend = open_gpus(environment)
@@ -72,22 +70,6 @@ def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, ver
 
 def _describe(caps: dict[str, float]) -> str:
     return ", ".join(f"{u} {w:.0f} W" for u, w in caps.items()) if caps else "nothing"
-
-
-def _setup_logging(verbose: bool):
-    """Send ecolaunch's log to stderr; returns the function that puts the previous setup back."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("ecolaunch agent: %(levelname)s %(message)s"))
-    root = logging.getLogger("ecolaunch")
-    saved = (root.handlers[:], root.level, root.propagate)
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO if verbose else logging.WARNING)
-    root.propagate = False
-
-    def restore() -> None:
-        root.handlers[:], root.level, root.propagate = saved[0], saved[1], saved[2]
-
-    return restore
 
 
 if __name__ == "__main__":  # ``python -m ecolaunch.cli.agent_cmd`` until ``ecolaunch agent`` is registered

@@ -16,6 +16,7 @@ def cli() -> None:
 def register() -> click.Group:
     """Add every subcommand to the group; returns it."""
     from ecolaunch.cli.agent_cmd import agent
+    from ecolaunch.cli.calibrate_cmd import calibrate
     from ecolaunch.cli.history_cmd import history
     from ecolaunch.cli.init_state_cmd import init_state
     from ecolaunch.cli.policy_cmd import policy
@@ -24,6 +25,6 @@ def register() -> click.Group:
     from ecolaunch.cli.simulate_cmd import simulate
     from ecolaunch.cli.status_cmd import status
 
-    for command in (status, policy, simulate, agent, predict, history, report, init_state):
+    for command in (status, policy, simulate, agent, predict, history, report, init_state, calibrate):
         cli.add_command(command)
     return cli

@@ -5,8 +5,9 @@
     ecolaunch policy show [--json] [--file PATH]   every policy value and where it comes from
     ecolaunch policy check FILE                    "OK: FILE" (exit 0; rules that apply to no GPU: "Warning: ..."),
                                                    or "Error: ..." + "HINT: ..." (exit 1)
-    ecolaunch policy train --out FILE [--seed N] [--no-history] [--json]
-                                                   retrain the GNN, with this machine's job history
+    ecolaunch policy train [--out FILE] [--seed N] [--no-history] [--no-calibration] [--json]
+                                                   retrain the GNN, with this machine's job history and
+                                                   calibration; default output <state dir>/gnn/weights.pt
 
 A bad or unreadable policy file is ``Error:`` and exit 1; a usage error is exit 2 (click's own). The
 schema is documented in :mod:`ecolaunch.admin.rules`.
@@ -25,6 +26,7 @@ from ecolaunch.admin.schema import SCALAR_KEYS, dotted, render
 from ecolaunch.config import (
     DEFAULT_POLICY_FILE,
     DEFAULT_STATE_DIR,
+    ENV_GNN_WEIGHTS,
     ENV_JSON,
     ENV_POLICY_FILE,
     ENV_STATE_DIR,
@@ -87,6 +89,7 @@ def _unset(field: str) -> str:
         "profiling_max_caps": f"none (profiling tries at most {built_in.max_caps} caps)",
         "state_dir": f"none (${ENV_STATE_DIR}, else {DEFAULT_STATE_DIR})",
         "state_group": "none (the directory's group is not checked)",
+        "power_max_total_w": "none (no power budget)",
     }.get(field, "none")
 
 
@@ -131,14 +134,21 @@ def check(file: Path) -> None:
     """Validate the policy FILE: print "OK: FILE", or the first error with its line and key (exit 1).
 
     A rule that applies to no GPU (a model no GPU reports; an index or UUID this host does not have, when its
-    GPUs can be read) is a warning on stderr; the file is still valid (exit 0)."""
-    from ecolaunch.admin.lint import policy_warnings
+    GPUs can be read) is a warning on stderr; the file is still valid (exit 0). A ``[power] max_total_w`` below
+    what this host's GPUs need to run one job (the sum of their minimum power limits) or above what they can draw
+    (the sum of their maximum limits) is an error; without readable GPUs a note says it was not checked."""
+    from ecolaunch.admin.lint import check_power_budget, policy_warnings
 
     try:
         rules, sources = load_rules(file, required=True)
     except EcolaunchError as e:
         _fail(e)
     gpus, why_unknown = _host_gpus()
+    if gpus is not None:
+        try:
+            check_power_budget(rules, sources, gpus)  # below what one job needs, or above what the boards draw
+        except EcolaunchError as e:
+            _fail(e)
     warnings = policy_warnings(rules, sources, gpus)
     for warning in warnings:
         click.echo(f"Warning: {warning}", err=True)
@@ -146,6 +156,9 @@ def check(file: Path) -> None:
     names_gpus = rules.cap_bounds_index or rules.reserved or rules.reserved_groups or rules.agent_gpus
     if gpus is None and names_gpus:
         click.echo(f"Note: GPU indices and UUIDs not checked against this host: {why_unknown}", err=True)
+    if gpus is None and rules.power_max_total_w is not None:
+        click.echo("Note: power.max_total_w not checked against this host's GPUs' power limits (it must lie between "
+                   f"the sums of their minimum and maximum limits): {why_unknown}", err=True)
     count = f" ({len(warnings)} warning{'s' if len(warnings) > 1 else ''})" if warnings else ""
     click.echo(f"OK: {file}{count}")
 
@@ -165,8 +178,9 @@ def _host_gpus() -> tuple[list | None, str | None]:
 
 
 @policy.command("train")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Weight file to write (manifest.json is written beside it).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Weight file to write (manifest.json is written beside it). Default: <state dir>/gnn/weights.pt, "
+                   f"which launches, predict and simulate use unless {ENV_GNN_WEIGHTS} names another file.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed: the same seed and data give the same weights.")
 @click.option("--epochs", type=click.IntRange(1, 10_000), default=60, show_default=True)
@@ -174,14 +188,20 @@ def _host_gpus() -> tuple[list | None, str | None]:
               help="Random machine states labelled by the simulator's measured models.")
 @click.option("--history/--no-history", "use_history", default=True, show_default=True,
               help="Add the measurements of this machine's job history (the state directory's).")
+@click.option("--calibration/--no-calibration", "use_calibration", default=True, show_default=True,
+              help="Add this machine's `ecolaunch calibrate` results (the state directory's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-def train_cmd(out: Path, seed: int, epochs: int, synthetic: int, use_history: bool, as_json: bool) -> None:
+def train_cmd(out: Path | None, seed: int, epochs: int, synthetic: int, use_history: bool, use_calibration: bool,
+              as_json: bool) -> None:
     """Train the GNN from scratch: Gavel's measured pairs, Zeus's cap sweeps, simulated machines and (unless
-    --no-history) the profiles and runs in this machine's job history. Launches use the result when
-    ECOLAUNCH_GNN_WEIGHTS names the file. About a minute on 2 cores."""
+    --no-history, --no-calibration) this machine's job history and `ecolaunch calibrate` results. Writes
+    <state dir>/gnn/weights.pt unless --out says otherwise; launches, `ecolaunch predict` and `ecolaunch simulate`
+    use that file (ECOLAUNCH_GNN_WEIGHTS overrides it). About a minute on 2 cores."""
     import torch
 
     from ecolaunch.cli.context import resolve
+    from ecolaunch.config import state_gnn_weights
+    from ecolaunch.policy.calibration_data import CalibrationData, calibration_samples
     from ecolaunch.policy.history_data import HistoryData, history_samples
     from ecolaunch.policy.train import train
     from ecolaunch.profile.history import History
@@ -189,6 +209,9 @@ def train_cmd(out: Path, seed: int, epochs: int, synthetic: int, use_history: bo
     try:
         environment, _ = resolve()
         data = history_samples(History(environment.state_dir)) if use_history else HistoryData()
+        simulated = environment.simulate is not None  # simulated calibration trains only for simulated GPUs
+        cal = (calibration_samples(environment.state_dir, simulated=simulated) if use_calibration
+               else CalibrationData())
         torch.set_num_threads(1)  # reproducible, and fastest on a small shared machine
 
         def progress(epoch: int, loss: float) -> None:
@@ -196,8 +219,15 @@ def train_cmd(out: Path, seed: int, epochs: int, synthetic: int, use_history: bo
                 click.echo(f"epoch {epoch + 1:3d}/{epochs}  loss {loss:.4f}", err=True)
 
         history = {"state_dir": str(environment.state_dir) if use_history else None, **data.summary()}
-        manifest = train(seed, out, epochs=epochs, synthetic=synthetic, extra=data.samples,
-                         describe={"history": history}, progress=progress)
+        calibration = {"state_dir": str(environment.state_dir) if use_calibration else None,
+                       "simulated": simulated, **cal.summary()}
+
+        def run(path: Path) -> dict:
+            return train(seed, path, epochs=epochs, synthetic=synthetic, extra=[*data.samples, *cal.samples],
+                         describe={"history": history, "calibration": calibration}, progress=progress)
+
+        target = out if out is not None else state_gnn_weights(environment.state_dir)
+        manifest = run(out) if out is not None else _train_into_state_dir(target, run)
     except EcolaunchError as e:
         _fail(e)
     except ImportError as e:
@@ -205,11 +235,63 @@ def train_cmd(out: Path, seed: int, epochs: int, synthetic: int, use_history: bo
     if as_json:
         click.echo(json.dumps(manifest, indent=2, sort_keys=True))
         return
-    g = manifest["metrics"]["gavel_heldout"]
+    metrics = manifest.get("metrics", {})
     h = manifest["history"]
     skipped = ", ".join(f"{n} {why}" for why, n in h["skipped"].items()) or "none"
     click.echo(f"history     {h['samples']} samples ({h['cap_points']} profiled caps, {h['runs']} runs, "
                f"{h['shared_runs']} of them shared); left out: {skipped}" if use_history else "history     not used")
-    click.echo(f"weights     {out} ({manifest.get('weights_bytes', 0)} bytes), {manifest['train_s']} s")
-    click.echo(f"Gavel held-out pairs: MAE {g['mae']:.4f}, pack accuracy {g['pack_accuracy_pct']:.1f} %")
-    click.echo(f"use it:     export ECOLAUNCH_GNN_WEIGHTS={out.resolve()}")
+    c = manifest["calibration"]
+    left = ", ".join(f"{n} {why}" for why, n in c["skipped"].items()) or "none"
+    kind = " (simulated GPUs: not measurements)" if c["simulated"] and c["samples"] else ""
+    click.echo(f"calibration {c['samples']} samples from {len(c['files'])} file(s){kind} ({c['cap_points']} caps "
+               f"alone, {c['pairs']} pairs); left out: {left}" if use_calibration else "calibration not used")
+    click.echo(f"weights     {target} ({manifest.get('weights_bytes', 0)} bytes), {manifest['train_s']} s")
+    g = metrics.get("gavel_heldout")
+    if g:  # only when training held Gavel pairs out (train()'s holdout)
+        click.echo(f"Gavel held-out pairs: MAE {g['mae']:.4f}, pack accuracy {g['pack_accuracy_pct']:.1f} %")
+    if "synthetic_throughput_mae" in metrics and "synthetic_power_mae_frac" in metrics:
+        click.echo(f"simulated states: throughput MAE {metrics['synthetic_throughput_mae']:.4f}, power MAE "
+                   f"{metrics['synthetic_power_mae_frac']:.4f} of the max limit")
+    if out is None:
+        click.echo(f"use it:     launches, predict and simulate with state directory {environment.state_dir} use it "
+                   f"now ({ENV_GNN_WEIGHTS} overrides it)")
+    else:
+        click.echo(f"use it:     export {ENV_GNN_WEIGHTS}={out.resolve()}")
+
+
+def _train_into_state_dir(target: Path, run) -> dict:
+    """``run(path)`` trains into a private temporary directory beside ``target`` (``<state dir>/gnn/weights.pt``);
+    the manifest, then the weights, are renamed into place, so a launch reads the old weights or the new ones,
+    never a partial file. ``gnn/`` is created 0755 and must be root's or this user's, writable by nobody else."""
+    import os
+    import shutil
+    import tempfile
+
+    from ecolaunch.errors import StateError
+    from ecolaunch.safefs import RefusedFile, open_dir
+
+    directory = target.parent
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        parent = os.open(directory.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.close(open_dir(directory.name, parent_fd=parent, create_mode=0o755, owners={0, os.geteuid()},
+                              private=True))
+        finally:
+            os.close(parent)
+        staging = Path(tempfile.mkdtemp(prefix=".train-", dir=directory))
+    except RefusedFile as e:
+        raise StateError(f"cannot write GNN weights into {directory}: {e}",
+                         hint=f"move {directory} aside (only root or you may own it), or use --out FILE") from e
+    except OSError as e:
+        raise StateError(f"cannot write GNN weights into {directory}: {e.strerror or e}",
+                         hint="run it as the state directory's owner (root on a shared machine), or use --out FILE"
+                         ) from e
+    try:
+        manifest = run(staging / target.name)
+        for name in ("manifest.json", target.name):
+            os.chmod(staging / name, 0o644)
+            os.replace(staging / name, directory / name)
+        return manifest
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -10,11 +10,22 @@ Input: one scenario object, or a JSON array of them (one process scores them all
 
 ``sm_util_pct`` and ``mem_bw_util_pct`` may also be null (not measured). Output (an array for an array)::
 
-    {"jobs": [{"id": "a", "normalized_throughput": 0.91}], "gpu_power_w": 212.4, "fits_memory": true}
+    {"jobs": [{"id": "a", "normalized_throughput": 0.91, "throughput_sd": 0.04}], "gpu_power_w": 212.4,
+     "fits_memory": true}
 
-``normalized_throughput`` is the job's speed relative to running alone on that GPU uncapped; ``gpu_power_w``
-the board's power at the cap with all the jobs, never below the board's idle power nor above its limit;
-``fits_memory`` whether the summed ``memory_mib`` fits the board. Bad input: ``Error:`` naming the field, exit 1
+``normalized_throughput`` is the job's speed relative to running alone on that GPU uncapped; ``throughput_sd``
+its standard deviation (the model's own, 0 where the answer is a measurement); ``gpu_power_w`` the board's power
+at the cap with all the jobs, never below the board's idle power nor above its limit (unless the job's measured
+curve is: boards overshoot their limit by a few percent); ``fits_memory`` whether the summed ``memory_mib`` fits
+the board.
+
+**Measured caps are honoured.** A job's ``cap_points`` (plus its uncapped ``iter_time_s`` and ``power_w``, a point
+at the board's max limit) are its measured curve (:func:`ecolaunch.policy.estimate.measured_curve`, the one
+reading the placement policy uses too). Alone on the GPU at a measured cap, the answer *is* the measurement:
+``normalized_throughput`` = its time at the max limit / its time at that cap, ``gpu_power_w`` its measured power
+(``throughput_sd`` 0). Between measured caps it moves monotonically from one measurement to the other; below the
+lowest it is extrapolated with the Zeus prior and the model's learned residual. Sharing the GPU multiplies the
+job's speed alone at that cap by the learned interference factor. Bad input: ``Error:`` naming the field, exit 1
 (including input nested deeper than :data:`MAX_DEPTH` and more than :data:`MAX_JOBS_PER_GPU` jobs on one GPU).
 Bad options: usage error, exit 2. More jobs on one GPU than the model was trained with
 (:data:`TRAINED_JOBS_PER_GPU`) are predicted with a note on stderr: those answers are extrapolations.
@@ -128,16 +139,17 @@ def predict_scenarios(scenarios: list[tuple[Any, float | None, list[dict[str, An
     import torch
 
     from ecolaunch.policy.features import scenario_graph
-    from ecolaunch.policy.infer import load_model_cached, score
+    from ecolaunch.policy.infer import load_model_cached, score_sd
 
     torch.set_num_threads(1)  # a few tiny graphs: threads only add overhead on a shared machine
     graphs = [scenario_graph(gpu, cap, jobs) for gpu, cap, jobs in scenarios]
-    throughputs, powers = score(graphs, None if weights is None else load_model_cached(weights))
+    throughputs, powers, sds = score_sd(graphs, None if weights is None else load_model_cached(weights))
     out = []
-    for (gpu, cap, jobs), g, thr, power in zip(scenarios, graphs, throughputs, powers):
+    for (gpu, cap, jobs), thr, power, sd in zip(scenarios, throughputs, powers, sds):
         memory = sum(j["memory_mib"] for j in jobs)
         out.append({
-            "jobs": [{"id": j["id"], "normalized_throughput": round(float(x), 4)} for j, x in zip(jobs, thr)],
+            "jobs": [{"id": j["id"], "normalized_throughput": round(float(x), 4), "throughput_sd": round(float(d), 4)}
+                     for j, x, d in zip(jobs, thr, sd)],
             "gpu_power_w": round(_board_power_w(gpu, cap, float(power[0])), 1),
             "fits_memory": bool(memory <= gpu.memory_mib),
         })
@@ -145,13 +157,14 @@ def predict_scenarios(scenarios: list[tuple[Any, float | None, list[dict[str, An
 
 
 def _board_power_w(gpu: Any, cap: float | None, predicted_w: float) -> float:
-    """A predicted board power inside what the board can draw: at least its idle power (a board with jobs on it
-    never draws less than one without), at most its limit (the cap, else its maximum)."""
+    """A predicted board power the board can draw: at least its idle power (a board with jobs on it never draws
+    less than one without); the model keeps it at most the limit (the cap, else the maximum) unless it comes from
+    the job's measured curve (boards overshoot their limit by a few percent); the limit when not a number."""
     limit = cap if cap is not None else gpu.power_limit_max_w
     low = min(gpu.idle_power_w, limit)
     if not math.isfinite(predicted_w):
         return float(limit)
-    return min(max(predicted_w, low), limit)
+    return max(predicted_w, low)
 
 
 def _depth(text: str) -> int:
@@ -187,8 +200,9 @@ def _render(raw_scenarios: list[dict[str, Any]], results: list[dict[str, Any]]) 
         head = f"{raw['gpu']}, cap {'max' if cap is None else f'{cap:g} W'}: {res['gpu_power_w']:.1f} W, " \
                f"memory {'fits' if res['fits_memory'] else 'does NOT fit'}"
         width = max(3, *(len(j["id"]) for j in res["jobs"]))
-        rows = [f"{'JOB':<{width}}  NORMALIZED THROUGHPUT"]
-        rows += [f"{j['id']:<{width}}  {j['normalized_throughput']:.3f}" for j in res["jobs"]]
+        rows = [f"{'JOB':<{width}}  NORMALIZED THROUGHPUT ± SD"]
+        rows += [f"{j['id']:<{width}}  {j['normalized_throughput']:.3f} ± {j['throughput_sd']:.3f}"
+                 for j in res["jobs"]]
         blocks.append((f"scenario {k + 1}: " if len(results) > 1 else "") + head + "\n" + "\n".join(rows))
     return "\n\n".join(blocks)
 
@@ -218,7 +232,9 @@ def predict(as_json: bool) -> None:
         raise click.ClickException("input: expected a scenario object or a non-empty array of them, got []")
     try:
         scenarios = [parse_scenario(s, f"[{i}]" if many else "") for i, s in enumerate(items)]
-        results = predict_scenarios(scenarios, Environment.from_env().gnn_weights)
+        from ecolaunch.policy.infer import chosen_weights
+
+        results = predict_scenarios(scenarios, chosen_weights(Environment.from_env()))
     except _Bad as e:
         raise click.ClickException(str(e)) from None
     except ConfigError as e:

@@ -20,10 +20,12 @@ def _fmt_h(seconds: float) -> str:
               help="GPUs of one host: a spec like 8xA100-SXM4-80GB or 2xRTX4090+2xA6000, or a TOML machine file")
 @click.option("--hosts", default=1, show_default=True, type=click.IntRange(1, 1024), help="identical hosts")
 @click.option("--trace", "trace_name", default="workstation-light", show_default=True,
-              help="a standard trace name or a trace file (see README, Simulator)")
+              help="a standard trace name, a measured-world trace (workstation-mixed, power-budget, "
+                   "workstation-measured, workstation-topology: they bring their own V100 machine) or a trace "
+                   "file (see README, Simulator)")
 @click.option("--policy", "policies", multiple=True, default=("exclusive",), show_default=True,
-              help="a placement policy (exclusive, first-fit, lucid, eaco, zeus, gnn, oracle); repeat to compare "
-                   "several in one run")
+              help="a placement policy (curve, exclusive, first-fit, lucid, eaco, zeus, gnn, oracle, or the "
+                   "ablation no-gnn); repeat to compare several in one run")
 @click.option("--seed", default=0, show_default=True, help="seed of the trace's random draws")
 @click.option("--jobs", type=click.IntRange(1, 1_000_000), default=None, help="number of jobs (default: the trace's)")
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
@@ -38,18 +40,33 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     from ecolaunch.sim.policies import get_sim_policy
     from ecolaunch.sim.traces import resolve_trace
 
+    from ecolaunch.sim.measured_traces import MEASURED_TRACES
+
+    measured = trace_name in MEASURED_TRACES
     try:
-        machine = parse_spec(gpus, hostname="node0")
-        if hosts > 1:
-            machine = machine.replicate(hosts)
-        trace = resolve_trace(trace_name, machine, seed=seed, jobs=jobs)
+        if measured:  # the measured world brings its own machine (V100s: the board the measurements are of)
+            from ecolaunch.sim.measured_traces import measured_machine, measured_trace
+
+            machine = measured_machine(trace_name)
+            gpus = f"{len(machine.hosts[0].gpus)}x{machine.hosts[0].gpus[0].name}"
+            trace = measured_trace(trace_name, machine, seed=seed, jobs=jobs)
+        else:
+            machine = parse_spec(gpus, hostname="node0")
+            if hosts > 1:
+                machine = machine.replicate(hosts)
+            trace = resolve_trace(trace_name, machine, seed=seed, jobs=jobs)
         weights = Environment.from_env().gnn_weights
+        if weights is not None and any(p in ("gnn", "no-gnn") for p in policies):
+            from ecolaunch.policy.infer import chosen_weights
+
+            weights = chosen_weights(Environment.from_env())
         chosen = [get_sim_policy(p, gnn_weights=weights) for p in policies]
     except EcolaunchError as e:
         raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
     rows = []
-    for policy in chosen:
-        sim = Simulation(machine, policy)
+    for name, policy in zip(policies, chosen):
+        sim = _measured_simulation(trace_name, machine, trace, name, policy, seed) if measured \
+            else Simulation(machine, policy)
         show_bar = not as_json and len(trace.jobs) >= 2000 and sys.stderr.isatty()
         if show_bar:
             with click.progressbar(length=len(trace.jobs), label=f"{policy.name:>10}", file=sys.stderr) as bar:
@@ -77,3 +94,17 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
                    f"{_fmt_h(r.mean_jct_s):>11}{_fmt_h(r.p95_jct_s):>11}{r.mean_slowdown_pct:>9.1f}%"
                    f"{r.qos_violations_pct:>9.1f}%{_fmt_h(r.makespan_s):>11}{r.gpu_utilization_pct:>9.1f}%"
                    f"{r.shared_jobs_pct:>7.0f}%")
+
+
+def _measured_simulation(trace_name, machine, trace, name, policy, seed):
+    """A run in the measured world (:mod:`ecolaunch.sim.measured`): its own truth, history and noise per run."""
+    from ecolaunch.admin.rules import Rules
+    from ecolaunch.sim.engine import Simulation
+    from ecolaunch.sim.measured import MeasuredWorld, measured_oracle
+    from ecolaunch.sim.measured_traces import measured_rules
+
+    world = MeasuredWorld(seed=seed)
+    if name == "oracle":
+        policy = measured_oracle(world, {j.id: j.kind for j in trace.jobs})
+    return Simulation(machine, policy, measured_rules(trace_name, Rules()), world=world,
+                      closed_loop=name in ("gnn", "no-gnn", "curve"), omniscient=name == "oracle")

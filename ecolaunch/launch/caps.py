@@ -17,6 +17,18 @@ profiler (the caps it measures at) and the run observer's closed loop (the caps 
 4. **restored** at release (:meth:`JobCaps.release`): the job's file is gone, so one more keeper pass gives every
    GPU no live job wants capped its original back; then the guard is told it is done.
 
+**Under a power budget** (``[power] max_total_w``, :mod:`ecolaunch.policy.budget`) every GPU of the job has a budget
+ceiling, derived from the state graph (:func:`~ecolaunch.policy.budget.budget_ceilings`): its budget cap, plus a
+share of what the budget leaves over. The job's *target* on a GPU is what its placement wanted before the budget,
+then whatever the profiler or the closed loop last asked (:meth:`JobCaps.set_cap`); its recorded wish is the target
+held under the ceiling (clipped to the policy's bounds as any cap). A follower thread looks at the graph every
+``follow_s`` (1 s) and applies a lowered or raised ceiling at once (:meth:`JobCaps.follow_budget`), so a job that
+arrives or leaves re-caps the running jobs within one follow period (plus one cap-agent pass). The newcomer waits,
+in :meth:`JobCaps.begin`, up to ``budget_wait_s`` for the GPUs its placement lowered to show their new limits, so
+its workers never start before the watts they need were freed. A ceiling below the job's own floor (the lowest cap
+its curve keeps within its bound, :func:`~ecolaunch.policy.budget.job_floor_w`) is not followed below that floor:
+the state file is writable by every member of the lab, the floor comes from the job's own profile.
+
 Nothing here prints: messages go to ``on_message``.
 """
 
@@ -24,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -33,8 +46,17 @@ from ecolaunch.admin.caps import (LEDGER_FILE, CapKeeper, apply_caps_as_launcher
 from ecolaunch.errors import EcolaunchError, PermissionDenied, StateError
 from ecolaunch.launch.guard import Guard, start_guard
 from ecolaunch.launch.session import Placement, Session
+from ecolaunch.policy.budget import budget_ceilings, job_floor_w
 
 logger = logging.getLogger(__name__)
+
+#: seconds between two looks of a running launcher at its budget ceilings (a job arrived or left)
+BUDGET_FOLLOW_S = 1.0
+#: the most a newcomer waits for the GPUs its placement lowered to show their new limits (the running launchers'
+#: follow period plus a cap agent's pass, with room to spare)
+BUDGET_WAIT_S = 5.0
+#: a limit within this many watts of a ceiling is taken as at it (drivers round to whole watts or milliwatts)
+_TOLERANCE_W = 0.5
 
 
 class JobCaps:
@@ -47,11 +69,15 @@ class JobCaps:
         env: the launcher's environment, handed to the guard so that it opens the same GPUs and policy.
         on_message: receives the lines a user should see (a refused cap, a failed restore).
         guard_factory: starts a guard (tests replace it).
+        follow_s: seconds between two looks at the power budget (a follower thread; 0: no thread, tests call
+            :meth:`follow_budget`).
+        budget_wait_s: the most :meth:`begin` waits for the GPUs the placement lowered.
     """
 
     def __init__(self, session: Session, placement: Placement, state_dir: Path, env: Mapping[str, str], *,
                  on_message: Callable[[str], None] = lambda line: None,
-                 guard_factory: Callable[[Mapping[str, str]], Guard] = start_guard) -> None:
+                 guard_factory: Callable[[Mapping[str, str]], Guard] = start_guard,
+                 follow_s: float = BUDGET_FOLLOW_S, budget_wait_s: float = BUDGET_WAIT_S) -> None:
         self._session, self._placement, self._state_dir = session, placement, Path(state_dir)
         self._env, self._say, self._guard_factory = dict(env), on_message, guard_factory
         self._job_id = placement.job.id
@@ -61,6 +87,15 @@ class JobCaps:
         self._refused = False
         #: whether this launcher applied a cap itself (it must restore at release)
         self.applied = False
+        # the power budget: what the job asks per GPU (before the budget), and its ceilings as last seen
+        self._budgeted = session.rules.power_max_total_w is not None
+        self._targets: dict[str, float | None] = _targets(placement)
+        self._ceilings: dict[str, float] = {}
+        self._floor_w = job_floor_w(placement.job, list(self._gpus.values()), session.rules) if self._budgeted else None
+        self._follow_s, self._budget_wait_s = follow_s, budget_wait_s
+        self._lock = threading.RLock()  # the follower thread and the run observer's thread both change wishes
+        self._stop = threading.Event()
+        self._follower: threading.Thread | None = None
 
     @property
     def by_agent(self) -> bool:
@@ -73,12 +108,118 @@ class JobCaps:
 
     # --- placement ---------------------------------------------------------------------------------
     def begin(self) -> None:
-        """Apply the decision's caps (recorded by the booking); without privilege, say what would be set."""
-        if self._agent:
-            return
-        wanted = dict(self._placement.job.power_caps_w)
-        if wanted and not self._pass():
-            self._refuse(cap_recommendation(self._gpus, self._session.rules, wanted))
+        """Apply the decision's caps (recorded by the booking); without privilege, say what would be set. Under a
+        power budget: hold the wishes under the ceilings, wait for the GPUs the placement lowered (up to
+        ``budget_wait_s``), and start following the budget."""
+        if self._budgeted:
+            self._look(apply=False)
+        if not self._agent:
+            wanted = self._current_wishes() if self._budgeted else dict(self._placement.job.power_caps_w)
+            if wanted and not self._pass():
+                self._refuse(cap_recommendation(self._gpus, self._session.rules, wanted))
+        if self._budgeted and not self._refused:
+            self._await_budget()
+            if self._follow_s > 0:
+                self._follower = threading.Thread(target=self._follow, name=f"ecolaunch-budget-{self._job_id}",
+                                                  daemon=True)
+                self._follower.start()
+
+    # --- the power budget --------------------------------------------------------------------------------
+    def ceiling_w(self) -> float | None:
+        """The lowest of this job's budget ceilings as last seen (one cap for the job), None without a budget: what
+        the closed loop may raise the job's cap to (``ClosedLoop(ceiling_w=...)``)."""
+        with self._lock:
+            ceilings = [self._held(u, c) for u, c in self._ceilings.items()]
+        return min(ceilings) if ceilings else None
+
+    def follow_budget(self) -> dict[str, float | None]:
+        """One look at the budget (the follower thread's poll): record, and apply unless a cap agent does, the wish
+        each GPU's new ceiling asks for. Returns the wishes it changed (uuid -> W, None: no wish)."""
+        if not self._budgeted or self._refused:
+            return {}
+        return self._look(apply=True)
+
+    def _look(self, *, apply: bool) -> dict[str, float | None]:
+        graph = self._session.store.read_unlocked()  # each file is replaced whole: no lock for a look
+        job = graph.jobs.get(self._job_id)
+        if job is None:
+            return {}  # released
+        ceilings = budget_ceilings(graph, self._session.rules)
+        with self._lock:
+            self._ceilings = {u: ceilings[u] for u in self._gpus if u in ceilings}
+            changes = {}
+            for uuid in self._gpus:
+                want, have = self._under_ceiling(uuid, self._targets.get(uuid)), job.power_caps_w.get(uuid)
+                if (want is None) != (have is None) or (want is not None and abs(want - have) > _TOLERANCE_W):
+                    changes[uuid] = want
+            if not changes:
+                return {}
+            self._record(changes)
+            what = ", ".join(f"GPU {self._gpus[u].index} {'at its own limit' if w is None else f'at {w:.0f} W'}"
+                             for u, w in changes.items())
+            logger.info("job %s follows the power budget: %s", self._job_id, what)
+            if apply:
+                # a running job's user sees why it slows down or speeds up: a job arrived on the host, or left
+                self._say(f"power budget: {what} now (the host's budget was shared again as jobs came or went)")
+                if not self._agent and not self._pass():
+                    self._refuse(None)
+        return changes
+
+    def _under_ceiling(self, uuid: str, target: float | None) -> float | None:
+        """The wish for ``target`` (None: no wish) under the GPU's ceiling, never below the job's own floor."""
+        ceiling = self._ceilings.get(uuid)
+        if ceiling is None:
+            return target
+        ceiling = self._held(uuid, ceiling)
+        if target is None:
+            # no wish: the GPU runs at the limit it had when the job was placed; a wish only when that is above
+            found = self._gpus[uuid].power_limit_w
+            return ceiling if found is None or found > ceiling + _TOLERANCE_W else None
+        return min(target, ceiling)
+
+    def _held(self, uuid: str, ceiling: float) -> float:
+        """A ceiling as this job follows it: within the policy's bounds, and not below its own floor."""
+        if self._floor_w is not None:
+            ceiling = max(ceiling, self._floor_w)
+        return clip_cap_w(self._session.rules, self._gpus[uuid], ceiling)[0]
+
+    def _await_budget(self) -> bool:
+        """Wait (up to ``budget_wait_s``) until this job's GPUs and those its placement lowered show limits within
+        their ceilings; False (logged) when they did not in time."""
+        if not (self._agent or may_set_caps(self._session.backend)):
+            return True  # no cap is applied here, nor by an agent: nothing to wait for
+        watch = set(self._gpus) | set(self._placement.decision.recaps_w)
+        ceilings = {u: c for u, c in budget_ceilings(self._session.store.read_unlocked(), self._session.rules).items()
+                    if u in watch}
+        clock = self._session.clock
+        deadline = clock.now() + self._budget_wait_s
+        while True:
+            over = {g.index: g.power_limit_w for g in self._session.backend.gpus() if g.uuid in ceilings
+                    and g.power_limit_w is not None and g.power_limit_w > ceilings[g.uuid] + _TOLERANCE_W}
+            if not over:
+                return True
+            if clock.now() >= deadline:
+                logger.warning("job %s starts while GPU %s still run above their power-budget ceilings (%s); their "
+                               "launchers may not be able to set caps", self._job_id, ",".join(map(str, over)),
+                               ", ".join(f"{w:.0f} W" for w in over.values()))
+                return False
+            clock.sleep(0.1)
+
+    def _follow(self) -> None:
+        while not self._stop.wait(self._follow_s):
+            try:
+                self.follow_budget()
+            except StateError as e:
+                logger.debug("budget look of job %s: %s", self._job_id, e)  # released meanwhile
+            except Exception as e:  # noqa: BLE001 - following the budget must never break a run
+                logger.warning("job %s could not follow the power budget: %s: %s", self._job_id, type(e).__name__, e)
+            if self._refused:
+                return
+
+    def _current_wishes(self) -> dict[str, float]:
+        with self._session.store.transaction() as graph:
+            job = graph.jobs.get(self._job_id)
+            return dict(job.power_caps_w) if job is not None else {}
 
     # --- the setter the profiler and the closed loop use ----------------------------------------------
     def set_cap(self, uuid: str, watts: float) -> None:
@@ -90,18 +231,26 @@ class JobCaps:
         if gpu is None:
             raise StateError(f"GPU {uuid} is not one of job {self._job_id}'s GPUs", hint="this is an ecolaunch bug")
         clipped, _ = clip_cap_w(self._session.rules, gpu, watts)
-        before = self._wish(uuid, clipped)
-        if self._agent:
-            return
-        if not self._pass():
-            self._wish(uuid, before)
-            self._refuse(None)
-            raise PermissionDenied(f"cannot set GPU {gpu.index} to {clipped:.0f} W here")
+        with self._lock:
+            target = self._targets.get(uuid)
+            self._targets[uuid] = clipped
+            applied = self._under_ceiling(uuid, clipped)  # at most the budget's ceiling
+            before = self._wish(uuid, applied)
+            if self._agent:
+                return
+            if not self._pass():
+                self._targets[uuid] = target
+                self._wish(uuid, before)
+                self._refuse(None)
+                raise PermissionDenied(f"cannot set GPU {gpu.index} to {clipped:.0f} W here")
 
     # --- release -----------------------------------------------------------------------------------
     def release(self) -> None:
         """After the job left the graph: restore what this launcher applied; then release the guard. A restore
         that fails leaves the guard watching (it restores when this process exits) and says which GPU to fix."""
+        self._stop.set()
+        if self._follower is not None:
+            self._follower.join(timeout=max(5.0, 3 * self._follow_s))
         if not self.applied:
             if self._guard is not None:
                 self._guard.done()
@@ -127,13 +276,17 @@ class JobCaps:
     # --- internals ---------------------------------------------------------------------------------
     def _wish(self, uuid: str, watts: float | None) -> float | None:
         """Record the job's cap on ``uuid`` (None: no wish); returns the previous wish."""
+        return self._record({uuid: watts})[uuid]
+
+    def _record(self, wishes: Mapping[str, float | None]) -> dict[str, float | None]:
+        """Record the job's caps (uuid -> W, None: no wish) in one transaction; returns the previous wishes."""
         with self._session.store.transaction() as graph:
             job = graph.jobs.get(self._job_id)
             if job is None:
                 raise StateError(f"job {self._job_id} is not in the state graph",
                                  hint="it was released; nothing to cap")
-            before = job.power_caps_w.get(uuid)
-            caps = {**job.power_caps_w, uuid: watts}
+            before = {u: job.power_caps_w.get(u) for u in wishes}
+            caps = {**job.power_caps_w, **wishes}
             job.power_caps_w = {u: w for u, w in caps.items() if w is not None}
             return before
 
@@ -165,6 +318,21 @@ class JobCaps:
             self._guard = None
         self._say(line or "power caps cannot be set here (not root, and no cap agent serves this state directory): "
                   "the job runs at its GPUs' current caps; run `ecolaunch agent` as root to apply them")
+
+
+def _targets(placement: Placement) -> dict[str, float | None]:
+    """What the job asks per GPU before any budget: no cap where its decision set none (the budget's ceiling alone
+    then holds the GPU), else the cap its placement wanted before the budget (``predicted.budget.wanted_w``), else
+    the one it set."""
+    budget = placement.decision.predicted.get("budget") if isinstance(placement.decision.predicted, dict) else None
+    wanted = budget.get("wanted_w") if isinstance(budget, dict) else None
+    wanted = wanted if isinstance(wanted, dict) else {}
+    targets: dict[str, float | None] = {}
+    for uuid in placement.gpus:
+        decided = placement.job.power_caps_w.get(uuid)
+        asked = wanted.get(uuid)
+        targets[uuid] = None if decided is None else float(asked) if isinstance(asked, (int, float)) else decided
+    return targets
 
 
 def may_set_caps(backend) -> bool:

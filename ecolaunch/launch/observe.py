@@ -122,6 +122,8 @@ class RunObserver:
             pre-launch run can stop its workers; instrumented workers stop at ``ECOLAUNCH_PROFILE_STEPS``.
         profile_source: what the record calls the profiling action (default ``mode``'s value; e.g. ``"pre"``
             for the real run after a pre-launch profiling run, which itself runs in ``history`` mode).
+        ceiling_w: the most the closed loop may raise the job's cap to now (a power budget's,
+            :meth:`~ecolaunch.launch.caps.JobCaps.ceiling_w`); None: no ceiling.
     """
 
     def __init__(self, backend: GpuBackend, job_id: str, gpu_uuids: Sequence[str], state_dir: Path | str, *,
@@ -134,13 +136,15 @@ class RunObserver:
                  interval_s: float = DEFAULT_INTERVAL_S, poll_s: float = 1.0, background: bool = True,
                  on_profile_done: Callable[[], None] | None = None, profiling_energy_j: float | None = None,
                  profile_source: str | None = None, wall_clock: Callable[[], float] = time.time,
-                 control: ControlSettings | None = None, closed_loop: bool = True) -> None:
+                 control: ControlSettings | None = None, closed_loop: bool = True,
+                 ceiling_w: Callable[[], float | None] | None = None) -> None:
         self.mode = ProfileAction(mode)
         self._source = profile_source or self.mode.value
         self.job_id, self.user, self.name = job_id, user, name
         self._backend, self._uuids, self._clock = backend, tuple(gpu_uuids), clock
         self._history, self._fp, self._rules = history, fingerprint, rules
         self._slowdown, self._user_set_cap, self._wall = slowdown_pct, set_cap, wall_clock
+        self._ceiling_w = ceiling_w  # a power budget's ceiling for the closed loop (JobCaps.ceiling_w)
         self._set_cap = None if set_cap is None else self._set  # every change goes through _set
         self.caps_changed = False  # whether this observer changed any cap (the launcher restores on release)
         self.profile = profile
@@ -345,7 +349,7 @@ class RunObserver:
         controller = CapController(points, self._bounds, self._slowdown, cap, eta=self._rules.eta,
                                    settings=self._control)
         self.loop = ClosedLoop(controller, self.reader, self.sampler, self._uuids, self._clock,
-                               self._apply_live, stamp_index)
+                               self._apply_live, stamp_index, ceiling_w=self._ceiling_w)
         return True
 
     def _early_check(self, stamps: Sequence[float]) -> None:

@@ -84,12 +84,13 @@ def run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext,
     except DriverNotFound as e:
         hint = f" (HINT: {e.hint})" if e.hint else ""
         return _plain(parsed, extra_env, f"{e}{hint}; launching like torchrun without GPU placement", ui)
-    if environment.gnn_weights is not None and opts.placement_policy == "gnn":
-        from ecolaunch.policy.infer import load_model_cached
+    weights = environment.gnn_weights
+    if weights is not None and opts.placement_policy == "gnn":
+        from ecolaunch.policy.infer import chosen_weights
 
-        load_model_cached(environment.gnn_weights)  # a bad weight file fails here, before anything is booked
+        weights = chosen_weights(environment)  # a bad weight file fails here, before anything is booked
     store = StateStore(environment.state_dir, group=rules.state_group)
-    session = Session(store, backend, get_policy(opts.placement_policy, gnn_weights=environment.gnn_weights), rules,
+    session = Session(store, backend, get_policy(opts.placement_policy, gnn_weights=weights), rules,
                       cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
     host_gpus = _host_gpus(session)
     request = _request(parsed, session, ctx, env, host_gpus)
@@ -166,7 +167,8 @@ class _Run:
                 set_cap=None if caps.refused else caps.set_cap, user=request.user, name=name,
                 profile=Profile.from_dict(request.profile) if request.profile else None,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
-                profile_source=profile_source, on_profile_done=_stop_workers if pre else None)
+                profile_source=profile_source, on_profile_done=_stop_workers if pre else None,
+                ceiling_w=None if caps.refused else caps.ceiling_w)
             threading.Thread(target=_heartbeat, args=(session, placement, observer, stop_heartbeat),
                              daemon=True).start()
             with observer:

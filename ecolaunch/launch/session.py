@@ -5,6 +5,12 @@ live GPU readings refreshed), so every decision is taken on the current state of
 a strict FIFO ordered by arrival: only the head of the queue may be placed, so a large job is not starved by a
 stream of small ones.
 
+Under a power budget (``[power] max_total_w``) the same transactions keep the budget's caps in the graph
+(``StateGraph.budget_caps_w``, :mod:`ecolaunch.policy.budget`): a placement books the caps its decision chose for
+its own GPUs and for running jobs (``Decision.recaps_w``); a release, and a reconcile that released dead launchers'
+jobs, allocate the budget afresh among the jobs left (:func:`~ecolaunch.policy.budget.rebalance`), so caps lowered
+for a job that left come back up. The running launchers apply them (``ecolaunch.launch.caps.JobCaps``).
+
 This module decides nothing itself (the policy does) and prints nothing (the CLI does, through ``on_wait``).
 """
 
@@ -17,12 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ecolaunch.admin.caps import CapKeeper
-from ecolaunch.admin.rules import Rules
+from ecolaunch.admin.rules import Rules, budget_range_w
 from ecolaunch.clock import Clock, SystemClock
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import NeverFits, NoPlacement, PermissionDenied, StateError, WaitTimeout
 from ecolaunch.policy.admission import admit
 from ecolaunch.policy.base import Decision, JobRequest, Policy
+from ecolaunch.policy.budget import book_budget, budgeted_gpus, rebalance
 from ecolaunch.policy.candidates import eligible_gpus
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
@@ -88,11 +95,12 @@ class Session:
         self.cap_keeper = cap_keeper
 
     # --- transactions ----------------------------------------------------------------------------
-    def refresh(self, graph: StateGraph) -> list[Job]:
+    def refresh(self, graph: StateGraph, *, job_left: bool = False) -> list[Job]:
         """Reconcile ``graph`` with the live GPUs and processes; returns the jobs released as dead.
 
         With a ``cap_keeper`` (a root process and no cap agent) the transaction is privileged: it also restores the
-        caps a dead launcher left lowered (:meth:`~ecolaunch.admin.caps.CapKeeper.restore_orphans`).
+        caps a dead launcher left lowered (:meth:`~ecolaunch.admin.caps.CapKeeper.restore_orphans`). Under a power
+        budget, the budget is allocated afresh when a job left (``job_left``, or a dead launcher's job released).
         """
         if self._topology is None:
             self._topology = self.backend.topology()
@@ -103,6 +111,7 @@ class Session:
                 self.cap_keeper.restore_orphans(graph, snapshots)
             except PermissionDenied:
                 self.cap_keeper = None
+        self._keep_budget(graph, force=job_left or bool(report.released))
         return report.released
 
     def snapshot(self) -> StateGraph:
@@ -156,6 +165,8 @@ class Session:
                 return position
             graph.book(job_id, list(decision.gpus), dict(decision.power_caps_w), decision.to_dict(), request.profile,
                        time.time())
+            if self.rules.power_max_total_w is not None:
+                book_budget(graph, decision)  # this job's budget caps, and the running jobs' new ones
             self._attach(job, request)
             gpus = {u: graph.hosts[self.host].gpus[u] for u in decision.gpus}
             logger.info("job %s placed on %s by %s: %s", job_id, ",".join(str(g.index) for g in gpus.values()), decision.policy, "; ".join(decision.reasons))
@@ -210,15 +221,34 @@ class Session:
         with self.store.transaction() as graph:
             job = graph.jobs.pop(job_id, None)
             self._detach(job)
-            self.refresh(graph)
+            # a running job's watts go back to the jobs left
+            self.refresh(graph, job_left=job is not None and job.state is JobState.RUNNING)
         self._requests.pop(job_id, None)
         return job
 
     # --- helpers ---------------------------------------------------------------------------------
+    def _keep_budget(self, graph: StateGraph, *, force: bool) -> None:
+        """Allocate the power budget afresh when jobs left (``force``) or the recorded caps do not match the running
+        jobs (a job released by the cap agent, a rebuilt state file); drop them when the policy sets no budget."""
+        if self.rules.power_max_total_w is None:
+            if graph.budget_caps_w:
+                graph.budget_caps_w = {}
+            return
+        if force or set(graph.budget_caps_w) != budgeted_gpus(graph, self.rules):
+            graph.budget_caps_w = rebalance(graph, self.rules)
+
     def _check_feasible(self, graph: StateGraph, request: JobRequest) -> None:
         usable = eligible_gpus(graph, request, self.rules)
         host = graph.hosts.get(self.host)
         total = len(host.gpus) if host else 0
+        budget = self.rules.power_max_total_w
+        floor_w = budget_range_w(host.gpus.values())[0] if host else 0.0
+        if budget is not None and budget < floor_w - 1e-6:
+            raise NeverFits(
+                f"the admin policy's power budget of {budget:g} W is below the {floor_w:g} W this host's GPUs count at "
+                "their minimum power limits: no job can run under it",
+                hint="ask the lab admin to fix [power] max_total_w (ecolaunch policy check names the problem)",
+            )
         if len(usable) < request.nproc:
             mine = "" if len(usable) == total else f", {len(usable)} of them usable by user {request.user!r}"
             raise NeverFits(

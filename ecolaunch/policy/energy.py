@@ -12,10 +12,11 @@ job's own measured curve chooses (:func:`alone_cap`: :func:`~ecolaunch.profile.c
 profiler's and the closed loop's choice, on the :data:`DECISION_CAP_STEP_W` grid, with the margin its measurement
 error asks for; the oracle passes its own, from the truth); a set that shares a GPU keeps that GPU's current cap (a
 newcomer does not change the power of a colleague's GPU); a job whose iteration time or power is unknown is never
-capped. Sets
-are ranked by their slowest link, then by how many of their GPUs are shared; of the sets nobody uses only the best
-of each link class is kept (they are interchangeable); at most ``max_sets`` are kept. Past ``MAX_COMBINATIONS``
-sets (a 4-GPU job on a 64-GPU host) a few good sets are built greedily instead.
+capped. Sets are ranked by their slowest link, then by how many of their GPUs are shared; of the sets nobody uses only
+the best-linked one is kept (a worse link only slows a synchronous job, by an amount no predictor here knows: the GNN
+was never trained on link effects, and a learned power difference once bought 4-GPU jobs sets across sockets, 30 %
+slower on average in ``benchmarks/energy.py``'s ``workstation-topology``); at most ``max_sets`` are kept. Past
+``MAX_COMBINATIONS`` sets (a 4-GPU job on a 64-GPU host) a few good sets are built greedily instead.
 
 **Objective** (per unit of the new job's work, so that fast and slow candidates compare fairly)::
 
@@ -27,8 +28,17 @@ work before (its share of its GPUs' power / its throughput): the work others los
 cost. ``static_share`` is zero for node and GPU-only energy (a workstation's host power is spent whether or
 not the job runs) and the host's static power per GPU times the job's GPUs for job-attributed energy (EaCO's
 accounting). Constraint: every affected job's predicted slowdown (against solo, uncapped) stays within its bound,
-with ``margin_pct`` of the bound kept back for the predictor's error (a cap the job's curve chose kept its own). Ties (costs within :data:`TIE_W` or
-:data:`TIE_FRACTION` of the least) break by the new job's predicted completion time. Nothing qualifies → ``None`` (the job waits).
+with room kept back for the predictor's error: for a throughput a learned model predicted with a standard
+deviation (``Outcome.throughput_sd``), ``sd_z`` standard deviations of it (at least :data:`MIN_SD`): the slowdown
+at ``x - sd_z * sd`` must keep the bound; for a cap the job's own curve chose, nothing more (the choice kept its own
+margin); for any other prediction, ``margin_pct`` of the bound. Ties (costs within :data:`TIE_W` or
+:data:`TIE_FRACTION` of the least) break by the new job's predicted completion time. Nothing qualifies → ``None``
+(the job waits).
+
+**Who decided.** Every decision's ``predicted["learned"]`` says whether the winning candidate's outcome carries a
+learned prediction (``Outcome.learned``: the GNN's residual on a job's throughput, i.e. a shared GPU or a cap
+outside the job's measurements) or was decided by measurements alone (the job's measured curve on GPUs it has to
+itself); the simulator counts them.
 """
 
 from __future__ import annotations
@@ -57,6 +67,13 @@ DECISION_CAP_STEP_W = CHOICE_STEP_W
 TIE_W, TIE_FRACTION = 0.1, 0.001
 #: above this many GPU sets a few good ones are built greedily instead of ranking them all
 MAX_COMBINATIONS = 2000
+#: standard deviations of a learned throughput kept back: the 95th percentile of (predicted - measured) / sd on
+#: Gavel pairs of job types the model never saw (all 5 folds of ``benchmarks/pair_prediction.py``: 2.00; cross-fitted
+#: on the other folds it covered 94.5 % of each fold's values, 87.7-98.3 % per fold), i.e. a bound is kept with
+#: about 95 % confidence where the model's errors look like those
+SD_Z = 2.0
+#: the least standard deviation a learned throughput is taken to have (normalized throughput)
+MIN_SD = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +94,10 @@ class Outcome:
 
     throughput: dict[str, float]
     gpu_power_w: dict[str, float]
+    #: standard deviation of each throughput that carries a learned part (absent: a measurement, or exact)
+    throughput_sd: dict[str, float] = field(default_factory=dict)
+    #: whether a learned model predicted a throughput here (see "Who decided" in the module docstring)
+    learned: bool = False
 
 
 class Scorer(Protocol):
@@ -182,14 +203,16 @@ def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, ma
         combos = list({tuple(g.uuid for g in p): tuple(p) for p in picks if p}.values())
     else:
         combos = list(itertools.combinations(gpus, job.nproc))
-    # GPU sets nobody uses are interchangeable when their links are alike: keep the best of each link class
-    sets, idle_links = [], set()
+    # of the GPU sets nobody uses, only the best-linked: a worse link only slows a synchronous job, and no predictor
+    # here knows by how much (measured on V100: 0.1-1.0 of its speed when spread out, benchmarks/energy.py's
+    # workstation-topology), so a learned power difference must not buy one
+    sets, idle_seen = [], False
     for combo in sorted(combos, key=rank):
         link, shared, _ = rank(combo)
         if not shared:
-            if link in idle_links:
+            if idle_seen:
                 continue
-            idle_links.add(link)
+            idle_seen = True
         sets.append(combo)
         if len(sets) >= max_sets:
             break
@@ -209,7 +232,7 @@ class EnergyAwarePolicy:
     """Least predicted energy for the work, every job within its slowdown bound (see the module docstring)."""
 
     def __init__(self, predictor: Predictor, *, name: str | None = None, objective: str = "node",
-                 margin_pct: float = 10.0, host_static_w: float = 0.0) -> None:
+                 margin_pct: float = 10.0, host_static_w: float = 0.0, sd_z: float = SD_Z) -> None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         self.predictor = predictor
@@ -217,10 +240,11 @@ class EnergyAwarePolicy:
         self.objective = objective
         self.margin_pct = margin_pct
         self.host_static_w = host_static_w
+        self.sd_z = sd_z
 
     def __repr__(self) -> str:
         return (f"EnergyAwarePolicy(predictor={self.predictor.name!r}, objective={self.objective!r}, "
-                f"margin_pct={self.margin_pct})")
+                f"margin_pct={self.margin_pct}, sd_z={self.sd_z})")
 
     def decide(self, state: StateGraph, job: JobRequest, rules: Rules) -> Decision | None:
         scorer = self.predictor.scorer(state, job)
@@ -250,7 +274,8 @@ class EnergyAwarePolicy:
                    + (f"capped at {cap:.0f} W" if cap is not None else "default power limit")]
         if why:
             reasons.append(why)
-        return Decision(self.name, placed.gpus, dict.fromkeys(placed.gpus, cap), placed.colocated_with, reasons)
+        return Decision(self.name, placed.gpus, dict.fromkeys(placed.gpus, cap), placed.colocated_with, reasons,
+                        predicted={"predictor": self.predictor.name, "learned": False})
 
     def _ranked(self, state: StateGraph, job: JobRequest, candidates: Sequence[Candidate],
                 outcomes: Sequence[Outcome], before: Outcome, scored: Sequence = ()) -> list:
@@ -270,13 +295,20 @@ class EnergyAwarePolicy:
         return rows
 
     # --- scoring ---------------------------------------------------------------------------------
+    def _within(self, x: float, sd: float | None, bound_pct: float, exact: bool) -> bool:
+        """Whether throughput ``x`` keeps a slowdown bound with the room its prediction asks for (module
+        docstring): ``sd_z`` standard deviations of a learned one, none for an exact one, else ``margin_pct``."""
+        if sd is not None:
+            x -= self.sd_z * max(sd, MIN_SD)
+            limit = bound_pct + 1e-6
+        else:
+            limit = bound_pct + 1e-6 if exact else bound_pct * (1.0 - self.margin_pct / 100.0)
+        return x > 0 and 100.0 * (1.0 / x - 1.0) <= limit
+
     def _score(self, state: StateGraph, job: JobRequest, cand: Candidate, out: Outcome, before: Outcome):
-        keep = 1.0 - self.margin_pct / 100.0
         x_new = out.throughput.get(job.id, 0.0)
-        # a cap the job's curve chose already kept its margin (capchoice.cap_margin_pct); other predictions keep
-        # margin_pct of the bound back
-        limit = job.allowed_slowdown_pct + 1e-6 if cand.by_curve else job.allowed_slowdown_pct * keep
-        if x_new <= 0 or 100.0 * (1.0 / x_new - 1.0) > limit:
+        # a cap the job's curve chose already kept its margin (capchoice.cap_margin_pct)
+        if not self._within(x_new, out.throughput_sd.get(job.id), job.allowed_slowdown_pct, cand.by_curve):
             return None
         lost = 0.0
         slowdowns = {job.id: 100.0 * (1.0 / x_new - 1.0)}
@@ -285,7 +317,8 @@ class EnergyAwarePolicy:
                 x_after = out.throughput.get(other.id, 1.0)
                 x_before = before.throughput.get(other.id, 1.0)
                 bound = float(other.request.get("allowed_slowdown_pct") or 10.0)
-                if 100.0 * (1.0 / max(x_after, 1e-9) - 1.0) > bound * keep and x_after < x_before - 1e-9:
+                if x_after < x_before - 1e-9 and not self._within(x_after, out.throughput_sd.get(other.id), bound,
+                                                                   False):
                     return None
                 slowdowns[other.id] = 100.0 * (1.0 / max(x_after, 1e-9) - 1.0)
                 share = before.gpu_power_w.get(u, 0.0) / max(1, len(state.jobs_on(u)))
@@ -330,6 +363,9 @@ class EnergyAwarePolicy:
                 "gpu_power_w": {k: round(v, 1) for k, v in out.gpu_power_w.items()},
                 "energy_w_per_work": round(cost, 2),
                 "predictor": self.predictor.name,
+                "learned": out.learned,
+                **({"throughput_sd": {k: round(v, 4) for k, v in out.throughput_sd.items()}}
+                   if out.throughput_sd else {}),
             },
             alternatives=alternatives,
         )

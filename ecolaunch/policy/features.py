@@ -13,8 +13,14 @@ both unknown, as in :mod:`ecolaunch.sim.interference`); ``memory`` = peak memory
 GPU; ``power`` = solo power_w / mean max power limit of its GPUs; ``allowed_slowdown`` = bound in % / 100;
 ``gpus`` = log2(GPU count) / 3; ``cap60_*``, ``cap80_*`` = from measured cap points, slowdown (time / uncapped
 time - 1) and power / max limit at caps of 60 % and 80 % of the max limit (interpolated; missing below the
-lowest point). *gpu*: ``memory`` = log2(memory_total_mib / 16 GiB) / 2; ``memory_used`` = used / total, new job
-included (``overcommitted`` above 1); ``max_power`` = max limit / 500 W; ``min_power`` = min / max limit;
+lowest point); the job alone at the cap its GPUs run at (the lowest of them), from its measured curve
+(:func:`ecolaunch.policy.estimate.measured_curve`, the one reading of measured caps): ``alone_speed`` (normalized
+throughput), ``alone_power`` (/ mean max limit; missing when its power is unknown), ``anchored`` (1 when both are
+measured there or between measurements, not extrapolated) and ``uncapped`` (1 at the max limit, where
+``alone_speed`` is 1.0 by definition). A job without a curve but with a known power gets the Zeus prior's ratios
+from its uncapped power; one whose power is unknown, those of a job drawing the max limit (the cautious choice).
+*gpu*: ``memory`` = log2(memory_total_mib / 16 GiB) / 2; ``memory_used`` = used / total, new job included
+(``overcommitted`` above 1); ``max_power`` = max limit / 500 W; ``min_power`` = min / max limit;
 ``cap`` = the cap it runs at / max limit; ``idle_power`` = catalogue idle power (an assumption of the catalogue)
 / max limit; ``jobs`` = job count / 4; ``demand_sum``; ``foreign`` (a process outside ecolaunch holds it);
 architecture one-hot (all 0 when unknown). *group* (GPUs joined by NVLink or one PCIe switch, from
@@ -44,6 +50,7 @@ from torch import Tensor
 
 from ecolaunch.devices.base import LinkKind
 from ecolaunch.errors import ConfigError
+from ecolaunch.policy.estimate import measured_curve, profile_curve
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
 
 ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper")
@@ -53,7 +60,8 @@ FALLBACK_MAX_POWER_W = 300.0
 JOB_FEATURES = ("iter_time", "iter_time_missing", "sm_util", "sm_util_missing", "mem_bw_util",
                 "mem_bw_util_missing", "demand", "memory", "memory_missing", "power", "power_missing",
                 "allowed_slowdown", "gpus", "cap60_slowdown", "cap60_power", "cap60_missing",
-                "cap80_slowdown", "cap80_power", "cap80_missing")
+                "cap80_slowdown", "cap80_power", "cap80_missing", "alone_speed", "alone_power", "alone_power_missing",
+                "anchored", "uncapped")
 GPU_FEATURES = ("memory", "memory_used", "overcommitted", "max_power", "max_power_missing", "min_power",
                 "min_power_missing", "cap", "idle_power", "idle_power_missing", "jobs", "demand_sum", "foreign",
                 *ARCHITECTURES)
@@ -160,9 +168,32 @@ def _cap_features(profile: Any, max_w: float) -> list[float]:
     return out
 
 
+def alone_at_cap(profile: Any, cap_w: float, max_w: float) -> list[float]:
+    """The ``alone_*``, ``anchored`` and ``uncapped`` columns: the job alone at ``cap_w`` on a board whose max
+    limit is ``max_w`` (see the module docstring)."""
+    uncapped = cap_w >= max_w - 1e-6
+    power = _num(_get(profile, "power_w"))
+    curve = profile_curve(profile if isinstance(profile, Mapping) else _as_dict(profile), max_w)
+    if curve is None and power is not None and power > 0:  # its uncapped power alone: the prior's ratios from it
+        curve = measured_curve((), max_w, 1.0, power)  # (a placeholder time: only ratios are read)
+    known = curve is not None
+    if curve is None:  # nothing measured: a job drawing the max limit (the cautious choice for a cap)
+        curve = measured_curve((), max_w, 1.0, max_w)
+    speed = 1.0 if uncapped else min(1.0, curve.speed(cap_w))
+    watts = curve.at(cap_w)[1] if known else 0.0
+    return [speed, min(2.0, watts / max_w), float(not known), float(known and curve.anchored(cap_w)), float(uncapped)]
+
+
+def _as_dict(profile: Any) -> dict[str, Any] | None:
+    if profile is None:
+        return None
+    return {k: _get(profile, k) for k in ("cap_points", "iter_time_s", "power_w")}
+
+
 def job_row(profile: Any, *, memory_mib: float | None, allowed_slowdown_pct: float | None, n_gpus: int,
-            gpu_memory_mib: float, gpu_max_power_w: float) -> list[float]:
-    """The :data:`JOB_FEATURES` of one job on GPUs with this (smallest) memory and (mean) max power limit."""
+            gpu_memory_mib: float, gpu_max_power_w: float, cap_w: float | None = None) -> list[float]:
+    """The :data:`JOB_FEATURES` of one job on GPUs with this (smallest) memory and (mean) max power limit, at the
+    (lowest) cap ``cap_w`` of its GPUs (None: uncapped)."""
     t, sm, bw = (_num(_get(profile, k)) for k in ("iter_time_s", "sm_util_pct", "mem_bw_util_pct"))
     power = _num(_get(profile, "power_w"))
     mem = memory_mib if memory_mib is not None else _num(_get(profile, "memory_mib"))
@@ -174,6 +205,7 @@ def job_row(profile: Any, *, memory_mib: float | None, allowed_slowdown_pct: flo
         min(2.0, (power or 0.0) / gpu_max_power_w), float(power is None),
         (slow if slow is not None else 10.0) / 100.0, math.log2(max(n_gpus, 1)) / 3.0,
         *_cap_features(profile, gpu_max_power_w),
+        *alone_at_cap(profile, gpu_max_power_w if cap_w is None else cap_w, gpu_max_power_w),
     ]
 
 
@@ -220,12 +252,13 @@ def _gpu_row(node: GpuNode, cap_w: float, used_mib: float, n_jobs: int, demand_s
 class StateEncoding:
     """A state's graph (:meth:`graph`), built once per decision and cheap to extend with candidates."""
 
-    __slots__ = ("base", "gpu_index", "gpu_mem_used", "_mem", "_max_w")
+    __slots__ = ("base", "gpu_index", "gpu_mem_used", "_mem", "_max_w", "_cap_w")
 
     def __init__(self, base: HeteroGraph, gpu_mem_total: Tensor, gpu_mem_used: Tensor) -> None:
         self.base, self.gpu_mem_used = base, gpu_mem_used
         self.gpu_index = {u: i for i, u in enumerate(base.gpu_uuids)}
         self._mem, self._max_w = gpu_mem_total.tolist(), base.gpu_max_power_w.tolist()
+        self._cap_w = base.gpu_cap_w.tolist()
 
     def graph(self) -> HeteroGraph:
         """The state as it is (no new job)."""
@@ -253,12 +286,14 @@ class StateEncoding:
                 raise ConfigError(f"placement {p.gpus!r} names a GPU twice or none", hint="list each GPU once")
             flat_c += [c] * len(idx)
             flat_g += idx
-            caps += [_num(p.power_caps_w.get(u)) for u in p.gpus]
-            key = (min(self._mem[i] for i in idx), sum(self._max_w[i] for i in idx) / len(idx), len(idx))
-            if key not in row_cache:  # the new job's row depends only on its GPUs' memory, max power and count
+            given = [_num(p.power_caps_w.get(u)) for u in p.gpus]
+            caps += given
+            cap = min(w if w is not None else self._cap_w[i] for w, i in zip(given, idx))
+            key = (min(self._mem[i] for i in idx), sum(self._max_w[i] for i in idx) / len(idx), len(idx), cap)
+            if key not in row_cache:  # the new job's row depends only on its GPUs' memory, max power, count, cap
                 row_cache[key] = job_row(profile, memory_mib=memory, n_gpus=key[2], gpu_memory_mib=key[0],
                                          allowed_slowdown_pct=getattr(job, "allowed_slowdown_pct", None),
-                                         gpu_max_power_w=key[1])
+                                         gpu_max_power_w=key[1], cap_w=cap)
             rows.append(row_cache[key])
         cc = torch.tensor(flat_c, dtype=torch.long)
         at = cc * ng + torch.tensor(flat_g, dtype=torch.long)  # the candidate GPUs' rows in the batch
@@ -317,7 +352,8 @@ def encode_state(state: StateGraph, hosts: Sequence[str] | None = None) -> State
     job_x = [job_row(j.profile, memory_mib=float(j.memory_mib) if j.memory_mib else None,
                      allowed_slowdown_pct=j.request.get("allowed_slowdown_pct"), n_gpus=len(on),
                      gpu_memory_mib=min(nodes[i].memory_total_mib for i in on),
-                     gpu_max_power_w=sum(max_w[i] for i in on) / len(on)) for j, on in jobs]
+                     gpu_max_power_w=sum(max_w[i] for i in on) / len(on), cap_w=min(cap_w[i] for i in on))
+             for j, on in jobs]
     runs = [(k, i) for k, (_, on) in enumerate(jobs) for i in on]
     groups, group_x, host_x, links, kinds, group_host = _topology(state, names, nodes, gpu_host)
     up = {("job", "runs_on", "gpu"): runs, ("gpu", "in", "group"): list(enumerate(groups)),

@@ -12,7 +12,9 @@ catalogue knows; the power limits come from there):
   caps: one sample per measured cap, the job alone on its GPU at that cap, labelled with its measured speed
   relative to its highest cap (``iter_time_s`` there / at this cap) and its measured board power. As with the
   Zeus sweeps in training, the sample's job carries its *other* measured caps as ``cap_points``, never the
-  labelled one, so the model learns to interpolate rather than to look the answer up.
+  labelled one, so the model learns to interpolate rather than to look the answer up; each lower cap also comes
+  once with the job known only uncapped (its highest cap), since the model returns a job's measured curve where
+  the curve anchors it and learns only where it does not.
 - **Runs.** A finished run (exit code 0, at least ``min_iterations`` step marks) that was placed from a profile
   it already had (``profile_action`` ``history`` or ``pre``: no profiling in the run, so its mean iteration
   time is the placement's), on one GPU: the job at the cap it ran at, with the jobs it shared that GPU with,
@@ -74,9 +76,9 @@ def history_samples(history: History, *, weight: float = 3.0, min_iterations: in
         key = rec.fingerprint or rec.job_id
         if rec.profile is not None and rec.profile.cap_points and key not in seen:
             seen.add(key)
-            for graph, thr, power in _cap_point_samples(rec.profile, model):
+            for graph, thr, power, new_cap in _cap_point_samples(rec.profile, model):
                 out.samples.append(LabelledState(graph, (thr,), (power,), weight, "history"))
-                out.counts["cap_points"] += 1
+                out.counts["cap_points"] += new_cap  # measured caps, not samples
         sample = _run_sample(rec, model, by_id, min_iterations, min_overlap, out.skipped)
         if sample is not None:
             graph, thr, power, shared = sample
@@ -113,10 +115,12 @@ def _cap_point_samples(profile: Profile, model: GpuModel):
     for p in points:
         others = [{"power_cap_w": q.power_cap_w, "iter_time_s": q.iter_time_s, "power_w": q.power_w}
                   for q in points if q is not p]
-        graph = scenario_graph(model, min(p.power_cap_w, model.power_limit_max_w),
-                               [_job(profile, "self", others)])
-        yield (graph, min(_MAX_THROUGHPUT, top.iter_time_s / p.iter_time_s),
-               min(1.0, p.power_w / model.power_limit_max_w))
+        labels = (min(_MAX_THROUGHPUT, top.iter_time_s / p.iter_time_s), min(1.0, p.power_w / model.power_limit_max_w))
+        cap = min(p.power_cap_w, model.power_limit_max_w)
+        yield (scenario_graph(model, cap, [_job(profile, "self", others)]), *labels, 1)
+        if p is not top:  # the job known only uncapped, as in the Zeus sweeps: a measured cap the curve does not anchor
+            uncapped = [{"power_cap_w": top.power_cap_w, "iter_time_s": top.iter_time_s, "power_w": top.power_w}]
+            yield (scenario_graph(model, cap, [_job(profile, "self", uncapped)]), *labels, 0)
 
 
 def _run_sample(rec: JobRecord, model: GpuModel, by_id: Mapping[str, JobRecord], min_iterations: int,

@@ -1,18 +1,41 @@
 """Scoring machine states with the trained GNN in plain torch: the launch path (no torch_geometric import).
 
 What lives here: :class:`ModelConfig` and :func:`stages` (the architecture, shared with the torch_geometric
-model of :mod:`.model`, which trains it), :class:`PlainModel` (the same forward pass written with
+model of :mod:`.model`, which trains it), :func:`physics_prior` and :func:`combine` (the priors and how the
+learned residuals correct them, shared by both models), :class:`PlainModel` (the same forward pass written with
 ``index_add_``, loading the same weights; equal to the torch_geometric model within float rounding, see
 ``tests/policy/test_infer.py``), :func:`read_weights` / :func:`write_weights` (the weight file format),
-:func:`load_default_model` (the shipped weights, read once per process) and :func:`score`.
+:func:`load_default_model` (the shipped weights, read once per process), :func:`score` and :func:`score_sd`.
 
 Why a second implementation: ``import torch_geometric`` costs about 1.2 s on top of torch (mostly
 ``torch._dynamo``), which must not land on every launch. Training imports torch_geometric; launching does not.
 
-**Outputs.** For every job: its normalized throughput (1.0 = as fast as alone on its GPU(s), uncapped; a
-multi-GPU job runs at the speed of its slowest GPU), clamped to at most 1. For every GPU: its board power in
-watts at its cap with all its jobs, at most the cap. Inputs are :class:`~ecolaunch.policy.features.HeteroGraph`
-from :mod:`.features`, one or a batch; a batch of candidates is scored in one forward pass.
+**A correction on physics priors.** The network does not predict throughput and power from scratch:
+
+- *throughput* of job ``j`` = ``A_j * I_j * exp(r_j)``. ``A_j`` is the job alone at its GPUs' cap, from its
+  measured curve (feature ``alone_speed``, :func:`ecolaunch.policy.estimate.measured_curve`); ``I_j`` the
+  analytic interference model of :mod:`ecolaunch.sim.interference` (utilization-based: ``t / (t * max(1, D) +
+  delta * (n - 1))`` on each of its GPUs, the slowest GPU counting; ``D`` the summed demand, ``n`` the jobs, ``t``
+  its solo iteration time), with ``delta`` (``ModelConfig.switch_overhead_s``) fitted on the training pairs only;
+  ``r_j`` the learned residual, at most :data:`THROUGHPUT_RESIDUAL_MAX` in log either way. A job alone on its
+  GPU(s) at a measured cap (``anchored``) or uncapped gets no residual: its prediction *is* its measurement
+  (1.0 uncapped, by definition);
+- *power* of GPU ``g`` = ``P_g * exp(q_g)``: ``P_g`` = idle + each job's dynamic power alone at the cap (from its
+  curve; idle + demand x (max - idle) when unknown, as the simulator assumes) times its interference factor,
+  at most the cap; ``q_g`` learned, at most :data:`POWER_RESIDUAL_MAX`; for a GPU whose only job is anchored,
+  that job's measured power there, with no residual;
+- *uncertainty*: a second job head gives the log-variance of the log-throughput error (Gaussian NLL on measured
+  data only, from physical descriptors alone: the prior factors, co-runners, summed demand, iteration time), so
+  the standard deviation of a prediction is ``throughput * exp(log_var / 2)``, 0 where the prediction is a
+  measurement. How many of those to keep back is the policy's ``sd_z`` (:mod:`ecolaunch.policy.energy`),
+  calibrated on held-out folds by ``benchmarks/pair_prediction.py``.
+
+**Outputs** (:meth:`PlainModel.predict`). For every job: its normalized throughput (1.0 = as fast as alone on its
+GPU(s), uncapped; a multi-GPU job runs at the speed of its slowest GPU), clamped to at most 1, and its standard
+deviation. For every GPU: its board power in watts at its cap with all its jobs, at most the cap (unless that is
+its only job's measured curve there: boards overshoot their limit by a few percent, 2 % on the H200). Inputs are
+:class:`~ecolaunch.policy.features.HeteroGraph` from :mod:`.features`, one or a batch; a batch of candidates is
+scored in one forward pass.
 
 Speed: on 2 loaded CPU cores torch's thread pool can cost more than the work; the launcher should call
 ``torch.set_num_threads(1)`` before scoring (not done here: it is process-wide).
@@ -32,15 +55,25 @@ import torch
 from torch import Tensor
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.policy.features import EDGE_TYPES, FEATURES, LINK_RELATIONS, HeteroGraph, batch
+from ecolaunch.policy.features import (EDGE_TYPES, FEATURES, GPU_FEATURES, JOB_FEATURES, LINK_RELATIONS, HeteroGraph,
+                                       batch)
 
 logger = logging.getLogger(__name__)
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 DEFAULT_WEIGHTS = WEIGHTS_DIR / "gnn.pt"
-WEIGHTS_FORMAT, WEIGHTS_VERSION = "ecolaunch-gnn", 1
-#: the throughput head is ``THROUGHPUT_SCALE * sigmoid``, so that 1.0 (solo) is reachable; outputs are clamped to 1
-THROUGHPUT_SCALE = 1.02
+WEIGHTS_FORMAT, WEIGHTS_VERSION = "ecolaunch-gnn", 2
+#: v1 (before issue 12) predicted from scratch; its weights cannot serve the residual heads
+_RETRAIN_HINT = ("retrain with `ecolaunch policy train --out FILE` (a lab's own weights) or "
+                 "`python benchmarks/train_gnn.py` (the shipped ones), or reinstall ecolaunch")
+#: bounds of the learned log-residuals: a prior is corrected by a factor within exp(+-bound)
+THROUGHPUT_RESIDUAL_MAX, POWER_RESIDUAL_MAX = 0.7, 0.5
+#: the log-variance head's range: a standard deviation of 0.7 % to 270 % of the prediction
+LOG_VAR_MIN, LOG_VAR_MAX = -10.0, 2.0
+#: idle power / max limit of a board the catalogue does not know (an assumption: 10-15 % is typical)
+IDLE_FALLBACK_FRAC = 0.12
+#: the physical descriptors the uncertainty head reads (see :func:`physics_prior`)
+VAR_INPUTS = 8
 
 Relation = tuple[str, str, str, str]  # (source type, relation, destination type, aggregation)
 _LOCAL: tuple[Relation, ...] = (
@@ -58,21 +91,25 @@ _HIERARCHY: tuple[tuple[Relation, ...], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """Hyperparameters: embedding width and the number of job <-> GPU rounds before pooling."""
+    """Hyperparameters (embedding width, job <-> GPU rounds before pooling) and the interference prior's fitted
+    parameters (the switching cost per co-runner, and the iteration time assumed when unknown)."""
 
     hidden: int = 32
     local_rounds: int = 2
+    switch_overhead_s: float = 0.01
+    default_iter_time_s: float = 0.1
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> ModelConfig:
         try:
-            return cls(hidden=int(doc["hidden"]), local_rounds=int(doc["local_rounds"]))
+            return cls(hidden=int(doc["hidden"]), local_rounds=int(doc["local_rounds"]),
+                       switch_overhead_s=float(doc["switch_overhead_s"]),
+                       default_iter_time_s=float(doc["default_iter_time_s"]))
         except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"GNN weights carry a malformed config {dict(doc)!r}",
-                              hint="retrain with `python benchmarks/train_gnn.py`") from e
+            raise ConfigError(f"GNN weights carry a malformed config {dict(doc)!r}", hint=_RETRAIN_HINT) from e
 
 
 def stages(config: ModelConfig) -> tuple[tuple[Relation, ...], ...]:
@@ -100,16 +137,99 @@ def write_weights(path: Path | str, config: ModelConfig, state_dict: Mapping[str
 
 
 def read_weights(path: Path | str) -> tuple[ModelConfig, dict[str, Tensor]]:
-    """The config and state dict in a weight file; ConfigError when it is missing or not ours."""
+    """The config and state dict in a weight file; ConfigError when it is missing, not ours, or of another
+    version (v1 files, from before the GNN became a correction on physics priors, say so)."""
     try:
         doc = torch.load(str(path), map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
-        raise ConfigError(f"cannot read GNN weights {path}: {e}",
-                          hint="reinstall ecolaunch or retrain with `python benchmarks/train_gnn.py`") from e
-    if not isinstance(doc, dict) or doc.get("format") != WEIGHTS_FORMAT or doc.get("version") != WEIGHTS_VERSION:
-        raise ConfigError(f"{path} is not an {WEIGHTS_FORMAT} v{WEIGHTS_VERSION} weight file",
-                          hint="retrain with `python benchmarks/train_gnn.py`")
+        raise ConfigError(f"cannot read GNN weights {path}: {e}", hint=_RETRAIN_HINT) from e
+    if not isinstance(doc, dict) or doc.get("format") != WEIGHTS_FORMAT:
+        raise ConfigError(f"{path} is not an {WEIGHTS_FORMAT} weight file", hint=_RETRAIN_HINT)
+    if doc.get("version") != WEIGHTS_VERSION:
+        raise ConfigError(f"{path} holds {WEIGHTS_FORMAT} v{doc.get('version')} weights; this ecolaunch reads "
+                          f"v{WEIGHTS_VERSION} (the GNN now predicts residuals over physics priors)",
+                          hint=_RETRAIN_HINT)
     return ModelConfig.from_dict(doc.get("config") or {}), dict(doc["state_dict"])
+
+
+_J = {name: i for i, name in enumerate(JOB_FEATURES)}
+_G = {name: i for i, name in enumerate(GPU_FEATURES)}
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """The physics priors of one graph (see the module docstring) and what the heads read besides embeddings."""
+
+    throughput: Tensor  # [jobs] A * I
+    fixed_job: Tensor  # [jobs] bool: alone at a measured (or the max) cap: no residual, no uncertainty
+    power_frac: Tensor  # [gpus] prior power / max limit
+    fixed_gpu: Tensor  # [gpus] bool: its only job is anchored
+    job_extra: Tensor  # [jobs, 3] log I, log A, alone
+    gpu_extra: Tensor  # [gpus, 2] prior power fraction, jobs / 4
+    var_inputs: Tensor  # [jobs, VAR_INPUTS]
+
+
+def physics_prior(graph: HeteroGraph, config: ModelConfig) -> Prior:
+    """The priors, from the graph's features alone (no parameters are learned here)."""
+    xj, xg = graph.x["job"], graph.x["gpu"]
+    e = graph.edges[("job", "runs_on", "gpu")]
+    j, g = e[0], e[1]
+    n_jobs, n_gpus = xj.shape[0], xg.shape[0]
+    t = torch.where(xj[:, _J["iter_time_missing"]] > 0.5, xj.new_tensor(config.default_iter_time_s),
+                    0.1 * torch.pow(10.0, xj[:, _J["iter_time"]]))
+    demand, alone_speed = xj[:, _J["demand"]], xj[:, _J["alone_speed"]].clamp(1e-3, 1.0)
+    count = xg.new_zeros(n_gpus).index_add_(0, g, torch.ones_like(g, dtype=xg.dtype))
+    total = xg.new_zeros(n_gpus).index_add_(0, g, demand[j])
+    te = t[j]
+    x_edge = te / (te * total[g].clamp(min=1.0) + config.switch_overhead_s * (count[g] - 1.0).clamp(min=0.0))
+    interference = xj.new_ones(n_jobs).scatter_reduce(0, j, x_edge, reduce="amin", include_self=True)
+    most = xj.new_zeros(n_jobs).scatter_reduce(0, j, count[g], reduce="amax", include_self=True)
+    busiest = xj.new_zeros(n_jobs).scatter_reduce(0, j, total[g], reduce="amax", include_self=True)
+    alone = most <= 1.0
+    anchored = xj[:, _J["anchored"]] > 0.5
+    fixed_job = alone & (anchored | (xj[:, _J["uncapped"]] > 0.5))
+    idle = torch.where(xg[:, _G["idle_power_missing"]] > 0.5, xg.new_tensor(IDLE_FALLBACK_FRAC),
+                       xg[:, _G["idle_power"]])
+    cap = xg[:, _G["cap"]].clamp(max=1.0)
+    idle_e, cap_e = idle[g], cap[g]
+    solo = torch.where(xj[j, _J["alone_power_missing"]] > 0.5, idle_e + demand[j] * (1.0 - idle_e),
+                       xj[j, _J["alone_power"]])
+    dynamic = interference[j] * (torch.minimum(solo, cap_e) - idle_e).clamp(min=0.0)
+    power = torch.minimum(idle + xg.new_zeros(n_gpus).index_add_(0, g, dynamic), cap)
+    anchored_on = xg.new_zeros(n_gpus).index_add_(0, g, anchored[j].to(xg.dtype))
+    fixed_gpu = (count == 1.0) & (anchored_on > 0.5)
+    # a GPU whose only job is anchored draws what that job was measured drawing, even a little above the cap
+    measured = xg.new_zeros(n_gpus).index_add_(0, g, xj[j, _J["alone_power"]])
+    power = torch.where(fixed_gpu, measured, power)
+    log_i, log_a = torch.log(interference.clamp(min=1e-4)), torch.log(alone_speed)
+    alone_f = alone.to(xj.dtype)
+    return Prior(
+        throughput=alone_speed * interference, fixed_job=fixed_job, power_frac=power, fixed_gpu=fixed_gpu,
+        job_extra=torch.stack([log_i, log_a, alone_f], 1), gpu_extra=torch.stack([power, count / 4.0], 1),
+        var_inputs=torch.stack([log_i, log_a, alone_f, most / 4.0, busiest, torch.log10(t / 0.1) / 2.0,
+                                anchored.to(xj.dtype), xj[:, _J["uncapped"]]], 1),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Heads:
+    """A forward pass: raw throughput (prior x learned factor, not clamped), power / max limit (not clamped to
+    the cap), log-variance of the log-throughput, and which jobs and GPUs have no learned part."""
+
+    throughput: Tensor
+    power_frac: Tensor
+    log_var: Tensor
+    fixed_job: Tensor
+    fixed_gpu: Tensor
+
+
+def combine(prior: Prior, job_out: Tensor, var_out: Tensor, gpu_out: Tensor) -> Heads:
+    """The priors corrected by the heads' raw outputs (bounded residuals; none where the prior is measured)."""
+    r = THROUGHPUT_RESIDUAL_MAX * torch.tanh(job_out) * (~prior.fixed_job).to(job_out.dtype)
+    q = POWER_RESIDUAL_MAX * torch.tanh(gpu_out) * (~prior.fixed_gpu).to(gpu_out.dtype)
+    log_var = LOG_VAR_MIN + (LOG_VAR_MAX - LOG_VAR_MIN) * torch.sigmoid(var_out)
+    return Heads(prior.throughput * torch.exp(r), prior.power_frac * torch.exp(q), log_var, prior.fixed_job,
+                 prior.fixed_gpu)
 
 
 class PlainModel:
@@ -127,16 +247,15 @@ class PlainModel:
                 for i, stage in enumerate(self.stages)
             ]
             self._heads = {h: tuple(state_dict[f"{h}_head.{k}"] for k in ("0.weight", "0.bias", "2.weight", "2.bias"))
-                           for h in ("job", "gpu")}
+                           for h in ("job", "var", "gpu")}
         except KeyError as e:
-            raise ConfigError(f"GNN weights lack {e.args[0]!r} for {config}",
-                              hint="retrain with `python benchmarks/train_gnn.py`") from e
+            raise ConfigError(f"GNN weights lack {e.args[0]!r} for {config}", hint=_RETRAIN_HINT) from e
 
     def __repr__(self) -> str:
         return f"PlainModel(hidden={self.config.hidden}, local_rounds={self.config.local_rounds})"
 
-    def forward(self, graph: HeteroGraph) -> tuple[Tensor, Tensor]:
-        """Raw heads: (job throughput in (0, THROUGHPUT_SCALE), GPU power / max power limit in (0, 1))."""
+    def forward(self, graph: HeteroGraph) -> Heads:
+        """The heads (see :class:`Heads`)."""
         h = {t: torch.relu(torch.addmm(b, graph.x[t], w.t())) for t, (w, b) in self._enc.items()}
         edges = message_edges(graph)
         for stage in self._convs:
@@ -152,19 +271,30 @@ class PlainModel:
                 out[dst] = out[dst] + o if dst in out else o
             for dst, o in out.items():
                 h[dst] = h[dst] + torch.relu(o)
-        return (THROUGHPUT_SCALE * torch.sigmoid(self._head("job", h["job"], graph.x["job"])),
-                torch.sigmoid(self._head("gpu", h["gpu"], graph.x["gpu"])))
+        prior = physics_prior(graph, self.config)
+        return combine(prior, self._head("job", torch.cat([h["job"], graph.x["job"], prior.job_extra], 1)),
+                       self._head("var", prior.var_inputs),
+                       self._head("gpu", torch.cat([h["gpu"], graph.x["gpu"], prior.gpu_extra], 1)))
 
-    def _head(self, name: str, h: Tensor, x: Tensor) -> Tensor:
+    def _head(self, name: str, x: Tensor) -> Tensor:
         w0, b0, w1, b1 = self._heads[name]
-        z = torch.relu(torch.addmm(b0, torch.cat([h, x], 1), w0.t()))
-        return torch.addmm(b1, z, w1.t()).squeeze(1)
+        return torch.addmm(b1, torch.relu(torch.addmm(b0, x, w0.t())), w1.t()).squeeze(1)
 
     @torch.no_grad()
-    def predict(self, graph: HeteroGraph) -> tuple[Tensor, Tensor]:
-        """(job normalized throughput <= 1, GPU power_w <= cap) for every row of ``graph``."""
-        thr, frac = self.forward(graph)
-        return thr.clamp(max=1.0), torch.minimum(frac * graph.gpu_max_power_w, graph.gpu_cap_w)
+    def predict(self, graph: HeteroGraph) -> tuple[Tensor, Tensor, Tensor]:
+        """(job normalized throughput <= 1, GPU power_w <= cap, job throughput standard deviation) for every row
+        of ``graph``; where the prediction is a measurement, the standard deviation is 0 and the power as
+        measured."""
+        return outputs(self.forward(graph), graph)
+
+
+def outputs(heads: Heads, graph: HeteroGraph) -> tuple[Tensor, Tensor, Tensor]:
+    """:meth:`PlainModel.predict` from a forward pass (also of the torch_geometric model). Power is at most the
+    cap, except where it comes from measurements (a board measured drawing a little above its limit stays so)."""
+    thr = heads.throughput.clamp(max=1.0)
+    sd = torch.where(heads.fixed_job, torch.zeros_like(thr), thr * torch.exp(0.5 * heads.log_var))
+    watts = heads.power_frac * graph.gpu_max_power_w
+    return thr, torch.where(heads.fixed_gpu, watts, torch.minimum(watts, graph.gpu_cap_w)), sd
 
 
 def load_model(path: Path | str) -> PlainModel:
@@ -172,10 +302,39 @@ def load_model(path: Path | str) -> PlainModel:
     return PlainModel(config, state)
 
 
-@functools.lru_cache(maxsize=4)
 def load_model_cached(path: Path) -> PlainModel:
-    """A weight file other than the shipped one (a lab's own, ``ecolaunch policy train``), read once per
-    process; ConfigError when it is missing or not a weight file."""
+    """A weight file other than the shipped one (a lab's own, ``ecolaunch policy train``; a k-fold's), read once
+    per process and version of the file (a file rewritten in place is read again); ConfigError when it is missing
+    or not a weight file."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return _load_cached(Path(path), 0, -1)  # reports the missing file
+    return _load_cached(Path(path), st.st_mtime_ns, st.st_size)
+
+
+def chosen_weights(environment: Any) -> Path | None:
+    """The weight file launches, ``predict`` and ``simulate`` use: ``environment.gnn_weights`` (None: the shipped
+    weights). ``ECOLAUNCH_GNN_WEIGHTS`` naming a file that does not load is an error (ConfigError); the state
+    directory's own file (``ecolaunch policy train``'s default) that does not load, e.g. one written by an older
+    ecolaunch in an older format, is passed over for the shipped weights with a warning: a lab's stale file must not
+    stop every launch."""
+    path = environment.gnn_weights
+    if path is None:
+        return None
+    try:
+        load_model_cached(path)
+    except ConfigError as e:
+        if environment.gnn_weights_source != "state directory":
+            raise
+        logger.warning("the state directory's GNN weights %s cannot be used (%s): using the shipped weights; "
+                       "run `ecolaunch policy train` again to replace them", path, e)
+        return None
+    return path
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(path: Path, mtime_ns: int, size: int) -> PlainModel:
     try:
         model = load_model(path)
     except ConfigError as e:
@@ -198,6 +357,14 @@ def score(graphs: HeteroGraph | Sequence[HeteroGraph], model: PlainModel | None 
     """Score graphs in one forward pass: per graph, its jobs' normalized throughputs (order of ``job_ids``) and
     its GPUs' power in watts (order of ``gpu_uuids``). A batch from ``StateEncoding.candidates`` counts as one
     graph per candidate."""
+    thr, power, _ = score_sd(graphs, model)
+    return thr, power
+
+
+def score_sd(graphs: HeteroGraph | Sequence[HeteroGraph], model: PlainModel | None = None
+             ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """:func:`score` plus, per graph, its jobs' throughput standard deviations."""
     g = graphs if isinstance(graphs, HeteroGraph) else batch(list(graphs))
-    thr, power = (model or load_default_model()).predict(g)
-    return list(thr.split(g.job_ptr.diff().tolist())), list(power.split(g.gpu_ptr.diff().tolist()))
+    thr, power, sd = (model or load_default_model()).predict(g)
+    jobs, gpus = g.job_ptr.diff().tolist(), g.gpu_ptr.diff().tolist()
+    return list(thr.split(jobs)), list(power.split(gpus)), list(sd.split(jobs))

@@ -4,7 +4,7 @@ What lives here: :class:`HierarchicalGNN` and :func:`load_gnn`. Launching never 
 with :class:`ecolaunch.policy.infer.PlainModel`, which loads the same weight file and computes the same
 function in plain torch (the architecture constants live in :mod:`.infer` so the two cannot drift apart).
 
-**Architecture** (``ModelConfig(hidden=32, local_rounds=2)``, about 47k parameters):
+**Architecture** (``ModelConfig(hidden=32, local_rounds=2)``, 47,299 parameters):
 
 1. one ``Linear -> ReLU`` encoder per node type (job, gpu, group, host; features in :mod:`.features`);
 2. ``local_rounds`` x job <-> gpu message passing (``HeteroConv`` of ``SAGEConv``: jobs -> their GPUs summed so a
@@ -13,8 +13,11 @@ function in plain torch (the architecture constants live in :mod:`.infer` so the
 3. pooling up (gpu -> group -> host), across hosts (host <-> host, the cluster level) and broadcast back down
    (host -> group -> gpu), so every GPU sees its island's and its host's load;
 4. one last job <-> gpu round;
-5. heads ``MLP([embedding, raw features])``: each job's normalized throughput (``1.02 * sigmoid``: 1.0 = alone,
-   uncapped) and each GPU's power at its cap as a fraction of its max power limit (``sigmoid``).
+5. heads ``MLP([embedding, raw features, prior descriptors])``: each job's log-residual over its physics prior
+   of throughput and each GPU's over its prior of power (bounded, none where the prior is a measurement); a
+   third, ``MLP(physical descriptors)``, each job's log-variance (the priors, the bounds and how they combine:
+   :func:`ecolaunch.policy.infer.physics_prior` and :func:`~ecolaunch.policy.infer.combine`, shared with the
+   launch path).
 
 Every stage updates node type ``t`` as ``h_t <- h_t + ReLU(sum over relations into t of SAGEConv(h_src, h_t))``.
 """
@@ -25,15 +28,17 @@ import warnings
 from pathlib import Path
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 from torch_geometric.nn import HeteroConv, SAGEConv
 
 from ecolaunch.policy.features import FEATURES, HeteroGraph
-from ecolaunch.policy.infer import THROUGHPUT_SCALE, ModelConfig, message_edges, read_weights, stages
+from ecolaunch.policy.infer import (VAR_INPUTS, Heads, ModelConfig, combine, message_edges, physics_prior,
+                                    read_weights, stages)
 
 
 class HierarchicalGNN(nn.Module):
-    """Jobs, GPUs, interconnect groups and hosts -> job throughputs and GPU power (see the module docstring)."""
+    """Jobs, GPUs, interconnect groups and hosts -> job throughputs, their uncertainty, and GPU power (see the
+    module docstring)."""
 
     def __init__(self, config: ModelConfig | None = None) -> None:
         super().__init__()
@@ -46,11 +51,12 @@ class HierarchicalGNN(nn.Module):
                 HeteroConv({(s, r, d): SAGEConv(hidden, hidden, aggr=aggr) for s, r, d, aggr in stage}, aggr="sum")
                 for stage in stages(self.config)
             )
-        self.job_head = self._head(hidden + len(FEATURES["job"]))
-        self.gpu_head = self._head(hidden + len(FEATURES["gpu"]))
+        self.job_head = self._head(hidden + len(FEATURES["job"]) + 3, hidden)
+        self.var_head = self._head(VAR_INPUTS, 16)
+        self.gpu_head = self._head(hidden + len(FEATURES["gpu"]) + 2, hidden)
 
-    def _head(self, width: int) -> nn.Sequential:
-        hidden = self.config.hidden
+    @staticmethod
+    def _head(width: int, hidden: int) -> nn.Sequential:
         return nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
     def reset_parameters(self) -> None:
@@ -65,16 +71,17 @@ class HierarchicalGNN(nn.Module):
         return (f"{self.__class__.__name__}(hidden={self.config.hidden}, local_rounds={self.config.local_rounds}, "
                 f"stages={len(self.stages)}, parameters={self.num_parameters()})")
 
-    def forward(self, graph: HeteroGraph) -> tuple[Tensor, Tensor]:
-        """(job throughput in (0, 1.02), GPU power / max power limit in (0, 1)) for every row of ``graph``."""
+    def forward(self, graph: HeteroGraph) -> Heads:
+        """The heads (:class:`~ecolaunch.policy.infer.Heads`): raw throughput, power / max limit, log-variance."""
         h = {t: torch.relu(enc(graph.x[t])) for t, enc in self.encoders.items()}
         edges = message_edges(graph)
         for conv in self.stages:
             out = conv(h, edges)
             h = {t: h[t] + torch.relu(out[t]) if t in out else h[t] for t in h}
-        job = self.job_head(torch.cat([h["job"], graph.x["job"]], 1)).squeeze(1)
-        gpu = self.gpu_head(torch.cat([h["gpu"], graph.x["gpu"]], 1)).squeeze(1)
-        return THROUGHPUT_SCALE * torch.sigmoid(job), torch.sigmoid(gpu)
+        prior = physics_prior(graph, self.config)
+        return combine(prior, self.job_head(torch.cat([h["job"], graph.x["job"], prior.job_extra], 1)).squeeze(1),
+                       self.var_head(prior.var_inputs).squeeze(1),
+                       self.gpu_head(torch.cat([h["gpu"], graph.x["gpu"], prior.gpu_extra], 1)).squeeze(1))
 
 
 def load_gnn(path: Path | str) -> HierarchicalGNN:

@@ -1,27 +1,47 @@
-"""Training the hierarchical GNN: its data, the seeded loop, and the shipped weights' manifest.
+"""Training the hierarchical GNN: its data, the seeded loop, held-out folds, and the weights' manifest.
 
-What lives here: :func:`train` (behind ``benchmarks/train_gnn.py`` and ``ecolaunch policy train``),
-the held-out Gavel split (:func:`gavel_heldout`, shared with ``benchmarks/pair_prediction.py``), the three
-data sources and :func:`pair_metrics`. torch_geometric is imported only inside :func:`train`.
+What lives here: :func:`train` (behind ``benchmarks/train_gnn.py``, ``ecolaunch policy train`` and the
+simulator's k-fold benchmark), the k-fold split of Gavel's job types (:func:`type_folds`, shared with
+``benchmarks/pair_prediction.py``), the Zeus curve keys (:func:`zeus_keys`), the three data sources and
+:func:`pair_metrics`. torch_geometric is imported only inside :func:`train`. The model is a correction on physics
+priors (:mod:`ecolaunch.policy.infer`): labels train its residuals and, on measured data, its uncertainty.
 
-**Data** (all labels are normalized throughput, 1.0 = alone and uncapped, and GPU power / max power limit):
+**Data** (labels: normalized throughput, 1.0 = alone and uncapped, and GPU power / max power limit):
 
-(a) *Gavel's measured pairs* (OSDI '20; V100, P100, K80; two single-GPU jobs sharing one GPU under MPS): the
-    pairs of :func:`gavel_heldout` are never used. Gavel measured no utilization, so a job type's ``sm_util_pct``
-    is 100 x the demand the analytic model (:func:`ecolaunch.sim.interference.fit_gavel`) estimates **from the
-    training pairs only**, and ``iter_time_s`` is 1 / its measured solo throughput; values the analytic fit
+(a) *Gavel's measured pairs* (OSDI '20; V100, P100, K80; two single-GPU jobs sharing one GPU under MPS): every pair
+    that involves a type of ``holdout_types`` (on any GPU) is left out. Gavel measured no utilization, so a job
+    type's ``sm_util_pct`` is 100 x the demand the analytic model (:func:`ecolaunch.sim.interference.fit_gavel`)
+    estimates **from the training pairs only** (that fit also gives the interference prior's switching cost,
+    stored in the weights), and ``iter_time_s`` is 1 / its measured solo throughput; values the analytic fit
     treats as suspect (exact copies of the solo throughput) get no loss. Boards: V100 = V100-SXM2-16GB (AWS p3,
     an assumption), P100 = P100-PCIE-16GB; K80 (not in the catalogue) = one GK210 with 11441 MiB and
     100/149/175 W min/default/max limits (an assumption: what ``nvidia-smi -q`` commonly reports).
 (b) *Zeus's power-limit sweeps* (NSDI '23; V100 PCIe, A40, P100, RTX 6000): one job on a capped GPU, its
     uncapped power known, iteration time and utilization unknown (Zeus gives time per epoch); labels are the
     measured time ratio and power. Half the rows also carry two other measured caps of the same curve as
-    ``cap_points`` (never the labelled cap), so the model learns to use profiled cap points.
-(c) *Synthetic machines* labelled by the simulator's calibrated models (:func:`ecolaunch.sim.node.shared_gpu`;
-    interference refitted on the Gavel training pairs only, so no held-out pair leaks in): random catalogue
-    hosts (1-8 GPUs, sometimes two hosts), 1-4 jobs per GPU, multi-GPU jobs (labelled with their slowest GPU,
-    as the simulator runs them), random caps and profiles spanning Gavel's measured iteration times
-    (0.01-3 s) and utilizations of 5-100 % (ranges are assumptions).
+    ``cap_points`` (never the labelled cap; where they bracket it, the prediction is their interpolation and
+    nothing is learned). Curves whose key (:func:`zeus_key`) is in ``holdout_zeus`` are left out, here and from
+    the cap model that labels (c).
+(c) *Synthetic machines* labelled by the analytic models (:func:`ecolaunch.sim.node.shared_gpu` with the
+    interference model fitted on the training pairs of (a) and the cap model fitted on the Zeus curves of (b);
+    these are the priors' own answers, so they pull the residuals towards zero where nothing was measured):
+    random catalogue hosts (1-8 GPUs, sometimes two hosts), 1-4 jobs per GPU, multi-GPU jobs (labelled with
+    their slowest GPU, as the simulator runs them), random caps and profiles spanning Gavel's measured iteration
+    times (0.01-3 s) and utilizations of 5-100 % (ranges are assumptions). They train the means only: the
+    uncertainty head learns from measured data ((a), (b) and ``extra``) alone.
+
+**Held-out folds.** ``train(..., holdout_types=..., holdout_zeus=...)`` leaves whole job types out of every source
+above, the interference refit included, so a simulator or benchmark can score the model on types it never saw:
+``holdout_types`` are Gavel job type names as in :func:`gavel_types` (e.g. ``"ResNet-18 (batch size 32)"``; a
+name leaves out every pair involving it, on every GPU); ``holdout_zeus`` are Zeus curve keys
+``"<gpu>:<network>:<batch_size>"`` as in :func:`zeus_keys` (e.g. ``"v100:resnet50:128"``: every dataset and
+optimizer of that network at that batch size on that board; ``"<gpu>:<dataset>/<network>:<batch_size>"`` names
+one dataset only). Unknown names raise ConfigError (a typo must not hold out nothing). Not refitted per fold: the
+cap-curve prior :data:`~ecolaunch.profile.powercap.DEFAULT_PRIOR` (medians over all 208 Zeus curves), which the
+features and the launch path use as fixed physics. ``fast=True`` trains a small model quickly (tests).
+
+**Determinism.** The same seed, data, holdouts and torch thread count give the same weights
+(``benchmarks/train_gnn.py`` and ``ecolaunch policy train`` use one thread).
 
 **A lab's own history** (``ecolaunch policy train``): :func:`ecolaunch.policy.history_data.history_samples` turns
 the job history of a state directory into :class:`LabelledState` samples (each profiled job's measured caps; each
@@ -35,7 +55,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,17 +67,23 @@ from torch import Tensor
 
 from ecolaunch.devices.catalogue import CATALOGUE, GpuModel
 from ecolaunch.devices.spec import default_links
+from ecolaunch.errors import ConfigError
 from ecolaunch.policy.features import HeteroGraph, batch, encode_state, scenario_graph
-from ecolaunch.sim.interference import InterferenceModel, fit_gavel, gavel_set
-from ecolaunch.sim.models import ZEUS_GPUS
+from ecolaunch.sim.interference import GavelFit, InterferenceModel, _impute_held_type, fit_gavel, gavel_set
+from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
 from ecolaunch.sim.node import shared_gpu
-from ecolaunch.sim.power import default_power_model, zeus_curves
+from ecolaunch.sim.power import CurveSet, PowerCapModel, default_power_model, fit_shape
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
 
 logger = logging.getLogger(__name__)
 
-HELDOUT_SEED, HELDOUT_FOLDS = 0, 5
+#: the k-fold split of Gavel's job types: seeded permutation of :func:`gavel_types`, dealt round-robin
+TYPE_FOLDS, TYPE_FOLD_SEED = 5, 0
 CHUNKS_PER_BATCH = 4
+#: ``train(fast=True)``: a quick, small model for tests (not for decisions)
+FAST_EPOCHS, FAST_SYNTHETIC, FAST_EVAL_STATES = 4, 150, 40
+#: sources whose labels are measurements: only they train the uncertainty head
+MEASURED_SOURCES = frozenset({"gavel", "zeus", "history", "extra"})
 GAVEL_BOARDS: Mapping[str, GpuModel] = {
     "v100": CATALOGUE["V100-SXM2-16GB"], "p100": CATALOGUE["P100-PCIE-16GB"],
     "k80": GpuModel("K80", "Tesla K80", 11441, 100.0, 149.0, 175.0, 0.0, False, "Kepler",
@@ -78,14 +105,54 @@ class LabelledState:
     source: str = "extra"
 
 
-def gavel_heldout(seed: int = HELDOUT_SEED, folds: int = HELDOUT_FOLDS) -> np.ndarray:
-    """Per Gavel pair (order of :func:`~ecolaunch.sim.interference.gavel_set`): True for the held-out pairs.
+# --- held-out job types --------------------------------------------------------------------------------------
+def gavel_types() -> tuple[str, ...]:
+    """Gavel's single-GPU job type names, sorted (26: e.g. ``"ResNet-18 (batch size 32)"``, ``"A3C"``)."""
+    return tuple(sorted({job for _, job in gavel_set().keys}))
 
-    Fold 0 of the seeded pair split of :func:`~ecolaunch.sim.interference.holdout_errors`, about a fifth."""
+
+def type_folds(folds: int = TYPE_FOLDS, seed: int = TYPE_FOLD_SEED) -> list[tuple[str, ...]]:
+    """Gavel's job types dealt into ``folds`` folds by a seeded permutation (each fold's types sorted)."""
+    names = gavel_types()
+    order = np.random.default_rng(seed).permutation(len(names))
+    return [tuple(sorted(names[i] for k, i in enumerate(order) if k % folds == f)) for f in range(folds)]
+
+
+def pairs_involving(types: Collection[str]) -> np.ndarray:
+    """Per Gavel pair (order of :func:`~ecolaunch.sim.interference.gavel_set`): True when either job is of one of
+    ``types`` (on any GPU). ConfigError for a name that is not a Gavel job type."""
+    unknown = sorted(set(types) - set(gavel_types()))
+    if unknown:
+        raise ConfigError(f"not a Gavel job type: {unknown[0]!r}",
+                          hint=f"use names as in ecolaunch.policy.train.gavel_types(), e.g. {gavel_types()[0]!r}")
     data = gavel_set()
-    return np.random.default_rng(seed).permutation(data.a.size) % folds == 0
+    held = np.array([job in types for _, job in data.keys], dtype=bool)
+    return held[data.a] | held[data.b]
 
 
+def zeus_key(gpu: str, workload: str, batch_size: int) -> str:
+    """``"<gpu>:<network>:<batch_size>"`` of a Zeus curve (``workload`` is Zeus's ``"<dataset>/<network>"``)."""
+    return f"{gpu}:{workload.split('/')[-1]}:{batch_size}"
+
+
+def zeus_keys() -> tuple[str, ...]:
+    """Every Zeus curve key (:func:`zeus_key`), sorted."""
+    return tuple(sorted({zeus_key(g, r.workload, r.batch_size) for g in ZEUS_GPUS for r in zeus_rows(g)}))
+
+
+def _zeus_held(holdout_zeus: Collection[str]) -> Callable[[str, str, int], bool]:
+    """A predicate (gpu, workload, batch size) -> held out; ConfigError for a key that names no curve."""
+    known = set(zeus_keys()) | {f"{g}:{r.workload}:{r.batch_size}" for g in ZEUS_GPUS for r in zeus_rows(g)}
+    unknown = sorted(set(holdout_zeus) - known)
+    if unknown:
+        raise ConfigError(f"not a Zeus curve key: {unknown[0]!r}",
+                          hint="use \"<gpu>:<network>:<batch_size>\" as in ecolaunch.policy.train.zeus_keys(), "
+                               "e.g. \"v100:resnet50:128\"")
+    held = set(holdout_zeus)
+    return lambda gpu, workload, bs: zeus_key(gpu, workload, bs) in held or f"{gpu}:{workload}:{bs}" in held
+
+
+# --- Gavel pairs ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class PairSet:
     """Gavel pairs as graphs (job rows: a then b) with observations and which values count."""
@@ -95,14 +162,14 @@ class PairSet:
     obs_b: np.ndarray
     use_a: np.ndarray  # values not suspect (not a copy of the solo throughput)
     use_b: np.ndarray
-    demand_a: np.ndarray  # the training-pair demands used as features
+    demand_a: np.ndarray  # the demands used as features (fitted on training pairs; imputed for held-out types)
     demand_b: np.ndarray
     gpu: tuple[str, ...] = field(default=())
 
 
 def gavel_pairs_set(select: np.ndarray, demands: Mapping[tuple[str, str], float]) -> PairSet:
-    """The Gavel pairs where ``select`` is True, their job features built from ``demands`` (fitted on training
-    pairs) and the measured solo iteration times."""
+    """The Gavel pairs where ``select`` is True, their job features built from ``demands`` and the measured solo
+    iteration times."""
     data = gavel_set()
     use_a, use_b = data.usable("values")
     idx = np.flatnonzero(select)
@@ -116,6 +183,14 @@ def gavel_pairs_set(select: np.ndarray, demands: Mapping[tuple[str, str], float]
         db.append(demands[kb])
     return PairSet(graphs, data.obs_a[idx], data.obs_b[idx], use_a[idx], use_b[idx], np.array(da), np.array(db),
                    tuple(data.keys[data.a[k]][0] for k in idx))
+
+
+def heldout_demands(fit: GavelFit, held: np.ndarray) -> dict[tuple[str, str], float]:
+    """``fit``'s demands, those of job types seen only in the ``held`` pairs imputed as
+    :func:`~ecolaunch.sim.interference.holdout_errors` does (from the same model family's other batch sizes)."""
+    data = gavel_set()
+    d = _impute_held_type(data, np.array([fit.demands[k] for k in data.keys]), held)
+    return dict(zip(data.keys, map(float, d)))
 
 
 def pair_metrics(pred_a: np.ndarray, pred_b: np.ndarray, pairs: PairSet,
@@ -137,25 +212,57 @@ def _gavel_samples(train_mask: np.ndarray, demands: Mapping[tuple[str, str], flo
             for g, oa, ob, ua, ub in zip(pairs.graphs, pairs.obs_a, pairs.obs_b, pairs.use_a, pairs.use_b)]
 
 
-def _zeus_samples(rng: np.random.Generator) -> list[LabelledState]:
+# --- Zeus sweeps ---------------------------------------------------------------------------------------------
+def _zeus_sweeps(gpu: str, held: Callable[[str, str, int], bool]) -> list[list[Any]]:
+    """The kept Zeus curves of ``gpu`` (one per workload, batch size and optimizer), each its rows by cap."""
+    groups: dict[tuple[str, int, str], list] = {}
+    for row in zeus_rows(gpu):
+        if not held(gpu, row.workload, row.batch_size):
+            groups.setdefault((row.workload, row.batch_size, row.optimizer), []).append(row)
+    return [sorted(groups[k], key=lambda r: r.power_limit_w) for k in sorted(groups)]
+
+
+def _zeus_samples(rng: np.random.Generator, held: Callable[[str, str, int], bool]) -> list[LabelledState]:
     out = []
     for gpu, p_max in ZEUS_GPUS.items():
-        cs = zeus_curves(gpu)
-        workload = np.array(cs.workload)
-        curve = np.cumsum(np.r_[True, (cs.u[1:] != cs.u[:-1]) | (workload[1:] != workload[:-1])])  # one per sweep
-        for k in range(cs.u.size):
-            job: dict[str, Any] = {"id": "z", "power_w": float(cs.u[k] * p_max)}
-            others = [i for i in np.flatnonzero(curve == curve[k]) if cs.c[i] != cs.c[k]]
-            if rng.random() < 0.5 and len(others) >= 2:
-                top = max(others, key=lambda i: cs.c[i])  # the curve's highest cap is its uncapped reference
-                pick = [top, *rng.choice([i for i in others if i != top], 1)]
-                job["cap_points"] = [[float(cs.c[i] * p_max), float(cs.time_ratio[i]), float(cs.power_frac[i] * p_max)]
-                                     for i in pick]
-            graph = scenario_graph(ZEUS_BOARDS[gpu], float(cs.c[k] * p_max), [job])
-            out.append(LabelledState(graph, (1.0 / float(cs.time_ratio[k]),), (float(cs.power_frac[k]),), 1.0, "zeus"))
+        for rows in _zeus_sweeps(gpu, held):
+            top = rows[-1]  # the curve's highest cap is its uncapped reference
+            for row in rows:
+                job: dict[str, Any] = {"id": "z", "power_w": top.power_w}
+                others = [r for r in rows if r.power_limit_w != row.power_limit_w]
+                if rng.random() < 0.5 and len(others) >= 2:
+                    rest = [r for r in others if r is not top]
+                    pick = [top, rest[int(rng.integers(len(rest)))]]
+                    job["cap_points"] = [[r.power_limit_w, r.time_per_epoch_s / top.time_per_epoch_s, r.power_w]
+                                         for r in pick]
+                graph = scenario_graph(ZEUS_BOARDS[gpu], row.power_limit_w, [job])
+                out.append(LabelledState(graph, (top.time_per_epoch_s / row.time_per_epoch_s,),
+                                         (row.power_w / p_max,), 1.0, "zeus"))
     return out
 
 
+def _power_model(held: Callable[[str, str, int], bool], holding: bool) -> PowerCapModel:
+    """The cap model that labels synthetic states: the default one, or refitted without the held-out curves
+    (the same fit as :meth:`~ecolaunch.sim.power.PowerCapModel.fit`, on the kept rows)."""
+    if not holding:
+        return default_power_model()
+    shapes, idle = {}, {}
+    for gpu, p_max in ZEUS_GPUS.items():
+        wl, u, c, t, p = [], [], [], [], []
+        for rows in _zeus_sweeps(gpu, held):
+            ref = rows[-1]
+            for r in rows:
+                wl.append(r.workload)
+                u.append(ref.power_w / p_max)
+                c.append(r.power_limit_w / p_max)
+                t.append(r.time_per_epoch_s / ref.time_per_epoch_s)
+                p.append(r.power_w / p_max)
+        shapes[gpu] = fit_shape([CurveSet(gpu, tuple(wl), np.array(u), np.array(c), np.array(t), np.array(p))])
+        idle[gpu] = min(p) if p else default_power_model().active_idle_frac[gpu]
+    return PowerCapModel(shapes, idle)
+
+
+# --- synthetic machines --------------------------------------------------------------------------------------
 def _node(uuid: str, index: int, model: GpuModel, cap_w: float) -> GpuNode:
     return GpuNode(uuid=uuid, index=index, name=model.full_name, memory_total_mib=model.memory_mib,
                    power_limit_min_w=model.power_limit_min_w, power_limit_default_w=model.power_limit_default_w,
@@ -177,16 +284,18 @@ def _profile(rng: np.random.Generator, model: GpuModel, floor_w: float) -> dict[
     return prof
 
 
-def _cap_points(rng: np.random.Generator, prof: dict[str, Any], model: GpuModel) -> list[list[float]]:
-    power = default_power_model()
+def _cap_points(rng: np.random.Generator, prof: dict[str, Any], model: GpuModel, power: PowerCapModel
+                ) -> list[list[float]]:
     caps = sorted({float(model.power_limit_max_w), *rng.uniform(model.power_limit_min_w, model.power_limit_max_w, 2)})
     points = [power.predict(prof["power_w"], c, model, prof["iter_time_s"]) for c in caps]
     return [[p.power_cap_w, p.iter_time_s, p.power_w] for p in points]
 
 
-def synthetic_state(rng: np.random.Generator, interference: InterferenceModel) -> LabelledState:
-    """One random machine state labelled by the simulator's models (see the module docstring, (c))."""
-    power = default_power_model()
+def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
+                    power: PowerCapModel | None = None) -> LabelledState:
+    """One random machine state labelled by the analytic models (see the module docstring, (c)); ``power``: the
+    cap model (None: fitted on every Zeus sweep)."""
+    power = power or default_power_model()
     n_hosts = 2 if rng.random() < 0.15 else 1
     state, models, jobs_on = StateGraph(), {}, {}
     for h in range(n_hosts):
@@ -212,7 +321,7 @@ def synthetic_state(rng: np.random.Generator, interference: InterferenceModel) -
         model = models[gpus[0]]
         prof = _profile(rng, model, power.active_idle_power_w(model)[0])
         if prof["power_w"] is not None and prof["iter_time_s"] is not None and rng.random() < 0.25:
-            prof["cap_points"] = _cap_points(rng, prof, model)
+            prof["cap_points"] = _cap_points(rng, prof, model, power)
         state.jobs[f"j{k}"] = Job(id=f"j{k}", uid=0, user="u", host=host.name, launcher_pid=1, launcher_start_time=0.0,
                                   nproc=want, name="x", seq=k, submitted_at=0.0, state=JobState.RUNNING, gpus=gpus,
                                   request={"allowed_slowdown_pct": float(rng.uniform(0.0, 30.0))}, profile=prof)
@@ -238,6 +347,7 @@ class _Batch:
     graph: HeteroGraph
     thr: Tensor
     thr_w: Tensor  # per job row: sample weight, 0 = no label
+    var_w: Tensor  # per job row: weight in the uncertainty loss (measured labels only)
     power: Tensor
     power_w: Tensor
 
@@ -251,74 +361,112 @@ def _collate(samples: Sequence[LabelledState]) -> _Batch:
 
     weights = [s.weight for s in samples]
     thr, thr_w = flat([s.throughputs for s in samples], weights)
+    _, var_w = flat([s.throughputs for s in samples],
+                    [s.weight if s.source in MEASURED_SOURCES else 0.0 for s in samples])
     power, power_w = flat([s.gpu_power_frac for s in samples], weights)
-    return _Batch(batch([s.graph for s in samples]), thr, thr_w, power, power_w)
+    return _Batch(batch([s.graph for s in samples]), thr, thr_w, var_w, power, power_w)
 
 
 def _merge(parts: Sequence[_Batch]) -> _Batch:
     return _Batch(batch([p.graph for p in parts]), *(torch.cat([getattr(p, f) for p in parts])
-                                                    for f in ("thr", "thr_w", "power", "power_w")))
+                                                    for f in ("thr", "thr_w", "var_w", "power", "power_w")))
 
 
 def _loss(model: torch.nn.Module, b: _Batch) -> Tensor:
-    thr, frac = model(b.graph)
-    job = (torch.abs(thr - b.thr) * b.thr_w).sum() / b.thr_w.sum().clamp(min=1e-9)
-    gpu = (torch.abs(frac - b.power) * b.power_w).sum() / b.power_w.sum().clamp(min=1e-9)
-    return job + gpu
+    """L1 on throughput and power (rows whose prior is a measurement carry no gradient and are left out) plus the
+    Gaussian NLL of the log-throughput error under the predicted variance (measured labels; the error is not
+    differentiated, so the NLL trains the uncertainty head alone)."""
+    heads = model(b.graph)
+    free = (~heads.fixed_job).float()
+    thr_w, var_w = b.thr_w * free, b.var_w * free
+    job = (torch.abs(heads.throughput - b.thr) * thr_w).sum() / thr_w.sum().clamp(min=1e-9)
+    gpu = (torch.abs(heads.power_frac - b.power) * b.power_w).sum() / b.power_w.sum().clamp(min=1e-9)
+    err = torch.log(b.thr.clamp(min=1e-3)) - torch.log(heads.throughput.detach().clamp(1e-3, 1.0))
+    nll = 0.5 * (heads.log_var + err * err * torch.exp(-heads.log_var))
+    return job + gpu + (nll * var_w).sum() / var_w.sum().clamp(min=1e-9)
 
 
-def build_dataset(seed: int, synthetic: int, extra: Sequence[LabelledState] = (), gavel_weight: float = 3.0
-                  ) -> tuple[list[LabelledState], dict[str, Any]]:
-    """Every training sample (Gavel training pairs, Zeus rows, ``synthetic`` random states, ``extra``); measured
-    pairs weigh ``gavel_weight`` times a simulated state in the loss."""
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    """Every training sample, what they are (for the manifest), and the fits that built them."""
+
+    samples: list[LabelledState]
+    data: dict[str, Any]
+    gavel_fit: GavelFit
+    gavel_train: np.ndarray  # per Gavel pair: used for training
+    power: PowerCapModel
+
+
+def build_dataset(seed: int, synthetic: int, extra: Sequence[LabelledState] = (), gavel_weight: float = 3.0, *,
+                  holdout_types: Collection[str] = (), holdout_zeus: Collection[str] = ()) -> Dataset:
+    """Every training sample (Gavel training pairs, Zeus rows, ``synthetic`` random states, ``extra``), none from
+    a held-out type (see the module docstring); measured pairs weigh ``gavel_weight`` times a simulated state."""
     rng = np.random.default_rng(seed)
-    train_mask = ~gavel_heldout()
+    train_mask = ~pairs_involving(holdout_types)
+    held_zeus = _zeus_held(holdout_zeus)
     fit = fit_gavel(train=train_mask)
-    samples = _gavel_samples(train_mask, fit.demands, gavel_weight) + _zeus_samples(rng)
-    samples += [synthetic_state(rng, fit.model) for _ in range(synthetic)] + list(extra)
-    counts = {src: sum(1 for s in samples if s.source == src)
-              for src in ("gavel", "zeus", "synthetic", "history", "extra")}
+    power = _power_model(held_zeus, bool(holdout_zeus))
+    samples = _gavel_samples(train_mask, fit.demands, gavel_weight) + _zeus_samples(rng, held_zeus)
+    samples += [synthetic_state(rng, fit.model, power) for _ in range(synthetic)] + list(extra)
+    counts = Counter(s.source for s in samples)
     data = {"gavel_train_pairs": counts["gavel"], "zeus_rows": counts["zeus"], "synthetic_states": counts["synthetic"],
             "history_samples": counts["history"], "extra_states": counts["extra"],
-            "gavel_heldout": {"seed": HELDOUT_SEED, "folds": HELDOUT_FOLDS, "fold": 0},
+            "sources": dict(sorted(counts.items())),
+            "holdout_types": sorted(holdout_types), "holdout_zeus": sorted(holdout_zeus),
             "switch_overhead_s": fit.switch_overhead_s}
-    return samples, data
+    return Dataset(samples, data, fit, train_mask, power)
 
 
-def evaluate(predict: Callable[[HeteroGraph], tuple[Tensor, Tensor]], seed: int = 10_000) -> dict[str, Any]:
-    """Held-out Gavel pair errors and errors on fresh synthetic states (seeded, never trained on)."""
-    fit = fit_gavel(train=~gavel_heldout())
-    pairs = gavel_pairs_set(gavel_heldout(), fit.demands)
+def evaluate(predict: Callable[[HeteroGraph], Any], dataset: Dataset, seed: int = 10_000, states: int = 300
+             ) -> dict[str, Any]:
+    """Errors on the held-out Gavel pairs (when types were held out; their demands imputed) and on fresh
+    synthetic states labelled by the same fold's models (seeded, never trained on)."""
+    out: dict[str, Any] = {}
+    held = ~dataset.gavel_train
     with torch.no_grad():
-        thr, _ = predict(batch(pairs.graphs))
-    pred = thr.reshape(-1, 2).numpy()
-    rng = np.random.default_rng(seed)
-    states = [synthetic_state(rng, fit.model) for _ in range(300)]
-    with torch.no_grad():
-        s_thr, s_pow = predict(batch([s.graph for s in states]))
-    t_obs = torch.tensor([v for s in states for v in s.throughputs])
-    p_obs = torch.tensor([v for s in states for v in s.gpu_power_frac])
-    return {"gavel_heldout": pair_metrics(pred[:, 0], pred[:, 1], pairs),
-            "synthetic_throughput_mae": float((s_thr - t_obs).abs().mean()),
-            "synthetic_power_mae_frac": float((s_pow - p_obs).abs().mean())}
+        if held.any():
+            pairs = gavel_pairs_set(held, heldout_demands(dataset.gavel_fit, held))
+            pred = predict(batch(pairs.graphs)).throughput.clamp(max=1.0).reshape(-1, 2).numpy()
+            out["gavel_heldout"] = pair_metrics(pred[:, 0], pred[:, 1], pairs)
+        rng = np.random.default_rng(seed)
+        fresh = [synthetic_state(rng, dataset.gavel_fit.model, dataset.power) for _ in range(states)]
+        heads = predict(batch([s.graph for s in fresh]))
+    t_obs = torch.tensor([v for s in fresh for v in s.throughputs])
+    p_obs = torch.tensor([v for s in fresh for v in s.gpu_power_frac])
+    out["synthetic_throughput_mae"] = float((heads.throughput.clamp(max=1.0) - t_obs).abs().mean())
+    out["synthetic_power_mae_frac"] = float((heads.power_frac - p_obs).abs().mean())
+    return out
 
 
 def train(seed: int = 0, out_path: Path | str | None = None, *, epochs: int = 60, synthetic: int = 4000,
           batch_size: int = 64, lr: float = 3e-3, hidden: int = 32, gavel_weight: float = 3.0,
-          extra: Sequence[LabelledState] = (), describe: Mapping[str, Any] | None = None,
+          extra: Sequence[LabelledState] = (), holdout_types: Collection[str] = (),
+          holdout_zeus: Collection[str] = (), fast: bool = False, describe: Mapping[str, Any] | None = None,
           progress: Callable[[int, float], None] | None = None, clock: Callable[[], float] = time.perf_counter
           ) -> dict[str, Any]:
-    """Train from scratch (seeded: same seed, same machine, same weights) and write the weights plus
-    ``manifest.json`` next to them when ``out_path`` is given; ``describe`` adds keys to the manifest (e.g.
-    what the ``extra`` samples came from). Returns the manifest."""
+    """Train from scratch and write the weights plus ``manifest.json`` next to them when ``out_path`` is given;
+    return the manifest.
+
+    ``holdout_types`` (Gavel job type names) and ``holdout_zeus`` (Zeus curve keys) are left out of every data
+    source (see the module docstring; unknown names raise ConfigError); the manifest's ``metrics`` then include
+    ``gavel_heldout``, the errors on the held-out pairs. ``fast=True`` trains :data:`FAST_EPOCHS` epochs on
+    :data:`FAST_SYNTHETIC` synthetic states (for tests; ``epochs`` and ``synthetic`` are ignored). Seeded: the
+    same arguments and torch thread count give the same weights. ``describe`` adds keys to the manifest (e.g.
+    what the ``extra`` samples came from).
+    """
     from ecolaunch.policy.infer import ModelConfig, write_weights
     from ecolaunch.policy.model import HierarchicalGNN
 
+    if fast:
+        epochs, synthetic = FAST_EPOCHS, FAST_SYNTHETIC
     start = clock()
     torch.manual_seed(seed)
-    samples, data = build_dataset(seed, synthetic, extra, gavel_weight)
+    ds = build_dataset(seed, synthetic, extra, gavel_weight, holdout_types=holdout_types, holdout_zeus=holdout_zeus)
+    samples = ds.samples
     built = clock() - start
-    model = HierarchicalGNN(ModelConfig(hidden=hidden))
+    prior = ds.gavel_fit.model
+    model = HierarchicalGNN(ModelConfig(hidden=hidden, switch_overhead_s=prior.switch_overhead_s,
+                                        default_iter_time_s=prior.default_iter_time_s))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     # collating costs as much as a step: samples are collated once into fixed chunks, and each epoch shuffles the
@@ -345,10 +493,11 @@ def train(seed: int = 0, out_path: Path | str | None = None, *, epochs: int = 60
     model.eval()
     manifest = {
         "format": "ecolaunch-gnn-manifest", "seed": seed, "epochs": epochs, "batch_size": batch_size, "lr": lr,
-        "gavel_weight": gavel_weight,
-        "config": model.config.to_dict(), "parameters": model.num_parameters(), "data": data,
+        "gavel_weight": gavel_weight, "fast": fast,
+        "config": model.config.to_dict(), "parameters": model.num_parameters(), "data": ds.data,
         "final_loss": loss_sum, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "metrics": evaluate(model), "train_s": round(clock() - start, 1), "data_s": round(built, 1),
+        "metrics": evaluate(model, ds, states=FAST_EVAL_STATES if fast else 300),
+        "train_s": round(clock() - start, 1), "data_s": round(built, 1),
         **(describe or {}),
     }
     if out_path is not None:

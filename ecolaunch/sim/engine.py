@@ -28,11 +28,13 @@ Deterministic: no randomness inside the loop (traces carry their own seeded rand
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass, field, replace
 
 from ecolaunch.admin.rules import Rules
@@ -122,6 +124,14 @@ class SimResult:
     gpu_busy_s: float
     gpu_count: int
     decisions: int
+    #: placements made, and how many of them the policy's learned part decided (``Decision.predicted["learned"]``)
+    placements: int = 0
+    learned_decisions: int = 0
+    #: the most the machine's GPUs drew together at any instant (W)
+    peak_gpu_power_w: float = 0.0
+    #: the most the GPUs' power limits added up to at any instant, a GPU without a job at its minimum limit (W): what
+    #: a power budget (``[power] max_total_w``) bounds
+    peak_limit_sum_w: float = 0.0
 
 
 @dataclass(slots=True)
@@ -146,12 +156,22 @@ class Simulation:
 
     def __init__(self, machine: MachineSpec, policy: Policy, rules: Rules | None = None, *,
                  host_static_w: float | None = None, profile_caps: bool = True,
-                 early_check_fraction: float = 0.05) -> None:
+                 early_check_fraction: float = 0.05, world: Any = None, closed_loop: bool = False,
+                 omniscient: bool = False) -> None:
         self.machine = machine
-        self.profile_caps = profile_caps
+        self.profile_caps = profile_caps and world is None
         self.early_check_fraction = early_check_fraction
         self.policy = policy
         self.rules = rules or Rules()
+        #: the measured world (:class:`ecolaunch.sim.measured.MeasuredWorld`): the truth the machine plays and
+        #: the noisy profiles the policy reads; None = the fitted models of ecolaunch.sim.node (and exact profiles)
+        self.world = world
+        #: whether the policy's jobs run under ecolaunch's profiler and closed-loop cap control (world only)
+        self.closed_loop = closed_loop
+        #: whether the policy reads the truth (the hindsight oracle; world only)
+        self.omniscient = omniscient
+        if world is not None:
+            self.rules = replace(self.rules, max_jobs_per_gpu=min(self.rules.max_jobs_per_gpu, world.max_jobs_per_gpu))
         self.host_static_w = default_host_static_w() if host_static_w is None else host_static_w
         self.models: dict[str, GpuModel] = {}
         self.graph = StateGraph()
@@ -172,6 +192,9 @@ class Simulation:
         self._host_of = {u: h.name for h in self.graph.hosts.values() for u in h.gpus}
         self._exclusive_only: set[str] = set()
         self._resume: dict[str, float] = {}
+        self._oom: set[str] = set()
+        self.learned_decisions = 0
+        self.placements = 0
 
     # --- the event loop --------------------------------------------------------------------------
     def run(self, trace: Trace, progress: Callable[[int, int], None] | None = None) -> SimResult:
@@ -185,7 +208,7 @@ class Simulation:
         gpu_jobs: dict[str, list[str]] = {u: [] for u in self._host_of}
         loads: dict[str, GpuLoad] = {u: self._idle_load(u) for u in self._host_of}
         caps: dict[str, float | None] = {u: None for u in self._host_of}
-        now, nxt, done, decisions, busy_s = 0.0, 0, 0, 0, 0.0
+        now, nxt, done, decisions, busy_s, peak_w, peak_limits_w = 0.0, 0, 0, 0, 0.0, 0.0, 0.0
         completions: list[tuple[float, str]] = []
         checks: list[tuple[float, str]] = []  # early-epoch checks of shared placements (undo_on_violation)
         undo = bool(getattr(self.policy, "undo_on_violation", False))
@@ -204,6 +227,8 @@ class Simulation:
             dt = t - now
             if dt > 0:
                 busy_s += dt * sum(1 for jobs in gpu_jobs.values() if jobs)
+                peak_w = max(peak_w, sum(load.power_w for load in loads.values()))
+                peak_limits_w = max(peak_limits_w, self._limit_sum_w(gpu_jobs, caps))
                 for host, meter in meters.items():
                     meter.add(dt, [loads[u] for u in self.graph.hosts[host].gpus])
                 for r in running.values():
@@ -221,18 +246,24 @@ class Simulation:
             while checks and checks[0][0] <= now:
                 _, jid = heapq.heappop(checks)
                 r = running.get(jid)
-                if r is not None and r.speed < 1.0 / (1.0 + r.job.allowed_slowdown_pct / 100.0):
+                oom = jid in self._oom
+                self._oom.discard(jid)
+                if r is not None and (oom or r.speed < 1.0 / (1.0 + r.job.allowed_slowdown_pct / 100.0)):
                     # the early-epoch check: the shared placement breaks the job's bound, so undo it and
                     # queue the job again, at the head, for GPUs of its own (progress is kept)
                     del running[jid], self.graph.jobs[jid]
                     for u in r.gpus:
                         gpu_jobs[u].remove(jid)
                         changed.add(u)
-                    remaining = replace(r.job, work_s=max(r.remaining_s, _EPS_S))
+                    remaining = replace(r.job, work_s=max(r.remaining_s if not oom else r.job.work_s, _EPS_S))
+                    if oom and self.world is not None:
+                        self.world.oom_failures += 1
                     self._exclusive_only.add(jid)
                     self._resume[jid] = r.outcome.start_s
                     queue.appendleft(remaining)
                     r.outcome.undone = True
+            if changed:  # jobs left (or failed): a power budget gives their watts back to the running jobs
+                self._rebalance(changed)
             while nxt < len(arrivals) and arrivals[nxt].arrival_s <= now:
                 queue.append(arrivals[nxt])
                 nxt += 1
@@ -247,8 +278,8 @@ class Simulation:
                 decisions += 1
                 if placed is None:
                     blocked = True
-                    if not running and not changed:
-                        queue.popleft()  # an empty machine cannot take it: it never will
+                    if not running:
+                        queue.popleft()  # an empty machine (as it is now) cannot take it: it never will
                         outcomes[head.id].rejected = "does not fit the machine"
                         logger.warning("job %s (%d GPUs) can never be placed; dropped", head.id, head.nproc)
                         blocked = False
@@ -256,6 +287,9 @@ class Simulation:
                     break
                 queue.popleft()
                 host, decision = placed
+                self.placements += 1
+                if (decision.predicted or {}).get("learned"):
+                    self.learned_decisions += 1
                 out = outcomes[head.id]
                 out.start_s = self._resume.pop(head.id, now)
                 out.gpus, out.caps_w = decision.gpus, dict(decision.power_caps_w)
@@ -267,8 +301,13 @@ class Simulation:
                 for u in decision.gpus:
                     gpu_jobs[u].append(head.id)
                     changed.add(u)
-                # later heads of the queue see this placement too
-                self._refresh(set(decision.gpus), gpu_jobs, running, loads, caps)
+                touched = set(decision.gpus) | self._apply_recaps(decision)
+                if self.world is not None:
+                    touched |= self._world_start(head, decision, gpu_jobs, checks, now)
+                touched |= self._follow_ceilings()
+                changed |= touched
+                # later heads of the queue see this placement too (and the caps it changed)
+                self._refresh(touched, gpu_jobs, running, loads, caps)
             if changed:
                 completions = [(now + r.remaining_s / r.speed, jid) for jid, r in running.items() if r.speed > 0]
                 heapq.heapify(completions)
@@ -276,7 +315,8 @@ class Simulation:
                 progress(done, len(arrivals))
         energy = _merge([m.report() for m in meters.values()])
         return SimResult(trace.name, self.policy.name, tuple(outcomes[j.id] for j in arrivals), energy,
-                         now, busy_s, len(self._host_of), decisions)
+                         now, busy_s, len(self._host_of), decisions, self.placements, self.learned_decisions,
+                         peak_w, peak_limits_w)
 
     # --- placement -------------------------------------------------------------------------------
     def _place(self, job: TraceJob) -> tuple[str, Decision] | None:
@@ -285,11 +325,12 @@ class Simulation:
         rules = self.rules
         if job.id in self._exclusive_only:
             rules = replace(rules, allow_colocation=False)
+        profile = self._request_profile(job)
         for host in hosts:
             request = JobRequest(
                 id=job.id, user=job.user, host=host.name, nproc=job.nproc,
-                memory_mib=job.profile.memory_mib, allowed_slowdown_pct=job.allowed_slowdown_pct,
-                profile=job.profile_dict(),
+                memory_mib=(profile or {}).get("memory_mib"), allowed_slowdown_pct=job.allowed_slowdown_pct,
+                profile=profile,
             )
             decision = admit(self.graph, request, rules, self.policy.decide(self.graph, request, rules))
             if decision is not None:
@@ -304,7 +345,95 @@ class Simulation:
         )
         # the launcher's own booking (Session.try_place): RUNNING, the decided caps, and the job's profile
         self.graph.book(job.id, list(decision.gpus), dict(decision.power_caps_w), decision.to_dict(),
-                        job.profile_dict(), now)
+                        self._request_profile(job), now)
+        if self.rules.power_max_total_w is not None:  # the launcher's booking of a power budget's caps
+            from ecolaunch.policy.budget import book_budget
+
+            book_budget(self.graph, decision)
+
+    # --- the measured world: what policies read, profiling and the closed loop, budgets ------------------
+    def _request_profile(self, job: TraceJob) -> dict | None:
+        if self.world is None:
+            return job.profile_dict()
+        if self.omniscient:
+            return self.world.true_profile(job.kind)
+        return self.world.request_profile(job.user, job.kind)
+
+    def _world_start(self, job: TraceJob, decision: Decision, gpu_jobs: dict[str, list[str]],
+                     checks: list[tuple[float, str]], now: float) -> set[str]:
+        """A job starts in the measured world: a pair Gavel could not run fails (out of memory) after
+        OOM_AFTER_S; a first launch is profiled inline; under ecolaunch a job alone on its GPUs ends at the cap
+        its profiler and closed loop settle on. Returns the GPUs whose cap changed."""
+        world = self.world
+        for u in decision.gpus:
+            if not world.feasible([self.graph.jobs[j].name for j in gpu_jobs[u]]):
+                self._oom.add(job.id)
+                heapq.heappush(checks, (now + _oom_after_s(), job.id))
+                break
+        if self.omniscient:
+            return set()
+        if world.is_first(job.user, job.kind):
+            self.graph.jobs[job.id].profile = world.profile_inline(job.user, job.kind)
+        else:
+            world.repeat_launches += 1
+        if not self.closed_loop or any(len(gpu_jobs[u]) > 1 for u in decision.gpus):
+            return set()
+        host = self.graph.hosts[self._host_of[decision.gpus[0]]]
+        gpus = [host.gpus[u] for u in decision.gpus]
+        caps = [decision.power_caps_w.get(u) for u in decision.gpus]
+        cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct)
+        if self.rules.power_max_total_w is not None:  # the closed loop never moves past the budget's ceiling
+            from ecolaunch.policy.budget import budget_ceilings
+
+            ceiling = min((budget_ceilings(self.graph, self.rules).get(u, math.inf) for u in decision.gpus),
+                          default=math.inf)
+            if ceiling < math.inf:
+                cap = min(cap if cap is not None else ceiling, ceiling)
+        if cap == caps[0]:
+            return set()
+        rec = self.graph.jobs[job.id]
+        rec.power_caps_w = {u: cap for u in decision.gpus} if cap is not None else {}
+        return set(decision.gpus)
+
+    def _apply_recaps(self, decision: Decision) -> set[str]:
+        """A budget's new caps for running jobs' GPUs (``Decision.recaps_w``): booked on the jobs there."""
+        recaps = getattr(decision, "recaps_w", None) or {}
+        return self._set_caps(recaps)
+
+    def _set_caps(self, caps: dict[str, float]) -> set[str]:
+        changed = set()
+        for u, cap in caps.items():
+            for j in self._gpu_jobs.get(u, []):
+                rec = self.graph.jobs[j]
+                if rec.power_caps_w.get(u) != cap:
+                    rec.power_caps_w[u] = float(cap)
+                    changed.add(u)
+        return changed
+
+    def _rebalance(self, changed: set[str]) -> None:
+        """After departures, a budget's caps go back up (the policy's ``rebalance``, when it has one)."""
+        rebalance = getattr(self.policy, "rebalance", None)
+        if rebalance is None or self.rules.power_max_total_w is None:
+            return
+        caps = rebalance(self.graph, self.rules) or {}
+        self.graph.budget_caps_w = dict(caps)
+        changed |= self._set_caps(caps)
+        changed |= self._follow_ceilings()
+
+    def _follow_ceilings(self) -> set[str]:
+        """Running launchers follow their GPUs' budget ceilings (``JobCaps.follow_budget``): a cap above its ceiling
+        comes down to it. Returns the GPUs whose cap changed."""
+        if self.rules.power_max_total_w is None:
+            return set()
+        from ecolaunch.policy.budget import budget_ceilings
+
+        lower = {}
+        for u, ceiling in budget_ceilings(self.graph, self.rules).items():
+            for j in self._gpu_jobs.get(u, []):
+                cap = self.graph.jobs[j].power_caps_w.get(u)
+                if cap is None or cap > ceiling + 1e-9:
+                    lower[u] = ceiling
+        return self._set_caps(lower)
 
     # --- the machine's response ------------------------------------------------------------------
     def _refresh(self, changed: set[str], gpu_jobs: dict[str, list[str]], running: dict[str, _Running],
@@ -325,6 +454,18 @@ class Simulation:
                 node.memory_used_mib, node.util_gpu_pct, node.util_mem_pct = 0, 0.0, 0.0
                 node.power_w = loads[u].power_w
                 continue
+            if self.world is not None:
+                throughputs, power_w, floor_w, dyn = self.world.gpu_load([running[j].job.kind for j in jobs], cap)
+                loads[u] = GpuLoad(power_w, floor_w, dict(zip(jobs, dyn)))
+                node.power_w = power_w
+                seen = [self.graph.jobs[j].profile or {} for j in jobs]
+                node.memory_used_mib = sum(int(p.get("memory_mib") or 0) for p in seen)
+                node.util_gpu_pct = min(100.0, sum(float(p.get("sm_util_pct") or 100.0) for p in seen))
+                node.util_mem_pct = 0.0
+                for j, x in zip(jobs, throughputs):
+                    speeds[(u, j)] = x
+                    touched_jobs.add(j)
+                continue
             profiles = [running[j].job.profile for j in jobs]
             sg = shared_gpu(profiles, model, cap)
             loads[u] = GpuLoad(sg.power_w, sg.floor_power_w, dict(zip(jobs, sg.job_dynamic_w)))
@@ -340,10 +481,29 @@ class Simulation:
             per_gpu = [speeds.get((u, j)) for u in r.gpus]
             if any(s is None for s in per_gpu):  # a GPU of the job did not change: recompute it too
                 per_gpu = [speeds.get((u, j)) or self._speed_on(u, j, gpu_jobs, running, caps) for u in r.gpus]
-            r.speed = max(min(per_gpu), 1e-9)
+            r.speed = max(min(per_gpu) * self._link_factor(r), 1e-9)
+
+    def _limit_sum_w(self, gpu_jobs: dict[str, list[str]], caps: dict[str, float | None]) -> float:
+        """The GPUs' power limits added up, a GPU without a job at its minimum limit (a power budget's count)."""
+        total = 0.0
+        for u, jobs in gpu_jobs.items():
+            m = self.models[u]
+            total += (caps[u] if caps[u] is not None else m.power_limit_default_w) if jobs else m.power_limit_min_w
+        return total
+
+    def _link_factor(self, r: _Running) -> float:
+        """The measured world's speed penalty of a multi-GPU job off NVLink (1.0 in the model world)."""
+        if self.world is None or len(r.gpus) < 2:
+            return 1.0
+        from ecolaunch.policy.candidates import worst_link
+
+        host = self.graph.hosts[r.host]
+        return self.world.link_factor(r.job.kind, len(r.gpus), worst_link(host, list(r.gpus)) <= best_link(host, len(r.gpus)))
 
     def _speed_on(self, u: str, job_id: str, gpu_jobs, running, caps) -> float:
         jobs = gpu_jobs[u]
+        if self.world is not None:
+            return self.world.gpu_load([running[j].job.kind for j in jobs], caps[u])[0][jobs.index(job_id)]
         sg = shared_gpu([running[j].job.profile for j in jobs], self.models[u], caps[u])
         return sg.throughputs[jobs.index(job_id)]
 
@@ -356,6 +516,28 @@ class Simulation:
         while completions and completions[0][1] not in running:
             heapq.heappop(completions)
         return max(now, completions[0][0]) if completions else math.inf
+
+
+@functools.lru_cache(maxsize=64)
+def _best_link(links: tuple, uuids: tuple[str, ...], n: int):
+    import itertools
+
+    from ecolaunch.devices.base import LinkKind
+
+    table = dict(links)
+    return min((max((table.get((a, b) if a < b else (b, a), LinkKind.SYSTEM) for a, b in itertools.combinations(c, 2)),
+                    default=LinkKind.NVLINK) for c in itertools.combinations(sorted(uuids), n)), default=LinkKind.NVLINK)
+
+
+def best_link(host: Host, n: int):
+    """The best worst-link any ``n`` GPUs of ``host`` can have (what a job of that size gets at best there)."""
+    return _best_link(tuple(sorted(host.links.items())), tuple(sorted(host.gpus)), n)
+
+
+def _oom_after_s() -> float:
+    from ecolaunch.sim.measured import OOM_AFTER_S
+
+    return OOM_AFTER_S
 
 
 def _with_cap_points(job: TraceJob, gpu: GpuModel) -> TraceJob:

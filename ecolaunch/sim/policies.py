@@ -11,11 +11,57 @@ def sim_policy_names() -> list[str]:
 
 
 def get_sim_policy(name: str, *, gnn_weights=None):
+    """A policy by name: every launcher policy, ``oracle`` (the model world's) and the ablation ``no-gnn``."""
     if name == "oracle":
         from ecolaunch.sim.oracle import oracle_policy
 
         return oracle_policy()
+    if name == "no-gnn":  # the gnn policy without its learned part: the curve policy
+        from ecolaunch.policy.budget import BudgetedPolicy
+        from ecolaunch.policy.curve import CurvePolicy
+
+        return BudgetedPolicy(CurvePolicy(name="no-gnn"))
     try:
         return get_policy(name, gnn_weights=gnn_weights)
     except ConfigError:
         raise ConfigError(f"unknown policy {name!r}", hint=f"choose from: {', '.join(sim_policy_names())}") from None
+
+
+class WithMargin:
+    """An ablation: ``policy`` deciding every job against ``keep`` x its slowdown bound (``zeus-5w-margin``: Zeus's
+    cap rule on the 5 W grid with 5 % of the bound kept back, the margin the energy-aware policies keep)."""
+
+    def __init__(self, policy, name: str, keep: float = 0.95) -> None:
+        self.policy, self.name, self.keep = policy, name, keep
+
+    def __repr__(self) -> str:
+        return f"WithMargin({self.policy!r}, keep={self.keep})"
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["policy"], name)
+
+    def decide(self, state, job, rules):
+        from dataclasses import replace
+
+        decision = self.policy.decide(state, replace(job, allowed_slowdown_pct=job.allowed_slowdown_pct * self.keep),
+                                      rules)
+        return None if decision is None else replace(decision, policy=self.name)
+
+
+class FoldedPolicy:
+    """k-fold evaluation: each job decided by the policy of its fold (a GNN trained without its job type).
+
+    ``policies``: fold -> policy; ``fold_of``: job id -> fold. A decision scores the new job with the fold model
+    that never saw its type, so every pair it predicts (the new job with each job already on a GPU) is held out."""
+
+    def __init__(self, policies, fold_of, name: str) -> None:
+        self.policies, self.fold_of, self.name = dict(policies), dict(fold_of), name
+
+    def __repr__(self) -> str:
+        return f"FoldedPolicy({len(self.policies)} folds)"
+
+    def __getattr__(self, name: str):  # what does not depend on the model (a power budget's ``rebalance``)
+        return getattr(next(iter(self.__dict__["policies"].values())), name)
+
+    def decide(self, state, job, rules):
+        return self.policies[self.fold_of[job.id]].decide(state, job, rules)

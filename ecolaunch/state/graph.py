@@ -11,6 +11,11 @@ Job states and their legal transitions::
 
 A removed job leaves the graph (its outcome goes to the job history). The document is versioned:
 ``SCHEMA`` and ``VERSION`` must match, else the store treats the file as foreign.
+
+Under a power budget the graph also records each busy GPU's budget cap (``budget_caps_w``, uuid -> W): set by the
+booking that chose it and by each release (``ecolaunch.policy.budget``), read by the running launchers. It lives in
+the shared part of the state (another user's job file is not anyone else's to change), and is optional in the
+document: a graph written before budgets existed reads as having none.
 """
 
 from __future__ import annotations
@@ -125,6 +130,8 @@ class StateGraph:
     jobs: dict[str, Job] = field(default_factory=dict)
     next_seq: int = 0
     generation: int = 0
+    #: the power budget's cap of each busy GPU (uuid -> W); empty without a budget (see the module docstring)
+    budget_caps_w: dict[str, float] = field(default_factory=dict)
 
     # --- queries ---------------------------------------------------------------------------------
     def running_jobs(self) -> list[Job]:
@@ -186,6 +193,7 @@ class StateGraph:
                 for name, host in self.hosts.items()
             },
             "jobs": {jid: job_to_dict(j) for jid, j in self.jobs.items()} if include_jobs else {},
+            "budget_caps_w": dict(sorted(self.budget_caps_w.items())),
         }
 
     @classmethod
@@ -220,6 +228,13 @@ class StateGraph:
         _expect(isinstance(jobs, dict), "jobs", "an object")
         for jid, raw in jobs.items():
             graph.jobs[jid] = job_from_dict(jid, raw)
+        budget = doc.get("budget_caps_w", {})
+        _expect(isinstance(budget, dict) and len(budget) <= MAX_NPROC, "budget_caps_w",
+                f"an object of at most {MAX_NPROC} caps")
+        for u, w in budget.items():
+            _expect(len(u) <= MAX_NAME_CHARS and _is_number(w) and math.isfinite(w) and 0 < w <= MAX_POWER_W,
+                    f"budget_caps_w.{u}", f"a finite power in watts above 0 and at most {MAX_POWER_W:g}")
+        graph.budget_caps_w = {str(u): float(w) for u, w in budget.items()}
         return graph
 
 

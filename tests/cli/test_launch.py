@@ -48,7 +48,7 @@ def test_dry_run_json_prints_the_decision_and_launches_nothing(sim_env, tmp_path
     assert doc["placed"] is True and doc["cuda_visible_devices"] == "0,1"
     assert len(doc["gpus"]) == 2 and all(u.startswith("GPU-") for u in doc["gpus"])
     assert set(doc["power_caps_w"]) == set(doc["gpus"]) and set(doc["colocated_with"]) == set(doc["gpus"])
-    assert doc["reasons"] and doc["policy"] == "gnn"  # the default policy
+    assert doc["reasons"] and doc["policy"] == "curve"  # the default policy
     assert not list(tmp_path.glob("rank-*"))
     assert status(env)["jobs"] == []
 
@@ -57,7 +57,7 @@ def test_workers_see_torchruns_environment_plus_their_gpus(sim_env, tmp_path: Pa
     env = sim_env()
     out = run(["--nproc-per-node", "2", ENV_DUMP, str(tmp_path)], env)
     assert out.returncode == 0, out.stderr
-    assert "on GPU 0,1 (NVIDIA A100-SXM4-80GB), policy gnn" in out.stderr
+    assert "on GPU 0,1 (NVIDIA A100-SXM4-80GB), policy curve" in out.stderr
     seen = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)]
     for rank, s in enumerate(seen):
         assert s["RANK"] == str(rank) and s["LOCAL_RANK"] == str(rank) and s["WORLD_SIZE"] == "2"

@@ -53,7 +53,7 @@ def test_profile_energy_history_and_an_informed_second_launch(sim_env, state_dir
     explained = run(["--dry-run", "--explain", "--nproc-per-node", "1", EXAMPLE, "--steps", "120"], env)
     assert explained.returncode == 0, explained.stderr
     lines = explained.stdout.splitlines()
-    assert lines[0].startswith("ecolaunch: would run on GPU ") and "policy gnn" in lines[0]
+    assert lines[0].startswith("ecolaunch: would run on GPU ") and "policy curve" in lines[0]
     assert any("capped at" in line for line in lines)  # the profile is known: the policy caps
     assert "the job's measured curve: cap " in lines[0] and "kept back" in lines[0]  # the one cap choice, in words
 

@@ -48,7 +48,8 @@ def test_table_without_json() -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("V100-SXM2-32GB, cap max: ") and lines[0].endswith(" W, memory fits")
-    assert lines[1] == "JOB  NORMALIZED THROUGHPUT"
+    assert lines[1] == "JOB  NORMALIZED THROUGHPUT ± SD"
+    assert all(" ± " in line for line in lines[2:])
     assert [line.split()[0] for line in lines[2:]] == ["a", "b"]
 
 
@@ -94,3 +95,57 @@ def test_unknown_option_is_a_usage_error() -> None:
     assert result.exit_code == 2, result.output
     assert result.output == ("Usage: ecolaunch predict [OPTIONS]\nTry 'ecolaunch predict --help' for help.\n\n"
                              "Error: No such option '--jsn'. Did you mean '--json'?\n")
+
+
+MEASURED = {"id": "m", "iter_time_s": 0.2, "sm_util_pct": 90, "mem_bw_util_pct": 45, "memory_mib": 8000,
+            "power_w": 330.0, "cap_points": [{"power_cap_w": 400, "iter_time_s": 0.2, "power_w": 330},
+                                             {"power_cap_w": 275, "iter_time_s": 0.212, "power_w": 262},
+                                             {"power_cap_w": 225, "iter_time_s": 0.26, "power_w": 218}]}
+
+
+@pytest.mark.parametrize("job", [MEASURED, HEAVY], ids=["profiled", "one-cap-measured"])
+def test_alone_at_a_measured_cap_the_answer_is_the_measurement(job) -> None:
+    """Time (uncapped time / normalized throughput) within 1 %, power within 2 % (the review found 8-13 % off)."""
+    gpu = "A100-SXM4-80GB" if job is MEASURED else "V100-SXM2-32GB"
+    points = job["cap_points"]
+    result = invoke([{"gpu": gpu, "power_cap_w": p["power_cap_w"], "jobs": [job]} for p in points], "--json")
+    assert result.exit_code == 0, result.output
+    for p, res in zip(points, json.loads(result.output)):
+        (answer,) = res["jobs"]
+        assert job["iter_time_s"] / answer["normalized_throughput"] == pytest.approx(p["iter_time_s"], rel=0.01)
+        assert res["gpu_power_w"] == pytest.approx(p["power_w"], rel=0.02)
+        assert answer["throughput_sd"] == 0.0
+
+
+def test_between_measured_caps_the_answer_moves_monotonically_between_the_measurements() -> None:
+    caps = list(range(225, 401, 5))
+    result = invoke([{"gpu": "A100-SXM4-80GB", "power_cap_w": c, "jobs": [MEASURED]} for c in caps], "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    speed = [r["jobs"][0]["normalized_throughput"] for r in out]
+    power = [r["gpu_power_w"] for r in out]
+    assert all(b >= a for a, b in zip(speed, speed[1:])) and all(b >= a for a, b in zip(power, power[1:]))
+    at = dict(zip(caps, speed))
+    assert all(0.2 / 0.26 - 1e-4 <= at[c] <= 0.2 / 0.212 + 1e-4 for c in range(230, 275, 5))
+    assert all(0.2 / 0.212 - 1e-4 <= at[c] <= 1.0 for c in range(280, 400, 5))
+
+
+def test_sharing_slows_a_measured_job_below_its_speed_alone_and_says_how_unsure() -> None:
+    other = {**JOB, "id": "o", "sm_util_pct": 80}
+    result = invoke([{"gpu": "A100-SXM4-80GB", "power_cap_w": 275, "jobs": [MEASURED]},
+                     {"gpu": "A100-SXM4-80GB", "power_cap_w": 275, "jobs": [MEASURED, other]}], "--json")
+    alone, shared = (r["jobs"][0] for r in json.loads(result.output))
+    assert shared["normalized_throughput"] < alone["normalized_throughput"] == round(0.2 / 0.212, 4)
+    assert shared["throughput_sd"] > 0.0 == alone["throughput_sd"]
+
+
+def test_a_measurement_above_the_cap_stays_the_measurement_and_a_prediction_never_exceeds_it() -> None:
+    """The H200 drew 714.6 W at its 700 W limit (../shared/data/h200-2026-11-30); sharing is a prediction."""
+    mm = {"id": "mm", "iter_time_s": 0.164389, "sm_util_pct": 99.8, "mem_bw_util_pct": 24.5, "memory_mib": 1000,
+          "power_w": 714.58, "cap_points": [{"power_cap_w": 700, "iter_time_s": 0.164389, "power_w": 714.58},
+                                            {"power_cap_w": 550, "iter_time_s": 0.186794, "power_w": 556.33}]}
+    result = invoke([{"gpu": "H200-SXM-141GB", "power_cap_w": 700, "jobs": [mm]},
+                     {"gpu": "H200-SXM-141GB", "power_cap_w": 550, "jobs": [mm, {**mm, "id": "mm2"}]}], "--json")
+    alone, shared = json.loads(result.output)
+    assert alone["gpu_power_w"] == 714.6 and alone["jobs"][0]["normalized_throughput"] == 1.0
+    assert shared["gpu_power_w"] <= 550.0

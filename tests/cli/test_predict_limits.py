@@ -52,6 +52,6 @@ def test_power_stays_between_idle_and_the_limit() -> None:
 
     v100 = lookup("V100-SXM2-32GB")
     assert _board_power_w(v100, None, 0.0) == v100.idle_power_w
-    assert _board_power_w(v100, 200.0, 250.0) == 200.0
+    assert _board_power_w(v100, 200.0, 205.0) == 205.0  # only a measurement exceeds the cap (the model clamps)
     assert _board_power_w(v100, None, float("nan")) == v100.power_limit_max_w
     assert _board_power_w(v100, None, 180.0) == 180.0

@@ -94,7 +94,7 @@ def test_eco_options_from_flags_and_env() -> None:
         (["t.py"], {"ECOLAUNCH_DRY_RUN": "maybe"}, "ECOLAUNCH_DRY_RUN='maybe' is not a boolean"),
         (["--nproc", "2", "t.py"], {}, "ambiguous option: --nproc"),
         (["python", "-u", "t.py"], {}, "interpreter option '-u' is not supported"),
-        (["--policy", "magic", "t.py"], {}, "--policy (or ECOLAUNCH_PLACEMENT_POLICY) must be a placement policy, got 'magic' (use one of: eaco, exclusive, first-fit, gnn, lucid, zeus)"),
+        (["--policy", "magic", "t.py"], {}, "--policy (or ECOLAUNCH_PLACEMENT_POLICY) must be a placement policy, got 'magic' (use one of: curve, eaco, exclusive, first-fit, gnn, lucid, zeus)"),
         (["t.py"], {"ECOLAUNCH_PLACEMENT_POLICY": "magic"}, "must be a placement policy, got 'magic'"),
         (["--profile", "sometimes", "t.py"], {}, "--profile 'sometimes' is not a profiling mode (use one of: auto, pre, inline, off)"),
         (["--memory-mib", "lots", "t.py"], {}, "--memory-mib (or ECOLAUNCH_MEMORY_MIB) must be a number, got 'lots'"),
@@ -131,4 +131,4 @@ def test_every_policy_name_parses() -> None:
 
     for name in policy_names():
         assert parse(["--policy", name, "t.py"], {}).options.placement_policy == name
-    assert parse(["t.py"], {}).options.placement_policy == "gnn"
+    assert parse(["t.py"], {}).options.placement_policy == "curve"

@@ -45,10 +45,13 @@ def stored(tmp_path: Path, *records: JobRecord) -> History:
 def test_profiled_caps_become_solo_samples_labelled_with_their_measurements(tmp_path: Path) -> None:
     data = history_samples(stored(tmp_path, record("a", fingerprint="f" * 64, profile_action="inline")))
     assert data.counts["cap_points"] == 4 and data.counts["runs"] == 0
+    # each measured cap once with the job's other caps, each lower cap once more with the job known only uncapped
+    top = max(STEEP, key=lambda p: p.power_cap_w)
+    twice = [*STEEP, *(p for p in STEEP if p is not top)]
     labels = sorted(s.throughputs[0] for s in data.samples)
-    assert labels == pytest.approx(sorted(0.10 / p.iter_time_s for p in STEEP))
+    assert labels == pytest.approx(sorted(0.10 / p.iter_time_s for p in twice))
     powers = sorted(s.gpu_power_frac[0] for s in data.samples)
-    assert powers == pytest.approx(sorted(p.power_w / 400.0 for p in STEEP))
+    assert powers == pytest.approx(sorted(p.power_w / 400.0 for p in twice))
     for s in data.samples:  # the labelled cap is never among the job's own cap points
         assert s.graph.x["job"].shape[0] == 1 and s.weight == 3.0 and s.source == "history"
     assert data.skipped == {"run profiled in place or without a profile": 1}
@@ -126,7 +129,8 @@ def test_policy_train_writes_weights_that_launches_and_predict_use(tmp_path: Pat
                                         "--json"), env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     manifest = json.loads(done.stdout)
-    assert manifest["history"]["samples"] == 5 and manifest["data"]["history_samples"] == 5
+    # 4 profiled caps (each lower one twice: with the other caps, and known only uncapped) and 1 run
+    assert manifest["history"]["samples"] == 8 and manifest["data"]["history_samples"] == 8
     assert json.loads((out.parent / "manifest.json").read_text())["history"]["cap_points"] == 4
     load_model(out)  # a valid weight file
     job = {k: v for k, v in SMALL.to_dict().items() if k != "instrumented"}
@@ -139,10 +143,11 @@ def test_policy_train_writes_weights_that_launches_and_predict_use(tmp_path: Pat
     assert json.loads(mine.stdout) != json.loads(shipped.stdout)  # one epoch on little data: another model
 
 
-def test_a_bad_weight_file_stops_a_launch_before_anything_is_booked(tmp_path: Path, sim_env) -> None:
+def test_a_bad_weight_file_stops_a_gnn_launch_before_anything_is_booked(tmp_path: Path, sim_env) -> None:
     bad = tmp_path / "gnn.pt"
     bad.write_text("not weights")
-    done = subprocess.run(ecolaunch_cmd("--nproc-per-node", "1", "--dry-run", "-m", "json.tool", "--help"),
+    done = subprocess.run(ecolaunch_cmd("--nproc-per-node", "1", "--policy", "gnn", "--dry-run", "-m", "json.tool",
+                                        "--help"),
                           env=sim_env(ECOLAUNCH_GNN_WEIGHTS=str(bad)), capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "cannot read GNN weights" in done.stderr and "ECOLAUNCH_GNN_WEIGHTS" in done.stderr

@@ -1,4 +1,5 @@
-"""The plain-torch launch path: equal to the torch_geometric model, no torch_geometric import, shipped weights."""
+"""The plain-torch launch path: equal to the torch_geometric model, no torch_geometric import, shipped weights, old
+weights refused, the analytic interference model as the prior."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from ecolaunch.policy.infer import (
     load_default_model,
     load_model,
     score,
+    score_sd,
     write_weights,
 )
 from ecolaunch.policy.model import HierarchicalGNN, load_gnn
-from ecolaunch.policy.train import fit_gavel, gavel_heldout, synthetic_state
+from ecolaunch.policy.train import gavel_pairs_set, synthetic_state
+from ecolaunch.sim.interference import fit_gavel, gavel_set, pair_throughputs
 from tests.conftest import REPO, clean_env
 from tests.policy.test_features import A100, PROFILE, small_state
 
@@ -31,7 +34,7 @@ from tests.policy.test_features import A100, PROFILE, small_state
 @pytest.fixture(scope="module")
 def graphs():
     rng = np.random.default_rng(11)
-    model = fit_gavel(train=~gavel_heldout()).model
+    model = fit_gavel().model
     out = [synthetic_state(rng, model).graph for _ in range(20)]
     state = small_state(("h", "k"))  # two hosts: the host-peer level is exercised
     request = JobRequest(id="new", user="u", host="h", nproc=1, profile=PROFILE)
@@ -39,7 +42,7 @@ def graphs():
     return out
 
 
-@pytest.mark.parametrize("config", [ModelConfig(), ModelConfig(hidden=8, local_rounds=1)])
+@pytest.mark.parametrize("config", [ModelConfig(), ModelConfig(hidden=8, local_rounds=1, switch_overhead_s=0.03)])
 def test_plain_torch_equals_torch_geometric_on_random_graphs(graphs, config: ModelConfig) -> None:
     torch.manual_seed(5)
     pyg = HierarchicalGNN(config).eval()
@@ -49,23 +52,35 @@ def test_plain_torch_equals_torch_geometric_on_random_graphs(graphs, config: Mod
     plain = PlainModel(config, pyg.state_dict())
     for g in [*graphs, batch(graphs)]:
         with torch.no_grad():
-            a_thr, a_pow = pyg(g)
-        b_thr, b_pow = plain.forward(g)
-        assert torch.allclose(a_thr, b_thr, atol=1e-5) and torch.allclose(a_pow, b_pow, atol=1e-5)
+            a = pyg(g)
+        b = plain.forward(g)
+        for field in ("throughput", "power_frac", "log_var"):
+            assert torch.allclose(getattr(a, field), getattr(b, field), atol=1e-5), field
+        assert torch.equal(a.fixed_job, b.fixed_job)
 
 
 def test_weights_round_trip_through_the_file(tmp_path, graphs) -> None:
     torch.manual_seed(6)
-    pyg = HierarchicalGNN(ModelConfig(hidden=12)).eval()
+    pyg = HierarchicalGNN(ModelConfig(hidden=12, switch_overhead_s=0.02, default_iter_time_s=0.2)).eval()
     path = tmp_path / "w.pt"
     write_weights(path, pyg.config, pyg.state_dict())
     plain, again = load_model(path), load_gnn(path)
-    assert plain.config == ModelConfig(hidden=12)
+    assert plain.config == ModelConfig(hidden=12, switch_overhead_s=0.02, default_iter_time_s=0.2)
     with torch.no_grad():
-        assert torch.allclose(plain.forward(graphs[0])[0], again(graphs[0])[0], atol=1e-6)
+        assert torch.allclose(plain.forward(graphs[0]).throughput, again(graphs[0]).throughput, atol=1e-6)
     (tmp_path / "bad.pt").write_bytes(b"not a weight file")
     with pytest.raises(ConfigError, match="cannot read GNN weights"):
         load_model(tmp_path / "bad.pt")
+
+
+def test_weights_of_the_first_release_are_refused_with_a_hint(tmp_path) -> None:
+    """A v1 file (the GNN that predicted from scratch) cannot serve the residual heads: a clear error, not garbage."""
+    old = tmp_path / "gnn.pt"
+    torch.save({"format": "ecolaunch-gnn", "version": 1, "config": {"hidden": 32, "local_rounds": 2},
+                "state_dict": {"job_head.0.weight": torch.zeros(1)}}, str(old))
+    with pytest.raises(ConfigError, match=r"holds ecolaunch-gnn v1 weights; this ecolaunch reads v2") as caught:
+        load_model(old)
+    assert "retrain" in caught.value.hint and "ecolaunch policy train" in caught.value.hint
 
 
 def test_launch_path_does_not_import_torch_geometric() -> None:
@@ -113,13 +128,65 @@ def test_shipped_model_behaves_like_the_physics() -> None:
     assert float(light_pair[0].min()) > float(paired[0].max())
 
 
-def test_shipped_model_beats_the_simple_rules_on_held_out_gavel_pairs() -> None:
-    """The fixed held-out fold (never trained on) of benchmarks/pair_prediction.py."""
-    from benchmarks.pair_prediction import run
+def test_without_its_residual_the_model_is_the_analytic_interference_model() -> None:
+    """The prior inside the network is exactly the simulator's analytic model (same switching cost and demands):
+    with the residual heads silenced, the GNN predicts every Gavel pair as ``pair_throughputs`` does."""
+    fit = fit_gavel()
+    torch.manual_seed(8)
+    pyg = HierarchicalGNN(ModelConfig(switch_overhead_s=fit.switch_overhead_s,
+                                      default_iter_time_s=fit.model.default_iter_time_s)).eval()
+    with torch.no_grad():
+        for head in (pyg.job_head, pyg.gpu_head):
+            head[2].weight.zero_()
+            head[2].bias.zero_()
+    data = gavel_set()
+    select = np.zeros(data.a.size, dtype=bool)
+    select[::7] = True
+    pairs = gavel_pairs_set(select, fit.demands)
+    with torch.no_grad():
+        thr = pyg(batch(pairs.graphs)).throughput.reshape(-1, 2).numpy()
+    xa, xb = pair_throughputs(data, np.array([fit.demands[k] for k in data.keys]), fit.switch_overhead_s)
+    assert np.allclose(thr[:, 0], xa[select], atol=1e-4) and np.allclose(thr[:, 1], xb[select], atol=1e-4)
 
-    models = run(DEFAULT_WEIGHTS)["models"]
-    gnn = models["gnn"]
-    assert gnn["pairs"] > 150
-    for rule in ("utilization_sum", "lucid"):
-        assert gnn["mae"] < models[rule]["mae"], rule
-        assert gnn["pack_accuracy_pct"] > models[rule]["pack_accuracy_pct"], rule
+
+def test_the_shipped_model_says_how_unsure_it_is() -> None:
+    """Sharing carries a standard deviation; a job alone at a measured cap or uncapped carries none."""
+    heavy = {"id": "h", "iter_time_s": 0.3, "sm_util_pct": 95.0, "mem_bw_util_pct": 60.0, "memory_mib": 20000,
+             "power_w": 380.0}
+    (alone, paired), _, (sd_alone, sd_paired) = score_sd([scenario_graph(A100, None, [heavy]),
+                                                          scenario_graph(A100, None, [heavy, {**heavy, "id": "x"}])])
+    assert float(alone[0]) == 1.0 and float(sd_alone[0]) == 0.0
+    assert 0.005 < float(sd_paired.min()) and float(sd_paired.max()) < 0.5
+
+
+def test_a_weight_file_rewritten_in_place_is_read_again(tmp_path) -> None:
+    """A k-fold benchmark may write each fold's weights to the same path: the cache must not serve the old ones."""
+    from ecolaunch.policy.infer import load_model_cached
+
+    path = tmp_path / "gnn.pt"
+    for seed, hidden in ((1, 8), (2, 12)):
+        torch.manual_seed(seed)
+        pyg = HierarchicalGNN(ModelConfig(hidden=hidden))
+        write_weights(path, pyg.config, pyg.state_dict())
+        assert load_model_cached(path).config.hidden == hidden
+    assert load_model_cached(path) is load_model_cached(path)
+
+
+def test_a_stale_state_directory_weight_file_falls_back_to_the_shipped_weights(tmp_path, caplog) -> None:
+    """A lab's own file that no longer loads (an older format) must not stop launches; a file the user named must."""
+    import logging
+
+    from ecolaunch.config import Environment
+    from ecolaunch.errors import ConfigError
+    from ecolaunch.policy.infer import chosen_weights
+
+    stale = tmp_path / "weights.pt"
+    stale.write_bytes(b"not a weight file")
+    lab = Environment(tmp_path, None, tmp_path / "policy.toml", stale, "state directory")
+    with caplog.at_level(logging.WARNING, logger="ecolaunch.policy.infer"):
+        assert chosen_weights(lab) is None
+    assert "cannot be used" in caplog.text
+    named = Environment(tmp_path, None, tmp_path / "policy.toml", stale, "ECOLAUNCH_GNN_WEIGHTS")
+    with pytest.raises(ConfigError):
+        chosen_weights(named)
+    assert chosen_weights(Environment(tmp_path, None, tmp_path / "policy.toml")) is None

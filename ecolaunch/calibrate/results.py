@@ -1,0 +1,147 @@
+"""Calibration results on disk: one versioned JSON file per GPU model under ``<state dir>/calibration/``.
+
+::
+
+    <state dir>/calibration/          0755, owned by whoever calibrated first (root on a shared machine)
+        nvidia-h200.json              0644, a real GPU model's latest calibration
+        nvidia-a100-sxm4-80gb.simulated.json    one made on simulated GPUs (figures that are not measurements)
+
+The file name is the GPU name NVML reports, lower-cased, every run of other characters a dash; simulated results
+carry ``.simulated`` so they never replace a real machine's. A new calibration of a model replaces its file
+atomically (:func:`ecolaunch.safefs.write_at`: readers see the old file or the new one).
+
+Trust: results steer training, and training steers every launch, so a file counts only when it and its directory
+belong to root or to the reading user and nobody else may write them (the rule of the cap ledger,
+:func:`ecolaunch.admin.safety.trusted_by_root`). Every access goes through :mod:`ecolaunch.safefs` (no link
+followed, no FIFO opened, sizes bounded).
+
+The document (``format`` ``ecolaunch-calibration``, ``version`` 1) is described in :mod:`ecolaunch.calibrate`;
+what training makes of it is :mod:`ecolaunch.policy.calibration_data`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ecolaunch.errors import ConfigError, StateError
+from ecolaunch.safefs import RefusedFile, open_dir, read_at, write_at
+
+__all__ = ["CALIBRATION_DIR", "FORMAT", "VERSION", "StoredResult", "file_name", "read_results", "validate",
+           "write_result"]
+
+CALIBRATION_DIR = "calibration"
+FORMAT = "ecolaunch-calibration"
+VERSION = 1
+MAX_BYTES = 4 * 1024 * 1024
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def file_name(gpu_name: str, simulated: bool) -> str:
+    """``NVIDIA H200`` -> ``nvidia-h200.json`` (``.simulated.json`` for simulated GPUs)."""
+    slug = _SLUG.sub("-", gpu_name.lower()).strip("-") or "gpu"
+    return f"{slug}{'.simulated' if simulated else ''}.json"
+
+
+def _trusted_owners() -> set[int]:
+    return {0, os.geteuid()}
+
+
+def write_result(state_dir: Path, doc: dict[str, Any]) -> Path:
+    """Write ``doc`` as its GPU model's file (atomically, mode 0644); returns the path.
+
+    Raises StateError when the directory cannot be used (someone else's, a link, writable by others) or written.
+    """
+    validate(doc)
+    name = file_name(doc["gpu"]["name"], bool(doc["simulated"]))
+    directory = Path(state_dir) / CALIBRATION_DIR
+    data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    try:
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
+        parent = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = open_dir(CALIBRATION_DIR, parent_fd=parent, create_mode=0o755, owners=_trusted_owners(),
+                          private=True)
+        finally:
+            os.close(parent)
+        try:
+            write_at(fd, name, data, mode=0o644)
+        finally:
+            os.close(fd)
+    except RefusedFile as e:
+        raise StateError(f"cannot write calibration results into {directory}: {e}",
+                         hint=f"move {directory} aside (only root or you may own it, and nobody else may write it)"
+                         ) from e
+    except OSError as e:
+        raise StateError(f"cannot write calibration results into {directory}: {e.strerror or e}",
+                         hint="run `sudo ecolaunch calibrate` on a shared state directory") from e
+    return directory / name
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """One file of the calibration directory: its document, or why it is not used (``doc`` None)."""
+
+    path: Path
+    doc: dict[str, Any] | None
+    problem: str | None = None
+
+
+def read_results(state_dir: Path) -> list[StoredResult]:
+    """Every ``*.json`` of ``<state dir>/calibration/`` in name order (none when the directory does not exist);
+    an untrusted directory is one problem entry for the directory itself."""
+    directory = Path(state_dir) / CALIBRATION_DIR
+    try:
+        fd = open_dir(directory)
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        return [StoredResult(directory, None, str(e))]
+    try:
+        st = os.fstat(fd)
+        if st.st_uid not in _trusted_owners() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return [StoredResult(directory, None, f"owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}: "
+                                                  "only root's or your own directory, writable by nobody else, counts")]
+        out = []
+        for name in sorted(os.listdir(fd)):
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            path = directory / name
+            try:
+                raw, _ = read_at(fd, name, MAX_BYTES, owners=_trusted_owners(), private=True)
+                doc = json.loads(raw)
+                validate(doc)
+            except (OSError, ValueError, ConfigError) as e:
+                out.append(StoredResult(path, None, str(e)))
+                continue
+            out.append(StoredResult(path, doc))
+        return out
+    finally:
+        os.close(fd)
+
+
+def validate(doc: Any) -> None:
+    """Raise ConfigError unless ``doc`` is a calibration document of this version with its main fields in place
+    (the figures themselves are checked where they are used)."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConfigError(f"not an {FORMAT} document")
+    if doc.get("version") != VERSION:
+        raise ConfigError(f"{FORMAT} version {doc.get('version')!r}; this ecolaunch reads version {VERSION}",
+                          hint="run `ecolaunch calibrate` again")
+    gpu = doc.get("gpu")
+    if not isinstance(gpu, dict) or not isinstance(gpu.get("name"), str) or not gpu["name"]:
+        raise ConfigError("gpu.name is missing")
+    for key in ("memory_total_mib", "power_limit_max_w"):
+        value = gpu.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+            raise ConfigError(f"gpu.{key} = {value!r} is not a positive number")
+    if not isinstance(doc.get("simulated"), bool):
+        raise ConfigError("simulated is not true or false")
+    for key in ("alone", "pairs"):
+        if not isinstance(doc.get(key), list):
+            raise ConfigError(f"{key} is not a list")

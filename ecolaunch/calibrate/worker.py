@@ -1,0 +1,262 @@
+"""The process that runs the canned workloads for ``ecolaunch calibrate``, and the calibrator's handle on it.
+
+A worker is a real process on the calibrated GPU (``CUDA_VISIBLE_DEVICES`` = its UUID), started as
+``python -m ecolaunch.calibrate.worker --device cpu|cuda``. It runs one workload of :mod:`ecolaunch.workloads` at
+a time through that module's Python API (:func:`~ecolaunch.workloads.build`, :func:`~ecolaunch.workloads.open_meter`)
+and keeps it running between commands, so the GPU stays loaded while a cap settles and while the other worker of
+a pair measures. Commands are JSON lines on stdin; each is answered by one JSON line on stdout::
+
+    {"cmd": "load", "workload": "mm", "warmup_s": 1.0}   build it (the previous one is dropped), open its GPU, run
+        it for warmup_s (at least 2 iterations) -> {"ok": true, "what", "device", "gpu_uuid", "energy_source",
+        "energy_error", "stand_in_load"}; then keep running it
+    {"cmd": "measure", "seconds": 8.0}   time whole iterations for that long -> {"ok": true, "iters", "wall_s",
+        "iter_time_s" (wall_s / iters), "iter_time_median_s", "iter_time_cv_pct" (the profiler's robust spread)};
+        then keep running
+    {"cmd": "idle"}   stop running (a simulated GPU's stand-in load is taken off) -> {"ok": true}
+    {"cmd": "stop"}, or the end of stdin (the calibrator died): exit 0
+
+The worker ignores SIGINT: Ctrl-C on the terminal reaches it too, and the calibrator, which handles it, stops it.
+
+A failure answers ``{"ok": false, "error": "..."}`` and exits 1. On simulated GPUs the workload runs its CPU
+stand-in and attaches the stand-in's load to the simulated GPU (``open_meter(stand_in=True)``, so both workloads of
+a pair load it); its iteration times say nothing about a GPU. Anything else the process prints goes to stderr.
+
+:class:`Worker` is the calibrator's end: it starts the process, sends commands and waits for answers with a
+timeout, and raises :class:`WorkerError` (with the tail of the worker's stderr) when it fails or hangs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+from ecolaunch.errors import EcolaunchError
+from ecolaunch.profile.capchoice import iteration_stats
+
+__all__ = ["Worker", "WorkerError", "main"]
+
+#: how long a worker may take to import torch, open the GPU and build a workload (a cold CUDA start is slow)
+START_TIMEOUT_S = 180.0
+#: beyond a command's own duration, how long its answer may take
+ANSWER_SLACK_S = 60.0
+
+
+class WorkerError(EcolaunchError):
+    """A workload process failed, exited or did not answer; ``str(e)`` carries the tail of its stderr."""
+
+
+class Worker:
+    """One workload process (see the module docstring).
+
+    Args:
+        label: a name for messages ("worker A").
+        device: ``cpu`` (simulated GPUs) or ``cuda``.
+        env: the process environment (the calibrator sets ``CUDA_VISIBLE_DEVICES`` and the state directory).
+    """
+
+    def __init__(self, label: str, device: str, env: Mapping[str, str]) -> None:
+        self.label = label
+        self._err: IO[bytes] = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen([sys.executable, "-m", "ecolaunch.calibrate.worker", "--device", device],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                      env=dict(env), close_fds=True)
+        self._buffer = b""
+        self.loaded: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def send(self, cmd: Mapping[str, Any]) -> None:
+        try:
+            self._proc.stdin.write(json.dumps(dict(cmd)).encode() + b"\n")  # type: ignore[union-attr]
+            self._proc.stdin.flush()  # type: ignore[union-attr]
+        except (BrokenPipeError, ValueError, OSError) as e:
+            raise WorkerError(self._failure("stopped before it was asked to " + str(cmd.get("cmd")))) from e
+
+    def receive(self, timeout_s: float) -> dict[str, Any]:
+        """The next answer; raises WorkerError when it reports a failure, exits or stays silent ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        stream = self._proc.stdout
+        assert stream is not None  # opened with stdout=PIPE
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError(self._failure(f"did not answer within {timeout_s:.0f} s"))
+            ready, _, _ = select.select([stream], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(stream.fileno(), 65536)
+            if not chunk:
+                self._proc.wait(5)
+                raise WorkerError(self._failure(f"exited with code {self._proc.returncode}"))
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            raise WorkerError(self._failure(f"answered {line[:200]!r}, not JSON")) from None
+        if not isinstance(answer, dict) or not answer.get("ok"):
+            error = answer.get("error") if isinstance(answer, dict) else answer
+            raise WorkerError(self._failure(f"failed: {error}"))
+        return answer
+
+    def request(self, cmd: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        self.send(cmd)
+        return self.receive(timeout_s)
+
+    def load(self, workload: str, warmup_s: float) -> dict[str, Any]:
+        answer = self.request({"cmd": "load", "workload": workload, "warmup_s": warmup_s},
+                              START_TIMEOUT_S + warmup_s)
+        self.loaded = workload
+        return answer
+
+    def idle(self) -> None:
+        self.request({"cmd": "idle"}, ANSWER_SLACK_S)
+        self.loaded = None
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Ask the process to stop; kill it when it does not within ``timeout_s``."""
+        if self._proc.poll() is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._proc.stdin.write(b'{"cmd": "stop"}\n')  # type: ignore[union-attr]
+                self._proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                self._proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(5)
+        for stream in (self._proc.stdin, self._proc.stdout, self._err):
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()  # type: ignore[union-attr]
+
+    def _failure(self, what: str) -> str:
+        tail = ""
+        with contextlib.suppress(OSError, ValueError):
+            self._err.seek(0)
+            lines = [ln for ln in self._err.read().decode(errors="replace").splitlines() if ln.strip()]
+            tail = "; ".join(lines[-3:])[-600:]
+        return f"{self.label} (pid {self._proc.pid}) {what}" + (f": {tail}" if tail else "")
+
+
+# --- the worker process ------------------------------------------------------------------------------------
+
+
+def _reader(commands: queue.Queue) -> None:
+    for raw in sys.stdin.buffer:
+        try:
+            cmd = json.loads(raw)
+        except ValueError:
+            cmd = {"cmd": "bad", "raw": raw[:200].decode(errors="replace")}
+        commands.put(cmd if isinstance(cmd, dict) else {"cmd": "bad", "raw": str(cmd)[:200]})
+    commands.put({"cmd": "stop"})
+
+
+def _timed(step, seconds: float) -> dict[str, Any]:
+    times: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        step()
+        end = time.perf_counter()
+        times.append(end - t0)
+        if end - start >= seconds:
+            break
+    wall_s = end - start
+    stats = iteration_stats(times)  # the profiler's robust spread (MAD over the median), as cap points carry it
+    return {"iters": len(times), "wall_s": wall_s, "iter_time_s": wall_s / len(times),
+            "iter_time_median_s": statistics.median(times), "iter_time_cv_pct": None if stats is None else stats.cv_pct}
+
+
+def serve(device: str, out: IO[str]) -> int:
+    """The worker's loop (see the module docstring); returns the exit status."""
+    from ecolaunch import workloads
+
+    def answer(doc: dict[str, Any]) -> None:
+        out.write(json.dumps(doc) + "\n")
+        out.flush()
+
+    commands: queue.Queue = queue.Queue()
+    threading.Thread(target=_reader, args=(commands,), daemon=True).start()
+    workload = meter = None
+    running = False
+    while True:
+        try:
+            cmd = commands.get_nowait() if running else commands.get()
+        except queue.Empty:
+            workload.step()  # type: ignore[union-attr]
+            continue
+        kind = cmd.get("cmd")
+        try:
+            if kind == "stop":
+                return 0
+            if kind == "load":
+                workload = meter = None
+                _free_cuda()
+                workload = workloads.build(str(cmd["workload"]), device)
+                meter = workloads.open_meter(workload.device, workload.name, stand_in=True)
+                iters, _ = workloads.run_for(workload, float(cmd.get("warmup_s", 0.0)))
+                if iters < 2:
+                    workload.step()
+                running = True
+                answer({"ok": True, "what": workload.what, "device": workload.device, "gpu_uuid": meter.uuid,
+                        "energy_source": meter.kind, "energy_error": meter.error, "stand_in_load": meter.stand_in})
+            elif kind == "measure":
+                if workload is None:
+                    raise ValueError("measure before load")
+                answer({"ok": True, **_timed(workload.step, float(cmd["seconds"]))})
+            elif kind == "idle":
+                running = False
+                if meter is not None and meter.stand_in:
+                    meter.backend.detach(os.getpid())
+                answer({"ok": True})
+            else:
+                raise ValueError(f"unknown command {cmd!r}")
+        except Exception as e:  # noqa: BLE001 - every failure is answered, then the worker exits
+            answer({"ok": False, "error": f"{type(e).__name__}: {e}"})
+            return 1
+
+
+def _free_cuda() -> None:
+    if "torch" in sys.modules:
+        import gc
+
+        gc.collect()
+        torch = sys.modules["torch"]
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ecolaunch.calibrate.worker",
+                                     description="Run canned workloads on command (ecolaunch calibrate).")
+    parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    args = parser.parse_args(argv)
+    # Ctrl-C on the terminal reaches the whole process group: the calibrator handles it and stops its workers
+    # (end of stdin); a worker that died of it first would turn an interruption into a failure
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the answers own stdout; anything else written there (a library's print) goes to stderr
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    if args.device == "cpu":
+        import torch
+
+        torch.set_num_threads(1)  # two workers share the CPU of a simulated GPU: one thread each
+    return serve(args.device, out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

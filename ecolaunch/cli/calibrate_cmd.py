@@ -1,0 +1,256 @@
+"""``ecolaunch calibrate``: measure this machine's GPUs with canned workloads (see :mod:`ecolaunch.calibrate`).
+
+::
+
+    ecolaunch calibrate [--gpu INDEX|UUID]... [--seconds S] [--settle-s S] [--budget-s S] [--workloads mm,bw,mlp]
+                        [--no-caps] [--no-mps] [--force] [--json] [-v]
+    ecolaunch calibrate --show [--json]
+
+Progress goes to stderr, one line per measurement; the summary (or, with ``--json``, the result documents) to
+stdout. Exit codes (README, "Exit codes"): 0 done; 1 ``Error:`` + ``HINT:`` (caps need root or the cap agent and
+``--no-caps`` was not given; a workload process failed; the state directory); 2 usage error (an unknown ``--gpu``
+or workload); 75 the GPU is in use (the message names the job and its user, or the process and its user), or was
+taken during the calibration (nothing written): try again later or add ``--force``; 128+N stopped by signal N
+(130 for Ctrl-C), after the booking was released and the caps restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+import traceback
+from typing import Any
+
+import click
+
+from ecolaunch.config import ENV_JSON, ENV_SIMULATE, ENV_STATE_DIR
+from ecolaunch.errors import ConfigError, EcolaunchError
+from ecolaunch.launch import exitcodes
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stopped(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@click.command("calibrate")
+@click.option("--gpu", "gpus", multiple=True, metavar="INDEX|UUID",
+              help="A GPU to calibrate (repeat for more). Default: one GPU of each model, the first nobody uses.")
+@click.option("--seconds", type=click.FloatRange(min=0.01), default=8.0, show_default=True,
+              help="Length of each measurement.")
+@click.option("--settle-s", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+              help="Running time after each cap change or workload start before a measurement.")
+@click.option("--budget-s", type=click.FloatRange(min=1.0), default=540.0, show_default=True,
+              help="Time limit per GPU: measurements that would end later are skipped (and listed).")
+@click.option("--workloads", default="mm,bw,mlp", show_default=True,
+              help="Canned workloads to measure (ecolaunch.workloads): compute-, memory-, launch-bound.")
+@click.option("--no-caps", is_flag=True,
+              help="Measure at the current cap only (alone and pairs): needs neither root nor the cap agent.")
+@click.option("--no-mps", is_flag=True, help="Leave out the pairs under MPS.")
+@click.option("--force", is_flag=True, help="Calibrate a GPU that runs someone's work (its figures are flagged).")
+@click.option("--show", is_flag=True, help="List the calibration results of the state directory, then exit.")
+@click.option("--json", "as_json", is_flag=True, envvar=ENV_JSON, help=f"Print JSON. [env var: {ENV_JSON}]")
+@click.option("-v", "--verbose", is_flag=True, help="Log each step (INFO) and print tracebacks.")
+def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: float, workloads: str, no_caps: bool,
+              no_mps: bool, force: bool, show: bool, as_json: bool, verbose: bool) -> None:
+    """Measure this machine's GPUs: canned workloads alone at up to 3 power caps and in pairs sharing a GPU.
+
+    Writes one file per GPU model under <state dir>/calibration/ (ECOLAUNCH_STATE_DIR); `ecolaunch policy train`
+    trains on them, and launches, `predict` and `simulate` use what it writes. Setting caps needs root or a running
+    `ecolaunch agent`; a GPU that runs someone's job is refused unless --force. On simulated GPUs
+    (ECOLAUNCH_SIMULATE) the workloads run CPU stand-ins: the figures are not measurements. With the defaults one
+    GPU model takes at most about 10 minutes.
+    """
+    from ecolaunch.calibrate.plan import Settings
+    from ecolaunch.cli.context import resolve
+
+    try:
+        environment, rules = resolve()
+    except EcolaunchError as e:
+        _fail(e)
+    if show:
+        _show(environment.state_dir, as_json)
+        return
+    try:
+        settings = Settings(workloads=tuple(w.strip() for w in workloads.split(",") if w.strip()), seconds=seconds,
+                            settle_s=settle_s, budget_s=budget_s, caps=not no_caps, mps=not no_mps, force=force)
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="'--workloads'") from None
+    from ecolaunch.cli.context import stderr_logging
+
+    restore = stderr_logging("ecolaunch calibrate", verbose)
+    saved = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        written = _run(environment, rules, settings, gpus)
+    except _Stopped as e:
+        click.echo(f"ecolaunch calibrate: stopped by signal {e.signum}; the GPU's booking is released and its caps "
+                   "restored; nothing written for it", err=True)
+        raise click.exceptions.Exit(exitcodes.from_signal(e.signum)) from None
+    except KeyboardInterrupt:
+        click.echo("ecolaunch calibrate: interrupted; the GPU's booking is released and its caps restored; nothing "
+                   "written for it", err=True)
+        raise click.exceptions.Exit(exitcodes.from_signal(signal.SIGINT)) from None
+    except EcolaunchError as e:
+        from ecolaunch.calibrate.booking import GpuBusy
+
+        if verbose:
+            traceback.print_exc()
+        _fail(e, exitcodes.NO_PLACEMENT if isinstance(e, GpuBusy) else exitcodes.ERROR)
+    except (click.exceptions.ClickException, click.exceptions.Exit):
+        raise
+    except Exception as e:  # noqa: BLE001 - a surprise becomes one clear line (the caps were restored on the way)
+        click.echo(f"ecolaunch bug: {type(e).__name__}: {e} (rerun with -v for the traceback)", err=True)
+        if verbose:
+            traceback.print_exc()
+        raise click.exceptions.Exit(exitcodes.ERROR) from None
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+        restore()
+    if as_json:
+        click.echo(json.dumps([{"path": str(path), **doc} for path, doc in written], indent=1, sort_keys=True))
+        return
+    for path, doc in written:
+        click.echo(_summary(doc))
+        click.echo(f"wrote {path} ({doc['wall_s']:.1f} s)")
+    click.echo("next: `ecolaunch policy train` trains the GNN on these results and the job history; launches, "
+               "`ecolaunch predict` and `ecolaunch simulate` then use its weights")
+
+
+def _run(environment, rules, settings, selectors: tuple[str, ...]) -> list[tuple[Any, dict]]:
+    from ecolaunch.calibrate.booking import GpuBusy, occupants
+    from ecolaunch.calibrate.results import write_result
+    from ecolaunch.calibrate.plan import cap_access, choose_gpus
+    from ecolaunch.calibrate.run import SIMULATED_NOTE, calibrate_gpu
+    from ecolaunch.cli.context import current_user, open_gpus
+    from ecolaunch.launch.caps import orphan_keeper
+    from ecolaunch.launch.session import Launcher, Session
+    from ecolaunch.policy.baselines import ExclusivePolicy
+    from ecolaunch.state.reconcile import process_start_time
+    from ecolaunch.state.store import StateStore
+
+    backend = open_gpus(environment)
+    store = StateStore(environment.state_dir, group=rules.state_group)
+    session = Session(store, backend, ExclusivePolicy(), rules,
+                      cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
+    graph = session.snapshot()
+    host = graph.hosts.get(session.host)
+    host_gpus = list(host.gpus.values()) if host is not None else []
+    busy = {g.uuid: occupants(graph, g) for g in host_gpus}
+    try:
+        chosen = choose_gpus(host_gpus, busy, selectors)
+    except ConfigError as e:
+        raise click.BadParameter(f"{e}" + (f" ({e.hint})" if e.hint else ""), param_hint="'--gpu'") from None
+    if not chosen:
+        raise EcolaunchError(f"no GPUs on host {session.host}", hint=f"check the driver, or set {ENV_SIMULATE}")
+    if not settings.force:
+        for g in chosen:
+            if busy[g.uuid]:
+                raise GpuBusy(g, busy[g.uuid])
+    if settings.caps and cap_access(backend, environment.state_dir) is None:
+        raise EcolaunchError(
+            f"setting power caps on {backend.kind} GPUs needs root or the cap agent (running as {current_user()}, "
+            f"and no `ecolaunch agent` serves {environment.state_dir})",
+            hint="run `sudo ecolaunch calibrate`, or start the cap agent (`sudo ecolaunch agent`), or add --no-caps "
+                 "to measure pairs and the current cap only")
+    say = _progress
+    if backend.kind == "simulated":
+        say(SIMULATED_NOTE)
+    launcher = Launcher(pid=os.getpid(), start_time=process_start_time(os.getpid()), uid=os.getuid(),
+                        user=current_user())
+    say(f"{len(chosen)} GPU(s): " + ", ".join(f"{g.index} ({g.name})" for g in chosen) +
+        f"; up to {settings.budget_s:g} s each; results in {environment.state_dir}/calibration/")
+    written = []
+    for gpu in chosen:
+        doc = calibrate_gpu(session, gpu, environment.state_dir, dict(os.environ), settings, launcher=launcher,
+                            progress=say, shielded=_signals_held)
+        written.append((write_result(environment.state_dir, doc), doc))
+    return written
+
+
+def _progress(line: str) -> None:
+    click.echo(f"ecolaunch calibrate: {line}", err=True)
+
+
+def _summary(doc: dict) -> str:
+    g = doc["gpu"]
+    lines = [f"GPU {g['index']} {g['name']}" + (" (simulated: not measurements)" if doc["simulated"] else "")]
+    lines.append(f"  {'alone':<10}{'cap W':>8}{'ms/iter':>10}{'W':>8}{'SM %':>7}{'mem %':>7}")
+    for e in doc["alone"]:
+        lines.append(f"  {e['workload']:<10}{_n(e['power_cap_w'], 0):>8}{_n(_ms(e['iter_time_s']), 2):>10}"
+                     f"{_n(e['power_w'], 0):>8}{_n(e['sm_util_pct'], 0):>7}{_n(e['mem_util_pct'], 0):>7}")
+    if doc["pairs"]:
+        lines.append(f"  {'pair':<14}{'sharing':<14}{'cap W':>6}{'throughput':>16}{'W':>8}")
+        for p in doc["pairs"]:
+            thr = " / ".join(_n(j["normalized_throughput"], 2) for j in p["jobs"])
+            lines.append(f"  {'+'.join(p['workloads']):<14}{p['sharing']:<14}{_n(p['power_cap_w'], 0):>6}{thr:>16}"
+                         f"{_n(p['power_w'], 0):>8}")
+    if not doc["caps"]["measured"]:
+        lines.append(f"  caps: not measured ({doc['caps']['why_not']})")
+    if not doc["mps"]["measured"]:
+        lines.append(f"  MPS: not measured ({doc['mps']['why_not']})")
+    for s in doc["skipped"]:
+        lines.append(f"  skipped {s['what']}: {s['why']}")
+    return "\n".join(lines)
+
+
+def _show(state_dir, as_json: bool) -> None:
+    from ecolaunch.calibrate.results import read_results
+
+    stored = read_results(state_dir)
+    for r in stored:
+        if r.doc is None:
+            click.echo(f"Warning: {r.path}: {r.problem} (not used)", err=True)
+    usable = [r for r in stored if r.doc is not None]
+    if as_json:
+        click.echo(json.dumps([{"path": str(r.path), **r.doc} for r in usable], indent=1, sort_keys=True))
+        return
+    if not usable:
+        click.echo(f"no calibration results in {state_dir}/calibration/ (run `ecolaunch calibrate`; "
+                   f"{ENV_STATE_DIR} selects the state directory)")
+        return
+    rows = [("MODEL", "WHEN", "ALONE", "PAIRS", "MPS", "FILE")]
+    for r in usable:
+        d = r.doc
+        name = d["gpu"]["name"] + (" (simulated)" if d["simulated"] else "")
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(d.get("started_at") or 0))
+        mps = "yes" if d.get("mps", {}).get("measured") else "no"
+        rows.append((name, when, str(len(d["alone"])), str(len(d["pairs"])), mps, str(r.path)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        click.echo("  ".join(f"{c:<{w}}" for c, w in zip(row, widths)) + "  " + row[-1])
+
+
+def _n(value: float | None, digits: int) -> str:
+    return "N/A" if value is None else f"{value:.{digits}f}"
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else 1e3 * seconds
+
+
+def _fail(error: EcolaunchError, code: int = exitcodes.ERROR):
+    click.echo(f"Error: {error}", err=True)
+    if error.hint:
+        click.echo(f"HINT: {error.hint}", err=True)
+    raise click.exceptions.Exit(code)
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise _Stopped(signum)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Stop signals wait while the booking is released and caps restored; one that arrived is delivered after."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

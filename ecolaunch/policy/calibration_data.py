@@ -1,0 +1,219 @@
+"""A machine's calibration results as training data for the GNN (``ecolaunch policy train``).
+
+What lives here: :func:`calibration_samples` (the calibration files of one state directory ->
+:class:`~ecolaunch.policy.train.LabelledState` samples, with counts of what was used and why the rest was not),
+:func:`document_samples` (one result document) and :class:`CalibrationData`. What does not: measuring and the
+file format (:mod:`ecolaunch.calibrate`), training (:mod:`ecolaunch.policy.train`).
+
+Two kinds of measurement become labels, on the board the file describes (its name, memory and power limits as the
+driver reported them, so a model the catalogue does not know is used too):
+
+- **Alone at caps.** Each workload's measurements alone on the GPU: one sample per measured cap, labelled with its
+  speed relative to its highest cap (``iter_time_s`` there / at this cap) and the board power it drew. The job is
+  described by its measurement at the highest cap (iteration time, NVML utilization, memory, power), and, as with
+  the history's profiled caps, carries its *other* measured caps as ``cap_points``, never the labelled one.
+- **Pairs.** Two workloads sharing the GPU by time-slicing, at the pair's cap: both jobs (each described by its
+  alone measurement at the highest cap, with all its measured caps, as a profiled job sits in the state graph),
+  each labelled with its normalized throughput (its time alone at that cap / its time in the pair), and the GPU
+  with the power it drew. Pairs under MPS are left out: the graph has no feature for how a GPU is shared, and
+  ecolaunch's launches share by time-slicing.
+
+Left out, and counted by reason: files that cannot be read or are not trusted, files made on simulated GPUs when
+training for real ones (and real ones when training on simulated GPUs: on those, calibration exercises the path,
+its figures come from the simulator's models and are not measurements), measurements taken beside someone else's
+work (``--force``), and measurements without an iteration time or a power. Every sample weighs ``weight`` (3.0,
+like Gavel's measured pairs and the history); its ``source`` is :data:`SOURCE` (a measurement to ``train()``),
+or :data:`SIMULATED_SOURCE` for simulated GPUs (not a measurement). Labels are clamped to the model's range
+(throughput <= 1.02, power fraction <= 1).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ecolaunch.errors import ConfigError
+from ecolaunch.policy.features import scenario_graph
+from ecolaunch.profile.history import Profile
+from ecolaunch.profile.powercap import CapPoint
+
+__all__ = ["SIMULATED_SOURCE", "SOURCE", "CalibrationData", "calibration_samples", "document_samples"]
+
+#: the ``LabelledState.source`` of a measured calibration sample: ``train()``'s source for measurements other than
+#: Gavel, Zeus and the history (they count as measurements, e.g. for the uncertainty head)
+SOURCE = "extra"
+#: the source of a sample from simulated GPUs: not a measurement
+SIMULATED_SOURCE = "simulated-calibration"
+_MAX_THROUGHPUT = 1.02
+_SAME_CAP_W = 0.5
+
+
+@dataclass(slots=True)
+class CalibrationData:
+    """The samples, how many of each kind, the files used, and why measurements were left out (reason -> count)."""
+
+    samples: list = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)
+    files: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"samples": len(self.samples), "files": list(self.files), "cap_points": self.counts["cap_points"],
+                "pairs": self.counts["pairs"], "skipped": dict(sorted(self.skipped.items()))}
+
+
+@dataclass(frozen=True, slots=True)
+class _Board:
+    """The calibrated GPU as :func:`~ecolaunch.policy.features.scenario_graph` reads it."""
+
+    name: str
+    full_name: str
+    memory_mib: int
+    power_limit_min_w: float | None
+    power_limit_default_w: float | None
+    power_limit_max_w: float
+
+
+def calibration_samples(state_dir: Path, *, simulated: bool, weight: float = 3.0) -> CalibrationData:
+    """Training samples from every calibration file of ``state_dir`` made on the same kind of GPUs as
+    ``simulated`` says this training is for (see the module docstring)."""
+    from ecolaunch.calibrate.results import read_results
+
+    out = CalibrationData()
+    for stored in read_results(state_dir):
+        if stored.doc is None:
+            out.skipped["file unreadable or not trusted"] += 1
+            continue
+        if stored.doc["simulated"] != simulated:
+            out.skipped["made on simulated GPUs" if stored.doc["simulated"] else "made on real GPUs"] += 1
+            continue
+        document_samples(stored.doc, weight=weight, into=out)
+        out.files.append(str(stored.path))
+    return out
+
+
+def document_samples(doc: Mapping[str, Any], *, weight: float = 3.0, into: CalibrationData | None = None
+                     ) -> CalibrationData:
+    """The samples of one calibration document (validated by :func:`ecolaunch.calibrate.results.validate`)."""
+    from ecolaunch.policy.train import LabelledState
+
+    if not weight > 0:
+        raise ConfigError(f"calibration sample weight must be > 0, got {weight!r}")
+    out = CalibrationData() if into is None else into
+    source = SIMULATED_SOURCE if doc.get("simulated") else SOURCE
+    board = _board(doc.get("gpu") or {})
+    if board is None:
+        out.skipped["no power limit range"] += 1
+        return out
+    curves = _curves(doc.get("alone") or [], out.skipped)
+    profiles = {name: _profile(points) for name, points in curves.items()}
+    for name, points in curves.items():
+        for graph, thr, power in _alone_samples(board, profiles[name], points):
+            out.samples.append(LabelledState(graph, (thr,), (power,), weight, source))
+            out.counts["cap_points"] += 1
+    for pair in doc.get("pairs") or []:
+        sample = _pair_sample(board, pair, profiles, out.skipped)
+        if sample is not None:
+            graph, thr, power = sample
+            out.samples.append(LabelledState(graph, thr, (power,), weight, source))
+            out.counts["pairs"] += 1
+    return out
+
+
+def _board(gpu: Mapping[str, Any]) -> _Board | None:
+    top, low = _number(gpu.get("power_limit_max_w")), _number(gpu.get("power_limit_min_w"))
+    memory = _number(gpu.get("memory_total_mib"))
+    if top is None or memory is None or not isinstance(gpu.get("name"), str):
+        return None
+    return _Board(gpu["name"], gpu["name"], int(memory), low, _number(gpu.get("power_limit_default_w")), top)
+
+
+def _curves(alone: Sequence[Any], skipped: Counter) -> dict[str, list[dict[str, Any]]]:
+    """Per workload, its usable measurements alone, highest cap first (one per cap: the last measured)."""
+    curves: dict[str, dict[float, dict[str, Any]]] = {}
+    for e in alone:
+        if not isinstance(e, Mapping) or not isinstance(e.get("workload"), str):
+            skipped["malformed entry"] += 1
+            continue
+        if e.get("disturbed_by"):
+            skipped["measured beside someone else's work"] += 1
+            continue
+        cap, it, power = (_number(e.get(k)) for k in ("power_cap_w", "iter_time_s", "power_w"))
+        if cap is None or it is None or power is None:
+            skipped["no cap, iteration time or power"] += 1
+            continue
+        curves.setdefault(e["workload"], {})[round(cap, 1)] = dict(e)
+    return {name: [by_cap[c] for c in sorted(by_cap, reverse=True)] for name, by_cap in curves.items()}
+
+
+def _profile(points: Sequence[Mapping[str, Any]]) -> Profile:
+    """The workload as a profiled job: its measurement at the highest cap, with every measured cap."""
+    top = points[0]
+    caps = tuple(CapPoint(float(p["power_cap_w"]), float(p["iter_time_s"]), float(p["power_w"]),
+                          int(p.get("iters") or 0), _bounded(p.get("iter_time_cv_pct"), 1000.0)) for p in points)
+    memory = _number(top.get("memory_used_mib"))
+    return Profile(float(top["iter_time_s"]), _bounded(top.get("sm_util_pct"), 100.0),
+                   _bounded(top.get("mem_util_pct"), 100.0),
+                   None if memory is None else int(memory), float(top["power_w"]), caps)
+
+
+def _job(profile: Profile, job_id: str, cap_points: Sequence[Any] | None = None) -> dict[str, Any]:
+    d = profile.to_dict()
+    d["id"] = job_id
+    if cap_points is not None:
+        d["cap_points"] = list(cap_points)
+    return d
+
+
+def _alone_samples(board: _Board, profile: Profile, points: Sequence[Mapping[str, Any]]):
+    top = points[0]
+    for p in points:
+        others = [{"power_cap_w": q["power_cap_w"], "iter_time_s": q["iter_time_s"], "power_w": q["power_w"]}
+                  for q in points if q is not p]
+        graph = scenario_graph(board, min(float(p["power_cap_w"]), board.power_limit_max_w),
+                               [_job(profile, "self", others)])
+        yield (graph, min(_MAX_THROUGHPUT, float(top["iter_time_s"]) / float(p["iter_time_s"])),
+               min(1.0, float(p["power_w"]) / board.power_limit_max_w))
+
+
+def _pair_sample(board: _Board, pair: Any, profiles: Mapping[str, Profile], skipped: Counter):
+    if not isinstance(pair, Mapping) or not isinstance(pair.get("jobs"), list) or len(pair["jobs"]) != 2:
+        skipped["malformed entry"] += 1
+        return None
+    if pair.get("sharing") != "time-slicing":
+        skipped["pair under MPS (launches share by time-slicing)"] += 1
+        return None
+    if pair.get("disturbed_by"):
+        skipped["measured beside someone else's work"] += 1
+        return None
+    names = [j.get("workload") if isinstance(j, Mapping) else None for j in pair["jobs"]]
+    if any(n not in profiles for n in names):
+        skipped["pair of a workload not measured alone"] += 1
+        return None
+    thr = tuple(_number(j.get("normalized_throughput")) for j in pair["jobs"])
+    cap, power = _number(pair.get("power_cap_w")), _number(pair.get("power_w"))
+    if all(t is None for t in thr) and power is None:
+        skipped["pair without throughput or power"] += 1
+        return None
+    uncapped = cap is None or cap >= board.power_limit_max_w - _SAME_CAP_W
+    jobs = [_job(profiles[n], f"{side}:{n}") for side, n in zip("ab", names)]
+    graph = scenario_graph(board, None if uncapped else cap, jobs)
+    labels = tuple(None if t is None else min(_MAX_THROUGHPUT, t) for t in thr)
+    return graph, labels, None if power is None else min(1.0, power / board.power_limit_max_w)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if value == value and abs(value) != float("inf") and value > 0 else None
+
+
+def _bounded(value: Any, hi: float) -> float | None:
+    """A number >= 0 clipped to ``hi`` (utilization: 100 %, a spread: 1000 %), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e9:
+        return None
+    return min(hi, float(value))

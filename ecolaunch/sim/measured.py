@@ -1,0 +1,473 @@
+"""The measured world: a simulator truth built only from measured tables, and what the policies see of it.
+
+What lives here: :class:`JobKind` (a job type with its measured solo speed, measured pair speeds and measured cap
+curve), :func:`job_kinds`, :class:`Noise`, :class:`MeasuredWorld` (the truth the event loop of
+:mod:`ecolaunch.sim.engine` plays when given ``world=``, and the noisy readings the policies get) and
+:func:`measured_oracle` (the hindsight oracle on that truth).
+
+**Rules of evidence** (``DESIGN.md`` section 5). A model is never scored against itself: nothing here calls the
+models a policy predicts with (:func:`ecolaunch.sim.node.shared_gpu`, the interference fit, the power model, the
+GNN). Every number the truth plays is a measured table, interpolated:
+
+- *solo speed and sharing*: Gavel's measured throughputs on V100 (OSDI '20, ``gavel_solo_sf1.csv`` and
+  ``gavel_pairs_sf1.csv``): a job type's solo iterations/s, and both jobs' iterations/s when two single-GPU jobs
+  share one GPU (MPS). A pair Gavel marks ``[0, 0]`` (infeasible or not measured) cannot share: the newcomer fails
+  after :data:`OOM_AFTER_S` and is queued again for GPUs of its own, as a real out-of-memory crash would go. Three
+  or more jobs on a GPU were never measured, so the measured world allows at most two (``max_jobs_per_gpu``).
+- *power caps*: Zeus's measured V100 PCIe sweeps (NSDI '23, 58 curves, 100-250 W), interpolated by
+  :class:`~ecolaunch.sim.truth.TruthCurve`.
+
+**What had to be assumed** (no measurement joins the two tables; each choice is the plainest one):
+
+- *Which curve a job type runs.* Gavel's and Zeus's models differ (only ResNet-50/ImageNet is in both, and keeps
+  its own curve at the same batch size). The other types get Zeus V100 curves by rank: types ordered by how much
+  they lose when sharing (the mean of their measured normalized throughput over their measured pairs: a heavy
+  job loses more) are matched to the curves ordered by their uncapped power over the board's limit (a heavy job
+  draws more), at the same quantile.
+- *A shared GPU's power.* Each job's dynamic energy per iteration is its solo one: the board draws
+  ``idle + sum_i (P_i - idle) * x_i`` (``x_i``: its measured normalized throughput in the pair), at most the limit.
+- *A cap on a shared GPU* slows both jobs by the time ratio of the job drawing the most, read on its own curve at
+  the same fraction of its power as the cap is of the board's draw.
+- *Multi-GPU jobs* share each GPU as a single-GPU job of their type would (Gavel measured pairs of 1-GPU jobs),
+  and run at the speed of their slowest GPU. On GPUs linked worse than the best set of their size on the host
+  (a 2-GPU job off an NVLink pair), they keep the share of their speed Gavel measured for the same job spread
+  over servers against on one NVLink server (``gavel_multi_gpu.csv``): an upper bound on the penalty of a PCIe
+  or socket link, the only link effect measured. Their reference (the "alone" of every slowdown) is the best set.
+- *The board* is ``V100-PCIE-16GB`` (the 100-250 W range Zeus swept; Gavel's V100 had 16 GB). Memory sizes are the
+  catalogue's assumption (:data:`ecolaunch.sim.workloads.ASSUMED_MEMORY_MIB`): the policies read them, and the
+  truth's feasibility is Gavel's measured one, so the two can disagree, as on a real machine.
+
+**What the policies see** (:meth:`MeasuredWorld.request_profile`). A job type's first launch by a user arrives
+unknown (no profile: placed alone at the default limit, as the launcher places an unknown job); it is profiled
+inline (three caps, :func:`~ecolaunch.profile.powercap.profile_caps`), capped by
+:func:`~ecolaunch.profile.capchoice.job_cap_choice` and then driven by the real closed loop
+(:class:`~ecolaunch.profile.control.CapController`, fed noisy iterations of the truth). What the run measured
+goes to history, and later launches of the same type by the same user arrive with it. Readings carry noise
+(:class:`Noise`): profiled iteration times and powers, utilization. Gavel measured no utilization: the
+``sm_util_pct`` a job shows is 100 x its type's demand fitted on Gavel pairs **without its type**
+(:func:`ecolaunch.sim.interference.fit_gavel` on the other folds, the held type interpolated by
+:func:`~ecolaunch.sim.interference.holdout_errors`'s rule), plus noise: a stand-in for NVML's reading that
+carries no knowledge of the job's own pairs. Job types are dealt into :data:`FOLDS` folds (seeded); every
+learned or fitted part used on a job is trained without its fold (:meth:`MeasuredWorld.fold_types`).
+
+The closed loop's transient (the first ~100 iterations at the profiled caps and the moves) is not played: a job's
+final cap runs from its start. Jobs run minutes to hours; the transient is seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ecolaunch.admin.rules import Rules
+from ecolaunch.devices.catalogue import GpuModel, lookup
+from ecolaunch.policy.base import JobRequest
+from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
+from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
+from ecolaunch.profile.control import CapController
+from ecolaunch.profile.modes import job_cap_bounds
+from ecolaunch.profile.powercap import CapPoint, cap_grid, profile_caps
+from ecolaunch.sim.models import gavel_pairs, gavel_solo
+from ecolaunch.sim.truth import TruthCurve, zeus_truths
+from ecolaunch.state.graph import GpuNode, StateGraph
+
+__all__ = ["BOARD", "FOLDS", "JobKind", "MeasuredWorld", "Noise", "job_kinds", "measured_oracle", "zeus_key"]
+
+BOARD = "V100-PCIE-16GB"
+GAVEL_GPU = "v100"
+FOLDS = 5
+#: seconds a job that cannot share (a pair Gavel could not run) runs before it fails and is queued again
+OOM_AFTER_S = 60.0
+#: iterations a profiled cap is measured over (the profiler's window)
+PROFILE_ITERS = 30
+#: iterations the closed loop is played for after a job starts (its moves settle within a few hundred)
+CONTROL_ITERS = 600
+
+
+@dataclass(frozen=True, slots=True)
+class JobKind:
+    """One Gavel job type with what was measured of it (see the module docstring)."""
+
+    name: str
+    solo_its: float  # iterations/s alone on V100 (Gavel)
+    curve: TruthCurve  # its cap curve (Zeus V100 PCIe)
+    curve_source: str  # "same model family" or "rank-matched"
+    pair_loss: float  # 1 - mean normalized throughput over its measured pairs
+
+    @property
+    def iter_time_s(self) -> float:
+        return 1.0 / self.solo_its
+
+    @property
+    def power_w(self) -> float:
+        return self.curve.power_w(self.curve.max_cap_w)
+
+    def time_ratio(self, cap_w: float) -> float:
+        """True time per iteration at ``cap_w`` over uncapped (>= 1)."""
+        c = self.curve
+        return c.iter_time_s(min(cap_w, c.max_cap_w)) / c.iter_time_s(c.max_cap_w)
+
+
+@functools.lru_cache(maxsize=1)
+def _pairs() -> Mapping[tuple[str, str], tuple[float, float]]:
+    """Measured normalized throughputs of both jobs, by ordered pair of types (both orders)."""
+    out = {}
+    for p in gavel_pairs(GAVEL_GPU):
+        xa, xb = p.shared_a / p.solo_a, p.shared_b / p.solo_b
+        out[(p.job_a, p.job_b)] = (xa, xb)
+        out[(p.job_b, p.job_a)] = (xb, xa)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _multi_gpu() -> Mapping[tuple[str, int], tuple[float, float]]:
+    """Gavel's V100 multi-GPU throughputs: (type, GPUs) -> (one server, spread over servers), iterations/s."""
+    from ecolaunch.sim.models import read_data_csv
+
+    return {(r["job_type"], int(r["scale_factor"])): (float(r["consolidated"]), float(r["unconsolidated"]))
+            for r in read_data_csv("gavel_multi_gpu.csv") if r["gpu"] == GAVEL_GPU}
+
+
+@functools.lru_cache(maxsize=1)
+def job_kinds() -> Mapping[str, JobKind]:
+    """Every Gavel V100 job type with its measured curve (module docstring: same family, else rank-matched)."""
+    solo = {job: tp for (gpu, job), tp in gavel_solo().items() if gpu == GAVEL_GPU}
+    pairs = _pairs()
+    loss = {}
+    for name in solo:
+        own = [x for (a, _), (x, _) in pairs.items() if a == name]
+        loss[name] = 1.0 - float(np.mean(own)) if own else 0.0
+    curves = [c for c in zeus_truths() if c.gpu_model.startswith("V100")]
+    by_name = {c.name: c for c in curves}
+    same: dict[str, TruthCurve] = {}
+    for name in solo:
+        if name.startswith("ResNet-50 (batch size "):
+            batch = name.split("batch size ")[1].rstrip(")")
+            c = by_name.get(f"V100 imagenet/resnet50 bs{batch}")
+            if c is not None:
+                same[name] = c
+    rest_types = sorted((n for n in solo if n not in same), key=lambda n: (loss[n], n))
+    rest_curves = sorted((c for c in curves if c not in same.values()),
+                         key=lambda c: (c.power_w(c.max_cap_w) / c.max_cap_w, c.name))
+    out = {}
+    for i, name in enumerate(rest_types):
+        q = i / max(1, len(rest_types) - 1)
+        out[name] = JobKind(name, solo[name], rest_curves[round(q * (len(rest_curves) - 1))], "rank-matched",
+                            loss[name])
+    for name, c in same.items():
+        out[name] = JobKind(name, solo[name], c, "same model family", loss[name])
+    return {n: out[n] for n in solo}
+
+
+@dataclass(frozen=True, slots=True)
+class Noise:
+    """Relative standard deviations of what is read (fractions), and of utilization (percentage points).
+
+    Defaults: a profiled point's mean iteration time 1 % and its power 2 % (ecolaunch's profiler on an H200, same
+    day as the reference sweep: 0.2-1.9 % off in time, 1-3 % in power, ``data/h200-2026-11-30``); one iteration
+    3 %; utilization 5 points (an assumption)."""
+
+    time: float = 0.01
+    power: float = 0.02
+    iteration: float = 0.03
+    util_pp: float = 5.0
+
+
+@dataclass(slots=True)
+class _Known:
+    """What history holds of one (user, job type): the profile the next launch arrives with."""
+
+    points: list[CapPoint]
+    util_pct: float
+    power_w: float
+    iter_time_s: float
+
+
+@dataclass
+class MeasuredWorld:
+    """The truth of the measured tables, and the noisy views of it (see the module docstring).
+
+    One world serves one simulation run (it keeps history). ``kind_of`` maps a trace job's ``kind`` to a Gavel
+    type name; a trace job's ``kind`` must be one of :func:`job_kinds`.
+    """
+
+    seed: int = 0
+    noise: Noise = field(default_factory=Noise)
+    board: str = BOARD
+    max_jobs_per_gpu: int = 2
+
+    def __post_init__(self) -> None:
+        self.kinds = job_kinds()
+        self.model: GpuModel = lookup(self.board)
+        self._rng = np.random.default_rng(self.seed)
+        self._history: dict[tuple[str, str], _Known] = {}
+        self._fold_of = self._deal_folds()
+        self._demand_cache: dict[int, Mapping[str, float]] = {}
+        self.first_launches = 0
+        self.repeat_launches = 0
+        self.oom_failures = 0
+
+    # --- folds ---------------------------------------------------------------------------------------
+    def _deal_folds(self) -> dict[str, int]:
+        names = sorted(self.kinds)
+        order = np.random.default_rng(1000 + self.seed).permutation(len(names))
+        return {names[i]: k % FOLDS for k, i in enumerate(order)}
+
+    def fold_of(self, kind: str) -> int:
+        return self._fold_of[kind]
+
+    def fold_types(self, fold: int) -> tuple[str, ...]:
+        """The job types of ``fold``: what a model used on those types must be trained without."""
+        return tuple(sorted(n for n, f in self._fold_of.items() if f == fold))
+
+    def fold_curves(self, fold: int) -> tuple[TruthCurve, ...]:
+        return tuple(self.kinds[n].curve for n in self.fold_types(fold))
+
+    def _demand(self, kind: str) -> float:
+        """The type's demand fitted on Gavel pairs without its fold (its own interpolated)."""
+        fold = self._fold_of[kind]
+        if fold not in self._demand_cache:
+            from ecolaunch.sim.interference import _impute_held_type, fit_gavel, gavel_set
+
+            data = gavel_set()
+            held_names = set(self.fold_types(fold))
+            held = np.array([data.keys[i][1] in held_names or data.keys[j][1] in held_names
+                             for i, j in zip(data.a, data.b)])
+            fit = fit_gavel(train=~held)
+            d = _impute_held_type(data, np.array([fit.demands[k] for k in data.keys]), held)
+            self._demand_cache[fold] = {job: float(v) for (gpu, job), v in zip(data.keys, d) if gpu == GAVEL_GPU}
+        return self._demand_cache[fold][kind]
+
+    # --- the truth -------------------------------------------------------------------------------------
+    def link_factor(self, kind: str, nproc: int, best: bool) -> float:
+        """The speed a multi-GPU job keeps on GPUs linked worse than the best set of its size on the host
+        (``best``: they are as well linked as any): Gavel's measured unconsolidated / consolidated throughput of
+        its type and size (1.0 when unmeasured)."""
+        if nproc < 2 or best:
+            return 1.0
+        pair = _multi_gpu().get((kind, nproc))
+        return 1.0 if pair is None else min(1.0, pair[1] / pair[0])
+
+    def feasible(self, kinds: Sequence[str]) -> bool:
+        """Whether these job types can run together on one GPU (measured by Gavel)."""
+        if len(kinds) <= 1:
+            return True
+        if len(kinds) > 2:
+            return False
+        return (kinds[0], kinds[1]) in _pairs()
+
+    def gpu_load(self, kinds: Sequence[str], cap_w: float | None) -> tuple[list[float], float, float, list[float]]:
+        """Truth on one GPU: each job's normalized throughput, the board power, its floor (idle) and each job's
+        dynamic power. Infeasible sets run as if each were alone (they fail at :data:`OOM_AFTER_S`)."""
+        model = self.model
+        idle = float(model.idle_power_w)
+        limit = float(model.power_limit_max_w)
+        if not kinds:
+            return [], idle, idle, []
+        jobs = [self.kinds[k] for k in kinds]
+        if len(jobs) == 1 or not self.feasible(kinds):
+            x = [1.0] * len(jobs)
+        else:
+            x = list(_pairs()[(kinds[0], kinds[1])])
+        dyn = [max(0.0, j.power_w - idle) * xi for j, xi in zip(jobs, x)]
+        total = min(limit, idle + sum(dyn))
+        if sum(dyn) > 0 and idle + sum(dyn) > limit:
+            dyn = [d * (limit - idle) / sum(dyn) for d in dyn]
+        ratio = 1.0
+        if cap_w is not None and cap_w < total:
+            dom = max(range(len(jobs)), key=lambda i: dyn[i])
+            j = jobs[dom]
+            rel = cap_w * j.power_w / total  # the same fraction of its own power as the cap is of the board's draw
+            ratio = j.time_ratio(rel)
+            new_total = min(cap_w, total * j.curve.power_w(min(rel, j.curve.max_cap_w)) / j.power_w)
+            scale = max(0.0, new_total - idle) / max(1e-9, total - idle)
+            dyn = [d * scale for d in dyn]
+            total = idle + sum(dyn)
+        return [xi / ratio for xi in x], total, idle, dyn
+
+    # --- what the policies see ---------------------------------------------------------------------------
+    def request_profile(self, user: str, kind: str) -> dict | None:
+        """The profile a launch arrives with: history's for a repeat, None for a first launch."""
+        known = self._history.get((user, kind))
+        if known is None:
+            return None
+        return {"iter_time_s": known.iter_time_s, "sm_util_pct": known.util_pct, "mem_bw_util_pct": None,
+                "memory_mib": _memory_mib(kind), "power_w": known.power_w,
+                "cap_points": [[p.power_cap_w, p.iter_time_s, p.power_w] for p in known.points]}
+
+    def true_profile(self, kind: str) -> dict:
+        """The type's profile as the truth has it (what only the oracle may read)."""
+        j = self.kinds[kind]
+        m = self.model
+        points = [[c, j.iter_time_s * j.time_ratio(c), j.curve.power_w(min(c, j.curve.max_cap_w))]
+                  for c in cap_grid(m.power_limit_min_w, m.power_limit_max_w, 25.0)]
+        return {"iter_time_s": j.iter_time_s, "sm_util_pct": None, "mem_bw_util_pct": None,
+                "memory_mib": _memory_mib(kind), "power_w": j.power_w, "cap_points": points}
+
+    def is_first(self, user: str, kind: str) -> bool:
+        return (user, kind) not in self._history
+
+    def _noisy(self, value: float, sd: float) -> float:
+        return value * (1.0 + sd * float(self._rng.standard_normal())) if sd > 0 else value
+
+    def profile_inline(self, user: str, kind: str) -> dict:
+        """A first launch's inline profile (three caps, noisy), stored in history; returns it."""
+        j = self.kinds[kind]
+        m = self.model
+        t0 = j.iter_time_s
+        top_power = self._noisy(j.power_w, self.noise.power)
+        points = []
+        for cap in profile_caps(m.power_limit_min_w, m.power_limit_max_w, top_power):
+            points.append(CapPoint(cap, self._noisy(t0 * j.time_ratio(cap), self.noise.time),
+                                   self._noisy(j.curve.power_w(min(cap, j.curve.max_cap_w)), self.noise.power),
+                                   PROFILE_ITERS, 100.0 * self.noise.iteration))
+        util = min(100.0, max(1.0, 100.0 * self._demand(kind) + self.noise.util_pp * float(self._rng.standard_normal())))
+        self._history[(user, kind)] = _Known(points, util, points[0].power_w, points[0].iter_time_s)
+        self.first_launches += 1
+        return self.request_profile(user, kind) or {}
+
+    def settle_cap(self, user: str, kind: str, cap_w: float | None, rules: Rules, gpus: Sequence[GpuNode],
+                   bound_pct: float) -> float | None:
+        """The cap a job alone on ``gpus`` ends at: a first launch's profiler choice, then the real closed loop fed
+        noisy iterations of the truth; what the loop measured goes to history. ``cap_w``: the decision's cap (None:
+        uncapped)."""
+        known = self._history.get((user, kind))
+        bounds = job_cap_bounds(rules, gpus)
+        if known is None or bounds is None:
+            return cap_w
+        if cap_w is None:
+            choice = job_cap_choice(known.points, bounds, bound_pct, rules.eta)
+            if choice is None or choice.cap_w >= bounds[1] - 1e-9:
+                return None
+            cap_w = choice.cap_w
+        j = self.kinds[kind]
+        ctl = CapController(known.points, bounds, bound_pct, cap_w, eta=rules.eta)
+        done, batch = 0, 10
+        t0 = j.iter_time_s
+        while done < CONTROL_ITERS:
+            cap = ctl.cap_w
+            mean = t0 * j.time_ratio(cap)
+            times = mean * (1.0 + self.noise.iteration * self._rng.standard_normal(batch))
+            power = self._noisy(j.curve.power_w(min(cap, j.curve.max_cap_w)), self.noise.power / 3)
+            ctl.observe(times.tolist(), power)
+            done += batch
+        known.points = _merge_points(known.points, ctl.learned())
+        final = ctl.cap_w
+        return None if final >= bounds[1] - 1e-9 else final
+
+
+def zeus_key(curve: TruthCurve) -> str:
+    """The Zeus curve's key as :func:`ecolaunch.policy.train.train` takes it in ``holdout_zeus``
+    (``"v100:imagenet/resnet50:64"``: GPU, dataset/network, batch size)."""
+    gpu, workload, batch = curve.name.split(" ")
+    return f"{gpu.lower()}:{workload}:{batch.removeprefix('bs')}"
+
+
+def _merge_points(old: Sequence[CapPoint], new: Sequence[CapPoint]) -> list[CapPoint]:
+    from ecolaunch.profile.powercap import merge_points
+
+    return list(merge_points([*old, *new]))
+
+
+def _memory_mib(kind: str) -> int:
+    from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB
+
+    return ASSUMED_MEMORY_MIB[kind]
+
+
+# --- the hindsight oracle on the measured truth ---------------------------------------------------------------
+
+class MeasuredTruthPredictor:
+    """Predicts with the measured truth itself: exact, no policy a launcher could run (the upper bound)."""
+
+    name = "measured-truth"
+
+    def __init__(self, world: MeasuredWorld, kind_of: Mapping[str, str]) -> None:
+        self.world, self.kind_of = world, kind_of
+
+    def __repr__(self) -> str:
+        return "MeasuredTruthPredictor()"
+
+    def scorer(self, state: StateGraph, job: JobRequest) -> _TruthScorer:
+        return _TruthScorer(self, state, job)
+
+
+class _TruthScorer:
+    def __init__(self, p: MeasuredTruthPredictor, state: StateGraph, job: JobRequest) -> None:
+        self._p, self._state, self._job = p, state, job
+
+    def _kind(self, job_id: str) -> str:
+        return self._p.kind_of[job_id]
+
+    def _outcome(self, gpus: Sequence[str], caps: Sequence[float | None], new: str | None) -> Outcome:
+        host = self._state.hosts[self._job.host]
+        thr: dict[str, float] = {}
+        power: dict[str, float] = {}
+        for u, cap in zip(gpus, caps):
+            node = host.gpus[u]
+            ids = [j.id for j in self._state.jobs_on(u)] + ([new] if new else [])
+            if cap is None and node.power_limit_w is not None and node.power_limit_max_w is not None \
+                    and node.power_limit_w < node.power_limit_max_w:
+                cap = node.power_limit_w
+            kinds = [self._kind(i) for i in ids]
+            if not self._p.world.feasible(kinds):
+                for i in ids:
+                    thr[i] = 0.0
+                power[u] = float(node.power_limit_max_w or 0.0)
+                continue
+            x, p, _, _ = self._p.world.gpu_load(kinds, cap)
+            power[u] = p
+            for i, xi in zip(ids, x):
+                thr[i] = min(xi, thr.get(i, xi))
+        return Outcome(thr, power)
+
+    def alone_cap(self, job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> tuple[float | None, str | None]:
+        """The least true energy per work within the bound, alone on ``gpus`` (known with or without a profile:
+        the oracle knows every job)."""
+        bounds = job_cap_bounds(rules, gpus)
+        if bounds is None:
+            return None, None
+        k = self._p.world.kinds[self._kind(job.id)]
+        base = k.power_w
+        best, best_cost = None, base
+        for cap in cap_grid(bounds[0], bounds[1], CHOICE_STEP_W):
+            r = k.time_ratio(cap)
+            cost = k.curve.power_w(min(cap, k.curve.max_cap_w)) * r
+            if 100.0 * (r - 1.0) <= job.allowed_slowdown_pct + 1e-9 and cost < best_cost:
+                best, best_cost = cap, cost
+        if best is None or 100.0 * (1.0 - best_cost / base) < MIN_SAVING_PCT:
+            return None, None
+        return best, None
+
+    def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
+        from ecolaunch.policy.candidates import worst_link
+        from ecolaunch.sim.engine import best_link
+
+        out = []
+        host = self._state.hosts[self._job.host]
+        for c in candidates:
+            o = self._outcome(c.gpus, c.caps_w, self._job.id)
+            best = worst_link(host, list(c.gpus)) <= best_link(host, len(c.gpus))
+            o.throughput[self._job.id] *= self._p.world.link_factor(self._kind(self._job.id), len(c.gpus), best)
+            out.append(o)
+        return out
+
+    def current(self, gpus: Sequence[str]) -> Outcome:
+        merged = Outcome({}, {})
+        for u in gpus:
+            out = self._outcome((u,), (None,), None)
+            merged.gpu_power_w.update(out.gpu_power_w)
+            for k, x in out.throughput.items():
+                merged.throughput[k] = min(x, merged.throughput.get(k, x))
+        return merged
+
+
+def measured_oracle(world: MeasuredWorld, kind_of: Mapping[str, str]):
+    """The oracle of the measured world: energy-aware placement predicting with the truth, no margin (under the
+    admin's power budget, when there is one, like every policy)."""
+    from ecolaunch.policy.budget import BudgetedPolicy
+
+    return BudgetedPolicy(EnergyAwarePolicy(MeasuredTruthPredictor(world, kind_of), name="oracle", margin_pct=0.0))

@@ -1,0 +1,42 @@
+"""``ecolaunch simulate``: the model world's traces on a machine spec, and the measured world's traces."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ecolaunch.cli.simulate_cmd import simulate
+
+
+@pytest.fixture(autouse=True)
+def _no_lab_weights(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("ECOLAUNCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("ECOLAUNCH_GNN_WEIGHTS", raising=False)
+
+
+def _run(*args: str) -> dict:
+    result = CliRunner().invoke(simulate, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_a_measured_trace_brings_its_own_machine_and_budget():
+    doc = _run("--trace", "power-budget", "--jobs", "30", "--policy", "exclusive", "--policy", "oracle",
+               "--policy", "no-gnn")
+    assert doc["machine"] == "4xV100-PCIE-16GB" and doc["jobs"] == 30
+    rows = doc["policies"]
+    assert set(rows) == {"exclusive", "oracle", "no-gnn"}
+    # the oracle knows the truth: it never uses more node energy than exclusive placement at default power
+    assert rows["oracle"]["node_energy_kwh"] <= rows["exclusive"]["node_energy_kwh"]
+
+
+def test_the_model_world_still_takes_a_machine_spec():
+    doc = _run("--gpus", "2xA100-SXM4-80GB", "--trace", "workstation-light", "--jobs", "20", "--policy", "exclusive")
+    assert doc["machine"] == "2xA100-SXM4-80GB" and doc["policies"]["exclusive"]["jobs"] == 20
+
+
+def test_an_unknown_policy_names_the_known_ones():
+    result = CliRunner().invoke(simulate, ["--trace", "workstation-mixed", "--policy", "magic"])
+    assert result.exit_code != 0 and "unknown policy 'magic'" in result.output

@@ -1,0 +1,153 @@
+"""The measured world: its truth is the measured tables, the policies read noisy views of it, history and folds."""
+
+from __future__ import annotations
+
+import pytest
+
+from ecolaunch.admin.rules import Rules
+from ecolaunch.devices.spec import parse_spec
+from ecolaunch.policy.base import Decision
+from ecolaunch.sim.engine import Simulation, Trace, TraceJob
+from ecolaunch.sim.measured import BOARD, FOLDS, MeasuredWorld, Noise, _pairs, job_kinds, measured_oracle
+from ecolaunch.sim.measured_traces import MEASURED_TRACES, measured_trace
+from ecolaunch.sim.models import JobProfile, gavel_pairs
+from ecolaunch.sim.policies import FoldedPolicy, get_sim_policy
+from ecolaunch.sim.truth import true_slowdown_pct
+
+LIGHT, HEAVY = "ResNet-18 (batch size 16)", "ResNet-50 (batch size 64)"
+
+
+def test_pair_truth_is_gavels_measurement():
+    world = MeasuredWorld()
+    for p in gavel_pairs("v100")[:40]:
+        x, power, idle, dyn = world.gpu_load([p.job_a, p.job_b], None)
+        assert x == pytest.approx([p.shared_a / p.solo_a, p.shared_b / p.solo_b])
+        assert idle <= power <= world.model.power_limit_max_w
+        assert power == pytest.approx(idle + sum(dyn))
+
+
+def test_alone_truth_is_the_measured_curve_interpolated():
+    world = MeasuredWorld()
+    kind = job_kinds()[HEAVY]
+    for cap in (250.0, 200.0, 175.0, 150.0, 120.0):
+        (x,), power, _, _ = world.gpu_load([HEAVY], cap)
+        assert 1.0 / x - 1.0 == pytest.approx(true_slowdown_pct(kind.curve, cap) / 100.0)
+        assert power <= cap + 1e-9
+    assert kind.curve_source == "same model family" and "resnet50 bs64" in kind.curve.name
+
+
+def test_unmeasured_sets_cannot_share():
+    world = MeasuredWorld()
+    names = sorted(job_kinds())
+    missing = next((a, b) for a in names for b in names if (a, b) not in _pairs())
+    assert not world.feasible(list(missing))
+    assert not world.feasible([LIGHT, LIGHT, LIGHT])  # three jobs were never measured
+    assert world.feasible([LIGHT])
+
+
+def test_folds_partition_the_types():
+    world = MeasuredWorld(seed=3)
+    seen = [t for k in range(FOLDS) for t in world.fold_types(k)]
+    assert sorted(seen) == sorted(job_kinds())
+    assert all(world.fold_of(t) == k for k in range(FOLDS) for t in world.fold_types(k))
+
+
+def test_first_launch_is_unknown_then_history_is_noisy_measurement():
+    world = MeasuredWorld(seed=1)
+    assert world.request_profile("ann", HEAVY) is None
+    prof = world.profile_inline("ann", HEAVY)
+    assert world.request_profile("bob", HEAVY) is None  # history is per user
+    kind = job_kinds()[HEAVY]
+    caps = [c for c, _, _ in prof["cap_points"]]
+    assert 3 >= len(caps) >= 2 and max(caps) == world.model.power_limit_max_w
+    times = [t / kind.iter_time_s for _, t, _ in prof["cap_points"]]
+    truth = [kind.time_ratio(c) for c in caps]
+    assert times != truth  # readings carry noise ...
+    assert times == pytest.approx(truth, rel=0.06)  # ... around the truth
+    exact = MeasuredWorld(seed=1, noise=Noise(0.0, 0.0, 0.0, 0.0)).profile_inline("ann", HEAVY)
+    assert [t / kind.iter_time_s for _, t, _ in exact["cap_points"]] == pytest.approx(truth)
+
+
+def test_closed_loop_settles_within_the_bound_without_noise():
+    world = MeasuredWorld(noise=Noise(0.0, 0.0, 0.0, 0.0))
+    machine = parse_spec(f"1x{BOARD}", hostname="node0")
+    sim = Simulation(machine, get_sim_policy("no-gnn"), world=world, closed_loop=True)
+    gpus = list(sim.graph.hosts["node0"].gpus.values())
+    world.profile_inline("ann", HEAVY)
+    cap = world.settle_cap("ann", HEAVY, 150.0, Rules(), gpus, 10.0)  # starts too low: the loop raises it
+    assert cap is not None and cap > 150.0
+    assert true_slowdown_pct(job_kinds()[HEAVY].curve, cap) <= 10.0 + 1e-6
+
+
+def _job(i: str, t: float, kind: str, user: str = "ann", work_s: float = 3600.0, bound: float = 10.0) -> TraceJob:
+    return TraceJob(i, t, 1, work_s, JobProfile(iter_time_s=0.1, memory_mib=1000), bound, user, kind)
+
+
+class _ShareAll:
+    """Puts every job on GPU 0, whoever is there."""
+
+    name = "share-all"
+
+    def decide(self, state, job, rules):
+        u = next(iter(state.hosts[job.host].gpus))
+        return Decision(self.name, (u,), {u: None}, {u: [j.id for j in state.jobs_on(u)]}, ["test"])
+
+
+def test_a_pair_gavel_could_not_run_fails_and_runs_alone_later():
+    names = sorted(job_kinds())
+    a, b = next((a, b) for a in names for b in names if (a, b) not in _pairs())
+    trace = Trace("t", (_job("j0", 0.0, a), _job("j1", 1.0, b)))
+    world = MeasuredWorld()
+    result = Simulation(parse_spec(f"2x{BOARD}", hostname="node0"), _ShareAll(), world=world).run(trace)
+    assert world.oom_failures == 1
+    second = result.jobs[1]
+    assert second.undone and second.end_s is not None
+
+
+def test_repeats_arrive_known_and_the_engine_counts_launches():
+    trace = Trace("t", (_job("j0", 0.0, HEAVY), _job("j1", 4000.0, HEAVY), _job("j2", 8000.0, HEAVY, user="bob")))
+    world = MeasuredWorld()
+    Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"), world=world,
+               closed_loop=True).run(trace)
+    assert (world.first_launches, world.repeat_launches) == (2, 1)
+
+
+def test_oracle_knows_the_truth_and_caps_within_the_bound():
+    trace = Trace("t", (_job("j0", 0.0, HEAVY),))
+    world = MeasuredWorld()
+    sim = Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), measured_oracle(world, {"j0": HEAVY}),
+                     world=world, omniscient=True)
+    out = sim.run(trace).jobs[0]
+    cap = next(iter(out.caps_w.values()))
+    assert cap is not None and true_slowdown_pct(job_kinds()[HEAVY].curve, cap) <= 10.0 + 1e-9
+    assert out.slowdown_pct == pytest.approx(true_slowdown_pct(job_kinds()[HEAVY].curve, cap), abs=1e-6)
+    assert world.first_launches == 0  # the oracle needs no profiling
+
+
+def test_folded_policy_asks_the_fold_of_the_new_job():
+    asked = []
+
+    class P:
+        def __init__(self, k):
+            self.k = k
+
+        def decide(self, state, job, rules):
+            asked.append((job.id, self.k))
+
+    folded = FoldedPolicy({0: P(0), 1: P(1)}, {"a": 1, "b": 0}, name="gnn")
+    from ecolaunch.policy.base import JobRequest
+
+    for i in ("a", "b"):
+        folded.decide(None, JobRequest(id=i, user="u", host="h", nproc=1), Rules())
+    assert asked == [("a", 1), ("b", 0)]
+
+
+@pytest.mark.parametrize("name", list(MEASURED_TRACES))
+def test_measured_traces_are_seeded_and_use_measured_types(name):
+    machine = parse_spec(f"4x{BOARD}", hostname="node0")
+    t1, t2 = measured_trace(name, machine, jobs=60), measured_trace(name, machine, jobs=60)
+    assert t1 == t2 and len(t1.jobs) == 60
+    assert all(j.kind in job_kinds() for j in t1.jobs)
+    assert len({(j.user, j.kind) for j in t1.jobs}) < 60  # some launches repeat
+    if name == "workstation-mixed":
+        assert any(j.allowed_slowdown_pct > 10.0 for j in t1.jobs)  # fractional pods accept their fraction
