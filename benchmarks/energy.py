@@ -258,7 +258,9 @@ def main() -> None:
         f"(seed {args.seed}, world {args.world}; {folds}). Savings are against `exclusive` (FIFO, default power). "
         "`no-gnn`, `zeus-5w` and `zeus-5w-margin` are ablations, not baselines (see the script's docstring); "
         "`learned %` is the share of placements the policy's learned part decided.\n\n" + table
-        + "\n## Goals (gnn against no-gnn and the oracle)\n\n```json\n" + json.dumps(result["goals"], indent=2) + "\n```\n")
+        + "\n## Goals (gnn against no-gnn and the oracle)\n\n```json\n" + json.dumps(result["goals"], indent=2) + "\n```\n"
+        + ("\n## Folds (job types each fold's GNN was trained without)\n\n" + "".join(
+            f"- fold {k}: {', '.join(f['types'])}\n" for k, f in result["folds"].items()) if result["folds"] else ""))
     (args.out / "energy.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     plotted = plot(result, args.out / "energy.png")
     emit({"traces": result["traces"], "goals": result["goals"], "folds": result["folds"]}, args.json,
