@@ -29,9 +29,11 @@ up to at any instant, a GPU without a job at its minimum: what ``power-budget``'
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from _common import REPO, emit
@@ -73,7 +75,8 @@ def run_all(seed: int, policies: list[str], worlds: list[str], traces: list[str]
             from ecolaunch.sim.measured_traces import measured_machine
 
             machine = measured_machine(name)
-            gpus = f"{len(machine.hosts[0].gpus)}x{machine.hosts[0].gpus[0].name}"
+            counts = Counter(g.name for g in machine.hosts[0].gpus)  # in order of first appearance
+            gpus = "+".join(f"{n}x{name}" for name, n in counts.items())
         else:
             machine = parse_spec(gpus, hostname="node0")
         if hosts > 1:
@@ -155,11 +158,13 @@ def fold_weights(seed: int, cache: Path) -> dict:
     out = {}
     for k in range(FOLDS):
         types = world.fold_types(k)
-        path = cache / f"gnn-fold{k}-seed{seed}.pt"
+        zeus = sorted(zeus_key(c) for c in world.fold_curves(k))
+        tag = hashlib.sha256(json.dumps([types, zeus]).encode()).hexdigest()[:10]  # what it was trained without
+        path = cache / f"gnn-fold{k}-seed{seed}-{tag}.pt"
         if not path.is_file():
             print(f"training the GNN without fold {k} ({len(types)} job types) into {path} ...", file=sys.stderr,
                   flush=True)
-            train(seed, path, holdout_types=types, holdout_zeus=[zeus_key(c) for c in world.fold_curves(k)])
+            train(seed, path, holdout_types=types, holdout_zeus=zeus)
         out[k] = (types, path)
     return out
 

@@ -21,8 +21,8 @@ def _fmt_h(seconds: float) -> str:
 @click.option("--hosts", default=1, show_default=True, type=click.IntRange(1, 1024), help="identical hosts")
 @click.option("--trace", "trace_name", default="workstation-light", show_default=True,
               help="a standard trace name, a measured-world trace (workstation-mixed, power-budget, "
-                   "workstation-measured, workstation-topology: they bring their own V100 machine) or a trace "
-                   "file (see README, Simulator)")
+                   "workstation-measured, workstation-topology, workstation-mixed-models: they bring their own "
+                   "machine) or a trace file (see README, Simulator)")
 @click.option("--policy", "policies", multiple=True, default=("exclusive",), show_default=True,
               help="a placement policy (curve, exclusive, first-fit, lucid, eaco, zeus, gnn, oracle, or the "
                    "ablation no-gnn); repeat to compare several in one run")
@@ -48,7 +48,10 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
             from ecolaunch.sim.measured_traces import measured_machine, measured_trace
 
             machine = measured_machine(trace_name)
-            gpus = f"{len(machine.hosts[0].gpus)}x{machine.hosts[0].gpus[0].name}"
+            counts: dict[str, int] = {}
+            for g in machine.hosts[0].gpus:
+                counts[g.name] = counts.get(g.name, 0) + 1
+            gpus = "+".join(f"{n}x{name}" for name, n in counts.items())
             trace = measured_trace(trace_name, machine, seed=seed, jobs=jobs)
         else:
             machine = parse_spec(gpus, hostname="node0")

@@ -101,6 +101,8 @@ class JobOutcome:
     #: the early-epoch check undid a shared placement of this job
     undone: bool = False
     rejected: str | None = None
+    #: the job's solo speed on its GPUs against the speed ``work_s`` is counted at (the measured world's boards)
+    reference_speed: float = 1.0
 
     @property
     def jct_s(self) -> float | None:
@@ -108,10 +110,11 @@ class JobOutcome:
 
     @property
     def slowdown_pct(self) -> float | None:
-        """Run time against the solo, uncapped run time, in percent (queueing excluded)."""
+        """Run time against the solo, uncapped run time on its GPUs (``work_s`` / ``reference_speed``), in percent
+        (queueing excluded)."""
         if self.end_s is None or self.start_s is None:
             return None
-        return 100.0 * ((self.end_s - self.start_s) / self.work_s - 1.0)
+        return 100.0 * ((self.end_s - self.start_s) * self.reference_speed / self.work_s - 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +196,10 @@ class Simulation:
         self._exclusive_only: set[str] = set()
         self._resume: dict[str, float] = {}
         self._oom: set[str] = set()
+        #: the machine's one GPU model, None when it mixes models (the measured world's profiles are per model)
+        models = {m.name for m in self.models.values()}
+        self._board = next(iter(models)) if len(models) == 1 else None
+        self._outcomes: dict[str, JobOutcome] = {}
         self.learned_decisions = 0
         self.placements = 0
 
@@ -202,6 +209,7 @@ class Simulation:
         if self.profile_caps:
             arrivals = [_with_cap_points(j, self.machine.hosts[0].gpus[0]) for j in arrivals]
         outcomes = {j.id: JobOutcome(j.id, j.arrival_s, j.nproc, j.work_s, j.allowed_slowdown_pct) for j in arrivals}
+        self._outcomes = outcomes
         meters = {h: EnergyMeter(self.host_static_w) for h in self.graph.hosts}
         queue: deque[TraceJob] = deque()
         running: dict[str, _Running] = {}
@@ -356,8 +364,10 @@ class Simulation:
         if self.world is None:
             return job.profile_dict()
         if self.omniscient:
-            return self.world.true_profile(job.kind)
-        return self.world.request_profile(job.user, job.kind)
+            return self.world.true_profile(job.kind, self._board)
+        if self._board is None:  # mixed GPU models: the launcher knows no profile before it knows the model
+            return None
+        return self.world.request_profile(job.user, job.kind, self._board)
 
     def _world_start(self, job: TraceJob, decision: Decision, gpu_jobs: dict[str, list[str]],
                      checks: list[tuple[float, str]], now: float) -> set[str]:
@@ -366,14 +376,17 @@ class Simulation:
         its profiler and closed loop settle on. Returns the GPUs whose cap changed."""
         world = self.world
         for u in decision.gpus:
-            if not world.feasible([self.graph.jobs[j].name for j in gpu_jobs[u]]):
+            if not world.feasible([self.graph.jobs[j].name for j in gpu_jobs[u]], self.models[u].name):
                 self._oom.add(job.id)
                 heapq.heappush(checks, (now + _oom_after_s(), job.id))
                 break
+        board = self.models[decision.gpus[0]].name  # the model its profile is of (a job's GPUs: one model, or not)
+        self._outcomes[job.id].reference_speed = min(world.speed_factor(job.kind, self.models[u].name)
+                                                     for u in decision.gpus)
         if self.omniscient:
             return set()
-        if world.is_first(job.user, job.kind):
-            self.graph.jobs[job.id].profile = world.profile_inline(job.user, job.kind)
+        if world.is_first(job.user, job.kind, board):
+            self.graph.jobs[job.id].profile = world.profile_inline(job.user, job.kind, board)
         else:
             world.repeat_launches += 1
         if not self.closed_loop or any(len(gpu_jobs[u]) > 1 for u in decision.gpus):
@@ -381,7 +394,7 @@ class Simulation:
         host = self.graph.hosts[self._host_of[decision.gpus[0]]]
         gpus = [host.gpus[u] for u in decision.gpus]
         caps = [decision.power_caps_w.get(u) for u in decision.gpus]
-        cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct)
+        cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct, board)
         if self.rules.power_max_total_w is not None:  # the closed loop never moves past the budget's ceiling
             from ecolaunch.policy.budget import budget_ceilings
 
@@ -455,7 +468,11 @@ class Simulation:
                 node.power_w = loads[u].power_w
                 continue
             if self.world is not None:
-                throughputs, power_w, floor_w, dyn = self.world.gpu_load([running[j].job.kind for j in jobs], cap)
+                throughputs, power_w, floor_w, dyn = self.world.gpu_load([running[j].job.kind for j in jobs], cap,
+                                                                         model.name)
+                # work is counted at the reference board's solo speed: a board's own speed scales it
+                throughputs = [x * self.world.speed_factor(running[j].job.kind, model.name)
+                               for j, x in zip(jobs, throughputs)]
                 loads[u] = GpuLoad(power_w, floor_w, dict(zip(jobs, dyn)))
                 node.power_w = power_w
                 seen = [self.graph.jobs[j].profile or {} for j in jobs]
@@ -503,7 +520,9 @@ class Simulation:
     def _speed_on(self, u: str, job_id: str, gpu_jobs, running, caps) -> float:
         jobs = gpu_jobs[u]
         if self.world is not None:
-            return self.world.gpu_load([running[j].job.kind for j in jobs], caps[u])[0][jobs.index(job_id)]
+            kind = running[job_id].job.kind
+            x = self.world.gpu_load([running[j].job.kind for j in jobs], caps[u], self.models[u].name)[0]
+            return x[jobs.index(job_id)] * self.world.speed_factor(kind, self.models[u].name)
         sg = shared_gpu([running[j].job.profile for j in jobs], self.models[u], caps[u])
         return sg.throughputs[jobs.index(job_id)]
 

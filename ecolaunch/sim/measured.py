@@ -64,6 +64,7 @@ import numpy as np
 
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.catalogue import GpuModel, lookup
+from ecolaunch.errors import ConfigError
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
@@ -78,6 +79,9 @@ __all__ = ["BOARD", "FOLDS", "JobKind", "MeasuredWorld", "Noise", "job_kinds", "
 
 BOARD = "V100-PCIE-16GB"
 GAVEL_GPU = "v100"
+#: the boards the measured world can play: catalogue name -> Gavel's GPU type and Zeus's board (the 100/125-250 W
+#: PCIe cards Zeus swept; 16 GB, as Gavel's)
+BOARDS = {"V100-PCIE-16GB": "v100", "P100-PCIE-16GB": "p100"}
 FOLDS = 5
 #: seconds a job that cannot share (a pair Gavel could not run) runs before it fails and is queued again
 OOM_AFTER_S = 60.0
@@ -111,11 +115,11 @@ class JobKind:
         return c.iter_time_s(min(cap_w, c.max_cap_w)) / c.iter_time_s(c.max_cap_w)
 
 
-@functools.lru_cache(maxsize=1)
-def _pairs() -> Mapping[tuple[str, str], tuple[float, float]]:
-    """Measured normalized throughputs of both jobs, by ordered pair of types (both orders)."""
+@functools.lru_cache(maxsize=4)
+def _pairs(gpu: str = GAVEL_GPU) -> Mapping[tuple[str, str], tuple[float, float]]:
+    """Measured normalized throughputs of both jobs on Gavel's ``gpu``, by ordered pair of types (both orders)."""
     out = {}
-    for p in gavel_pairs(GAVEL_GPU):
+    for p in gavel_pairs(gpu):
         xa, xb = p.shared_a / p.solo_a, p.shared_b / p.solo_b
         out[(p.job_a, p.job_b)] = (xa, xb)
         out[(p.job_b, p.job_a)] = (xb, xa)
@@ -131,22 +135,24 @@ def _multi_gpu() -> Mapping[tuple[str, int], tuple[float, float]]:
             for r in read_data_csv("gavel_multi_gpu.csv") if r["gpu"] == GAVEL_GPU}
 
 
-@functools.lru_cache(maxsize=1)
-def job_kinds() -> Mapping[str, JobKind]:
-    """Every Gavel V100 job type with its measured curve (module docstring: same family, else rank-matched)."""
-    solo = {job: tp for (gpu, job), tp in gavel_solo().items() if gpu == GAVEL_GPU}
-    pairs = _pairs()
+@functools.lru_cache(maxsize=4)
+def job_kinds(gavel_gpu: str = GAVEL_GPU) -> Mapping[str, JobKind]:
+    """Every Gavel job type on ``gavel_gpu`` (``v100``, ``p100``) with its measured curve on that board (module
+    docstring: same family, else rank-matched)."""
+    solo = {job: tp for (gpu, job), tp in gavel_solo().items() if gpu == gavel_gpu}
+    pairs = _pairs(gavel_gpu)
     loss = {}
     for name in solo:
         own = [x for (a, _), (x, _) in pairs.items() if a == name]
         loss[name] = 1.0 - float(np.mean(own)) if own else 0.0
-    curves = [c for c in zeus_truths() if c.gpu_model.startswith("V100")]
+    prefix = gavel_gpu.upper()
+    curves = [c for c in zeus_truths() if c.name.startswith(prefix + " ")]
     by_name = {c.name: c for c in curves}
     same: dict[str, TruthCurve] = {}
     for name in solo:
         if name.startswith("ResNet-50 (batch size "):
             batch = name.split("batch size ")[1].rstrip(")")
-            c = by_name.get(f"V100 imagenet/resnet50 bs{batch}")
+            c = by_name.get(f"{prefix} imagenet/resnet50 bs{batch}")
             if c is not None:
                 same[name] = c
     rest_types = sorted((n for n in solo if n not in same), key=lambda n: (loss[n], n))
@@ -200,8 +206,9 @@ class MeasuredWorld:
     max_jobs_per_gpu: int = 2
 
     def __post_init__(self) -> None:
-        self.kinds = job_kinds()
+        self.kinds = job_kinds()  # the reference board's (V100): folds, and the speed work_s is counted at
         self.model: GpuModel = lookup(self.board)
+        self._boards = {name: (lookup(name), job_kinds(gpu)) for name, gpu in BOARDS.items()}
         self._rng = np.random.default_rng(self.seed)
         self._history: dict[tuple[str, str], _Known] = {}
         self._fold_of = self._deal_folds()
@@ -224,7 +231,12 @@ class MeasuredWorld:
         return tuple(sorted(n for n, f in self._fold_of.items() if f == fold))
 
     def fold_curves(self, fold: int) -> tuple[TruthCurve, ...]:
-        return tuple(self.kinds[n].curve for n in self.fold_types(fold))
+        """The measured curves the fold's types play, on every board."""
+        return tuple(table[n].curve for _, table in self._boards.values() for n in self.fold_types(fold))
+
+    def job_kind(self, kind: str, board: str | None = None) -> JobKind:
+        """A type's measurements on ``board``."""
+        return self._board(board)[1][kind]
 
     def _demand(self, kind: str) -> float:
         """The type's demand fitted on Gavel pairs without its fold (its own interpolated)."""
@@ -251,27 +263,50 @@ class MeasuredWorld:
         pair = _multi_gpu().get((kind, nproc))
         return 1.0 if pair is None else min(1.0, pair[1] / pair[0])
 
-    def feasible(self, kinds: Sequence[str]) -> bool:
-        """Whether these job types can run together on one GPU (measured by Gavel)."""
+    def _board(self, board: str | None) -> tuple[GpuModel, Mapping[str, JobKind], str]:
+        name = board or self.board
+        if name not in self._boards:
+            raise ConfigError(f"the measured world has no measurements of a {name}",
+                              hint=f"use one of {', '.join(BOARDS)}")
+        model, kinds = self._boards[name]
+        return model, kinds, BOARDS[name]
+
+    def board_of(self, gpu_name: str) -> str:
+        """The catalogue name of a GPU as the state graph names it (NVML's name, e.g. "Tesla V100-PCIE-16GB")."""
+        for name, (model, _) in self._boards.items():
+            if gpu_name in (name, model.full_name):
+                return name
+        raise ConfigError(f"the measured world has no measurements of a {gpu_name}",
+                          hint=f"use one of {', '.join(BOARDS)}")
+
+    def speed_factor(self, kind: str, board: str | None = None) -> float:
+        """The type's solo speed on ``board`` against on the reference board (Gavel's measured throughputs): the
+        rate at which a job's work, counted at the reference board's solo speed, gets done there."""
+        return self._board(board)[1][kind].solo_its / self.kinds[kind].solo_its
+
+    def feasible(self, kinds: Sequence[str], board: str | None = None) -> bool:
+        """Whether these job types can run together on one GPU (measured by Gavel on that board)."""
         if len(kinds) <= 1:
             return True
         if len(kinds) > 2:
             return False
-        return (kinds[0], kinds[1]) in _pairs()
+        return (kinds[0], kinds[1]) in _pairs(self._board(board)[2])
 
-    def gpu_load(self, kinds: Sequence[str], cap_w: float | None) -> tuple[list[float], float, float, list[float]]:
-        """Truth on one GPU: each job's normalized throughput, the board power, its floor (idle) and each job's
-        dynamic power. Infeasible sets run as if each were alone (they fail at :data:`OOM_AFTER_S`)."""
-        model = self.model
+    def gpu_load(self, kinds: Sequence[str], cap_w: float | None, board: str | None = None
+                 ) -> tuple[list[float], float, float, list[float]]:
+        """Truth on one GPU of ``board`` (default: the world's): each job's normalized throughput (1 = alone and
+        uncapped on that board), the board power, its floor (idle) and each job's dynamic power. Infeasible sets run
+        as if each were alone (they fail at :data:`OOM_AFTER_S`)."""
+        model, table, gpu = self._board(board)
         idle = float(model.idle_power_w)
         limit = float(model.power_limit_max_w)
         if not kinds:
             return [], idle, idle, []
-        jobs = [self.kinds[k] for k in kinds]
-        if len(jobs) == 1 or not self.feasible(kinds):
+        jobs = [table[k] for k in kinds]
+        if len(jobs) == 1 or not self.feasible(kinds, board):
             x = [1.0] * len(jobs)
         else:
-            x = list(_pairs()[(kinds[0], kinds[1])])
+            x = list(_pairs(gpu)[(kinds[0], kinds[1])])
         dyn = [max(0.0, j.power_w - idle) * xi for j, xi in zip(jobs, x)]
         total = min(limit, idle + sum(dyn))
         if sum(dyn) > 0 and idle + sum(dyn) > limit:
@@ -289,34 +324,35 @@ class MeasuredWorld:
         return [xi / ratio for xi in x], total, idle, dyn
 
     # --- what the policies see ---------------------------------------------------------------------------
-    def request_profile(self, user: str, kind: str) -> dict | None:
-        """The profile a launch arrives with: history's for a repeat, None for a first launch."""
-        known = self._history.get((user, kind))
+    def request_profile(self, user: str, kind: str, board: str | None = None) -> dict | None:
+        """The profile a launch arrives with: history's for a repeat on ``board``, None for a first launch (history is
+        per board model, as the launcher's fingerprints are)."""
+        known = self._history.get((user, kind, board or self.board))
         if known is None:
             return None
         return {"iter_time_s": known.iter_time_s, "sm_util_pct": known.util_pct, "mem_bw_util_pct": None,
                 "memory_mib": _memory_mib(kind), "power_w": known.power_w,
                 "cap_points": [[p.power_cap_w, p.iter_time_s, p.power_w] for p in known.points]}
 
-    def true_profile(self, kind: str) -> dict:
-        """The type's profile as the truth has it (what only the oracle may read)."""
-        j = self.kinds[kind]
-        m = self.model
+    def true_profile(self, kind: str, board: str | None = None) -> dict:
+        """The type's profile on ``board`` as the truth has it (what only the oracle may read)."""
+        m, table, _ = self._board(board)
+        j = table[kind]
         points = [[c, j.iter_time_s * j.time_ratio(c), j.curve.power_w(min(c, j.curve.max_cap_w))]
                   for c in cap_grid(m.power_limit_min_w, m.power_limit_max_w, 25.0)]
         return {"iter_time_s": j.iter_time_s, "sm_util_pct": None, "mem_bw_util_pct": None,
                 "memory_mib": _memory_mib(kind), "power_w": j.power_w, "cap_points": points}
 
-    def is_first(self, user: str, kind: str) -> bool:
-        return (user, kind) not in self._history
+    def is_first(self, user: str, kind: str, board: str | None = None) -> bool:
+        return (user, kind, board or self.board) not in self._history
 
     def _noisy(self, value: float, sd: float) -> float:
         return value * (1.0 + sd * float(self._rng.standard_normal())) if sd > 0 else value
 
-    def profile_inline(self, user: str, kind: str) -> dict:
-        """A first launch's inline profile (three caps, noisy), stored in history; returns it."""
-        j = self.kinds[kind]
-        m = self.model
+    def profile_inline(self, user: str, kind: str, board: str | None = None) -> dict:
+        """A first launch's inline profile on ``board`` (three caps, noisy), stored in history; returns it."""
+        m, table, _ = self._board(board)
+        j = table[kind]
         t0 = j.iter_time_s
         top_power = self._noisy(j.power_w, self.noise.power)
         points = []
@@ -325,16 +361,17 @@ class MeasuredWorld:
                                    self._noisy(j.curve.power_w(min(cap, j.curve.max_cap_w)), self.noise.power),
                                    PROFILE_ITERS, 100.0 * self.noise.iteration))
         util = min(100.0, max(1.0, 100.0 * self._demand(kind) + self.noise.util_pp * float(self._rng.standard_normal())))
-        self._history[(user, kind)] = _Known(points, util, points[0].power_w, points[0].iter_time_s)
+        self._history[(user, kind, board or self.board)] = _Known(points, util, points[0].power_w,
+                                                                  points[0].iter_time_s)
         self.first_launches += 1
-        return self.request_profile(user, kind) or {}
+        return self.request_profile(user, kind, board) or {}
 
     def settle_cap(self, user: str, kind: str, cap_w: float | None, rules: Rules, gpus: Sequence[GpuNode],
-                   bound_pct: float) -> float | None:
+                   bound_pct: float, board: str | None = None) -> float | None:
         """The cap a job alone on ``gpus`` ends at: a first launch's profiler choice, then the real closed loop fed
         noisy iterations of the truth; what the loop measured goes to history. ``cap_w``: the decision's cap (None:
         uncapped)."""
-        known = self._history.get((user, kind))
+        known = self._history.get((user, kind, board or self.board))
         bounds = job_cap_bounds(rules, gpus)
         if known is None or bounds is None:
             return cap_w
@@ -343,7 +380,7 @@ class MeasuredWorld:
             if choice is None or choice.cap_w >= bounds[1] - 1e-9:
                 return None
             cap_w = choice.cap_w
-        j = self.kinds[kind]
+        j = self._board(board)[1][kind]
         ctl = CapController(known.points, bounds, bound_pct, cap_w, eta=rules.eta)
         done, batch = 0, 10
         t0 = j.iter_time_s
@@ -413,12 +450,13 @@ class _TruthScorer:
                     and node.power_limit_w < node.power_limit_max_w:
                 cap = node.power_limit_w
             kinds = [self._kind(i) for i in ids]
-            if not self._p.world.feasible(kinds):
+            board = self._p.world.board_of(node.name)
+            if not self._p.world.feasible(kinds, board):
                 for i in ids:
                     thr[i] = 0.0
                 power[u] = float(node.power_limit_max_w or 0.0)
                 continue
-            x, p, _, _ = self._p.world.gpu_load(kinds, cap)
+            x, p, _, _ = self._p.world.gpu_load(kinds, cap, board)
             power[u] = p
             for i, xi in zip(ids, x):
                 thr[i] = min(xi, thr.get(i, xi))
@@ -430,12 +468,17 @@ class _TruthScorer:
         bounds = job_cap_bounds(rules, gpus)
         if bounds is None:
             return None, None
-        k = self._p.world.kinds[self._kind(job.id)]
-        base = k.power_w
+        world = self._p.world
+        kinds = [world.job_kind(self._kind(job.id), world.board_of(g.name)) for g in gpus]
+
+        def at(cap: float) -> tuple[float, float]:  # slowdown (the slowest board) and energy per work, every GPU
+            r = max(k.time_ratio(cap) for k in kinds)
+            return r, r * sum(k.curve.power_w(min(cap, k.curve.max_cap_w)) for k in kinds)
+
+        _, base = at(bounds[1])
         best, best_cost = None, base
         for cap in cap_grid(bounds[0], bounds[1], CHOICE_STEP_W):
-            r = k.time_ratio(cap)
-            cost = k.curve.power_w(min(cap, k.curve.max_cap_w)) * r
+            r, cost = at(cap)
             if 100.0 * (r - 1.0) <= job.allowed_slowdown_pct + 1e-9 and cost < best_cost:
                 best, best_cost = cap, cost
         if best is None or 100.0 * (1.0 - best_cost / base) < MIN_SAVING_PCT:

@@ -23,6 +23,12 @@ arrives with the history of the first launch, so each trace mixes first launches
   (37 % 1-GPU, 19 % 2, 38 % 4, 6 % 8 GPUs), load 0.9: a multi-GPU job off NVLink runs at Gavel's measured
   spread-out speed (:meth:`~ecolaunch.sim.measured.MeasuredWorld.link_factor`), so where 1-GPU jobs go decides
   what the 2-GPU jobs get.
+- ``workstation-mixed-models``: ``workstation-measured``'s arrivals on two V100s and two P100s (PCIe, 16 GB), the
+  boards both Gavel and Zeus measured: each type runs at its measured speed on each board (Gavel: the P100 is
+  0.54-0.94x a V100 for most types, 1.95-2.31x for the Recommendation types), shares and caps as measured there. A
+  job's work is counted at its V100 solo speed; its slowdown against its solo speed on the GPUs it got. On a host
+  with mixed models the launcher does not know a job's profile before placement (it is per model), so every
+  policy places blind and profiles on the board it got.
 
 Run times, arrival scaling and clipping follow :mod:`ecolaunch.sim.traces` (2 min to 48 h, one factor on arrival
 times to reach the offered load). Same name, machine and seed -> the same trace.
@@ -58,9 +64,12 @@ MEASURED_TRACES: Mapping[str, str] = {
     "workstation-measured": "Philly VC 6214e9 arrivals, Gavel types, load 0.9 (power-budget without the budget)",
     "workstation-topology": "Philly VC 0e4a51 arrivals (1-8 GPU jobs), Gavel types, load 0.9, on 8 V100s in "
                             "NVLink pairs, PCIe within a socket",
+    "workstation-mixed-models": "Philly VC 6214e9 arrivals, Gavel types, load 0.9, on 2 V100s and 2 P100s",
 }
-_LOADS = {"workstation-mixed": 1.0, "power-budget": 0.9, "workstation-measured": 0.9, "workstation-topology": 0.9}
-_JOBS = {"workstation-mixed": 400, "power-budget": 300, "workstation-measured": 300, "workstation-topology": 300}
+_LOADS = {"workstation-mixed": 1.0, "power-budget": 0.9, "workstation-measured": 0.9, "workstation-topology": 0.9,
+          "workstation-mixed-models": 0.9}
+_JOBS = {"workstation-mixed": 400, "power-budget": 300, "workstation-measured": 300, "workstation-topology": 300,
+         "workstation-mixed-models": 300}
 
 
 def measured_rules(name: str, rules: Rules) -> Rules:
@@ -73,14 +82,16 @@ def measured_rules(name: str, rules: Rules) -> Rules:
 
 
 def measured_machine(name: str) -> MachineSpec:
-    """The machine a measured trace runs on: 4 V100 PCIe 16 GB, or for ``workstation-topology`` 8 of them in
-    NVLink pairs (see the module docstring)."""
+    """The machine a measured trace runs on: 4 V100 PCIe 16 GB, for ``workstation-topology`` 8 of them in NVLink
+    pairs, for ``workstation-mixed-models`` 2 V100s and 2 P100s (see the module docstring)."""
     from dataclasses import replace
 
     from ecolaunch.devices.base import LinkKind
     from ecolaunch.devices.spec import parse_spec
     from ecolaunch.sim.measured import BOARD
 
+    if name == "workstation-mixed-models":
+        return parse_spec("2xV100-PCIE-16GB+2xP100-PCIE-16GB", hostname="node0")
     if name != "workstation-topology":
         return parse_spec(f"4x{BOARD}", hostname="node0")
     machine = parse_spec(f"8x{BOARD}", hostname="node0")

@@ -151,3 +151,37 @@ def test_measured_traces_are_seeded_and_use_measured_types(name):
     assert len({(j.user, j.kind) for j in t1.jobs}) < 60  # some launches repeat
     if name == "workstation-mixed":
         assert any(j.allowed_slowdown_pct > 10.0 for j in t1.jobs)  # fractional pods accept their fraction
+
+
+def test_a_job_on_a_p100_runs_at_gavels_measured_speed_and_is_slowed_against_the_p100():
+    from ecolaunch.sim.models import gavel_solo
+    from ecolaunch.sim.policies import get_sim_policy
+
+    kind = "Recommendation (batch size 512)"
+    solo = gavel_solo()
+    trace = Trace("t", (_job("j0", 0.0, kind, work_s=3600.0),))
+    out = Simulation(parse_spec("1xP100-PCIE-16GB", hostname="node0"), get_sim_policy("exclusive"),
+                     world=MeasuredWorld()).run(trace).jobs[0]
+    factor = solo[("p100", kind)] / solo[("v100", kind)]  # Gavel measured this type faster on the P100
+    assert factor > 1.5
+    assert out.end_s - out.start_s == pytest.approx(3600.0 / factor)
+    assert out.slowdown_pct == pytest.approx(0.0, abs=1e-6)
+
+
+def test_on_a_host_of_mixed_models_no_launch_knows_its_profile_before_placement():
+    machine = parse_spec("1xV100-PCIE-16GB+1xP100-PCIE-16GB", hostname="node0")
+    trace = Trace("t", tuple(_job(f"j{i}", 4000.0 * i, HEAVY) for i in range(4)))
+    seen = []
+
+    class Spy:
+        name = "spy"
+
+        def decide(self, state, job, rules):
+            seen.append(job.profile)
+            return get_sim_policy("exclusive").decide(state, job, rules)
+
+    world = MeasuredWorld()
+    Simulation(machine, Spy(), world=world).run(trace)
+    assert seen == [None] * 4
+    assert world.first_launches == 1  # profiled once, on the model it got; later runs use that model's history
+
