@@ -11,7 +11,9 @@ Every error ecolaunch raises on purpose derives from :class:`EcolaunchError`; th
     ├── StateError             the state directory is unusable (permissions, not a directory, ...)
     ├── NeverFits              the request can never fit this host, however long it waits (exit 1)
     ├── NoPlacement            nothing fits now and the caller asked not to wait (exit 75)
-    └── WaitTimeout            waited ``--wait-timeout`` seconds in the queue without a placement (exit 75)
+    ├── WaitTimeout            waited ``--wait-timeout`` seconds in the queue without a placement (exit 75)
+    └── GpuBusy                ``ecolaunch calibrate``: the GPU runs someone's work (exit 75; in
+                               :mod:`ecolaunch.calibrate.booking`, beside the code that finds who)
 
 Each error carries ``hint``: one sentence saying what to do about it.
 """

@@ -23,7 +23,17 @@ for, a job without a cap having no preference; the board's default when none did
 parallelism), and power is the shared GPU's power, idle boards at their idle power. Energy is accounted per host
 by :class:`~ecolaunch.sim.node.EnergyMeter` in its three accountings.
 
-Deterministic: no randomness inside the loop (traces carry their own seeded randomness); ties break by job order.
+**The measured world** (``world=``, :mod:`ecolaunch.sim.measured`): the machine plays measured tables instead of the
+models above, the policy reads the world's noisy profiles (none for a first launch, history for a repeat, none
+before placement on a host of mixed GPU models), a first launch is profiled inline when it starts, a job placed
+under ecolaunch's own policies (``closed_loop=True``) alone on its GPUs ends at the cap its profiler and the real
+closed loop settle on, a pair the measurements say cannot share fails and is queued again, and a multi-GPU job
+off the best-linked GPUs keeps its measured share of speed. ``omniscient=True`` gives the policy the truth (the
+oracle). A power budget's caps (``Decision.recaps_w``, its ``rebalance`` after departures, the running jobs'
+ceilings) are played in either world.
+
+Deterministic: no randomness inside the loop (traces carry their own seeded randomness, the measured world its
+seeded noise); ties break by job order.
 """
 
 from __future__ import annotations
