@@ -69,7 +69,7 @@ def run_case(gpus: int, jobs: int, repeat: int, policy: str = "gnn") -> dict:
                 times.append(elapsed)
             session.release(req.id)
         candidates = len(enumerate_candidates(session.snapshot(), req, rules))
-    return {"gpus": gpus, "jobs": jobs, "candidates": candidates,
+    return {"policy": policy, "gpus": gpus, "jobs": jobs, "candidates": candidates,
             "p50_ms": round(percentile(times, 50) * 1000, 2), "p99_ms": round(percentile(times, 99) * 1000, 2)}
 
 
@@ -79,8 +79,6 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     cases = [run_case(g, j, args.repeat, policy) for policy in ("gnn", "curve") for g, j in ((8, 32), (64, 256))]
-    for c, policy in zip(cases, ("gnn", "gnn", "curve", "curve")):
-        c["policy"] = policy
     table = "decision latency (lock, reconcile, graph, scoring every candidate, write)\n" + "\n".join(
         f"  {c['policy']:>5}: {c['gpus']:>3} GPUs / {c['jobs']:>3} jobs: {c['candidates']:>4} candidates, "
         f"p50 {c['p50_ms']:.1f} ms, p99 {c['p99_ms']:.1f} ms" for c in cases) + \

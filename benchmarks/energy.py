@@ -48,8 +48,6 @@ MODEL_TRACES = {
 KEYS = ("node_energy_kwh", "gpu_energy_kwh", "job_energy_kwh", "mean_jct_s", "p95_jct_s", "mean_slowdown_pct",
         "qos_violations_pct", "makespan_s")
 ABLATIONS = ("no-gnn", "zeus-5w", "zeus-5w-margin")
-#: the policies of ecolaunch's launcher: they run under its profiler and closed loop in the measured world
-ECOLAUNCH_POLICIES = ("gnn", "no-gnn", "curve")
 
 
 def run_all(seed: int, policies: list[str], worlds: list[str], traces: list[str] | None, folds: bool,
@@ -101,20 +99,14 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
         from ecolaunch.sim.traces import build_trace
 
         trace = build_trace(name, machine, seed=seed)
-        result = Simulation(machine, _policy(policy, None, None, weights)).run(trace)
+        result = Simulation(machine, _policy(policy, None, None, None)).run(trace)
         extra = {}
     else:
-        from ecolaunch.sim.measured import MeasuredWorld
-        from ecolaunch.sim.measured_traces import measured_trace
+        from ecolaunch.sim.measured_traces import measured_simulation, measured_trace
 
         trace = measured_trace(name, machine, seed=seed)
-        world = MeasuredWorld(seed=seed)
-        from ecolaunch.admin.rules import Rules
-        from ecolaunch.sim.measured_traces import measured_rules
-
-        rules = measured_rules(name, Rules())
-        sim = Simulation(machine, _policy(policy, world, trace, weights), rules, world=world,
-                         closed_loop=policy in ECOLAUNCH_POLICIES, omniscient=policy == "oracle")
+        sim = measured_simulation(name, machine, trace, policy, _policy(policy, seed, trace, weights), seed=seed)
+        world = sim.world
         result = sim.run(trace)
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
                  "oom_failures": world.oom_failures}
@@ -126,13 +118,13 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
         "peak_limit_sum_w": round(result.peak_limit_sum_w, 1)} | extra
 
 
-def _policy(name: str, world, trace, weights):
+def _policy(name: str, seed: int | None, trace, weights):
+    """The policy ``name`` (the measured world's oracle is built by ``measured_simulation``); with ``weights`` the
+    ``gnn`` policy of each job's fold."""
     from ecolaunch.sim.policies import WithMargin, get_sim_policy
 
-    if name == "oracle" and world is not None:
-        from ecolaunch.sim.measured import measured_oracle
-
-        return measured_oracle(world, {j.id: j.kind for j in trace.jobs})
+    if name == "oracle" and trace is not None:
+        return None
     if name in ("zeus-5w", "zeus-5w-margin"):
         from ecolaunch.policy.zeus import ZeusPolicy
 
@@ -140,9 +132,11 @@ def _policy(name: str, world, trace, weights):
 
         zeus = ZeusPolicy(cap_step_w=5.0, name=name)
         return BudgetedPolicy(zeus if name == "zeus-5w" else WithMargin(zeus, name))
-    if name == "gnn" and world is not None and weights:
+    if name == "gnn" and weights:
+        from ecolaunch.sim.measured import MeasuredWorld
         from ecolaunch.sim.policies import FoldedPolicy
 
+        world = MeasuredWorld(seed=seed)  # the folds are the world's (seeded) deal of the job types
         return FoldedPolicy({k: get_sim_policy("gnn", gnn_weights=path) for k, (_, path) in weights.items()},
                             {j.id: world.fold_of(j.kind) for j in trace.jobs}, name="gnn")
     return get_sim_policy(name)

@@ -40,7 +40,7 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     from ecolaunch.sim.policies import get_sim_policy
     from ecolaunch.sim.traces import resolve_trace
 
-    from ecolaunch.sim.measured_traces import MEASURED_TRACES
+    from ecolaunch.sim.measured_traces import MEASURED_TRACES, measured_simulation
 
     measured = trace_name in MEASURED_TRACES
     try:
@@ -68,7 +68,7 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
         raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
     rows = []
     for name, policy in zip(policies, chosen):
-        sim = _measured_simulation(trace_name, machine, trace, name, policy, seed) if measured \
+        sim = measured_simulation(trace_name, machine, trace, name, policy, seed=seed) if measured \
             else Simulation(machine, policy)
         show_bar = not as_json and len(trace.jobs) >= 2000 and sys.stderr.isatty()
         if show_bar:
@@ -98,16 +98,3 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
                    f"{r.qos_violations_pct:>9.1f}%{_fmt_h(r.makespan_s):>11}{r.gpu_utilization_pct:>9.1f}%"
                    f"{r.shared_jobs_pct:>7.0f}%")
 
-
-def _measured_simulation(trace_name, machine, trace, name, policy, seed):
-    """A run in the measured world (:mod:`ecolaunch.sim.measured`): its own truth, history and noise per run."""
-    from ecolaunch.admin.rules import Rules
-    from ecolaunch.sim.engine import Simulation
-    from ecolaunch.sim.measured import MeasuredWorld, measured_oracle
-    from ecolaunch.sim.measured_traces import measured_rules
-
-    world = MeasuredWorld(seed=seed)
-    if name == "oracle":
-        policy = measured_oracle(world, {j.id: j.kind for j in trace.jobs})
-    return Simulation(machine, policy, measured_rules(trace_name, Rules()), world=world,
-                      closed_loop=name in ("gnn", "no-gnn", "curve"), omniscient=name == "oracle")

@@ -37,6 +37,7 @@ from typing import Any
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.features import scenario_graph
+from ecolaunch.policy.history_data import MAX_THROUGHPUT_LABEL, profile_job
 from ecolaunch.profile.history import Profile
 from ecolaunch.profile.powercap import CapPoint
 
@@ -47,7 +48,6 @@ __all__ = ["SIMULATED_SOURCE", "SOURCE", "CalibrationData", "calibration_samples
 SOURCE = "extra"
 #: the source of a sample from simulated GPUs: not a measurement
 SIMULATED_SOURCE = "simulated-calibration"
-_MAX_THROUGHPUT = 1.02
 _SAME_CAP_W = 0.5
 
 
@@ -160,22 +160,14 @@ def _profile(points: Sequence[Mapping[str, Any]]) -> Profile:
                    None if memory is None else int(memory), float(top["power_w"]), caps)
 
 
-def _job(profile: Profile, job_id: str, cap_points: Sequence[Any] | None = None) -> dict[str, Any]:
-    d = profile.to_dict()
-    d["id"] = job_id
-    if cap_points is not None:
-        d["cap_points"] = list(cap_points)
-    return d
-
-
 def _alone_samples(board: _Board, profile: Profile, points: Sequence[Mapping[str, Any]]):
     top = points[0]
     for p in points:
         others = [{"power_cap_w": q["power_cap_w"], "iter_time_s": q["iter_time_s"], "power_w": q["power_w"]}
                   for q in points if q is not p]
         graph = scenario_graph(board, min(float(p["power_cap_w"]), board.power_limit_max_w),
-                               [_job(profile, "self", others)])
-        yield (graph, min(_MAX_THROUGHPUT, float(top["iter_time_s"]) / float(p["iter_time_s"])),
+                               [profile_job(profile, "self", others)])
+        yield (graph, min(MAX_THROUGHPUT_LABEL, float(top["iter_time_s"]) / float(p["iter_time_s"])),
                min(1.0, float(p["power_w"]) / board.power_limit_max_w))
 
 
@@ -199,9 +191,9 @@ def _pair_sample(board: _Board, pair: Any, profiles: Mapping[str, Profile], skip
         skipped["pair without throughput or power"] += 1
         return None
     uncapped = cap is None or cap >= board.power_limit_max_w - _SAME_CAP_W
-    jobs = [_job(profiles[n], f"{side}:{n}") for side, n in zip("ab", names)]
+    jobs = [profile_job(profiles[n], f"{side}:{n}") for side, n in zip("ab", names)]
     graph = scenario_graph(board, None if uncapped else cap, jobs)
-    labels = tuple(None if t is None else min(_MAX_THROUGHPUT, t) for t in thr)
+    labels = tuple(None if t is None else min(MAX_THROUGHPUT_LABEL, t) for t in thr)
     return graph, labels, None if power is None else min(1.0, power / board.power_limit_max_w)
 
 

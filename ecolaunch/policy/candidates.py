@@ -49,6 +49,11 @@ def is_idle(state: StateGraph, gpu: GpuNode) -> bool:
     return not state.jobs_on(gpu.uuid) and not gpu.foreign_pids
 
 
+def best_link(host: Host, n: int) -> LinkKind:
+    """The best :func:`worst_link` any ``n`` GPUs of ``host`` have: what a job of that size gets at best there."""
+    return min((worst_link(host, c) for c in itertools.combinations(sorted(host.gpus), n)), default=LinkKind.NVLINK)
+
+
 def worst_link(host: Host, uuids: Sequence[str]) -> LinkKind:
     """The slowest link between any two GPUs of the set (NVLINK for a single GPU)."""
     return max((host.link(a, b) for a, b in itertools.combinations(uuids, 2)), default=LinkKind.NVLINK)

@@ -42,7 +42,8 @@ from ecolaunch.profile.history import History, JobRecord, Profile
 
 #: profiling actions whose run was placed from a profile it already had (no profiling inside the run)
 PLACED_FROM_PROFILE = frozenset({"history", "pre"})
-_MAX_THROUGHPUT = 1.02
+#: the most a throughput label may be (the model's range; a measurement a little faster than alone is noise)
+MAX_THROUGHPUT_LABEL = 1.02
 
 
 @dataclass(slots=True)
@@ -101,7 +102,9 @@ def _gpu_model(rec: JobRecord, skipped: Counter) -> GpuModel | None:
         return None
 
 
-def _job(profile: Profile, job_id: str, cap_points: Sequence[Any] | None = None) -> dict[str, Any]:
+def profile_job(profile: Profile, job_id: str, cap_points: Sequence[Any] | None = None) -> dict[str, Any]:
+    """A measured profile as one job of :func:`~ecolaunch.policy.features.scenario_graph` (``cap_points``: the
+    measured caps it carries instead of its own)."""
     d = profile.to_dict()
     d["id"] = job_id
     if cap_points is not None:
@@ -115,12 +118,12 @@ def _cap_point_samples(profile: Profile, model: GpuModel):
     for p in points:
         others = [{"power_cap_w": q.power_cap_w, "iter_time_s": q.iter_time_s, "power_w": q.power_w}
                   for q in points if q is not p]
-        labels = (min(_MAX_THROUGHPUT, top.iter_time_s / p.iter_time_s), min(1.0, p.power_w / model.power_limit_max_w))
+        labels = (min(MAX_THROUGHPUT_LABEL, top.iter_time_s / p.iter_time_s), min(1.0, p.power_w / model.power_limit_max_w))
         cap = min(p.power_cap_w, model.power_limit_max_w)
-        yield (scenario_graph(model, cap, [_job(profile, "self", others)]), *labels, 1)
+        yield (scenario_graph(model, cap, [profile_job(profile, "self", others)]), *labels, 1)
         if p is not top:  # the job known only uncapped, as in the Zeus sweeps: a measured cap the curve does not anchor
             uncapped = [{"power_cap_w": top.power_cap_w, "iter_time_s": top.iter_time_s, "power_w": top.power_w}]
-            yield (scenario_graph(model, cap, [_job(profile, "self", uncapped)]), *labels, 0)
+            yield (scenario_graph(model, cap, [profile_job(profile, "self", uncapped)]), *labels, 0)
 
 
 def _run_sample(rec: JobRecord, model: GpuModel, by_id: Mapping[str, JobRecord], min_iterations: int,
@@ -142,11 +145,11 @@ def _run_sample(rec: JobRecord, model: GpuModel, by_id: Mapping[str, JobRecord],
         if other is None or other.profile is None or overlap < min_overlap * max(rec.duration_s, 1e-9):
             skipped["co-runner unknown or sharing only part of the run"] += 1
             return None
-        others.append(_job(other.profile, other.job_id))
+        others.append(profile_job(other.profile, other.job_id))
     cap = rec.power_caps_w.get(uuid)
     graph = scenario_graph(model, None if cap is None else min(cap, model.power_limit_max_w),
-                           [_job(rec.profile, rec.job_id), *others])
+                           [profile_job(rec.profile, rec.job_id), *others])
     power = None
     if rec.gpu_energy_j and rec.duration_s > 0:
         power = min(1.0, rec.gpu_energy_j / rec.duration_s / model.power_limit_max_w)
-    return graph, min(_MAX_THROUGHPUT, rec.profile.iter_time_s / rec.iter_time_s), power, bool(others)
+    return graph, min(MAX_THROUGHPUT_LABEL, rec.profile.iter_time_s / rec.iter_time_s), power, bool(others)

@@ -3,8 +3,9 @@
 What lives here:
 
 - :class:`CapPoint`, one measurement ``(power_cap_w, iter_time_s, power_w)``;
-- :class:`CapPrior`, the normalized shape of cap curves learned from the Zeus traces
-  (``../shared/data/zeus-nsdi23``, You et al., NSDI '23), and :data:`DEFAULT_PRIOR`, fitted on all of them;
+- :class:`CapPrior`, the normalized shape of cap curves learned from the Zeus traces (You et al., NSDI '23: the
+  summary curves shipped in ``ecolaunch/sim/data``, see its SOURCE.md), and :data:`DEFAULT_PRIOR`, fitted on all
+  of them;
 - :func:`fit_cap_model` -> :class:`CapModel`, one job's curve from at most a few measured caps;
 - :func:`profile_caps` (which caps to measure), :func:`cap_grid` (candidate caps on a grid);
 - :func:`merge_points` (points of one curve, those at one cap pooled by their iterations).

@@ -1,7 +1,10 @@
 """Loaders for the Zeus (NSDI '23) power-limit traces, as :class:`~ecolaunch.profile.powercap.CapPoint` curves.
 
-The data are not shipped in the package: they live next to the repository in
-``<repo>/../shared/data/zeus-nsdi23`` (see its SOURCE.md; Apache-2.0, You, Chung, Chowdhury, NSDI '23).
+The full traces are not shipped in the package (its summary curves are, in ``ecolaunch/sim/data``: see its
+SOURCE.md). They are the files under ``examples/research_reproducibility/zeus_nsdi23/trace/`` (and
+``tests/profile_data/`` for the profiling windows) of the Zeus repository, github.com/ml-energy/zeus (Apache-2.0;
+You, Chung, Chowdhury, NSDI '23): pass a folder holding them. The default folder is where ecolaunch's development
+checkout keeps a copy, ``shared/data/zeus-nsdi23`` beside the repository; a user of the package has no such folder.
 Two kinds of file:
 
 - ``summary_power_<gpu>.csv``: one row per (workload, batch size, optimizer, power limit) with
@@ -31,7 +34,7 @@ from pathlib import Path
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile.powercap import CapPoint
 
-# <repo>/ecolaunch/profile/zeus_data.py -> <repo>/../shared/data/zeus-nsdi23
+# the development checkout's copy of the Zeus data (see the module docstring): <repo>/../shared/data/zeus-nsdi23
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "zeus-nsdi23"
 POWER_TRACE_GPUS = ("v100", "a40", "p100", "rtx6000")
 ZEUS_WINDOW_ITERS = 40  # assumption: Zeus's default profiled iterations per window (not stored in the files)
@@ -60,7 +63,8 @@ class ZeusCurve:
 def _require(path: Path) -> Path:
     if not path.exists():
         raise ConfigError(f"Zeus trace not found: {path}",
-                          hint="pass the zeus-nsdi23 data folder (default <repo>/../shared/data/zeus-nsdi23)")
+                          hint="pass a folder holding the Zeus NSDI '23 trace files (github.com/ml-energy/zeus, "
+                               "examples/research_reproducibility/zeus_nsdi23/trace)")
     return path
 
 

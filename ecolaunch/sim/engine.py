@@ -38,7 +38,6 @@ seeded noise); ties break by job order.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import logging
 import math
@@ -155,6 +154,8 @@ class _Running:
     gpus: tuple[str, ...]
     remaining_s: float
     speed: float = 1.0
+    #: the share of its speed its GPUs' links leave it (fixed while it runs; 1.0 in the model world)
+    link: float = 1.0
 
 
 class Simulation:
@@ -209,7 +210,6 @@ class Simulation:
         #: the machine's one GPU model, None when it mixes models (the measured world's profiles are per model)
         models = {m.name for m in self.models.values()}
         self._board = next(iter(models)) if len(models) == 1 else None
-        self._outcomes: dict[str, JobOutcome] = {}
         self.learned_decisions = 0
         self.placements = 0
 
@@ -219,7 +219,6 @@ class Simulation:
         if self.profile_caps:
             arrivals = [_with_cap_points(j, self.machine.hosts[0].gpus[0]) for j in arrivals]
         outcomes = {j.id: JobOutcome(j.id, j.arrival_s, j.nproc, j.work_s, j.allowed_slowdown_pct) for j in arrivals}
-        self._outcomes = outcomes
         meters = {h: EnergyMeter(self.host_static_w) for h in self.graph.hosts}
         queue: deque[TraceJob] = deque()
         running: dict[str, _Running] = {}
@@ -312,7 +311,8 @@ class Simulation:
                 out.start_s = self._resume.pop(head.id, now)
                 out.gpus, out.caps_w = decision.gpus, dict(decision.power_caps_w)
                 out.shared = out.shared or any(gpu_jobs[u] for u in decision.gpus)
-                running[head.id] = _Running(head, out, host, decision.gpus, head.work_s)
+                running[head.id] = _Running(head, out, host, decision.gpus, head.work_s,
+                                            link=self._link_factor(head, host, decision.gpus))
                 if undo and any(gpu_jobs[u] for u in decision.gpus):
                     heapq.heappush(checks, (now + self.early_check_fraction * head.work_s, head.id))
                 self._book(head, host, decision, now)
@@ -321,7 +321,7 @@ class Simulation:
                     changed.add(u)
                 touched = set(decision.gpus) | self._apply_recaps(decision)
                 if self.world is not None:
-                    touched |= self._world_start(head, decision, gpu_jobs, checks, now)
+                    touched |= self._world_start(head, out, decision, gpu_jobs, checks, now)
                 touched |= self._follow_ceilings()
                 changed |= touched
                 # later heads of the queue see this placement too (and the caps it changed)
@@ -379,20 +379,19 @@ class Simulation:
             return None
         return self.world.request_profile(job.user, job.kind, self._board)
 
-    def _world_start(self, job: TraceJob, decision: Decision, gpu_jobs: dict[str, list[str]],
+    def _world_start(self, job: TraceJob, out: JobOutcome, decision: Decision, gpu_jobs: dict[str, list[str]],
                      checks: list[tuple[float, str]], now: float) -> set[str]:
         """A job starts in the measured world: a pair Gavel could not run fails (out of memory) after
-        OOM_AFTER_S; a first launch is profiled inline; under ecolaunch a job alone on its GPUs ends at the cap
+        the world's ``oom_after_s``; a first launch is profiled inline; under ecolaunch a job alone on its GPUs ends at the cap
         its profiler and closed loop settle on. Returns the GPUs whose cap changed."""
         world = self.world
         for u in decision.gpus:
             if not world.feasible([self.graph.jobs[j].name for j in gpu_jobs[u]], self.models[u].name):
                 self._oom.add(job.id)
-                heapq.heappush(checks, (now + _oom_after_s(), job.id))
+                heapq.heappush(checks, (now + world.oom_after_s, job.id))
                 break
         board = self.models[decision.gpus[0]].name  # the model its profile is of (a job's GPUs: one model, or not)
-        self._outcomes[job.id].reference_speed = min(world.speed_factor(job.kind, self.models[u].name)
-                                                     for u in decision.gpus)
+        out.reference_speed = min(world.speed_factor(job.kind, self.models[u].name) for u in decision.gpus)
         if self.omniscient:
             return set()
         if world.is_first(job.user, job.kind, board):
@@ -420,8 +419,7 @@ class Simulation:
 
     def _apply_recaps(self, decision: Decision) -> set[str]:
         """A budget's new caps for running jobs' GPUs (``Decision.recaps_w``): booked on the jobs there."""
-        recaps = getattr(decision, "recaps_w", None) or {}
-        return self._set_caps(recaps)
+        return self._set_caps(decision.recaps_w)
 
     def _set_caps(self, caps: dict[str, float]) -> set[str]:
         changed = set()
@@ -508,7 +506,7 @@ class Simulation:
             per_gpu = [speeds.get((u, j)) for u in r.gpus]
             if any(s is None for s in per_gpu):  # a GPU of the job did not change: recompute it too
                 per_gpu = [speeds.get((u, j)) or self._speed_on(u, j, gpu_jobs, running, caps) for u in r.gpus]
-            r.speed = max(min(per_gpu) * self._link_factor(r), 1e-9)
+            r.speed = max(min(per_gpu) * r.link, 1e-9)
 
     def _limit_sum_w(self, gpu_jobs: dict[str, list[str]], caps: dict[str, float | None]) -> float:
         """The GPUs' power limits added up, a GPU without a job at its minimum limit (a power budget's count)."""
@@ -518,14 +516,15 @@ class Simulation:
             total += (caps[u] if caps[u] is not None else m.power_limit_default_w) if jobs else m.power_limit_min_w
         return total
 
-    def _link_factor(self, r: _Running) -> float:
-        """The measured world's speed penalty of a multi-GPU job off NVLink (1.0 in the model world)."""
-        if self.world is None or len(r.gpus) < 2:
+    def _link_factor(self, job: TraceJob, host: str, gpus: Sequence[str]) -> float:
+        """The measured world's share of speed a multi-GPU job keeps on ``gpus``: less than 1 when they are linked
+        worse than the best set of their size on the host (1.0 in the model world)."""
+        if self.world is None or len(gpus) < 2:
             return 1.0
-        from ecolaunch.policy.candidates import worst_link
+        from ecolaunch.policy.candidates import best_link, worst_link
 
-        host = self.graph.hosts[r.host]
-        return self.world.link_factor(r.job.kind, len(r.gpus), worst_link(host, list(r.gpus)) <= best_link(host, len(r.gpus)))
+        h = self.graph.hosts[host]
+        return self.world.link_factor(job.kind, len(gpus), worst_link(h, list(gpus)) <= best_link(h, len(gpus)))
 
     def _speed_on(self, u: str, job_id: str, gpu_jobs, running, caps) -> float:
         jobs = gpu_jobs[u]
@@ -545,28 +544,6 @@ class Simulation:
         while completions and completions[0][1] not in running:
             heapq.heappop(completions)
         return max(now, completions[0][0]) if completions else math.inf
-
-
-@functools.lru_cache(maxsize=64)
-def _best_link(links: tuple, uuids: tuple[str, ...], n: int):
-    import itertools
-
-    from ecolaunch.devices.base import LinkKind
-
-    table = dict(links)
-    return min((max((table.get((a, b) if a < b else (b, a), LinkKind.SYSTEM) for a, b in itertools.combinations(c, 2)),
-                    default=LinkKind.NVLINK) for c in itertools.combinations(sorted(uuids), n)), default=LinkKind.NVLINK)
-
-
-def best_link(host: Host, n: int):
-    """The best worst-link any ``n`` GPUs of ``host`` can have (what a job of that size gets at best there)."""
-    return _best_link(tuple(sorted(host.links.items())), tuple(sorted(host.gpus)), n)
-
-
-def _oom_after_s() -> float:
-    from ecolaunch.sim.measured import OOM_AFTER_S
-
-    return OOM_AFTER_S
 
 
 def _with_cap_points(job: TraceJob, gpu: GpuModel) -> TraceJob:

@@ -70,7 +70,7 @@ from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
 from ecolaunch.profile.control import CapController
 from ecolaunch.profile.modes import job_cap_bounds
-from ecolaunch.profile.powercap import CapPoint, cap_grid, profile_caps
+from ecolaunch.profile.powercap import CapPoint, cap_grid, merge_points, profile_caps
 from ecolaunch.sim.models import gavel_pairs, gavel_solo
 from ecolaunch.sim.truth import TruthCurve, zeus_truths
 from ecolaunch.state.graph import GpuNode, StateGraph
@@ -204,6 +204,7 @@ class MeasuredWorld:
     noise: Noise = field(default_factory=Noise)
     board: str = BOARD
     max_jobs_per_gpu: int = 2
+    oom_after_s: float = OOM_AFTER_S
 
     def __post_init__(self) -> None:
         self.kinds = job_kinds()  # the reference board's (V100): folds, and the speed work_s is counted at
@@ -391,7 +392,7 @@ class MeasuredWorld:
             power = self._noisy(j.curve.power_w(min(cap, j.curve.max_cap_w)), self.noise.power / 3)
             ctl.observe(times.tolist(), power)
             done += batch
-        known.points = _merge_points(known.points, ctl.learned())
+        known.points = list(merge_points([*known.points, *ctl.learned()]))
         final = ctl.cap_w
         return None if final >= bounds[1] - 1e-9 else final
 
@@ -401,12 +402,6 @@ def zeus_key(curve: TruthCurve) -> str:
     (``"v100:imagenet/resnet50:64"``: GPU, dataset/network, batch size)."""
     gpu, workload, batch = curve.name.split(" ")
     return f"{gpu.lower()}:{workload}:{batch.removeprefix('bs')}"
-
-
-def _merge_points(old: Sequence[CapPoint], new: Sequence[CapPoint]) -> list[CapPoint]:
-    from ecolaunch.profile.powercap import merge_points
-
-    return list(merge_points([*old, *new]))
 
 
 def _memory_mib(kind: str) -> int:
@@ -486,8 +481,7 @@ class _TruthScorer:
         return best, None
 
     def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
-        from ecolaunch.policy.candidates import worst_link
-        from ecolaunch.sim.engine import best_link
+        from ecolaunch.policy.candidates import best_link, worst_link
 
         out = []
         host = self._state.hosts[self._job.host]

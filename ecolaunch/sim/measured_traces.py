@@ -50,7 +50,8 @@ from ecolaunch.sim.models import JobProfile
 from ecolaunch.sim.traces import MAX_RUNTIME_S, MIN_RUNTIME_S, _machine_facts, _window
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB, alibaba_pods, gavel_vc, sample_runtimes
 
-__all__ = ["MEASURED_TRACES", "POWER_BUDGET_W", "measured_machine", "measured_rules", "measured_trace"]
+__all__ = ["ECOLAUNCH_POLICIES", "MEASURED_TRACES", "POWER_BUDGET_W", "measured_machine", "measured_rules",
+           "measured_simulation", "measured_trace"]
 
 #: the ``power-budget`` trace's budget on 4 V100 PCIe boards (100-250 W each): 70 % of what they can draw
 POWER_BUDGET_W = 700.0
@@ -79,6 +80,25 @@ def measured_rules(name: str, rules: Rules) -> Rules:
 
         return replace(rules, power_max_total_w=POWER_BUDGET_W)
     return rules
+
+
+#: the policies whose jobs run under ecolaunch's own profiler and closed loop (``Simulation(closed_loop=True)``)
+ECOLAUNCH_POLICIES = ("curve", "gnn", "no-gnn")
+
+
+def measured_simulation(name: str, machine: MachineSpec, trace: Trace, policy_name: str, policy=None, *,
+                        seed: int = 0):
+    """A :class:`~ecolaunch.sim.engine.Simulation` of trace ``name`` in a fresh measured world (its own history
+    and seeded noise) under the trace's rules. ``policy_name`` ``"oracle"`` builds the world's oracle (``policy``
+    is then ignored); ecolaunch's own policies (:data:`ECOLAUNCH_POLICIES`) run under its closed loop."""
+    from ecolaunch.sim.engine import Simulation
+    from ecolaunch.sim.measured import MeasuredWorld, measured_oracle
+
+    world = MeasuredWorld(seed=seed)
+    if policy_name == "oracle":
+        policy = measured_oracle(world, {j.id: j.kind for j in trace.jobs})
+    return Simulation(machine, policy, measured_rules(name, Rules()), world=world,
+                      closed_loop=policy_name in ECOLAUNCH_POLICIES, omniscient=policy_name == "oracle")
 
 
 def measured_machine(name: str) -> MachineSpec:
