@@ -1,4 +1,8 @@
-"""``ecolaunch status``: the host's GPUs, the jobs on them and the queue."""
+"""``ecolaunch status``: the host's GPUs, the jobs on them, the queue, and the job files left out.
+
+A job file the state graph leaves out (``StateGraph.ignored``: refused fields, an owner who is not the uid it
+names, another host's job naming this host's GPUs, a booking the admin rules never admitted) is listed with why,
+so that a user whose launch waits on an idle-looking machine sees what is going on."""
 
 from __future__ import annotations
 
@@ -87,7 +91,9 @@ def _status_doc(graph: StateGraph, host: str, kind: str, environment: Environmen
             for g in gpus
         ],
         "jobs": [_job_doc(j, now) for j in graph.running_jobs() if j.host == host],
-        "queue": [_job_doc(j, now) for j in graph.queued_jobs() if j.host == host],
+        "queue": [_job_doc(j, now) for j in graph.queued_jobs(host)],
+        "ignored": [{"id": i.id, "reason": i.reason, "user": i.job.user if i.job else None,
+                     "host": i.job.host if i.job else None} for _, i in sorted(graph.ignored.items())],
     }
 
 
@@ -103,6 +109,10 @@ def _job_doc(job: Job, now: float) -> dict:
         "launcher_pid": job.launcher_pid,
         "age_s": round(now - (job.started_at or job.submitted_at), 1),
     }
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def _render(doc: dict) -> str:
@@ -124,6 +134,10 @@ def _render(doc: dict) -> str:
         lines.append(f"warning: GPU {c['index']} is at {c['power_limit_w']:.0f} W, below its original "
                      f"{c['original_w']:.0f} W, lowered for a job that is gone; restore it with "
                      "`sudo ecolaunch agent --once`")
+    for i in doc.get("ignored", []):
+        who = f" ({i['user']} on host {i['host']})" if i["user"] is not None else ""
+        # a member chose the file name, user and host: escape what a terminal would obey
+        lines.append(_printable(f"warning: ignoring job file jobs/{i['id']}.json{who}: {i['reason']}"))
     if doc["queue"]:
         lines.append("")
         lines.append(f"queue ({len(doc['queue'])} waiting):")

@@ -2,8 +2,14 @@
 
 Each step is one transaction of the file-locked store that starts with a reconcile (dead launchers released,
 live GPU readings refreshed), so every decision is taken on the current state of the machine. Waiting jobs form
-a strict FIFO ordered by arrival: only the head of the queue may be placed, so a large job is not starved by a
-stream of small ones.
+a strict FIFO ordered by arrival among this host's jobs: only the head of the queue may be placed, so a large job
+is not starved by a stream of small ones. Each reconcile also sets aside what must not count against this host:
+another host's job naming its GPUs (``state.reconcile``) and a member's booking the admin rules would never have
+admitted (``policy.admission.unadmitted_bookings``); ``ecolaunch status`` lists them.
+
+A request that can never fit (more GPUs than the host has, than the user may use, or than ``[users] max_gpus``
+allows) fails before it is queued (:class:`~ecolaunch.errors.NeverFits`), and a launch that fails while queued
+leaves no job file behind, even when its job vanished from the graph.
 
 Under a power budget (``[power] max_total_w``) the same transactions keep the budget's caps in the graph
 (``StateGraph.budget_caps_w``, :mod:`ecolaunch.policy.budget`): a placement books the caps its decision chose for
@@ -23,13 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ecolaunch.admin.caps import CapKeeper
-from ecolaunch.admin.rules import Rules, budget_range_w
+from ecolaunch.admin.rules import Rules, budget_range_w, user_gpu_limit
 from ecolaunch.clock import Clock, SystemClock
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import NeverFits, NoPlacement, PermissionDenied, StateError, WaitTimeout
-from ecolaunch.policy.admission import admit
+from ecolaunch.policy.admission import admit, unadmitted_bookings
 from ecolaunch.policy.base import Decision, JobRequest, Policy
-from ecolaunch.policy.budget import book_budget, budgeted_gpus, rebalance
+from ecolaunch.policy.budget import book_budget, rebalance
 from ecolaunch.policy.candidates import eligible_gpus
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
@@ -106,6 +112,9 @@ class Session:
             self._topology = self.backend.topology()
         snapshots = self.backend.gpus()
         report = reconcile(graph, self.host, self.processes, snapshots, self._topology)
+        for job_id, why in unadmitted_bookings(graph, self.host, self.rules, exempt=self._requests).items():
+            logger.info("ignoring job %s of %s: it %s", job_id, graph.jobs[job_id].user, why)
+            graph.set_aside(job_id, f"{why}: never admitted")
         if self.cap_keeper is not None:
             try:
                 self.cap_keeper.restore_orphans(graph, snapshots)
@@ -140,11 +149,10 @@ class Session:
                 launcher_start_time=launcher.start_time,
                 nproc=request.nproc,
                 name=name,
-                seq=graph.next_seq,
+                seq=graph.take_seq(),
                 submitted_at=time.time(),
                 request=dict(info),
             )
-            graph.next_seq += 1
             graph.jobs[job.id] = job
         self._requests[job.id] = request
         return job
@@ -184,7 +192,15 @@ class Session:
         """
         start = self.clock.now()
         while True:
-            outcome = self.try_place(job_id)
+            try:
+                outcome = self.try_place(job_id)
+            except BaseException:
+                # whatever stops the wait (a vanished job, a state error, Ctrl-C): no job file is left behind
+                try:
+                    self.release(job_id)
+                except Exception:  # noqa: BLE001 - the first error is the one to report
+                    logger.warning("could not release job %s after a failed wait", job_id, exc_info=True)
+                raise
             waited = self.clock.now() - start
             if isinstance(outcome, Placement):
                 return Placement(outcome.job, outcome.decision, outcome.gpus, waited)
@@ -223,19 +239,24 @@ class Session:
             self._detach(job)
             # a running job's watts go back to the jobs left
             self.refresh(graph, job_left=job is not None and job.state is JobState.RUNNING)
+        if job is None and self.store.discard_job_file(job_id):
+            # not in the graph (its file refused, or set aside): the file is still ours to remove
+            logger.info("removed the file of job %s, which the state graph no longer listed", job_id)
         self._requests.pop(job_id, None)
         return job
 
     # --- helpers ---------------------------------------------------------------------------------
     def _keep_budget(self, graph: StateGraph, *, force: bool) -> None:
-        """Allocate the power budget afresh when jobs left (``force``) or the recorded caps do not match the running
-        jobs (a job released by the cap agent, a rebuilt state file); drop them when the policy sets no budget."""
+        """Allocate the power budget afresh from the validated job files in every transaction, so the caps this lock
+        holder writes are never a member's edit of ``state.json`` passed on (``force``: a job left, kept for the
+        callers' sake); drop them when the policy sets no budget."""
         if self.rules.power_max_total_w is None:
             if graph.budget_caps_w:
                 graph.budget_caps_w = {}
             return
-        if force or set(graph.budget_caps_w) != budgeted_gpus(graph, self.rules):
-            graph.budget_caps_w = rebalance(graph, self.rules)
+        caps = rebalance(graph, self.rules)
+        if force or caps != graph.budget_caps_w:
+            graph.budget_caps_w = caps
 
     def _check_feasible(self, graph: StateGraph, request: JobRequest) -> None:
         usable = eligible_gpus(graph, request, self.rules)
@@ -255,6 +276,14 @@ class Session:
                 f"job asks for {request.nproc} GPU(s) and can never fit: the host has {total} GPU(s){mine}",
                 hint="lower --nproc-per-node" + ("" if len(usable) == total else
                                                  ", or ask the lab admin about reserved GPUs and per-user limits"),
+            )
+        limit = user_gpu_limit(self.rules, request.user)
+        if limit is not None and request.nproc > limit:
+            raise NeverFits(
+                f"job asks for {request.nproc} GPU(s) and can never fit: your limit is {limit} GPU"
+                + ("" if limit == 1 else "s") + f" ([users] max_gpus for user {request.user!r})",
+                hint=f"lower --nproc-per-node to {limit} or fewer, or ask the lab admin to raise [users] max_gpus"
+                if limit else "ask the lab admin for a [users] max_gpus above 0",
             )
         need = request.memory_mib or 0
         if need and all(g.memory_total_mib < need for g in usable):

@@ -18,6 +18,11 @@ The rules checked, against the state the policy decided on:
 * caps: clipped to ``[caps.*]`` bounds; a newcomer's cap on a GPU another job already uses is dropped (a
   newcomer takes a GPU as it finds it: the cap agent would refuse it anyway, see ``admin.caps``).
 
+The same rules judge the bookings already running (:func:`unadmitted_bookings`): a member can write a running job
+file of their own that never went through :func:`admit` (every GPU, a GPU reserved for a colleague). Judged under
+the name and groups of the uid that owns the file (``state.reconcile.account_name``), a booking the rules would
+refuse is set aside by the launcher's transaction (``StateGraph.set_aside``): it holds no GPU against anyone.
+
 What does not live here: how a policy chooses (``policy.*``), and the cap agent's own checks at apply time.
 """
 
@@ -27,12 +32,15 @@ import dataclasses
 import logging
 import math
 
-from ecolaunch.admin.rules import Rules, cap_bounds_w, may_use_gpu
+from collections.abc import Collection
+
+from ecolaunch.admin.rules import Rules, cap_bounds_w, may_use_gpu, user_gpu_limit
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.candidates import user_quota_left
 from ecolaunch.state.graph import StateGraph
+from ecolaunch.state.reconcile import account_groups
 
-__all__ = ["admit", "refusal"]
+__all__ = ["admit", "refusal", "unadmitted_bookings"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +95,36 @@ def refusal(state: StateGraph, job: JobRequest, rules: Rules, decision: Decision
             return (f"GPU {gpu.index} has {gpu.memory_free_mib} MiB free, not {job.memory_mib} MiB plus the "
                     f"{rules.memory_margin_mib} MiB margin")
     return None
+
+
+def unadmitted_bookings(state: StateGraph, host: str, rules: Rules, *, exempt: Collection[str] = ()) -> dict[str, str]:
+    """The running jobs of ``host`` that the admin rules would never have admitted (job id -> why), but those in
+    ``exempt`` (the caller's own) and root's (a root-written file is the admin's word).
+
+    A booking is refused when it holds a GPU reserved for others, or when it takes its uid past ``[users]
+    max_gpus`` (a uid's jobs counted in the order they started; the later ones are refused). The user is the job's
+    ``user`` as the store loaded it: the account name of the file's owner.
+    """
+    node = state.hosts.get(host)
+    if node is None:
+        return {}
+    jobs = sorted((j for j in state.running_jobs() if j.host == host and j.uid != 0 and j.id not in exempt),
+                  key=lambda j: (j.started_at or 0.0, j.seq, j.id))
+    refused: dict[str, str] = {}
+    held: dict[int, int] = {}
+    for job in jobs:
+        reserved = [node.gpus[u].index for u in job.gpus if u in node.gpus and not may_use_gpu(
+            rules, job.user, account_groups(job.uid), u, node.gpus[u].index)]
+        if reserved:
+            refused[job.id] = f"books GPU {reserved[0]}, which is reserved and user {job.user} may not use"
+            continue
+        limit = user_gpu_limit(rules, job.user)
+        total = held.get(job.uid, 0) + len(job.gpus)
+        if limit is not None and total > limit:
+            refused[job.id] = f"books {len(job.gpus)} GPU(s), past user {job.user}'s limit of {limit} ([users] max_gpus)"
+            continue
+        held[job.uid] = total
+    return refused
 
 
 def _clipped_caps(state: StateGraph, job: JobRequest, rules: Rules, decision: Decision) -> dict[str, float | None]:

@@ -31,9 +31,9 @@ def eligible_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[GpuN
     ]
 
 
-def gpus_held_by(state: StateGraph, user: str) -> int:
-    """How many GPUs the user's running jobs hold (a shared GPU counts once per job)."""
-    return sum(len(j.gpus) for j in state.running_jobs() if j.user == user)
+def gpus_held_by(state: StateGraph, user: str, host: str | None = None) -> int:
+    """How many GPUs the user's running jobs (on ``host`` when given) hold (a shared GPU counts once per job)."""
+    return sum(len(j.gpus) for j in state.running_jobs() if j.user == user and (host is None or j.host == host))
 
 
 def user_quota_left(state: StateGraph, job: JobRequest, rules: Rules) -> int | None:
@@ -41,7 +41,7 @@ def user_quota_left(state: StateGraph, job: JobRequest, rules: Rules) -> int | N
     limit = user_gpu_limit(rules, job.user)
     if limit is None:
         return None
-    return max(0, limit - gpus_held_by(state, job.user))
+    return max(0, limit - gpus_held_by(state, job.user, job.host))  # each host's policy bounds its own GPUs
 
 
 def is_idle(state: StateGraph, gpu: GpuNode) -> bool:

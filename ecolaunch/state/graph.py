@@ -16,6 +16,17 @@ Under a power budget the graph also records each busy GPU's budget cap (``budget
 booking that chose it and by each release (``ecolaunch.policy.budget``), read by the running launchers. It lives in
 the shared part of the state (another user's job file is not anyone else's to change), and is optional in the
 document: a graph written before budgets existed reads as having none.
+
+A graph also carries the job files it leaves out (``ignored``: never written, for ``ecolaunch status`` to flag):
+files the store refused (bad fields, a ``seq`` beyond :data:`MAX_SEQ`, an owner who is not the uid named) and jobs
+a transaction set aside (a job of another host naming this host's GPUs, ``state.reconcile``; a booking the admin
+rules would never have admitted, ``policy.admission``). Every query below sees only ``jobs``; the store neither
+rewrites nor removes an ignored job's file.
+
+The queue counter (``next_seq``) hands out 0, 1, 2, ... and never more than :data:`MAX_SEQ`: a counter found beyond
+it, in a group-writable ``state.json``, makes the document be rebuilt, and a job file whose ``seq`` is beyond it is
+refused. At the bound the counter saturates (every new job gets ``MAX_SEQ``, ordered by submission time), so a
+member who pushes it there reorders nothing of the honest queue and stops no launch.
 """
 
 from __future__ import annotations
@@ -29,6 +40,11 @@ from ecolaunch.devices.base import GpuSnapshot, LinkKind, pair_key
 
 SCHEMA = "ecolaunch.state"
 VERSION = 1
+
+
+#: the largest ``seq`` and ``next_seq`` accepted: 2**40 launches is one a microsecond for twelve days, far beyond
+#: any real machine, and well inside a float's exact integers (2**53), so no JSON reader rounds two seqs together
+MAX_SEQ = 2**40
 
 
 class JobState(str, enum.Enum):
@@ -124,6 +140,15 @@ class Job:
         return int(self.request.get("memory_mib") or 0)
 
 
+@dataclass(frozen=True, slots=True)
+class IgnoredJob:
+    """A job file the graph leaves out: its id (or file name), why, and the job when its fields were valid."""
+
+    id: str
+    reason: str
+    job: Job | None = None
+
+
 @dataclass(slots=True)
 class StateGraph:
     hosts: dict[str, Host] = field(default_factory=dict)
@@ -132,19 +157,23 @@ class StateGraph:
     generation: int = 0
     #: the power budget's cap of each busy GPU (uuid -> W); empty without a budget (see the module docstring)
     budget_caps_w: dict[str, float] = field(default_factory=dict)
+    #: job files left out of ``jobs`` (see the module docstring); not part of the document
+    ignored: dict[str, IgnoredJob] = field(default_factory=dict)
 
     # --- queries ---------------------------------------------------------------------------------
     def running_jobs(self) -> list[Job]:
         return [j for j in self.jobs.values() if j.state is JobState.RUNNING]
 
-    def queued_jobs(self) -> list[Job]:
-        """Queued jobs in arrival order (the FIFO the launchers wait in).
+    def queued_jobs(self, host: str | None = None) -> list[Job]:
+        """Queued jobs in arrival order (the FIFO the launchers wait in), of ``host`` only when given: each host
+        of a shared state directory has its own queue.
 
         A queued job that can never be placed on its host (more GPUs, or more memory per GPU, than the host has) is
         left out: no honest launcher queues one (it fails at once), so it is a forgery, and it must not hold the
         head of the queue. Equal ``seq`` values (another forgery) are ordered by submission time, then id.
         """
-        queued = [j for j in self.jobs.values() if j.state is JobState.QUEUED and self._may_ever_fit(j)]
+        queued = [j for j in self.jobs.values() if j.state is JobState.QUEUED and self._may_ever_fit(j)
+                  and (host is None or j.host == host)]
         return sorted(queued, key=lambda j: (j.seq, j.submitted_at, j.id))
 
     def _may_ever_fit(self, job: Job) -> bool:
@@ -155,6 +184,17 @@ class StateGraph:
 
     def jobs_on(self, gpu_uuid: str) -> list[Job]:
         return [j for j in self.running_jobs() if gpu_uuid in j.gpus]
+
+    def set_aside(self, job_id: str, reason: str) -> None:
+        """Leave a job out of the graph without removing its file (see the module docstring)."""
+        job = self.jobs.pop(job_id)
+        self.ignored[job_id] = IgnoredJob(job_id, reason, job)
+
+    def take_seq(self) -> int:
+        """The next queue number (saturating at :data:`MAX_SEQ`, see the module docstring)."""
+        seq = min(self.next_seq, MAX_SEQ)
+        self.next_seq = min(seq + 1, MAX_SEQ)
+        return seq
 
     def book(self, job_id: str, gpus: list[str], power_caps_w: dict[str, float | None], decision: dict[str, Any],
              profile: dict[str, Any] | None, now: float) -> Job:
@@ -172,8 +212,11 @@ class StateGraph:
         return job
 
     def queue_position(self, job_id: str) -> int | None:
-        """1-based position of a queued job, or None when it is not queued."""
-        for pos, job in enumerate(self.queued_jobs(), start=1):
+        """1-based position of a queued job in its host's queue, or None when it is not queued."""
+        me = self.jobs.get(job_id)
+        if me is None:
+            return None
+        for pos, job in enumerate(self.queued_jobs(me.host), start=1):
             if job.id == job_id:
                 return pos
         return None
@@ -206,7 +249,9 @@ class StateGraph:
         _expect(isinstance(doc, dict), "document", "an object")
         _expect(doc.get("schema") == SCHEMA, "schema", repr(SCHEMA))
         _expect(doc.get("version") == VERSION, "version", str(VERSION))
-        graph = cls(next_seq=_int(doc, "next_seq"), generation=_int(doc, "generation"))
+        next_seq = _int(doc, "next_seq")
+        _expect(next_seq <= MAX_SEQ, "next_seq", f"a queue counter of at most {MAX_SEQ}")
+        graph = cls(next_seq=next_seq, generation=_int(doc, "generation"))
         hosts = doc.get("hosts")
         _expect(isinstance(hosts, dict), "hosts", "an object")
         for name, raw in hosts.items():
@@ -351,7 +396,7 @@ _JOB_INT_RANGES = {
     "launcher_pid": (1, 2**31 - 1),
     "nproc": (1, MAX_NPROC),
     # the queue counter hands out 0, 1, 2, ...: a negative seq would sort ahead of every honest job
-    "seq": (0, 2**53),
+    "seq": (0, MAX_SEQ),
 }
 
 

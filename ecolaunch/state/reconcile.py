@@ -10,14 +10,21 @@ Two sources of truth are consulted:
   processes that belong to no ecolaunch job (a colleague's plain ``python train.py``) is recorded as foreign
   use, so that policies count such GPUs as busy.
 
-Reconciling only touches jobs of the given host; a state directory shared by several hosts (a network file
-system) keeps the others' jobs as they are.
+Reconciling only releases jobs of the given host; a state directory shared by several hosts (a network file
+system) keeps the others' jobs as they are: this host cannot see their launchers, and they hold none of its GPUs
+or places in its queue (``StateGraph.queued_jobs(host)``). A job that claims another host while naming one of this
+host's GPU UUIDs (UUIDs are unique) is a ghost, whatever its pid: it is set aside (``StateGraph.set_aside``), so it
+blocks no GPU of this host, and ``ecolaunch status`` flags it. Another host's entry in the shared ``state.json``
+that lists this host's GPUs loses them.
 """
 
 from __future__ import annotations
 
+import functools
+import grp
 import logging
 import os
+import pwd
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -96,6 +103,33 @@ def launcher_alive(processes: ProcessTable, job: Job) -> bool:
     return uids is None or job.uid in uids
 
 
+@functools.lru_cache(maxsize=1024)
+def account_name(uid: int) -> str:
+    """The account name of ``uid``, as ``cli.context.current_user`` names a launcher: its number without an account.
+    A job counts as this name, never as the one its file claims (``state.store``)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+@functools.lru_cache(maxsize=1024)
+def account_groups(uid: int) -> tuple[str, ...]:
+    """The names of the groups ``uid``'s account belongs to (its primary group first); none without an account."""
+    try:
+        account = pwd.getpwuid(uid)
+    except KeyError:
+        return ()
+    names = []
+    with_primary = [account.pw_gid, *os.getgrouplist(account.pw_name, account.pw_gid)]
+    for gid in dict.fromkeys(with_primary):
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            names.append(str(gid))
+    return tuple(names)
+
+
 def process_start_time(pid: int) -> float:
     """The start time psutil reports for ``pid`` (what :meth:`PsutilProcessTable.alive` compares)."""
     return psutil.Process(pid).create_time()
@@ -107,6 +141,8 @@ class ReconcileReport:
 
     released: list[Job] = field(default_factory=list)
     foreign_gpus: list[str] = field(default_factory=list)
+    #: jobs of another host that name this host's GPUs, set aside
+    ghosts: list[Job] = field(default_factory=list)
 
 
 def reconcile(
@@ -126,7 +162,28 @@ def reconcile(
             report.released.append(job)
     if gpus is not None:
         report.foreign_gpus = _refresh_host(graph, host, gpus, links or {}, processes)
+    report.ghosts = _set_aside_ghosts(graph, host)
     return report
+
+
+def _set_aside_ghosts(graph: StateGraph, host: str) -> list[Job]:
+    """Set aside every job of another host that names a GPU of ``host`` (see the module docstring)."""
+    node = graph.hosts.get(host)
+    mine = set(node.gpus) if node is not None else set()
+    if not mine:
+        return []
+    for other in graph.hosts.values():
+        if other.name != host:
+            for uuid in mine & set(other.gpus):
+                del other.gpus[uuid]
+    ghosts = [j for j in graph.jobs.values() if j.host != host and mine.intersection(j.gpus)]
+    for job in ghosts:
+        claimed = sorted(mine.intersection(job.gpus), key=lambda u: node.gpus[u].index)
+        indices = ", ".join(str(node.gpus[u].index) for u in claimed)
+        logger.info("ignoring job %s of %s (uid %d): it claims host %r but names GPU %s of this host %s", job.id,
+                       job.user, job.uid, job.host, indices, host)
+        graph.set_aside(job.id, f"claims host {job.host!r} but names GPU {indices} of {host}")
+    return ghosts
 
 
 def _refresh_host(

@@ -15,8 +15,16 @@ may not create ``jobs/`` in a directory they do not own (they would own everyone
 Jobs live in per-user files, not in the shared ``state.json``, so that ownership is enforced by the kernel rather
 than by convention: in a sticky directory only a file's owner (or root, or the directory's owner) can remove or
 replace it, and job files are not group-writable. A job file is accepted only if its owner's uid is the uid the
-job names (or root), so nobody can forge a job in another user's name. ``state.json`` holds nothing that is not
-rebuilt from the hardware by the next reconcile; a broken one is moved aside with a warning.
+job names (or root), so nobody can forge a job in another user's name; and the job's user *is* that uid: the name
+in a member's file is replaced by the account name of its owner (:func:`account_name`), so a file claiming to be
+alice's counts against its owner's limits, not alice's. ``state.json`` holds nothing that is not rebuilt from the
+hardware by the next reconcile; a broken one is moved aside with a warning, and at most
+:data:`KEEP_CORRUPT_COPIES` moved-aside copies of this user's are kept (a member who corrupts the file at every
+launch must not fill root's disk with 8 MiB copies).
+
+A job file left out of the graph (refused at load, or set aside by a transaction: ``StateGraph.ignored``) is
+neither rewritten nor removed by anyone else's transaction; a launcher whose own job vanished from the graph
+removes its own file (:meth:`StateStore.discard_job_file`).
 
 Every transaction: lock, load ``state.json`` and every job file (each validated against its schema; a bad job file
 is skipped with a warning, never trusted), yield the :class:`StateGraph`, then write back what changed. A change
@@ -38,6 +46,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import stat
 import tempfile
 import time
@@ -46,8 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from ecolaunch.errors import StateError
-from ecolaunch.state.graph import Job, StateGraph, job_from_dict, job_to_dict
-from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive
+from ecolaunch.state.graph import MAX_SEQ, IgnoredJob, Job, StateGraph, job_from_dict, job_to_dict
+from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, account_name, launcher_alive
 from ecolaunch.safefs import RefusedFile as _RefusedFile
 
 logger = logging.getLogger(__name__)
@@ -63,6 +72,9 @@ MAX_STATE_BYTES = 8 * 1024 * 1024
 MAX_JOB_BYTES = 256 * 1024
 #: job ids become file names: no separators, no leading dot
 JOB_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+#: moved-aside copies of a broken ``state.json`` (``state.json.corrupt-*``) kept per owner; older ones are removed
+KEEP_CORRUPT_COPIES = 3
+CORRUPT_PREFIX = f"{STATE_FILE}.corrupt-"
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -130,11 +142,34 @@ class StateStore:
         return graph
 
     # --- loading ---------------------------------------------------------------------------------
+    def discard_job_file(self, job_id: str) -> bool:
+        """Remove this user's own file of ``job_id``, whatever it holds, under the lock (a launch that failed, or
+        whose job vanished from the graph because its file was refused, must not leave it behind). Returns whether
+        a file was removed; another user's file, a link or a directory is left alone."""
+        if not JOB_ID.fullmatch(job_id) or not os.path.isdir(self.jobs_dir):
+            return False
+        with self._locked():
+            dir_fd = os.open(self.jobs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                st = os.stat(f"{job_id}.json", dir_fd=dir_fd, follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                    return False
+                os.unlink(f"{job_id}.json", dir_fd=dir_fd)
+                return True
+            except FileNotFoundError:
+                return False
+            finally:
+                os.close(dir_fd)
+
     def _load(self, *, move_aside: bool = True) -> StateGraph:
         graph = self._load_shared(move_aside)
-        graph.jobs = self._load_jobs()
+        graph.jobs = self._load_jobs(graph.ignored)
         # the queue counter lives in the shared file, which anyone may reset: never hand out a seq already in use
-        graph.next_seq = max([graph.next_seq, *(j.seq + 1 for j in graph.jobs.values())])
+        # (job seqs are at most MAX_SEQ, so the counter saturates there instead of handing out a refused seq)
+        graph.next_seq = min(MAX_SEQ, max([graph.next_seq, *(j.seq + 1 for j in graph.jobs.values())]))
+        if graph.next_seq >= MAX_SEQ:
+            self._warn_once("seq", "the queue counter is at its bound (%d; a job file claims that seq); new jobs "
+                            "queue by submission time", MAX_SEQ)
         return graph
 
     def _load_shared(self, move_aside: bool) -> StateGraph:
@@ -160,7 +195,9 @@ class StateStore:
 
     def _rebuild(self, why: str, move_aside: bool) -> StateGraph:
         if move_aside:
-            aside = self.path.with_name(f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+            # a random tail: two broken files in one second must not replace each other's copy (the pruning bounds them)
+            aside = self.path.with_name(f"{CORRUPT_PREFIX}{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-"
+                                        f"{secrets.token_hex(3)}")
             try:
                 os.replace(self.path, aside)  # renames a symlink itself, never its target
             except OSError as e:
@@ -171,7 +208,31 @@ class StateStore:
                                 e.strerror or e)
             else:
                 logger.warning("state file %s is %s; moved it to %s and rebuilt the state", self.path, why, aside)
+                self._prune_corrupt_copies()
         return StateGraph()
+
+    def _prune_corrupt_copies(self) -> None:
+        """Keep this user's :data:`KEEP_CORRUPT_COPIES` newest moved-aside copies; remove the older ones."""
+        try:
+            dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            mine = []
+            for name in os.listdir(dir_fd):
+                if not name.startswith(CORRUPT_PREFIX):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    # only copies this user moved (a member's planted names are theirs to remove), never a directory
+                    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                        mine.append((st.st_mtime_ns, name))
+            for _, name in sorted(mine, reverse=True)[KEEP_CORRUPT_COPIES:]:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dir_fd)
+                    logger.info("removed %s, an old copy of a broken state file", self.directory / name)
+        finally:
+            os.close(dir_fd)
 
     def _warn_once(self, key: object, msg: str, *args: object) -> None:
         """A warning the first time, DEBUG afterwards: a launcher polls every 0.2 s and must not flood stderr."""
@@ -181,7 +242,7 @@ class StateStore:
             self._warned.add(key)
             logger.warning(msg, *args)
 
-    def _load_jobs(self) -> dict[str, Job]:
+    def _load_jobs(self, ignored: dict[str, IgnoredJob]) -> dict[str, Job]:
         try:
             dir_fd = os.open(self.jobs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -193,14 +254,14 @@ class StateStore:
             for name in sorted(os.listdir(dir_fd)):
                 if name.startswith(".") or not name.endswith(".json"):
                     continue
-                job = self._load_job_file(dir_fd, name)
+                job = self._load_job_file(dir_fd, name, ignored)
                 if job is not None:
                     jobs[job.id] = job
         finally:
             os.close(dir_fd)
         return jobs
 
-    def _load_job_file(self, dir_fd: int, name: str) -> Job | None:
+    def _load_job_file(self, dir_fd: int, name: str, ignored: dict[str, IgnoredJob]) -> Job | None:
         where = self.jobs_dir / name
         jid = name[: -len(".json")]
         try:
@@ -213,10 +274,19 @@ class StateStore:
             return None  # removed between listing and opening
         except (_Refused, OSError, ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
             self._warn_once((name, str(e)), "ignoring job file %s: %s", where, e)
+            ignored[jid] = IgnoredJob(jid, f"refused: {e}")
             return None
         if owner not in (0, job.uid):
             self._warn_once((name, owner), "ignoring job file %s: it names uid %d but belongs to uid %d", where, job.uid, owner)
+            ignored[jid] = IgnoredJob(jid, f"names uid {job.uid} but belongs to uid {owner}")
             return None
+        if owner != 0:
+            # the user is the file's owner, whatever name it claims (a root-written file is the admin's word)
+            real = account_name(owner)
+            if job.user != real:
+                self._warn_once((name, "user"), "job file %s claims user %r; it belongs to %s (uid %d)", where,
+                                job.user, real, owner)
+                job.user = real
         return job
 
     # --- writing ---------------------------------------------------------------------------------
@@ -224,7 +294,9 @@ class StateStore:
         euid = os.geteuid()
         after_docs = {jid: job_to_dict(j) for jid, j in graph.jobs.items()}
         changed = [jid for jid, d in after_docs.items() if before_docs.get(jid) != _dumps(d)]
-        removed = [jid for jid in before_docs if jid not in after_docs]
+        # a job set aside by this transaction (StateGraph.ignored) keeps its file: it is left out, not removed
+        removed = [jid for jid in before_docs if jid not in after_docs and jid not in graph.ignored]
+        graph.next_seq = min(graph.next_seq, MAX_SEQ)
         for jid in changed:  # check everything before writing anything
             job = graph.jobs[jid]
             if job.id != jid or not JOB_ID.fullmatch(jid):
