@@ -9,6 +9,11 @@ changed; on SIGTERM/SIGINT it restores every GPU it changed before exiting.
 If a hostile user holds the state lock, a pass falls back to a lock-free snapshot of the job files (each file is
 replaced atomically), so caps are still applied and restored; the ledger is then written without the lock.
 
+A pass that cannot write the ledger (``caps.json`` made a directory by a member, a full disk under ``--ledger``)
+changes no cap it could not restore (the original is durable before the hardware changes, or nothing changes),
+is logged once with the fix, and is retried at the next pass; the agent keeps running. Only the agent applies a
+member's cap wish (its keeper serves every uid): it is the one root process that is there to restore it.
+
 The agent announces itself in ``<state dir>/agent.json`` (pid, start time, interval), so that launchers know a
 cap they record will be applied (:func:`agent_alive`). Nothing here prints or exits.
 """
@@ -16,6 +21,7 @@ cap they record will be applied (:func:`agent_alive`). Nothing here prints or ex
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -23,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from ecolaunch.admin.caps import CapKeeper, CapReport
+from ecolaunch.admin.caps import CapKeeper, CapReport, LedgerWriteError
 from ecolaunch.admin.rules import Rules
 from ecolaunch.admin.safety import trusted_by_root
 from ecolaunch.devices.base import GpuBackend
@@ -66,7 +72,8 @@ class CapAgent:
         self.rules = rules
         self.processes = processes or PsutilProcessTable()
         self.host = backend.hostname()
-        self.keeper = CapKeeper(backend, store.directory, rules, host=self.host, processes=self.processes, ledger_path=ledger_path)
+        self.keeper = CapKeeper(backend, store.directory, rules, host=self.host, processes=self.processes,
+                                ledger_path=ledger_path, only_uids=None)  # the agent serves every member
         self._wall_clock = wall_clock
         self._topology = None
         self._pid = os.getpid()
@@ -81,34 +88,61 @@ class CapAgent:
         return report
 
     def restore_all(self) -> CapReport:
-        """Restore every GPU in the ledger (shutdown); works without the lock if it cannot be had."""
+        """Restore every GPU in the ledger (shutdown); works without the lock if it cannot be had. The hardware is
+        restored even when the ledger cannot be written afterwards (said in the log)."""
         try:
-            with self.store.transaction():
+            try:
+                with self.store.transaction():
+                    return self.keeper.restore_all()
+            except StateError as e:
+                logger.warning("state lock unavailable (%s); restoring caps without it", e)
                 return self.keeper.restore_all()
-        except StateError as e:
-            logger.warning("state lock unavailable (%s); restoring caps without it", e)
-            return self.keeper.restore_all()
+        except OSError as e:
+            logger.warning("restored the caps but could not update the ledger %s: %s", self.keeper.ledger_path, e)
+            return CapReport()
 
     def run(self, interval_s: float, stop: threading.Event) -> CapReport:
         """Pass every ``interval_s`` seconds until ``stop`` is set; then restore every GPU and return that report.
 
-        A device error in one pass is logged and retried at the next; PermissionDenied ends the loop (it cannot heal).
+        A device error, a state error or a ledger that cannot be written in one pass is logged (once while it lasts)
+        and retried at the next; PermissionDenied ends the loop (it cannot heal).
         """
+        failing: str | None = None
         try:
             while not stop.is_set():
                 try:
                     report = self.step()
+                    if failing is not None:
+                        logger.warning("cap passes work again (after: %s)", failing)
+                        failing = None
                     if report.applied or report.restored:
                         logger.info("caps set %s, restored %s", _fmt(report.applied), _fmt(report.restored))
                 except PermissionDenied:
                     raise
-                except (DeviceError, StateError) as e:
-                    logger.warning("cap pass failed: %s", e)
+                except (DeviceError, StateError, OSError) as e:
+                    why = self._why(e)
+                    if why != failing:
+                        logger.warning("cap pass failed: %s; retrying every %g s", why, interval_s)
+                    else:
+                        logger.debug("cap pass failed again: %s", why)
+                    failing = why
                 stop.wait(interval_s)
         finally:
             report = self.restore_all()
             self._retire()
         return report
+
+    def _why(self, error: Exception) -> str:
+        """One line for a failed pass; for a file that cannot be written, what it means and the fix."""
+        if not isinstance(error, OSError):
+            return str(error)
+        fix = ("free space there" if error.errno == errno.ENOSPC else
+               "run `ecolaunch init-state` to repair the state directory's layout, or give --ledger a file in a "
+               "root-only directory")
+        if isinstance(error, LedgerWriteError):
+            return (f"cannot write the cap ledger {error.filename} ({error.strerror}): no new cap is set until it "
+                    f"can be ({fix})")
+        return f"cannot write the state directory {self.store.directory} ({error.strerror or error}; {fix})"
 
     # --- the heartbeat file ----------------------------------------------------------------------
     def _announce(self) -> None:

@@ -15,7 +15,18 @@ hardware settings:
 * a job whose launcher is dead holds no caps (its lease ended), even before reconcile removed it; nor does a job
   whose launcher runs under another uid than the job names (a forged job file naming pid 1);
 * on a GPU shared with a job that wants no cap there, a job's cap counts only if that job was placed after it,
-  knowing it was there: a newcomer, or a job file that merely claims a colleague's GPU, never caps it.
+  knowing it was there: a newcomer, or a job file that merely claims a colleague's GPU, never caps it;
+* on a shared GPU, a cap below what a co-runner's bound allows (its floor: by its own curve, else the floor of a job
+  without a curve, :func:`~ecolaunch.policy.budget.job_floor_w`) is refused, whenever it was written;
+* under a power budget (``[power] max_total_w``) what a keeper applies keeps the sum within it: the budget caps are
+  computed here from the validated job files (:func:`~ecolaunch.policy.budget.budget_ceilings`, never the copy in
+  ``state.json``, which every member may write), every wish is held under its GPU's ceiling, a budgeted GPU
+  without a wish is brought down to its ceiling, and if the floors still do not fit (a job file changed under the
+  budget), the most recently started launchers' GPUs go down toward the admin's minimum until the sum fits;
+* only the cap agent applies a member's wish (it is there to restore it when the job ends). Any other root keeper
+  (a root launcher, its guard, ``calibrate``, ``status``) applies only the wishes of root's own jobs, each of which
+  restores what it applied at its release (and its guard if it dies), and restores everything else in the ledger:
+  a member's cap is never applied by a root command that will not be there to take it back.
 
 Callers hold the state lock around :meth:`CapKeeper.reconcile`, which serializes ledger updates between the agent
 and root launchers. Without the agent: :func:`apply_caps_as_launcher` (root launcher, same guarantees) and
@@ -27,7 +38,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +48,7 @@ from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu, may_use_g
 from ecolaunch.admin.safety import identity_of_uid, require_launcher_privilege, trusted_by_root
 from ecolaunch.devices.base import GpuBackend, GpuSnapshot
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
+from ecolaunch.policy.budget import budget_ceilings, job_floor_w
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
 from ecolaunch.state.store import RefusedFile, StateStore, atomic_write_bytes, read_regular_file_owned
@@ -44,11 +57,13 @@ __all__ = [
     "LEDGER_FILE",
     "CapKeeper",
     "LedgerEntry",
+    "LedgerWriteError",
     "CapReport",
     "apply_caps_as_launcher",
     "cap_recommendation",
     "clip_cap_w",
     "desired_caps",
+    "hold_to_budget",
     "load_ledger",
     "restore_caps_as_launcher",
 ]
@@ -61,6 +76,11 @@ LEDGER_VERSION = 1
 MAX_LEDGER_BYTES = 1024 * 1024
 #: a cap within this many watts of the target is left alone (drivers round to whole watts or milliwatts)
 TOLERANCE_W = 0.5
+
+
+class LedgerWriteError(OSError):
+    """The ledger could not be written (a directory planted at its path, a full disk): ``filename`` is its path.
+    Nothing new is applied while it lasts; the caller logs it and tries again (the agent's next pass)."""
 
 
 @dataclass(slots=True)
@@ -84,12 +104,15 @@ def desired_caps(
     rules: Rules,
     processes: ProcessTable,
     ignored: list[str] | None = None,
+    only_uids: Collection[int] | None = None,
 ) -> dict[str, float]:
-    """The cap each managed GPU of ``host`` should run at now (GPUs absent: no job wants a change).
+    """The cap each managed GPU of ``host`` should run at now (GPUs absent: no job wants a change), before any
+    budget (:func:`hold_to_budget`).
 
     Pure: reads the graph, never the hardware. Every wish is validated here, whatever the loader already checked.
     A job counts only while its launcher lives as the uid the job names (:func:`launcher_alive`), and its cap on a
-    GPU counts only where it cannot slow a colleague down (:func:`_refusal`).
+    GPU counts only where it cannot slow a colleague down (:func:`_refusal`). ``only_uids``: the uids whose wishes
+    count (None: everyone's, the agent's pass); every live job still counts as a co-runner.
     """
     ignored = [] if ignored is None else ignored
     by_uuid = {g.uuid: g for g in gpus}
@@ -105,11 +128,12 @@ def desired_caps(
             holders.setdefault(uuid, []).append(job)
     wanted: dict[str, float] = {}
     for job in live:
-        if not isinstance(job.power_caps_w, dict):
+        if not isinstance(job.power_caps_w, dict) or (only_uids is not None and job.uid not in only_uids):
             continue
         for uuid, watts in dict(job.power_caps_w).items():
             gpu = by_uuid.get(uuid) if isinstance(uuid, str) else None
-            why = _refusal(job, uuid, watts, gpu, rules, holders.get(uuid, []) if isinstance(uuid, str) else [])
+            why = _refusal(job, uuid, watts, gpu, rules, holders.get(uuid, []) if isinstance(uuid, str) else [],
+                           graph)
             if why is not None:
                 ignored.append(why)
                 logger.warning("ignoring a cap request of job %s (%s): %s", job.id, job.user, why)
@@ -123,7 +147,7 @@ def desired_caps(
 
 
 def _refusal(job: Job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Rules,
-             holders: Sequence[Job] = ()) -> str | None:
+             holders: Sequence[Job] = (), graph: StateGraph | None = None) -> str | None:
     """Why a job's cap wish on one GPU must not be applied, or None.
 
     Besides the range checks: the job must be allowed on the GPU by the reservations (under the name of the uid it
@@ -151,7 +175,115 @@ def _refusal(job: Job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Ru
         if job.id not in _placed_after(other, uuid):
             return (f"GPU {gpu.index} also runs job {other.id} ({other.user}), which wants no cap there and was "
                     f"not placed after this job")
+    return _slows_a_co_runner(job, uuid, float(watts), gpu, rules, holders, graph)
+
+
+def _slows_a_co_runner(job: Job, uuid: str, watts: float, gpu: GpuSnapshot, rules: Rules, holders: Sequence[Job],
+                       graph: StateGraph | None) -> str | None:
+    """Why ``watts`` on a shared GPU would slow another job there past its bound, or None.
+
+    A co-runner's floor is the lowest cap its own curve keeps within its bound, else the floor of a job without a
+    curve (:func:`~ecolaunch.policy.budget.job_floor_w`), on all of its GPUs (one cap per job). A co-runner that
+    itself wants a cap at or below ``watts`` there is not slowed by it (the highest wish wins).
+    """
+    clipped, _ = clip_cap_w(rules, gpu, watts)
+    for other in holders:
+        if other.id == job.id:
+            continue
+        own = other.power_caps_w.get(uuid) if isinstance(other.power_caps_w, dict) else None
+        if isinstance(own, (int, float)) and not isinstance(own, bool) and own <= clipped + TOLERANCE_W:
+            continue
+        floor = job_floor_w(other, _nodes_of(other, gpu, graph), rules)
+        if floor is not None and clipped < floor - TOLERANCE_W:
+            return (f"{clipped:.0f} W on GPU {gpu.index} would slow job {other.id} ({other.user}), which shares it, "
+                    f"past its bound: it needs at least {floor:.0f} W there")
     return None
+
+
+def _nodes_of(job: Job, gpu: GpuSnapshot, graph: StateGraph | None) -> list[Any]:
+    """The GPUs of ``job`` as the graph knows them (``gpu`` itself at least): its floor is one cap for all."""
+    host = graph.hosts.get(job.host) if graph is not None else None
+    nodes = [host.gpus[u] for u in job.gpus if host is not None and u in host.gpus and u != gpu.uuid]
+    return [gpu, *nodes]
+
+
+def hold_to_budget(graph: StateGraph, host: str, gpus: Sequence[GpuSnapshot], rules: Rules,
+                   wanted: Mapping[str, float], found_w: Mapping[str, float], *, enforce: bool = True,
+                   ignored: list[str] | None = None) -> dict[str, float]:
+    """``wanted`` held within the power budget (``[power] max_total_w``; unchanged without one).
+
+    Every wish is held under its GPU's ceiling, computed from the validated job files (never ``state.json``'s
+    copy). With ``enforce`` (the agent, which is there to restore what it sets): a budgeted GPU without a wish whose
+    limit as found (``found_w``: its original, or its limit now) is above its ceiling is brought down to it, and if
+    the sum, counted as :mod:`ecolaunch.policy.budget` counts it, is still over the budget (floors that no longer
+    fit: a job file changed under the budget), the GPUs of the most recently started launchers go down toward the
+    admin's minimum until it fits.
+    """
+    budget = rules.power_max_total_w
+    if budget is None:
+        return dict(wanted)
+    ignored = [] if ignored is None else ignored
+    ceilings = budget_ceilings(graph, rules)
+    out = dict(wanted)
+    managed = [g for g in gpus if _has_range(g) and may_manage_gpu(rules, g.uuid, g.index)]
+    for gpu in managed:
+        ceiling = ceilings.get(gpu.uuid)
+        if ceiling is None:
+            continue
+        ceiling = clip_cap_w(rules, gpu, ceiling)[0]
+        wish = out.get(gpu.uuid)
+        if wish is not None and wish > ceiling + TOLERANCE_W:
+            ignored.append(f"GPU {gpu.index}: {wish:.0f} W is above its {ceiling:.0f} W power-budget ceiling")
+            logger.warning("GPU %d: a wish of %.0f W is above its %.0f W power-budget ceiling; holding it there",
+                           gpu.index, wish, ceiling)
+            out[gpu.uuid] = ceiling
+        elif wish is None and enforce:
+            found = found_w.get(gpu.uuid)
+            if found is None or found > ceiling + TOLERANCE_W:
+                out[gpu.uuid] = ceiling
+    if enforce:
+        _fit_last_resort(graph, host, gpus, managed, rules, out, found_w, budget)
+    return out
+
+
+def _fit_last_resort(graph: StateGraph, host: str, gpus: Sequence[GpuSnapshot], managed: Sequence[GpuSnapshot],
+                     rules: Rules, out: dict[str, float], found_w: Mapping[str, float], budget: float) -> None:
+    node = graph.hosts.get(host)
+    holders: dict[str, list[Job]] = {}
+    for job in graph.running_jobs():
+        if job.host == host:
+            for u in job.gpus:
+                holders.setdefault(u, []).append(job)
+
+    def count(g: GpuSnapshot) -> float:
+        if g.uuid in out:
+            return out[g.uuid]
+        foreign = node is not None and g.uuid in node.gpus and node.gpus[g.uuid].foreign_pids
+        if g.uuid in holders or foreign:
+            limit = found_w.get(g.uuid, g.power_limit_w)
+            return float(limit if limit is not None else g.power_limit_max_w or 0.0)
+        return float(g.power_limit_min_w or 0.0)
+
+    excess = sum(count(g) for g in gpus) - budget
+    if excess <= TOLERANCE_W:
+        return
+
+    def latest(g: GpuSnapshot) -> float:
+        return max((j.launcher_start_time for j in holders.get(g.uuid, [])), default=-math.inf)
+
+    for gpu in sorted((g for g in managed if g.uuid in holders), key=latest, reverse=True):
+        lo = clip_cap_w(rules, gpu, 0.0)[0]
+        now = count(gpu)
+        cut = min(excess, max(0.0, now - lo))
+        if cut <= 0:
+            continue
+        out[gpu.uuid] = now - cut
+        excess -= cut
+        logger.warning("the running jobs' caps add up to more than the %g W power budget (a job file changed under "
+                       "it); GPU %d of the most recently started launcher is held at %.0f W", budget, gpu.index,
+                       out[gpu.uuid])
+        if excess <= TOLERANCE_W:
+            return
 
 
 def _placed_after(job: Job, uuid: str) -> list[str]:
@@ -177,6 +309,8 @@ class CapKeeper:
         host: this host's name (jobs of other hosts are ignored).
         processes: the process table deciding whether a launcher still holds its lease.
         ledger_path: where the ledger lives (an admin may keep it in a root-only directory).
+        only_uids: the uids whose wishes this keeper applies: by default root's and this process's own (a root
+            launcher, its guard, any root command); the cap agent passes None, everyone's (module docstring).
     """
 
     def __init__(
@@ -188,15 +322,18 @@ class CapKeeper:
         host: str,
         processes: ProcessTable | None = None,
         ledger_path: Path | None = None,
+        only_uids: Collection[int] | None = (),
     ) -> None:
         self.backend = backend
         self.rules = rules
         self.host = host
         self.processes = processes or PsutilProcessTable()
+        self.only_uids = None if only_uids is None else frozenset({0, os.geteuid(), *only_uids})
         self.ledger_path = Path(ledger_path) if ledger_path is not None else Path(state_dir) / LEDGER_FILE
         #: the ledger as this keeper last wrote it: survives another user deleting the file while we run
         self._memory: dict[str, LedgerEntry] = {}
         self._on_disk: dict[str, LedgerEntry] | None = None
+        self._warned: set[str] = set()
 
     # --- the one pass ----------------------------------------------------------------------------
     def reconcile(self, graph: StateGraph, gpus: Sequence[GpuSnapshot] | None = None) -> CapReport:
@@ -204,7 +341,13 @@ class CapKeeper:
         when the caller has them."""
         report = CapReport()
         gpus = self.backend.gpus() if gpus is None else gpus
-        wanted = desired_caps(graph, self.host, gpus, self.rules, self.processes, report.ignored)
+        wanted = desired_caps(graph, self.host, gpus, self.rules, self.processes, report.ignored, self.only_uids)
+        if self.rules.power_max_total_w is not None:
+            originals = {u: e.original_w for u, e in self._load().items()}
+            found = {g.uuid: originals.get(g.uuid, g.power_limit_w) for g in gpus if g.power_limit_w is not None
+                     or g.uuid in originals}
+            wanted = hold_to_budget(graph, self.host, gpus, self.rules, wanted, found,
+                                    enforce=self.only_uids is None, ignored=report.ignored)
         self._sync(gpus, wanted, report)
         return report
 
@@ -236,7 +379,7 @@ class CapKeeper:
         if not self._load():
             return report
         gpus = self.backend.gpus() if gpus is None else gpus
-        wanted = desired_caps(graph, self.host, gpus, self.rules, self.processes, report.ignored)
+        wanted = desired_caps(graph, self.host, gpus, self.rules, self.processes, report.ignored, self.only_uids)
         self._sync(gpus, wanted, report, apply=False)
         return report
 
@@ -329,22 +472,36 @@ class CapKeeper:
             return False
 
     def _load(self) -> dict[str, LedgerEntry]:
-        self._on_disk = load_ledger_entries(self.ledger_path, self.host)
+        self._on_disk = load_ledger_entries(self.ledger_path, self.host, self._warn_once)
         if self._on_disk is None and self._memory:
-            logger.warning("ledger %s vanished or was replaced; using this process's copy", self.ledger_path)
+            self._warn_once("ledger %s vanished or was replaced; using this process's copy", self.ledger_path)
             return dict(self._memory)
+        if self._on_disk is not None:
+            self._warned.clear()  # readable again: say it anew if it breaks again
         return dict(self._on_disk or {})
 
+    def _warn_once(self, fmt: str, *args: Any) -> None:
+        """A warning about the ledger, said once while it lasts (a keeper passes every second)."""
+        line = fmt % args
+        if line not in self._warned:
+            self._warned.add(line)
+            logger.warning("%s", line)
+
     def _save(self, ledger: dict[str, LedgerEntry]) -> None:
+        """Write the ledger; raises OSError when it cannot be written (then nothing new is applied: a caller writes
+        an original before the hardware changes). The copy in memory is this keeper's truth either way: a restore
+        that happened is not redone, an original not yet durable is not lost."""
+        self._memory = dict(ledger)
         if ledger == (self._on_disk or {}) and (self._on_disk is not None or not ledger):
-            self._memory = dict(ledger)
             return
         doc = {"schema": LEDGER_SCHEMA, "version": LEDGER_VERSION, "host": self.host,
                "gpus": {u: e.to_dict() for u, e in sorted(ledger.items())}}
-        # mode 0644: readable for `ecolaunch status`, writable only by its owner (root)
-        atomic_write_bytes(self.ledger_path, json.dumps(doc, indent=1, sort_keys=True).encode(), mode=0o644)
+        try:
+            # mode 0644: readable for `ecolaunch status`, writable only by its owner (root)
+            atomic_write_bytes(self.ledger_path, json.dumps(doc, indent=1, sort_keys=True).encode(), mode=0o644)
+        except OSError as e:
+            raise LedgerWriteError(e.errno, e.strerror or str(e), str(self.ledger_path)) from e
         self._on_disk = dict(ledger)
-        self._memory = dict(ledger)
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,26 +524,27 @@ def load_ledger(path: Path, host: str) -> dict[str, float] | None:
     return None if entries is None else {u: e.original_w for u, e in entries.items()}
 
 
-def load_ledger_entries(path: Path, host: str) -> dict[str, LedgerEntry] | None:
+def load_ledger_entries(path: Path, host: str, warn=logger.warning) -> dict[str, LedgerEntry] | None:
     """The entries of a ledger file; ``{}`` when there is none; None when it is untrustworthy.
 
-    Untrustworthy (ignored with a warning): a symbolic link or non-regular file, a file owned by someone other than
-    this user or root or writable by others, or a document that fails validation.
+    Untrustworthy (ignored with a warning, through ``warn``): a symbolic link or non-regular file, a file owned by
+    someone other than this user or root or writable by others, or a document that fails validation.
     """
     try:
         raw, st = read_regular_file_owned(path, MAX_LEDGER_BYTES)
     except FileNotFoundError:
         return None
     except (RefusedFile, OSError) as e:
-        logger.warning("ignoring cap ledger %s: %s", path, e)
+        warn("ignoring cap ledger %s: %s", path, e)
         return None
     if not trusted_by_root(st):
-        logger.warning("ignoring cap ledger %s: owned by uid %d with mode %o (only root may write it)", path, st.st_uid, st.st_mode & 0o7777)
+        warn("ignoring cap ledger %s: owned by uid %d with mode %o (only root may write it)", path, st.st_uid,
+             st.st_mode & 0o7777)
         return None
     try:
         return parse_ledger_entries(json.loads(raw), host)
     except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
-        logger.warning("ignoring cap ledger %s: %s", path, e)
+        warn("ignoring cap ledger %s: %s", path, e)
         return None
 
 

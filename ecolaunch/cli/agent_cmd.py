@@ -31,12 +31,13 @@ def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, ver
     Ctrl-C restores every GPU it changed, then exits.
     """
     from ecolaunch.admin.agent import CapAgent
-    from ecolaunch.admin.safety import require_cap_privilege
+    from ecolaunch.admin.safety import require_cap_privilege, warn_unsafe_interpreter
     from ecolaunch.cli.context import resolve
     from ecolaunch.cli.context import open_gpus, stderr_logging
     from ecolaunch.state.store import StateStore
 
     restore_logging = stderr_logging("ecolaunch agent", verbose)
+    warn_unsafe_interpreter()  # root runs from files another uid can write: say so once, with the fix
     try:
         environment, rules = resolve()
         backend = open_gpus(environment)
@@ -64,6 +65,10 @@ def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, ver
     except EcolaunchError as e:
         message = f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")
         raise click.ClickException(message) from e
+    except OSError as e:  # --once/--restore: the ledger could not be written (the loop logs and retries instead)
+        raise click.ClickException(f"cannot write the cap ledger: {e}\nHINT: free space there, or run `ecolaunch "
+                                   "init-state` to repair the state directory (or pass --ledger a file in a "
+                                   "root-only directory)") from e
     finally:
         restore_logging()
 

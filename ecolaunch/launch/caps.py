@@ -25,9 +25,14 @@ held under the ceiling (clipped to the policy's bounds as any cap). A follower t
 ``follow_s`` (1 s) and applies a lowered or raised ceiling at once (:meth:`JobCaps.follow_budget`), so a job that
 arrives or leaves re-caps the running jobs within one follow period (plus one cap-agent pass). The newcomer waits,
 in :meth:`JobCaps.begin`, up to ``budget_wait_s`` for the GPUs its placement lowered to show their new limits, so
-its workers never start before the watts they need were freed. A ceiling below the job's own floor (the lowest cap
-its curve keeps within its bound, :func:`~ecolaunch.policy.budget.job_floor_w`) is not followed below that floor:
-the state file is writable by every member of the lab, the floor comes from the job's own profile.
+its workers never start before the watts they need were freed. The ceilings are computed from the validated job
+files on each look, never read from ``state.json`` (every member of the lab may write it); and a ceiling is never
+followed below the job's own floor (the lowest cap its curve keeps within its bound, or, for a job without a curve,
+the admin's minimum and no less than a fixed share of the board's default limit:
+:func:`~ecolaunch.policy.budget.job_floor_w`).
+
+A root launcher without an agent applies, through its keeper, only root's own jobs' caps (its own included), never a
+member's: it would not be there to restore it when that job ends (:class:`~ecolaunch.admin.caps.CapKeeper`).
 
 Nothing here prints: messages go to ``on_message``.
 """

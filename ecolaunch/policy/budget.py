@@ -49,9 +49,21 @@ the others are raised. A board's draw follows its limit within NVML's enforcemen
 The budget is met only where caps can be set (a cap agent, or root launchers); an unprivileged launcher without an
 agent prints the caps it would set, as it does for any cap.
 
-A running launcher follows the budget from the state graph, which every member of the lab may write: it never
-lowers its job below the floor its own profile and bound give, so a forged budget cap can cost a job at most its
-slack, never its bound.
+**Who computes the budget caps.** ``state.json`` is writable by every member of the lab, so a budget cap read from it
+is never obeyed as it stands: whoever applies or follows one (the cap agent and any root applier under the lock,
+a running launcher on its look) computes them afresh from the validated job files (:func:`trusted_budget_caps`,
+:func:`budget_ceilings`). The file's value is used only as the count of a GPU shared by several jobs, and there it
+is held between the highest floor of the jobs on it and the highest cap they want, so that a forged value can
+neither push a co-runner below its bound nor make the sum look smaller than it is.
+
+**The floor of a job without a curve** (:func:`no_curve_floor_w`): a job with neither a measured curve nor a prediction
+with a margin (a first launch) is never capped below the higher of the admin's minimum for its model (``[caps]
+min_w``) and :data:`NO_CURVE_FLOOR_SHARE` of its board's default power limit. The share is read off the measured
+cap sweeps this package ships (``ecolaunch/sim/data/summary_power_*.csv``, the Zeus NSDI '23 traces of 4 boards,
+and ``h200_cap_sweep.csv``): above it the measured slowdowns of most workloads stay modest, below it they grow fast
+(``benchmarks/no_curve_floor.py`` prints the figures, docs/threat-model.md cites them). The allocation never lowers
+such a job at all (its floor is what it wants); the floor bounds what a forged ceiling, a colleague's cap on a
+shared GPU, or the budget's last resort may do to it.
 """
 
 from __future__ import annotations
@@ -74,13 +86,16 @@ from ecolaunch.profile.modes import job_cap_bounds
 from ecolaunch.profile.powercap import CapPoint, as_cap_points, cap_grid, fit_cap_model
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
-__all__ = ["GRID_W", "BudgetedPolicy", "GpuDemand", "allocate", "book_budget", "budget_ceilings", "budgeted_gpus",
-           "fit_budget", "host_demands", "job_floor_w", "rebalance"]
+__all__ = ["GRID_W", "NO_CURVE_FLOOR_SHARE", "BudgetedPolicy", "GpuDemand", "allocate", "book_budget",
+           "budget_ceilings", "budgeted_gpus", "fit_budget", "host_demands", "job_floor_w", "no_curve_floor_w",
+           "rebalance", "trusted_budget_caps"]
 
 logger = logging.getLogger(__name__)
 
 #: the grid caps move on under the budget: the cap choice's (NVML takes any whole watt; 5 W is finer than a curve)
 GRID_W = CHOICE_STEP_W
+#: the lowest share of its board's default power limit a job without a curve is ever capped to (module docstring)
+NO_CURVE_FLOOR_SHARE = 0.8
 _EPS_W = 1e-6
 
 
@@ -225,13 +240,33 @@ def profile_points(profile: Mapping[str, Any] | None, top_w: float) -> tuple[Cap
 
 
 def job_floor_w(job: Job, nodes: Sequence[GpuNode], rules: Rules) -> float | None:
-    """The lowest cap at which running ``job`` stays within its bound by its own curve (margin included); None
-    without a curve or cap bounds (its budget cap is then what it wants, and never lowered)."""
+    """The lowest cap at which running ``job`` stays within its bound: by its own curve (margin included), else, without
+    a curve, :func:`no_curve_floor_w`; None without cap bounds (the GPU cannot be capped)."""
+    return profile_floor_w(job.profile, _bound_pct(job, rules), nodes, rules)
+
+
+def profile_floor_w(profile: Mapping[str, Any] | None, allowed_slowdown_pct: float, nodes: Sequence[Any],
+                    rules: Rules) -> float | None:
+    """:func:`job_floor_w` for a job known by its profile and bound (a newcomer not booked yet)."""
     bounds = _bounds(rules, nodes)
     if bounds is None:
         return None
-    curve = job_curve(profile_points(job.profile, bounds[1]), bounds, _bound_pct(job, rules))
-    return None if curve is None else curve.floor_w
+    curve = job_curve(profile_points(profile, bounds[1]), bounds, float(allowed_slowdown_pct))
+    return no_curve_floor_w(rules, nodes) if curve is None else curve.floor_w
+
+
+def no_curve_floor_w(rules: Rules, nodes: Sequence[Any]) -> float | None:
+    """The lowest cap a job without a curve may get on ``nodes``: the admin's minimum for them (``[caps]``), and no
+    lower than :data:`NO_CURVE_FLOOR_SHARE` of the highest board default limit (the board maximum where the driver
+    reports no default), on the :data:`GRID_W` grid, within the policy's bounds; None without cap bounds."""
+    bounds = _bounds(rules, nodes)
+    if bounds is None:
+        return None
+    lo, hi = bounds
+    defaults = [g.power_limit_default_w if _number(g.power_limit_default_w) is not None else g.power_limit_max_w
+                for g in nodes]
+    share = NO_CURVE_FLOOR_SHARE * max(float(w) for w in defaults)
+    return min(max(lo, GRID_W * math.ceil(share / GRID_W - 1e-9)), hi)
 
 
 # --- the GPUs of one host ----------------------------------------------------------------------------------------
@@ -300,15 +335,19 @@ def _fixed_count_w(state: StateGraph, rules: Rules, gpu: GpuNode, holders: list[
     bounds = _bounds(rules, [gpu]) if _managed(rules, gpu) else None
     if bounds is None:
         return float(limit or 0.0)
-    booked = _number(state.budget_caps_w.get(gpu.uuid))
-    if booked is not None and len(holders) > 1:
-        return min(max(booked, bounds[0]), bounds[1])
-    wants = []
+    wants, floors = [], []
     for job_id in holders:
-        wanted, job = units[job_id][1], units[job_id][4]
+        _, wanted, profile, bound, job = units[job_id]
         wants.append(_wanted_w(job, gpu.uuid, bounds[1]) if job is not None else
                      (wanted if wanted is not None else min(bounds[1], limit or bounds[1])))
-    return min(max(max(wants), bounds[0]), bounds[1])
+        floors.append(profile_floor_w(profile, bound, [gpu], rules) or bounds[0])
+    top = min(max(max(wants), bounds[0]), bounds[1])
+    booked = _number(state.budget_caps_w.get(gpu.uuid))
+    if booked is not None and len(holders) > 1:
+        # a shared GPU keeps the budget cap it was booked at, as the file says; the file is every member's to
+        # write, so the value counts only between the highest floor of the jobs on it and the most they want
+        return min(max(booked, max(floors), bounds[0]), top)
+    return top
 
 
 def _wanted_w(job: Job, uuid: str, top_w: float) -> float:
@@ -382,6 +421,12 @@ def rebalance(state: StateGraph, rules: Rules) -> dict[str, float]:
     return out
 
 
+def trusted_budget_caps(state: StateGraph, rules: Rules) -> dict[str, float]:
+    """The budget caps as whoever applies or follows them must take them: computed afresh from the validated job
+    files (:func:`rebalance`), never read from ``state.json`` (every member's to write; module docstring)."""
+    return rebalance(state, rules)
+
+
 def book_budget(state: StateGraph, decision: Decision) -> dict[str, float]:
     """``state.budget_caps_w`` after ``decision`` was booked (its job is running): the caps of GPUs still busy, the
     decision's re-caps of running jobs, and its own GPUs' budget caps. Sets it and returns it."""
@@ -395,18 +440,20 @@ def book_budget(state: StateGraph, decision: Decision) -> dict[str, float]:
     return caps
 
 
-def budget_ceilings(state: StateGraph, rules: Rules) -> dict[str, float]:
+def budget_ceilings(state: StateGraph, rules: Rules, caps_w: Mapping[str, float] | None = None) -> dict[str, float]:
     """The most each GPU with a budget cap may run at now (uuid -> W): its budget cap plus an equal share of what the
     budget leaves over (on the grid, at most its ``[caps]`` maximum), so a running job's closed loop may raise its
     cap where the budget has room. The sum, with every other GPU counted as :func:`host_demands` counts it, stays
-    within the budget. ``{}`` without a budget."""
+    within the budget. ``caps_w``: the budget caps (default: :func:`trusted_budget_caps`, never the file's own).
+    ``{}`` without a budget."""
     budget = rules.power_max_total_w
     if budget is None:
         return {}
+    caps_w = trusted_budget_caps(state, rules) if caps_w is None else caps_w
     out: dict[str, float] = {}
     for host in state.hosts.values():
         booked = {u: w for u in _budgeted(state, host, rules)
-                  if (w := _number(state.budget_caps_w.get(u))) is not None}
+                  if (w := _number(caps_w.get(u))) is not None}
         total = sum(booked.get(d.uuid, d.wanted_w) for d in host_demands(state, host, rules))
         share = GRID_W * math.floor(max(0.0, budget - total) / max(1, len(booked)) / GRID_W + 1e-9)
         for u, w in booked.items():

@@ -34,7 +34,7 @@ with StateStore(Path(args["d"])).transaction() as g:
     g.jobs["forged"] = job("forged", me, start, u[0], {u[0]: 1.0})  # bob's GPU, 1 W, a live pid of mine
     g.jobs["pidone"] = job("pidone", 1, process_start_time(1), u[1], {u[1]: 1.0})  # pid 1 never dies
     g.jobs["mine"] = job("mine", me, start, u[2], {u[2]: 260.0})  # a GPU of my own: honest
-    g.jobs["first"] = job("first", me, start, u[3], {u[3]: 300.0})  # root's job joins it later, knowingly
+    g.jobs["first"] = job("first", me, start, u[3], {u[3]: 330.0})  # root's job joins it later, knowingly (330 W: above its 320 W no-curve floor)
 print("ready", flush=True)
 sys.stdin.read()  # stay alive (a live launcher) until the test closes stdin
 """
@@ -77,7 +77,7 @@ def test_forged_job_files_cap_nothing_of_a_colleague_and_hold_nothing_with_pid_1
         assert seen == ["bob", "first", "forged", "joined", "mine"]
         report = CapAgent(store, backend, parse_rules(POLICY)[0]).step()
         limits = [g.power_limit_w for g in backend.gpus()]
-        assert limits == [400.0, 400.0, 260.0, 300.0], report
+        assert limits == [400.0, 400.0, 260.0, 330.0], report
         assert any("also runs job bob" in why for why in report.ignored)
         assert "pidone" not in store.read().jobs and not (d / "jobs" / "pidone.json").exists()  # root removed it
         # bob's job ends: the forged file is now alone on GPU 0 and is a booking of the forger's like any other,

@@ -173,8 +173,10 @@ def test_a_forged_ceiling_never_takes_a_job_below_its_own_floor(session: Session
     place(session, "b", launchers[1])
     with session.store.transaction() as graph:  # state.json is the whole lab's to write: 120 W for a, 480 for b
         graph.budget_caps_w = {G0: 120.0, G1: 480.0}
-    assert caps_a.follow_budget() == {G0: 285.0}  # its floor under its 10 % bound, by its own curve
-    assert limits(session)[G0] == 285.0
+    # the forged copy is not read: a follows the budget's share computed from the job files (300 W with b), which
+    # is never below its floor under its 10 % bound by its own curve (285 W)
+    assert caps_a.follow_budget() == {G0: 300.0}
+    assert limits(session)[G0] == 300.0
     session.release("a")
     caps_a.release()
 

@@ -252,8 +252,9 @@ def test_ceilings_share_what_the_budget_leaves_over_and_keep_the_sum() -> None:
     place(graph, policy, request("b", FLAT), rules)
     # booked: a 400, b 400; idle 2 x 100: nothing left over
     assert budget_ceilings(graph, rules) == {"GPU-0": 400.0, "GPU-1": 400.0}
-    graph.budget_caps_w = {"GPU-0": 300.0, "GPU-1": 260.0}  # 240 W left over: 120 W each, on the grid
-    ceilings = budget_ceilings(graph, rules)
+    graph.budget_caps_w = {"GPU-0": 300.0, "GPU-1": 260.0}  # the file's copy is every member's: never read
+    assert budget_ceilings(graph, rules) == {"GPU-0": 400.0, "GPU-1": 400.0}
+    ceilings = budget_ceilings(graph, rules, graph.budget_caps_w)  # 240 W left over: 120 W each, on the grid
     assert ceilings == {"GPU-0": 400.0, "GPU-1": 380.0}  # 420 W is above what [caps] allows on GPU 0
     assert sum(ceilings.values()) + 2 * 100.0 <= 1000.0
     assert budget_ceilings(graph, Rules()) == {}
