@@ -82,6 +82,18 @@ def check_readable(store) -> None:
             raise StateError(f"cannot read {what} {str(path)!r}: {e.strerror or e}", hint=hint) from e
 
 
+def warn_squatted(store) -> None:
+    """One ``Warning:`` line per user history directory that someone else owns (its user's records can never be
+    written or shown), then the fix once. Nothing when there is none."""
+    squatted = store.squatted()
+    for name, owner, actual in squatted:
+        click.echo(f"Warning: {store.root / name} belongs to uid {actual}, not to its user (uid {owner}): that "
+                   "user's jobs are neither recorded nor shown", err=True)
+    if squatted:
+        click.echo("HINT: the lab admin runs `sudo ecolaunch init-state`: it moves such directories aside and "
+                   "gives each user a fresh one", err=True)
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="print the records as JSON (without their sampled series)")
 @click.option("--limit", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
@@ -89,6 +101,7 @@ def check_readable(store) -> None:
 def history(as_json: bool, limit: int) -> None:
     store, state_dir = open_history()
     records = store.list(limit=limit or None)
+    warn_squatted(store)
     if as_json:
         docs = []
         for rec in records:

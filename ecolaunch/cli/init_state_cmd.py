@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import grp
+import json
 import os
+import socket
 from pathlib import Path
 
 import click
 
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
 from ecolaunch.errors import EcolaunchError
+
+#: what to do about a parent directory a non-root user may write (``ecolaunch.state.init.parent_warnings``)
+PARENT_HINT = ("keep the state directory below directories only root may write (chown root DIR; chmod go-w DIR, "
+               "or chmod +t DIR), such as /var/lib/ecolaunch")
 
 
 @click.command("init-state")
@@ -21,13 +27,18 @@ from ecolaunch.errors import EcolaunchError
 def init_state(group: str | None, directory: Path | None) -> None:
     """Create or repair the shared state directory, as root, before any user runs.
 
-    Creates jobs/, hooks/ and history/ (3775 root:GROUP), state.lock and state.json (0664 root:GROUP) and sets the
-    directory itself to 3775 root:GROUP, so that no lab member owns anything the others write into. Anything a
-    member planted in those places (a link, a FIFO, a file where a directory belongs) is moved aside. Reads the
-    policy (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command; with
+    Creates jobs/, hooks/ and history/ (3775 root:GROUP), state.lock and state.json (0664 root:GROUP), a history
+    directory for root and for each member of GROUP (0755, theirs), gnn/ and calibration/ (0755, root's) and an
+    empty cap ledger caps.json (0644, root's), and sets the directory itself to 3775 root:GROUP, so that no lab
+    member owns anything the others write into or that root relies on. Anything a member planted in those places
+    (a link, a FIFO, a file where a directory belongs, a directory made first in a colleague's or root's name) is
+    moved aside; one line says each change. The state directory itself must not be a link or another user's
+    (exit 1), and a parent directory a non-root user may write is warned about. Reads the policy
+    (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command; with
     ECOLAUNCH_SIMULATE it also creates the simulated GPUs' shared files.
     """
     from ecolaunch.cli.context import open_gpus, resolve
+    from ecolaunch.state.init import parent_warnings
     from ecolaunch.state.layout import init_state as make_layout
 
     try:
@@ -44,8 +55,9 @@ def init_state(group: str | None, directory: Path | None) -> None:
         if os.geteuid() != 0:
             raise click.ClickException("init-state must run as root: it gives the shared directories to root\n"
                                        f"HINT: sudo ecolaunch init-state --group {name}")
+        warnings = parent_warnings(target)
         try:
-            done = make_layout(target, gid)
+            done = make_layout(target, gid, empty_ledger=_empty_ledger(environment, open_gpus))
         except OSError as e:
             raise click.ClickException(f"cannot set up {str(target)!r}: {e.strerror or e}") from e
         if environment.simulate and directory is None:
@@ -54,5 +66,25 @@ def init_state(group: str | None, directory: Path | None) -> None:
         raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
     for line in done:
         click.echo(f"ecolaunch init-state: {line}")
+    for line in warnings:
+        click.echo(f"Warning: {line}: whoever may write there can rename {target} away and put another directory "
+                   "in its place", err=True)
+    if warnings:
+        click.echo(f"HINT: {PARENT_HINT}", err=True)
     click.echo(f"ecolaunch init-state: {target} is ready for group {name}"
                + ("" if done else " (nothing to change)"))
+
+
+def _empty_ledger(environment, open_gpus) -> bytes:
+    """An empty cap ledger for this host (``ecolaunch.admin.caps`` owns the format): the simulated machine's host
+    name with ECOLAUNCH_SIMULATE, else this host's (NVML's backend names the host so; it is not probed here)."""
+    from ecolaunch.admin.caps import LEDGER_SCHEMA, LEDGER_VERSION
+
+    host = socket.gethostname()
+    if environment.simulate:
+        try:
+            host = open_gpus(environment).hostname()
+        except EcolaunchError:
+            pass  # a bad spec is reported by the command that uses it; the ledger is rewritten by its first writer
+    doc = {"schema": LEDGER_SCHEMA, "version": LEDGER_VERSION, "host": host, "gpus": {}}
+    return json.dumps(doc, indent=1, sort_keys=True).encode()

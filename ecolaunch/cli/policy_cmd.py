@@ -212,6 +212,8 @@ def train_cmd(out: Path | None, seed: int, epochs: int, synthetic: int, use_hist
         simulated = environment.simulate is not None  # simulated calibration trains only for simulated GPUs
         cal = (calibration_samples(environment.state_dir, simulated=simulated) if use_calibration
                else CalibrationData())
+        if use_calibration:
+            _warn_untrusted_calibration(environment.state_dir)
         torch.set_num_threads(1)  # reproducible, and fastest on a small shared machine
 
         def progress(epoch: int, loss: float) -> None:
@@ -259,6 +261,29 @@ def train_cmd(out: Path | None, seed: int, epochs: int, synthetic: int, use_hist
         click.echo(f"use it:     export {ENV_GNN_WEIGHTS}={out.resolve()}")
 
 
+def _warn_untrusted_calibration(state_dir: Path) -> None:
+    """A ``Warning:`` when ``<state dir>/calibration`` exists but is not used (a link, or not root's or this user's
+    alone: a member made it first), so that its results are left out; with the fix."""
+    import os
+    import stat
+
+    from ecolaunch.calibrate.results import CALIBRATION_DIR
+
+    directory = Path(state_dir) / CALIBRATION_DIR
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return  # missing: nothing was calibrated here
+    if stat.S_ISDIR(st.st_mode) and st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022:
+        return
+    kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a directory"
+    click.echo(f"Warning: {directory} is {kind} of uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}: only "
+               "root's or your own, writable by nobody else, is used, so no calibration goes into this training",
+               err=True)
+    click.echo("HINT: on a shared machine run `sudo ecolaunch init-state`: it moves it aside and makes it root's "
+               "again; then `ecolaunch calibrate`", err=True)
+
+
 def _train_into_state_dir(target: Path, run) -> dict:
     """``run(path)`` trains into a private temporary directory beside ``target`` (``<state dir>/gnn/weights.pt``);
     the manifest, then the weights, are renamed into place, so a launch reads the old weights or the new ones,
@@ -282,7 +307,8 @@ def _train_into_state_dir(target: Path, run) -> dict:
         staging = Path(tempfile.mkdtemp(prefix=".train-", dir=directory))
     except RefusedFile as e:
         raise StateError(f"cannot write GNN weights into {directory}: {e}",
-                         hint=f"move {directory} aside (only root or you may own it), or use --out FILE") from e
+                         hint=f"on a shared machine run `sudo ecolaunch init-state`: it moves {directory} aside and "
+                              "makes it root's again; or use --out FILE") from e
     except OSError as e:
         raise StateError(f"cannot write GNN weights into {directory}: {e.strerror or e}",
                          hint="run it as the state directory's owner (root on a shared machine), or use --out FILE"

@@ -61,6 +61,9 @@ _JOB_FORMAT, _PROFILE_FORMAT, _VERSION = "ecolaunch-job", "ecolaunch-profile", 1
 _FINGERPRINT_VERSION = 1
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _FINGERPRINT = re.compile(r"^[0-9a-f]{64}$")
+#: what to do when a member squatted this user's history directory (only root can move another's directory)
+SQUAT_HINT = ("ask the lab admin to run `sudo ecolaunch init-state`: it moves the directory aside and gives you a "
+              "fresh one")
 
 
 # --- validation helpers ----------------------------------------------------------------------------
@@ -302,6 +305,9 @@ class History:
         #: this user's own directories (the only ones this process writes)
         self.jobs_dir = self._tree.own_dir("jobs")
         self.profiles_dir = self._tree.own_dir("profiles")
+        #: why this user's own directory can never be written (a member squatted it), once looked at
+        self._squatted: str | None = None
+        self._looked = False
 
     def __repr__(self) -> str:
         return f"History({str(self.root.parent)!r})"
@@ -311,6 +317,8 @@ class History:
         """The stored profile entry of a fingerprint, or None (missing or unreadable: warned)."""
         if not _FINGERPRINT.match(fp):
             raise ConfigError(f"fingerprint {fp!r} is not 64 hex digits", hint="use history.fingerprint(...)")
+        if self.own_dir_problem() is not None:
+            return None  # said once: nothing of this user's can be there
         doc = self._read(self._tree.user, self._tree.uid, "profiles", f"{fp}.json", _PROFILE_FORMAT)
         if doc is None:
             return None
@@ -381,6 +389,27 @@ class History:
         out.sort(key=lambda r: (r.ended, r.started, r.job_id), reverse=True)
         return out
 
+    def squatted(self) -> builtins.list[tuple[str, int, int]]:
+        """``(directory name, its user's uid, the uid that owns it)`` of every user directory someone else made
+        (:meth:`ecolaunch.state.userdirs.UserTree.squatted`): those users' records are never written or read."""
+        return self._tree.squatted()
+
+    def own_dir_problem(self) -> str | None:
+        """Why this user's history directory is not their own (a member created ``history/<user>`` first, or a
+        file in its place), or None. The first call that finds one says so once, as a warning with the fix: this
+        user's jobs and profiles can never be recorded until the admin repairs it."""
+        if not self._looked:
+            self._looked = True
+            self._squatted = self._tree.own_problem(("jobs", "profiles"))
+            if self._squatted is not None:
+                logger.warning("your history directory is not your own: %s, so your jobs and profiles are not "
+                               "recorded\nHINT: %s", self._squatted, self._squat_hint())
+        return self._squatted
+
+    def _squat_hint(self) -> str:
+        return "run `ecolaunch init-state`: it moves the directory aside and makes you a fresh one" \
+            if self._tree.uid == 0 else SQUAT_HINT
+
     # --- internals ---------------------------------------------------------------------------------
     def _parse_record(self, user: str, uid: int, name: str) -> JobRecord | None:
         doc = self._read(user, uid, "jobs", name, _JOB_FORMAT)
@@ -431,6 +460,7 @@ class History:
             return self._tree.write(kind, name, data)
         except OSError as e:
             why = getattr(e, "why", None) or e.strerror or e
-            raise StateError(f"cannot write the history file {str(path)!r}: {why}",
-                             hint="the lab admin should run `ecolaunch init-state` (or check the state directory's "
-                                  "permissions, or set ECOLAUNCH_STATE_DIR)") from e
+            squatted = self.own_dir_problem()
+            hint = self._squat_hint() if squatted else ("the lab admin should run `ecolaunch init-state` (or check the "
+                                                        "state directory's permissions, or set ECOLAUNCH_STATE_DIR)")
+            raise StateError(f"cannot write the history file {str(path)!r}: {squatted or why}", hint=hint) from e

@@ -7,7 +7,8 @@ write into::
     <state dir>/      3775 root:<group>   setgid: files get the group; sticky: nobody renames another's files
         jobs/         3775 root:<group>   one file per job, 0644, owned by the job's user
         hooks/        3775 root:<group>   one fresh 0700 directory per run, owned by the launcher's user
-        history/      3775 root:<group>   one 0755 directory per user (created by that user), records 0644
+        history/      3775 root:<group>   one 0755 directory per user (root's and each member's made here), records 0644
+        gnn/, calibration/, caps.json     root's, written by the admin only (``ecolaunch.state.init``)
         state.lock    0664 root:<group>   the lock every transaction holds
         state.json    0664 root:<group>   hosts, GPUs, queue counter: rewritten in place, rebuilt when broken
 
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 from ecolaunch.state.graph import StateGraph
+from ecolaunch.state.init import open_top, repair_extras
 
 __all__ = ["SHARED_DIRS", "SHARED_FILES", "init_state"]
 
@@ -38,18 +40,17 @@ SHARED_DIRS = ("jobs", "hooks", "history")
 SHARED_FILES = ("state.lock", "state.json")
 
 
-def init_state(directory: Path, gid: int, *, uid: int = 0) -> list[str]:
-    """Create or repair the layout under ``directory`` for group ``gid`` (owner ``uid``, root by default).
+def init_state(directory: Path, gid: int, *, uid: int = 0, empty_ledger: bytes | None = None) -> list[str]:
+    """Create or repair the layout under ``directory`` for group ``gid`` (owner ``uid``, root by default), and
+    what :func:`ecolaunch.state.init.repair_extras` pre-creates (``empty_ledger``: the ledger written when none).
 
-    Returns one line per change, for the CLI to print (nothing when all was already right). Raises OSError when
-    the file system refuses (e.g. not run as root).
+    Returns one line per change, for the CLI to print (nothing when all was already right). Raises StateError when
+    ``directory`` is a link or not ``uid``'s (:func:`ecolaunch.state.init.open_top`), OSError when the file system
+    refuses (e.g. not run as root).
     """
     directory = Path(directory)
     done: list[str] = []
-    if not os.path.lexists(directory):
-        directory.mkdir(parents=True, mode=0o700)
-        done.append(f"created {directory}")
-    top = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    top = open_top(directory, uid, done)
     try:
         _own(top, uid, gid, DIR_MODE, str(directory), done)
         for name in SHARED_DIRS:
@@ -64,6 +65,7 @@ def init_state(directory: Path, gid: int, *, uid: int = 0) -> list[str]:
                 _own(fd, uid, gid, FILE_MODE, str(directory / name), done)
             finally:
                 os.close(fd)
+        repair_extras(top, directory, uid, gid, done, empty_ledger=empty_ledger)
     finally:
         os.close(top)
     return done

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ecolaunch.safefs import open_dir, read_at, shared_dir_mode, write_at
 
-__all__ = ["Entry", "UserTree", "account_name", "user_dir_name"]
+__all__ = ["Entry", "UserTree", "account_name", "expected_owner", "user_dir_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,22 @@ def user_dir_name(uid: int) -> str:
     """The directory name of ``uid``: its account name when that is a safe file name, else its number."""
     name = account_name(uid)
     return name if _SAFE_NAME.match(name) and name not in _RESERVED else str(uid)
+
+
+def expected_owner(name: str) -> int | None:
+    """The uid whose directory ``name`` is (:func:`user_dir_name` gives that uid this name), or None when no
+    user's directory is called so. Anyone else who owns a directory of this name squats it: its user's files
+    can never be written there (``ecolaunch init-state`` moves it aside)."""
+    if not _SAFE_NAME.match(name) or name in _RESERVED:
+        return None
+    if name.isdigit():
+        uid = int(name)
+    else:
+        try:
+            uid = pwd.getpwnam(name).pw_uid
+        except KeyError:
+            return None
+    return uid if user_dir_name(uid) == name else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +121,69 @@ class UserTree:
         finally:
             os.close(kind_fd)
         return self.own_dir(kind) / name
+
+    def own_problem(self, kinds: tuple[str, ...] = ()) -> str | None:
+        """Why this user's directory (or one of its ``kinds``) can never be written by this user, or None: it is
+        a link or not a directory, or someone else owns it (a member made it first). A missing one is no problem
+        (the first write creates it); neither is one of this user's that is merely left open (it is repaired)."""
+        try:
+            root = open_dir(self.shared)
+        except OSError:
+            return None  # nothing there yet, or a shared directory the writer reports on itself
+        try:
+            return self._problem(root, self.user, self.shared) or self._kinds_problem(root, kinds)
+        except OSError:
+            return None
+        finally:
+            os.close(root)
+
+    def _problem(self, parent: int, name: str, where: Path) -> str | None:
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{where / name} is not a directory (it belongs to uid {st.st_uid})"
+        if st.st_uid != self.uid:
+            return f"{where / name} belongs to uid {st.st_uid}, not to you (uid {self.uid})"
+        return None
+
+    def _kinds_problem(self, root: int, kinds: tuple[str, ...]) -> str | None:
+        try:
+            mine = os.open(self.user, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=root)
+        except FileNotFoundError:
+            return None
+        try:
+            for kind in kinds:
+                problem = self._problem(mine, kind, self.shared / self.user)
+                if problem:
+                    return problem
+            return None
+        finally:
+            os.close(mine)
+
+    def squatted(self) -> list[tuple[str, int, int]]:
+        """``(name, its user's uid, the uid that owns it)`` of every directory named after a user but owned by
+        someone else (see :func:`expected_owner`)."""
+        try:
+            root = open_dir(self.shared)
+        except OSError:
+            return []
+        out = []
+        try:
+            for name in sorted(os.listdir(root)):
+                owner = expected_owner(name)
+                if owner is None:
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=root, follow_symlinks=False)
+                except OSError:
+                    continue
+                if st.st_uid != owner or not stat.S_ISDIR(st.st_mode):
+                    out.append((name, owner, st.st_uid))
+        finally:
+            os.close(root)
+        return out
 
     # --- reading -----------------------------------------------------------------------------------
     def read(self, user: str, uid: int, kind: str, name: str, max_bytes: int) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grp
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -30,12 +31,19 @@ def test_creates_the_layout_then_has_nothing_to_change(tmp_path: Path) -> None:
     d = tmp_path / "state"
     result = invoke("--group", GROUP, "--dir", str(d))
     assert result.exit_code == 0, result.output
-    assert result.output == "".join(f"ecolaunch init-state: created {p} (mode {m}, owner 0:{GID})\n" for p, m in [
-        (d, "3775"), (f"{d}/jobs/", "3775"), (f"{d}/hooks/", "3775"), (f"{d}/history/", "3775"),
-        (d / "state.lock", "664"), (d / "state.json", "664")]) + f"ecolaunch init-state: {d} is ready for group {GROUP}\n"
+    members = sorted({(p.pw_name, p.pw_uid) for p in pwd.getpwall()
+                      if p.pw_gid == GID or p.pw_name in grp.getgrgid(GID).gr_mem or p.pw_uid == 0})
+    assert result.output == "".join(f"ecolaunch init-state: created {p} (mode {m}, owner {u}:{GID}{e})\n" for p, m, u, e in [
+        (d, "3775", 0, ""), (f"{d}/jobs/", "3775", 0, ""), (f"{d}/hooks/", "3775", 0, ""),
+        (f"{d}/history/", "3775", 0, ""), (d / "state.lock", "664", 0, ""), (d / "state.json", "664", 0, ""),
+        *((f"{d}/history/{name}/", "755", uid, "") for name, uid in members),
+        (f"{d}/gnn/", "755", 0, ""), (f"{d}/calibration/", "755", 0, ""),
+        (d / "caps.json", "644", 0, ": an empty ledger")]) + f"ecolaunch init-state: {d} is ready for group {GROUP}\n"
     for name in ("", "jobs", "hooks", "history"):
         assert _mode(d / name) == (0o3775, 0, GID)
     assert _mode(d / "state.lock") == _mode(d / "state.json") == (0o664, 0, GID)
+    assert _mode(d / "gnn") == _mode(d / "calibration") == (0o755, 0, GID) and _mode(d / "caps.json") == (0o644, 0, GID)
+    assert all(_mode(d / "history" / name) == (0o755, uid, GID) for name, uid in members)
     assert StateStore(d).read().jobs == {}  # the store accepts it as it is
     again = invoke("--group", GROUP, "--dir", str(d))
     assert again.output == f"ecolaunch init-state: {d} is ready for group {GROUP} (nothing to change)\n"
