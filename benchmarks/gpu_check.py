@@ -134,11 +134,29 @@ def open_backend(env: dict[str, str]) -> Any:
 
 
 def ecolaunch_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ecolaunch", *args]
+    """``python -m ecolaunch args``, isolated (``-I``): this check runs as root, often from a checkout others can
+    reach, and a module planted in the working directory or a ``PYTHON*`` variable must not run as root."""
+    from ecolaunch.admin.interpreter import helper_argv
+
+    return helper_argv("ecolaunch", *args)
 
 
 def torchrun_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", *args]
+    from ecolaunch.admin.interpreter import helper_argv
+
+    return helper_argv("torch.distributed.run", *args)
+
+
+def pytest_cmd(*args: str) -> list[str]:
+    from ecolaunch.admin.interpreter import helper_argv
+
+    return helper_argv("pytest", *args)
+
+
+def sweep_cmd(*args: str) -> list[str]:
+    from ecolaunch.admin.interpreter import helper_argv
+
+    return helper_argv(str(Path(__file__).resolve().with_name("_cap_sweep.py")), *args)
 
 
 def workload_args(name: str, steps: int, warmup: int, result: Path | None) -> list[str]:
@@ -172,7 +190,7 @@ def section_contract(check: Check, timeout_s: float) -> dict[str, Any]:
         return skip(f"no tests/devices beside benchmarks/ ({tests.parent} is not a source checkout)")
     if importlib.util.find_spec("pytest") is None:
         return skip("pytest is not installed (pip install -e '.[test]')")
-    ran = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", str(tests)],
+    ran = run(pytest_cmd("-q", "-m", "gpu", "-p", "no:cacheprovider", str(tests)),
               check.base_env, timeout_s, REPO)
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", ran.out)}
     failed = [line.split(" ", 1)[1] for line in ran.out.splitlines() if line.startswith(("FAILED ", "ERROR "))]
@@ -202,9 +220,9 @@ def section_sweep(check: Check, timeout_s: float) -> dict[str, Any]:
         return skip("setting power caps needs root (rerun as root for the ground-truth sweep)")
     caps = sweep_caps(g, check.plan.sweep_caps)
     result = check.tmp / "sweep.json"
-    cmd = [sys.executable, str(Path(__file__).resolve().with_name("_cap_sweep.py")), "--workloads", ",".join(WORKLOADS),
-           "--caps", ",".join(f"{c:g}" for c in caps), "--settle-s", str(check.plan.settle_s),
-           "--measure-s", str(check.plan.measure_s), "--result", str(result)]
+    cmd = sweep_cmd("--workloads", ",".join(WORKLOADS), "--caps", ",".join(f"{c:g}" for c in caps),
+                    "--settle-s", str(check.plan.settle_s), "--measure-s", str(check.plan.measure_s),
+                    "--result", str(result))
     ran = run(cmd, check.env("sweep"), timeout_s, check.tmp)
     doc = read_json(result)
     backend = open_backend(check.env("sweep"))

@@ -4,7 +4,9 @@ What lives here: :func:`require_cap_privilege` (the agent's start-up check: root
 simulated backend), :func:`require_launcher_privilege` (whether a launcher without the agent may set caps
 itself), :func:`trusted_by_root` (a file root may act on: a regular file owned by root or this user, writable by
 nobody else), :func:`identity_of_uid` (the user name and groups the kernel's account database gives
-a uid: what reservations and per-user limits are checked against, never a name a file or the environment claims).
+a uid: what reservations and per-user limits are checked against, never a name a file or the environment claims),
+:func:`warn_unsafe_interpreter` (root runs from an interpreter or package another uid can write:
+``ecolaunch.admin.interpreter``).
 The state directory's own checks live in ``ecolaunch.state.store``
 (:func:`~ecolaunch.state.store.check_state_dir`); the threat model is ``docs/threat-model.md``.
 """
@@ -12,6 +14,7 @@ The state directory's own checks live in ``ecolaunch.state.store``
 from __future__ import annotations
 
 import grp
+import logging
 import os
 import pwd
 import stat
@@ -19,7 +22,10 @@ import stat
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import PermissionDenied
 
-__all__ = ["identity_of_uid", "require_cap_privilege", "require_launcher_privilege", "trusted_by_root"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["identity_of_uid", "require_cap_privilege", "require_launcher_privilege", "trusted_by_root",
+           "warn_unsafe_interpreter"]
 
 
 def require_cap_privilege(backend: GpuBackend, euid: int | None = None) -> None:
@@ -88,3 +94,15 @@ def identity_of_uid(uid: int) -> tuple[str, tuple[str, ...]]:
         except KeyError:
             names.append(str(gid))
     return pw.pw_name, tuple(names)
+
+
+def warn_unsafe_interpreter(euid: int | None = None) -> bool:
+    """Log one warning, with the fix, when this process runs as root from an interpreter or package a non-root
+    user can write (:func:`ecolaunch.admin.interpreter.interpreter_warning`); returns whether it did. Called once
+    at the start of the long-running root commands (the agent, ``calibrate``)."""
+    from ecolaunch.admin.interpreter import interpreter_warning
+
+    warning = interpreter_warning(euid)
+    if warning is not None:
+        logger.warning("%s\nHINT: %s", *warning)
+    return warning is not None

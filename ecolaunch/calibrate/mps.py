@@ -50,7 +50,7 @@ def private_daemon(env: Mapping[str, str], control: str | None = None) -> Iterat
 
     Raises OSError when the daemon does not start; it is told to ``quit`` on the way out in any case.
     """
-    binary = control or shutil.which(CONTROL) or CONTROL
+    binary = control or _which(CONTROL, env) or CONTROL
     directory = tempfile.mkdtemp(prefix="ecolaunch-mps-")
     daemon_env = mps_env(env, directory)
     for sub in ("pipe", "log"):
@@ -60,7 +60,7 @@ def private_daemon(env: Mapping[str, str], control: str | None = None) -> Iterat
         try:
             running = True
             started = subprocess.run([binary, "-d"], env=daemon_env, capture_output=True, text=True,
-                                     timeout=_TIMEOUT_S)
+                                     timeout=_TIMEOUT_S, cwd="/")
             if started.returncode != 0:
                 running = False
                 raise OSError(f"{CONTROL} -d exited {started.returncode}: "
@@ -78,12 +78,19 @@ def private_daemon(env: Mapping[str, str], control: str | None = None) -> Iterat
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _which(name: str, env: Mapping[str, str]) -> str | None:
+    """``name`` on ``env``'s PATH, relative entries (``.``, empty) left out: root's calibrator, started in a
+    member's directory, must not run a binary planted there."""
+    path = os.pathsep.join(p for p in env.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(p))
+    return shutil.which(name, path=path)
+
+
 def _quit(binary: str, daemon_env: Mapping[str, str]) -> None:
     """Tell the daemon to quit (it stops its server once the clients are gone); a failure is a warning."""
     pipe = daemon_env["CUDA_MPS_PIPE_DIRECTORY"]
     try:
         done = subprocess.run([binary], input="quit\n", env=dict(daemon_env), capture_output=True, text=True,
-                              timeout=_TIMEOUT_S)
+                              timeout=_TIMEOUT_S, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as e:
         logger.warning("could not stop the MPS daemon (pipe %s): %s", pipe, e)
         return

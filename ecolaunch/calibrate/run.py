@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import platform
 import time
 from collections.abc import Callable, Mapping
@@ -319,11 +318,10 @@ class _Calibration:
     # --- workers -----------------------------------------------------------------------------------------
     def _worker_env(self) -> dict[str, str]:
         env = {k: v for k, v in self.env.items() if not k.startswith(("PET_", "TORCHELASTIC_"))}
+        # the state directory as this process resolved it; the workers import the same ecolaunch as this process
+        # (a source checkout included) without PYTHONPATH: they run isolated (ecolaunch.admin.interpreter)
         env.update(CUDA_VISIBLE_DEVICES=self.gpu.uuid, CUDA_DEVICE_ORDER="PCI_BUS_ID",
-                   ECOLAUNCH_STATE_DIR=str(self.state_dir))
-        root = Path(ecolaunch.__file__).resolve().parents[1]
-        if (root / "pyproject.toml").is_file():  # a source checkout: the workers run the same code
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+                   ECOLAUNCH_STATE_DIR=str(Path(self.state_dir).resolve()))
         return env
 
     def _start(self, workers: list[Worker], label: str, env: Mapping[str, str]) -> Worker:

@@ -1,7 +1,9 @@
 """The process that runs the canned workloads for ``ecolaunch calibrate``, and the calibrator's handle on it.
 
-A worker is a real process on the calibrated GPU (``CUDA_VISIBLE_DEVICES`` = its UUID), started as
-``python -m ecolaunch.calibrate.worker --device cpu|cuda``. It runs one workload of :mod:`ecolaunch.workloads` at
+A worker is a real process on the calibrated GPU (``CUDA_VISIBLE_DEVICES`` = its UUID), started as root's helpers
+are (:func:`~ecolaunch.admin.interpreter.helper_argv`: ``python -I``, from ``/``, nothing a member planted in the
+calibrator's working directory or environment imported) as ``ecolaunch.calibrate.worker --device cpu|cuda
+--state-dir D [--simulate S] [--policy F]``: its settings come on its command line, never from its environment. It runs one workload of :mod:`ecolaunch.workloads` at
 a time through that module's Python API (:func:`~ecolaunch.workloads.build`, :func:`~ecolaunch.workloads.open_meter`)
 and keeps it running between commands, so the GPU stays loaded while a cap settles and while the other worker of
 a pair measures. Commands are JSON lines on stdin; each is answered by one JSON line on stdout::
@@ -43,6 +45,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
+from ecolaunch.admin.interpreter import (HELPER_CWD, add_settings_options, helper_argv, helper_env, settings_argv,
+                                         settings_env)
+from ecolaunch.config import ENV_STATE_DIR
 from ecolaunch.errors import EcolaunchError
 from ecolaunch.profile.capchoice import iteration_stats
 
@@ -64,15 +69,17 @@ class Worker:
     Args:
         label: a name for messages ("worker A").
         device: ``cpu`` (simulated GPUs) or ``cuda``.
-        env: the process environment (the calibrator sets ``CUDA_VISIBLE_DEVICES`` and the state directory).
+        env: the calibrator's environment for it (``CUDA_VISIBLE_DEVICES``, the state directory): its ecolaunch
+            settings become the worker's options, the rest (less ``PYTHON*``) its environment.
     """
 
     def __init__(self, label: str, device: str, env: Mapping[str, str]) -> None:
         self.label = label
         self._err: IO[bytes] = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen([sys.executable, "-m", "ecolaunch.calibrate.worker", "--device", device],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
-                                      env=dict(env), close_fds=True)
+        argv = helper_argv("ecolaunch.calibrate.worker", "--device", device,
+                           *settings_argv(env, state_dir=env.get(ENV_STATE_DIR) or None))
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                      env=helper_env(env), cwd=HELPER_CWD, close_fds=True)
         self._buffer = b""
         self.loaded: str | None = None
 
@@ -181,8 +188,9 @@ def _timed(step, seconds: float) -> dict[str, Any]:
             "iter_time_median_s": statistics.median(times), "iter_time_cv_pct": None if stats is None else stats.cv_pct}
 
 
-def serve(device: str, out: IO[str]) -> int:
-    """The worker's loop (see the module docstring); returns the exit status."""
+def serve(device: str, out: IO[str], settings: Mapping[str, str] | None = None) -> int:
+    """The worker's loop (see the module docstring); returns the exit status. ``settings``: the ecolaunch settings
+    it was given (``ECOLAUNCH_STATE_DIR``, ...), which its GPU is opened with beside this process's environment."""
     from ecolaunch import workloads
 
     def answer(doc: dict[str, Any]) -> None:
@@ -207,7 +215,8 @@ def serve(device: str, out: IO[str]) -> int:
                 workload = meter = None
                 _free_cuda()
                 workload = workloads.build(str(cmd["workload"]), device)
-                meter = workloads.open_meter(workload.device, workload.name, stand_in=True)
+                meter = workloads.open_meter(workload.device, workload.name, {**os.environ, **(settings or {})},
+                                             stand_in=True)
                 iters, _ = workloads.run_for(workload, float(cmd.get("warmup_s", 0.0)))
                 if iters < 2:
                     workload.step()
@@ -241,9 +250,10 @@ def _free_cuda() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ecolaunch.calibrate.worker",
+    parser = argparse.ArgumentParser(prog="ecolaunch.calibrate.worker",
                                      description="Run canned workloads on command (ecolaunch calibrate).")
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    add_settings_options(parser)
     args = parser.parse_args(argv)
     # Ctrl-C on the terminal reaches the whole process group: the calibrator handles it and stops its workers
     # (end of stdin); a worker that died of it first would turn an interruption into a failure
@@ -255,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(1)  # two workers share the CPU of a simulated GPU: one thread each
-    return serve(args.device, out)
+    return serve(args.device, out, settings_env(args))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,9 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
     from ecolaunch.cli.context import stderr_logging
 
     restore = stderr_logging("ecolaunch calibrate", verbose)
+    from ecolaunch.admin.safety import warn_unsafe_interpreter
+
+    warn_unsafe_interpreter()  # once: when root's imports are not root's alone, isolating its workers cannot help
     saved = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         written = _run(environment, rules, settings, gpus)

@@ -1,7 +1,9 @@
-"""``python -m ecolaunch.cli.guard_cmd --launcher-pid PID``: the cap guard of one root launcher (not a user command).
+"""``python -I ... ecolaunch.cli.guard_cmd --launcher-pid PID [--state-dir D] [--simulate S] [--policy F]``: the cap
+guard of one root launcher (not a user command).
 
-Started by the launcher (:func:`ecolaunch.launch.guard.start_guard`) with the launcher's environment and the read
-end of a pipe on stdin; see :mod:`ecolaunch.launch.guard`. Exit status 0 when the launcher ended cleanly or its
+Started by the launcher (:func:`ecolaunch.launch.guard.start_guard`), isolated, with the launcher's settings on
+its command line and the read end of a pipe on stdin; see :mod:`ecolaunch.launch.guard`. It reads no setting from
+its environment: what root's helper does is what root's launcher said. Exit status 0 when the launcher ended cleanly or its
 caps were restored, 1 when the guard could not restore (it says which GPU and how to fix it).
 """
 
@@ -9,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 
@@ -17,6 +18,9 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ecolaunch.cli.guard_cmd", description=__doc__.split("\n")[0])
     ap.add_argument("--launcher-pid", type=int, required=True)
+    from ecolaunch.admin.interpreter import add_settings_options, settings_env
+
+    add_settings_options(ap)
     args = ap.parse_args(argv)
     for s in (signal.SIGINT, signal.SIGHUP):  # only the launcher's death (its pipe) ends the guard
         signal.signal(s, signal.SIG_IGN)
@@ -32,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from ecolaunch.state.store import StateStore
 
     try:  # everything that can fail is opened before the wait, so that the restore itself is quick
-        environment, rules = resolve(os.environ)
+        environment, rules = resolve(settings_env(args))
         backend = open_gpus(environment)
         store = StateStore(environment.state_dir, group=rules.state_group, lock_timeout_s=LOCK_TIMEOUT_S)
         host = backend.hostname()

@@ -45,6 +45,7 @@ def launch(argv: list[str], env: Mapping[str, str]) -> int:
     # collection during ecolaunch's own work costs tens of milliseconds on every launch
     gc.freeze()
     _setup_logging(parsed.options.verbose)
+    _warn_unsafe_interpreter()
     saved = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
     for s in _STOP_SIGNALS:
         signal.signal(s, _raise_interrupted)
@@ -191,6 +192,16 @@ def _error(e: EcolaunchError, verbose: bool = False) -> None:
         _echo(f"HINT: {e.hint}", err=True)
     if verbose:
         traceback.print_exc()
+
+
+def _warn_unsafe_interpreter() -> None:
+    """Once per launch, as root only: the interpreter or package runs from files another uid can write."""
+    from ecolaunch.admin.interpreter import interpreter_warning
+
+    warning = interpreter_warning()
+    if warning is not None:
+        _echo(f"ecolaunch: WARNING: {warning[0]}", err=True)
+        _echo(f"HINT: {warning[1]}", err=True)
 
 
 def _setup_logging(verbose: bool) -> None:

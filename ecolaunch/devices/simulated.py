@@ -114,14 +114,15 @@ class SimulatedBackend:
         spec: the host to simulate (from :func:`ecolaunch.devices.spec.parse_spec`).
         state_path: the JSON file holding the GPUs' state; its directory is created on first use.
         privileged: whether :meth:`set_power_limit` is allowed (a real driver requires root).
-        clock: seconds since the epoch; the energy counter integrates power over it.
+        clock: seconds on a monotonic scale shared by this host's processes (``time.monotonic``, not the wall clock,
+            which an admin may set back or forward); the energy counter integrates power over it.
         reading: the device model (see :func:`basic_reading`).
     """
 
     kind = "simulated"
 
     def __init__(self, spec: HostSpec, state_path: Path, *, privileged: bool = True,
-                 clock: Callable[[], float] = time.time, reading: ReadingFn = basic_reading) -> None:
+                 clock: Callable[[], float] = time.monotonic, reading: ReadingFn = basic_reading) -> None:
         self._spec = spec
         self._path = Path(state_path)
         self._lock_path = self._path.with_name(self._path.name + ".lock")
@@ -313,6 +314,9 @@ class SimulatedBackend:
                 logger.warning("simulated GPU %s had power limit %.1f W outside [%g, %g] W; reset to default",
                                uuid, entry["power_limit_w"], model.power_limit_min_w, model.power_limit_max_w)
                 entry["power_limit_w"] = model.power_limit_default_w
+                state.dirty = True
+            if entry["updated_s"] > now:  # the clock went back (a reboot): count on from now, never stall
+                entry["updated_s"] = now
                 state.dirty = True
             state[uuid] = entry
         if set(gpus) - set(self._models):

@@ -12,8 +12,11 @@ is left as found (:class:`~ecolaunch.admin.caps.CapKeeper`). The pass is the sam
 the admin policy: the guard never sets a cap the policy forbids. A hostile holder of the state lock delays it
 at most ``LOCK_TIMEOUT_S``; the pass then runs on a lock-free snapshot, as the agent's does.
 
-The guard's entry point is ``python -m ecolaunch.cli.guard_cmd`` (it reads the same environment as the
-launcher, so it opens the same GPUs, policy and state directory). Nothing here prints.
+The guard's entry point is ``ecolaunch.cli.guard_cmd``, started as root's helpers are
+(:func:`~ecolaunch.admin.interpreter.helper_argv`: isolated, from ``/``, so that no module a member planted in the
+launcher's working directory or environment is imported as root). It gets the launcher's settings on its command
+line (state directory, simulated GPUs, policy file), so it opens the same GPUs, policy and state directory; it
+inherits none of them. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import contextlib
 import logging
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from typing import IO
@@ -32,6 +34,7 @@ import select
 import psutil
 
 from ecolaunch.admin.caps import CapKeeper, CapReport
+from ecolaunch.admin.interpreter import HELPER_CWD, helper_argv, helper_env, settings_argv
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable
@@ -82,12 +85,12 @@ class Guard:
 
 
 def start_guard(env: Mapping[str, str], launcher_pid: int | None = None) -> Guard:
-    """Start a guard for this process (``launcher_pid``, default: the caller) with the launcher's environment; call
-    :meth:`Guard.wait_ready` before the first cap change."""
+    """Start a guard for this process (``launcher_pid``, default: the caller) with the settings of the launcher's
+    environment ``env``; call :meth:`Guard.wait_ready` before the first cap change."""
     pid = os.getpid() if launcher_pid is None else launcher_pid
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ecolaunch.cli.guard_cmd", "--launcher-pid", str(pid)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=dict(env),
+        helper_argv("ecolaunch.cli.guard_cmd", "--launcher-pid", str(pid), *settings_argv(env)),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=helper_env(env), cwd=HELPER_CWD,
         start_new_session=True, close_fds=True)
     return Guard(proc)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import errno
 import logging
 import os
 import threading
@@ -22,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ContextManager
 
-from ecolaunch.errors import DriverNotFound, EcolaunchError
+from ecolaunch.errors import DriverNotFound, EcolaunchError, StateError
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import ParsedLaunch
 from ecolaunch.launch.session import Launcher, Placement, Session
@@ -63,8 +64,35 @@ class LaunchCallbacks:
 
 
 def run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext, ui: LaunchCallbacks) -> int:
-    """One launch; returns the exit code (``ecolaunch.launch.exitcodes``). Raises EcolaunchError (ecolaunch failed),
-    NoPlacement/WaitTimeout (nothing fits in time); a signal handler's exception passes through after release."""
+    """One launch; returns the exit code (``ecolaunch.launch.exitcodes``). Raises EcolaunchError (ecolaunch failed:
+    a full or read-only file system under the state directory included, :func:`disk_error`), NoPlacement/WaitTimeout
+    (nothing fits in time); a signal handler's exception passes through after release."""
+    try:
+        return _run_launch(parsed, env, ctx, ui)
+    except OSError as e:
+        if e.errno not in DISK_ERRNOS:
+            raise
+        raise disk_error(e, ctx.environment.state_dir) from e
+
+
+#: the errors of a file system that takes no more writes: full, over quota, read-only
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def disk_error(e: OSError, state_dir: Any) -> StateError:
+    """The launch's error for ``e``, a write refused by a full, over-quota or read-only file system."""
+    where = f" ({e.filename})" if e.filename else ""
+    what = f"cannot write the state directory {state_dir}: {e.strerror or e}{where}"
+    if e.errno == errno.EROFS:
+        hint = (f"the file system that holds {state_dir} is mounted read-only: ask the admin to remount it "
+                f"read-write, or set ECOLAUNCH_STATE_DIR to a writable directory")
+    else:
+        hint = (f"free space (or quota) on the file system that holds {state_dir} (`df -h {state_dir}`), then "
+                "launch again; until then no launch can book GPUs there")
+    return StateError(what, hint=hint)
+
+
+def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext, ui: LaunchCallbacks) -> int:
     from ecolaunch.launch.caps import orphan_keeper
     from ecolaunch.launch.torchrun import check_args
     from ecolaunch.policy.baselines import get_policy
@@ -296,13 +324,27 @@ def _worker_args(args, placement: Placement, request: JobRequest):
 def _heartbeat(session: Session, placement: Placement, observer, stop: threading.Event) -> None:
     """Every HEARTBEAT_S: refresh the job's lease, and tell the observer who shares its GPUs now (energy shares,
     and the closed loop, which stops on a GPU that became shared)."""
+    failing: str | None = None  # the kind of failure already reported: each kind is one warning, not one a beat
     while not stop.wait(HEARTBEAT_S):
         try:
             residents = session.heartbeat(placement.job)
             for gpu, jobs in residents.items():
                 observer.set_co_residents(gpu, jobs)
-        except Exception:  # noqa: BLE001 - a missed heartbeat must never kill the run
-            logger.warning("heartbeat failed", exc_info=True)
+        except Exception as e:  # noqa: BLE001 - a missed heartbeat must never kill the run
+            kind = f"{type(e).__name__}:{getattr(e, 'errno', None)}"
+            if kind == failing:
+                logger.debug("heartbeat failed again: %s", e, exc_info=True)
+                continue
+            failing = kind
+            expected = isinstance(e, (OSError, EcolaunchError))  # a full disk, the lock: no traceback, no bug
+            logger.warning("job %s: heartbeat failed (%s); the job keeps running and its heartbeat is retried every "
+                           "%g s%s", placement.job.id, e, HEARTBEAT_S,
+                           "" if expected else " (an ecolaunch bug: rerun with -v for the traceback)",
+                           exc_info=not expected and logger.isEnabledFor(logging.INFO))
+        else:
+            if failing is not None:
+                logger.warning("job %s: heartbeat works again", placement.job.id)
+                failing = None
 
 
 def _release(session: Session, job_id: str, caps, ui: LaunchCallbacks) -> None:
