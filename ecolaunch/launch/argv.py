@@ -47,7 +47,7 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
         True,
         "seconds to wait in the queue when no GPUs fit (default: wait until they do; 0: fail at once, exit 75)",
     ),
-    (("--policy",), config.ENV_PLACEMENT_POLICY, True, "placement policy (default: gnn)"),
+    (("--policy",), config.ENV_PLACEMENT_POLICY, True, f"placement policy (default: {config.DEFAULT_PLACEMENT_POLICY})"),
     (
         ("--allowed-slowdown",),
         config.ENV_ALLOWED_SLOWDOWN,

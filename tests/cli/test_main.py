@@ -44,6 +44,16 @@ def test_simulate_help_names_every_policy() -> None:
         assert name in text, name
 
 
+def test_launch_help_names_the_default_policy_the_launch_uses() -> None:
+    from ecolaunch import config
+
+    out = subprocess.run(ecolaunch_cmd("--help"), env=clean_env(), cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert f"placement policy (default: {config.DEFAULT_PLACEMENT_POLICY})" in text, text
+
+
 def _run(args: list[str], env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run(ecolaunch_cmd(*args), env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
 
