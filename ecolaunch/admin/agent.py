@@ -29,7 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from ecolaunch.admin.caps import CapKeeper, CapReport, LedgerWriteError
+from ecolaunch.admin.caps import CapKeeper, CapReport
+from ecolaunch.admin.ledger import LedgerWriteError
 from ecolaunch.admin.rules import Rules
 from ecolaunch.admin.safety import trusted_by_root
 from ecolaunch.devices.base import GpuBackend

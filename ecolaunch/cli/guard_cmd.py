@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"ecolaunch guard: Error: launcher {args.launcher_pid} died and its power caps could not be "
                          f"restored: {e}\nHINT: {e.hint or 'run `sudo ecolaunch agent --once`'}\n")
         return 1
-    from ecolaunch.admin.caps import LEDGER_FILE, load_ledger
+    from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 
     gpus = {g.uuid: g.index for g in backend.gpus()}
     for uuid, watts in report.restored.items():

@@ -76,9 +76,9 @@ def init_state(group: str | None, directory: Path | None) -> None:
 
 
 def _empty_ledger(environment, open_gpus) -> bytes:
-    """An empty cap ledger for this host (``ecolaunch.admin.caps`` owns the format): the simulated machine's host
+    """An empty cap ledger for this host (``ecolaunch.admin.ledger`` owns the format): the simulated machine's host
     name with ECOLAUNCH_SIMULATE, else this host's (NVML's backend names the host so; it is not probed here)."""
-    from ecolaunch.admin.caps import LEDGER_SCHEMA, LEDGER_VERSION
+    from ecolaunch.admin.ledger import empty_ledger
 
     host = socket.gethostname()
     if environment.simulate:
@@ -86,5 +86,4 @@ def _empty_ledger(environment, open_gpus) -> bytes:
             host = open_gpus(environment).hostname()
         except EcolaunchError:
             pass  # a bad spec is reported by the command that uses it; the ledger is rewritten by its first writer
-    doc = {"schema": LEDGER_SCHEMA, "version": LEDGER_VERSION, "host": host, "gpus": {}}
-    return json.dumps(doc, indent=1, sort_keys=True).encode()
+    return json.dumps(empty_ledger(host), indent=1, sort_keys=True).encode()

@@ -46,8 +46,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ecolaunch.admin.agent import agent_alive
-from ecolaunch.admin.caps import (LEDGER_FILE, CapKeeper, apply_caps_as_launcher, cap_recommendation, clip_cap_w,
-                                  load_ledger)
+from ecolaunch.admin.caps import CapKeeper, apply_caps_as_launcher, cap_recommendation, clip_cap_w
+from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.errors import EcolaunchError, PermissionDenied, StateError
 from ecolaunch.launch.guard import Guard, start_guard
 from ecolaunch.launch.session import Placement, Session

@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 ADMIN_DIRS = ("gnn", "calibration")
 ADMIN_DIR_MODE = 0o755
 USER_DIR_MODE = 0o755
-#: the cap ledger (``ecolaunch.admin.caps.LEDGER_FILE``: this layer may not import that one; its format is that
+#: the cap ledger (``ecolaunch.admin.ledger.LEDGER_FILE``: this layer may not import that one; its format is that
 #: module's, and the CLI passes the empty document in)
 LEDGER_NAME = "caps.json"
 LEDGER_MODE = 0o644
@@ -139,7 +139,7 @@ def repair_extras(top: int, directory: Path, uid: int, gid: int, done: list[str]
                   empty_ledger: bytes | None = None) -> None:
     """Pre-create and repair ``history/<user>/``, ``gnn/``, ``calibration/`` and ``caps.json`` under ``top`` (see
     the module docstring); one line per change goes to ``done``. ``empty_ledger``: the document written when there
-    is no ledger (``ecolaunch.admin.caps`` owns its format; None: a missing ledger is left for the agent)."""
+    is no ledger (``ecolaunch.admin.ledger`` owns its format; None: a missing ledger is left for the agent)."""
     directory = Path(directory)
     history = os.open("history", _DIR_FLAGS, dir_fd=top)  # layout.init_state made it a root directory just now
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from ecolaunch.admin.caps import load_ledger_entries
+from ecolaunch.admin.ledger import load_ledger_entries
 from ecolaunch.cli.history_cmd import history as history_cmd
 from ecolaunch.cli.init_state_cmd import init_state
 from ecolaunch.cli.policy_cmd import policy

@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from ecolaunch.admin.caps import LEDGER_FILE, CapKeeper, load_ledger
+from ecolaunch.admin.caps import CapKeeper
+from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.cli.context import open_gpus, resolve
 from ecolaunch.cli.status_cmd import _render
 from ecolaunch.launch.caps import orphaned_caps

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.agent import CapAgent
-from ecolaunch.admin.caps import LEDGER_FILE, load_ledger
+from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.select import SIM_STATE_FILE, open_backend, simulated_privilege
 from ecolaunch.errors import DeviceError

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.admin.caps import LEDGER_FILE, load_ledger
+from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.cli.context import open_gpus, resolve
 from tests.conftest import BIN, REPO, ecolaunch_cmd
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.agent import AGENT_FILE
-from ecolaunch.admin.caps import LEDGER_FILE, load_ledger
+from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec

@@ -9,8 +9,6 @@ through the real :class:`Session` under the admin's rules. For item 8, mallory r
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 
 import pytest

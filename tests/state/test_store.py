@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.state.graph import Job, StateGraph
+from ecolaunch.state.graph import Job
 from ecolaunch.state.store import StateStore
 
 
