@@ -25,7 +25,7 @@ whenever some job is resident (energy with no resident is returned as ``unattrib
 its GPU is charged all of that GPU's energy, idle included. ``P_idle`` comes from the caller: the GPU
 catalogue's ``idle_power_w``, which is an assumption of the catalogue, not a measurement; when it is unknown
 (``None``) the whole energy is split by demand. Board energy only: host power is not attributed here
-(GPU and node energy are kept apart: the README's energy accounting).
+(GPU and node energy are kept apart: docs/simulator.md, "Energy accounting").
 """
 
 from __future__ import annotations

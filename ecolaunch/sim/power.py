@@ -317,7 +317,7 @@ def energy_optimal_cap(power_w: float, gpu: Any, *, allowed_slowdown_pct: float 
     ``(board power + static_power_w) x time``, among caps whose slowdown is within ``allowed_slowdown_pct``.
 
     ``static_power_w`` is the job's share of power that does not depend on the cap (host, other idle parts);
-    with 0 this is GPU-only energy, which favours low caps (the README's energy accounting).
+    with 0 this is GPU-only energy, which favours low caps (docs/simulator.md, "Energy accounting").
     """
     model = model or default_power_model()
     spec = gpu_spec(gpu)

@@ -516,7 +516,7 @@ def check_jobs_dir(jobs_dir: Path, dir_owner: int) -> None:
     st = os.lstat(jobs_dir)
     if not stat.S_ISDIR(st.st_mode):
         raise StateError(f"{str(jobs_dir)!r} is not a directory (a symbolic link is refused)",
-                         hint="remove it; ecolaunch recreates it (see the threat model in the README)")
+                         hint="remove it; ecolaunch recreates it (see docs/threat-model.md)")
     if st.st_uid not in (0, euid, dir_owner):
         raise StateError(f"{str(jobs_dir)!r} belongs to uid {st.st_uid}, not to root or the state directory's owner",
                          hint=f"the lab admin should check it and run: chown root {jobs_dir} && chmod 3775 {jobs_dir}")
