@@ -554,7 +554,7 @@ def main() -> int:
         check = Check(Plan.make(args.quick), args.gpu, tmp, time.monotonic() + args.budget_s)
         doc = check_all(check, sections)
     except EcolaunchError as e:
-        print(f"Error: {e}" + (f"\nHINT: {e.hint}" if e.hint else ""), file=sys.stderr)
+        print(e.render(), file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -15,7 +15,10 @@ Every error ecolaunch raises on purpose derives from :class:`EcolaunchError`; th
     └── GpuBusy                ``ecolaunch calibrate``: the GPU runs someone's work (exit 75; in
                                :mod:`ecolaunch.calibrate.booking`, beside the code that finds who)
 
-Each error carries ``hint``: one sentence saying what to do about it.
+Each error carries ``hint``: one sentence saying what to do about it. The error renders itself
+(:meth:`EcolaunchError.render`: ``Error: what failed``, then ``HINT: what to do`` on its own line), and
+:func:`with_hint` is that one rendering for anything else that has a fix to print (a warning, a refusal that is not
+an EcolaunchError): the launch path, every subcommand (``ecolaunch.cli.command``) and the guard print through it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,17 @@ class EcolaunchError(Exception):
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+
+    def render(self, prefix: str = "Error: ") -> str:
+        """The lines the CLI prints for this error: ``prefix`` and the message, then ``HINT: ...`` when there is a
+        hint (no trailing newline). click's failure adds its own ``Error: ``, so it renders with ``prefix=""``."""
+        return with_hint(f"{prefix}{self}", self.hint)
+
+
+def with_hint(text: str, hint: str | None) -> str:
+    """``text``, then ``HINT: hint`` on a line of its own when there is a hint: how ecolaunch prints every error
+    and warning that comes with a fix (the one place that writes ``HINT:``)."""
+    return f"{text}\nHINT: {hint}" if hint else text
 
 
 class ConfigError(EcolaunchError):

@@ -20,7 +20,7 @@ import pwd
 import stat
 
 from ecolaunch.devices.base import GpuBackend
-from ecolaunch.errors import PermissionDenied
+from ecolaunch.errors import PermissionDenied, with_hint
 
 logger = logging.getLogger(__name__)
 
@@ -104,5 +104,5 @@ def warn_unsafe_interpreter(euid: int | None = None) -> bool:
 
     warning = interpreter_warning(euid)
     if warning is not None:
-        logger.warning("%s\nHINT: %s", *warning)
+        logger.warning("%s", with_hint(*warning))
     return warning is not None

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import click
 
-from ecolaunch.errors import EcolaunchError
+from ecolaunch.cli.command import Command, Failed
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: a pass never waits longer than this for the state lock (then it works from a lock-free snapshot)
 AGENT_LOCK_TIMEOUT_S = 5.0
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--once", is_flag=True, help="one pass (apply wanted caps, restore the rest from the ledger), then exit")
 @click.option("--restore", is_flag=True, help="restore every GPU recorded in the ledger to its original cap, then exit")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
@@ -62,13 +62,9 @@ def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, ver
             for s, handler in saved.items():
                 signal.signal(s, handler)
         click.echo(f"ecolaunch agent: stopped; restored {_describe(report.restored)}", err=True)
-    except EcolaunchError as e:
-        message = f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")
-        raise click.ClickException(message) from e
     except OSError as e:  # --once/--restore: the ledger could not be written (the loop logs and retries instead)
-        raise click.ClickException(f"cannot write the cap ledger: {e}\nHINT: free space there, or run `ecolaunch "
-                                   "init-state` to repair the state directory (or pass --ledger a file in a "
-                                   "root-only directory)") from e
+        raise Failed(f"cannot write the cap ledger: {e}", hint="free space there, or run `ecolaunch init-state` to "
+                     "repair the state directory (or pass --ledger a file in a root-only directory)") from e
     finally:
         restore_logging()
 

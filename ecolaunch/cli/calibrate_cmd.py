@@ -7,7 +7,7 @@
     ecolaunch calibrate --show [--json]
 
 Progress goes to stderr, one line per measurement; the summary (or, with ``--json``, the result documents) to
-stdout. Exit codes (README, "Exit codes"): 0 done; 1 ``Error:`` + ``HINT:`` (caps need root or the cap agent and
+stdout. Exit codes (docs/admin.md, "Calibrating to this machine"): 0 done; 1 ``Error:`` + ``HINT:`` (caps need root or the cap agent and
 ``--no-caps`` was not given; a workload process failed; the state directory); 2 usage error (an unknown ``--gpu``
 or workload); 75 the GPU is in use (the message names the job and its user, or the process and its user), or was
 taken during the calibration (nothing written): try again later or add ``--force``; 128+N stopped by signal N
@@ -26,6 +26,7 @@ from typing import Any
 
 import click
 
+from ecolaunch.cli.command import Command, Failed
 from ecolaunch.config import ENV_JSON, ENV_SIMULATE, ENV_STATE_DIR
 from ecolaunch.errors import ConfigError, EcolaunchError
 from ecolaunch.launch import exitcodes
@@ -39,7 +40,7 @@ class _Stopped(Exception):
         self.signum = signum
 
 
-@click.command("calibrate")
+@click.command("calibrate", cls=Command)
 @click.option("--gpu", "gpus", multiple=True, metavar="INDEX|UUID",
               help="A GPU to calibrate (repeat for more). Default: one GPU of each model, the first nobody uses.")
 @click.option("--seconds", type=click.FloatRange(min=0.01), default=8.0, show_default=True,
@@ -70,10 +71,7 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
     from ecolaunch.calibrate.plan import Settings
     from ecolaunch.cli.context import resolve
 
-    try:
-        environment, rules = resolve()
-    except EcolaunchError as e:
-        _fail(e)
+    environment, rules = resolve()
     if show:
         _show(environment.state_dir, as_json)
         return
@@ -104,7 +102,7 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
 
         if verbose:
             traceback.print_exc()
-        _fail(e, exitcodes.NO_PLACEMENT if isinstance(e, GpuBusy) else exitcodes.ERROR)
+        raise Failed.from_error(e, exitcodes.NO_PLACEMENT if isinstance(e, GpuBusy) else exitcodes.ERROR) from e
     except (click.exceptions.ClickException, click.exceptions.Exit):
         raise
     except Exception as e:  # noqa: BLE001 - a surprise becomes one clear line (the caps were restored on the way)
@@ -236,13 +234,6 @@ def _n(value: float | None, digits: int) -> str:
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else 1e3 * seconds
-
-
-def _fail(error: EcolaunchError, code: int = exitcodes.ERROR):
-    click.echo(f"Error: {error}", err=True)
-    if error.hint:
-        click.echo(f"HINT: {error.hint}", err=True)
-    raise click.exceptions.Exit(code)
 
 
 def _raise_stopped(signum: int, frame: Any) -> None:

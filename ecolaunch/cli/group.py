@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 
 from ecolaunch import __version__
+from ecolaunch.cli.command import Group
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ecolaunch")
 def cli() -> None:
     """ecolaunch subcommands. To launch a job: ecolaunch [torchrun options] script.py [args]."""

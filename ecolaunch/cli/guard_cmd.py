@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     root.setLevel(logging.WARNING)
     root.propagate = False
     from ecolaunch.cli.context import open_gpus, resolve
-    from ecolaunch.errors import EcolaunchError
+    from ecolaunch.errors import EcolaunchError, with_hint
     from ecolaunch.launch.guard import LOCK_TIMEOUT_S, READY, restore_after, wait_for_launcher, wait_gone
     from ecolaunch.state.store import StateStore
 
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         store = StateStore(environment.state_dir, group=rules.state_group, lock_timeout_s=LOCK_TIMEOUT_S)
         host = backend.hostname()
     except EcolaunchError as e:
-        sys.stderr.write(f"ecolaunch guard: Error: cannot watch launcher {args.launcher_pid}: {e}\n"
-                         f"HINT: if it dies, run `sudo ecolaunch agent --once` to restore its power caps\n")
+        sys.stderr.write(with_hint(f"ecolaunch guard: Error: cannot watch launcher {args.launcher_pid}: {e}",
+                                   "if it dies, run `sudo ecolaunch agent --once` to restore its power caps") + "\n")
         wait_for_launcher(sys.stdin.buffer)
         return 1
     sys.stdout.buffer.write(READY)  # the launcher changes no cap before it reads this
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = restore_after(store, backend, rules, host=host)
     except EcolaunchError as e:
-        sys.stderr.write(f"ecolaunch guard: Error: launcher {args.launcher_pid} died and its power caps could not be "
-                         f"restored: {e}\nHINT: {e.hint or 'run `sudo ecolaunch agent --once`'}\n")
+        sys.stderr.write(with_hint(f"ecolaunch guard: Error: launcher {args.launcher_pid} died and its power caps "
+                                   f"could not be restored: {e}", e.hint or "run `sudo ecolaunch agent --once`") + "\n")
         return 1
     from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 
@@ -66,11 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     for uuid in report.failed:
         index, original = gpus.get(uuid, uuid), originals.get(uuid)
         value = f"{original:.0f} W" if original is not None else "its original limit"
-        sys.stderr.write(f"ecolaunch guard: Error: launcher {args.launcher_pid} died and GPU {index} could not be "
-                         f"restored to {value}\nHINT: run `sudo nvidia-smi -i {index} -pl "
-                         f"{original:.0f}` or `sudo ecolaunch agent --once`\n" if original is not None else
-                         f"ecolaunch guard: Error: launcher {args.launcher_pid} died and GPU {index} could not be "
-                         f"restored to {value}\nHINT: run `sudo ecolaunch agent --once`\n")
+        by_hand = f"`sudo nvidia-smi -i {index} -pl {original:.0f}` or " if original is not None else ""
+        sys.stderr.write(with_hint(f"ecolaunch guard: Error: launcher {args.launcher_pid} died and GPU {index} could "
+                                   f"not be restored to {value}", f"run {by_hand}`sudo ecolaunch agent --once`") + "\n")
     return 1 if report.failed else 0
 
 

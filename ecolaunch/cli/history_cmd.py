@@ -9,8 +9,9 @@ import time
 
 import click
 
+from ecolaunch.cli.command import Command
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
-from ecolaunch.errors import EcolaunchError, StateError
+from ecolaunch.errors import StateError, with_hint
 
 DEFAULT_LIMIT = 20
 
@@ -48,16 +49,14 @@ def fmt_caps(caps: dict) -> str:
 
 
 def open_history():
-    """The History of the resolved state directory (errors as ``Error:`` lines, exit 1)."""
+    """The History of the resolved state directory (an EcolaunchError when it cannot be used: the command prints
+    it as an ``Error:`` line, exit 1)."""
     from ecolaunch.cli.context import resolve
     from ecolaunch.profile.history import History
 
-    try:
-        environment, _ = resolve()
-        store = History(environment.state_dir)
-        check_readable(store)
-    except EcolaunchError as e:
-        raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
+    environment, _ = resolve()
+    store = History(environment.state_dir)
+    check_readable(store)
     return store, environment.state_dir
 
 
@@ -85,16 +84,14 @@ def check_readable(store) -> None:
 def warn_squatted(store) -> None:
     """One ``Warning:`` line per user history directory that someone else owns (its user's records can never be
     written or shown), then the fix once. Nothing when there is none."""
-    squatted = store.squatted()
-    for name, owner, actual in squatted:
-        click.echo(f"Warning: {store.root / name} belongs to uid {actual}, not to its user (uid {owner}): that "
-                   "user's jobs are neither recorded nor shown", err=True)
-    if squatted:
-        click.echo("HINT: the lab admin runs `sudo ecolaunch init-state`: it moves such directories aside and "
-                   "gives each user a fresh one", err=True)
+    warnings = [f"Warning: {store.root / name} belongs to uid {actual}, not to its user (uid {owner}): that user's "
+                "jobs are neither recorded nor shown" for name, owner, actual in store.squatted()]
+    if warnings:
+        click.echo(with_hint("\n".join(warnings), "the lab admin runs `sudo ecolaunch init-state`: it moves such "
+                             "directories aside and gives each user a fresh one"), err=True)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--json", "as_json", is_flag=True, help="print the records as JSON (without their sampled series)")
 @click.option("--limit", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
               help="show the newest N jobs; 0 shows all")

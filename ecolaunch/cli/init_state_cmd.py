@@ -10,15 +10,16 @@ from pathlib import Path
 
 import click
 
+from ecolaunch.cli.command import Command, Failed
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
-from ecolaunch.errors import EcolaunchError
+from ecolaunch.errors import ConfigError, EcolaunchError, with_hint
 
 #: what to do about a parent directory a non-root user may write (``ecolaunch.state.init.parent_warnings``)
 PARENT_HINT = ("keep the state directory below directories only root may write (chown root DIR; chmod go-w DIR, "
                "or chmod +t DIR), such as /var/lib/ecolaunch")
 
 
-@click.command("init-state")
+@click.command("init-state", cls=Command)
 @click.option("--group", "group", default=None, metavar="NAME",
               help="the Unix group of the lab's users (default: the policy's [state] group)")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -41,36 +42,32 @@ def init_state(group: str | None, directory: Path | None) -> None:
     from ecolaunch.state.init import parent_warnings
     from ecolaunch.state.layout import init_state as make_layout
 
+    environment, rules = resolve()
+    target = directory if directory is not None else environment.state_dir
+    name = group or rules.state_group
+    if name is None:
+        raise click.UsageError(f"name the lab's group: --group NAME, or [state] group in the policy "
+                               f"({ENV_POLICY_FILE})")
     try:
-        environment, rules = resolve()
-        target = directory if directory is not None else environment.state_dir
-        name = group or rules.state_group
-        if name is None:
-            raise click.UsageError(f"name the lab's group: --group NAME, or [state] group in the policy ({ENV_POLICY_FILE})")
-        try:
-            gid = grp.getgrnam(name).gr_gid
-        except KeyError:
-            raise click.ClickException(f"group {name!r} does not exist on this host\nHINT: create it (groupadd {name}) "
-                                       "and add the lab's users to it") from None
-        if os.geteuid() != 0:
-            raise click.ClickException("init-state must run as root: it gives the shared directories to root\n"
-                                       f"HINT: sudo ecolaunch init-state --group {name}")
-        warnings = parent_warnings(target)
-        try:
-            done = make_layout(target, gid, empty_ledger=_empty_ledger(environment, open_gpus))
-        except OSError as e:
-            raise click.ClickException(f"cannot set up {str(target)!r}: {e.strerror or e}") from e
-        if environment.simulate and directory is None:
-            open_gpus(environment).gpus()  # creates the simulated GPUs' state and lock files as root, group-shared
-    except EcolaunchError as e:
-        raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
+        gid = grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise ConfigError(f"group {name!r} does not exist on this host",
+                          hint=f"create it (groupadd {name}) and add the lab's users to it") from None
+    if os.geteuid() != 0:
+        raise Failed("init-state must run as root: it gives the shared directories to root",
+                     hint=f"sudo ecolaunch init-state --group {name}")
+    warnings = parent_warnings(target)
+    try:
+        done = make_layout(target, gid, empty_ledger=_empty_ledger(environment, open_gpus))
+    except OSError as e:
+        raise click.ClickException(f"cannot set up {str(target)!r}: {e.strerror or e}") from e
+    if environment.simulate and directory is None:
+        open_gpus(environment).gpus()  # creates the simulated GPUs' state and lock files as root, group-shared
     for line in done:
         click.echo(f"ecolaunch init-state: {line}")
-    for line in warnings:
-        click.echo(f"Warning: {line}: whoever may write there can rename {target} away and put another directory "
-                   "in its place", err=True)
     if warnings:
-        click.echo(f"HINT: {PARENT_HINT}", err=True)
+        click.echo(with_hint("\n".join(f"Warning: {line}: whoever may write there can rename {target} away and put "
+                                       "another directory in its place" for line in warnings), PARENT_HINT), err=True)
     click.echo(f"ecolaunch init-state: {target} is ready for group {name}"
                + ("" if done else " (nothing to change)"))
 

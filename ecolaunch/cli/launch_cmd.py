@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Mapping
 
 from ecolaunch.cli.context import current_groups, current_user, resolve
-from ecolaunch.errors import EcolaunchError, NoPlacement, WaitTimeout
+from ecolaunch.errors import EcolaunchError, NoPlacement, WaitTimeout, with_hint
 from ecolaunch.launch import argv as launch_argv
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import ParsedLaunch
@@ -53,12 +53,13 @@ def launch(argv: list[str], env: Mapping[str, str]) -> int:
         return _launch(parsed, env)
     except Interrupted as e:
         return exitcodes.from_signal(e.signum)
-    except (NoPlacement, WaitTimeout) as e:
-        _error(e)
-        return exitcodes.NO_PLACEMENT
     except EcolaunchError as e:
-        _error(e, parsed.options.verbose)
-        return exitcodes.ERROR
+        # nothing fits (now, or within --wait-timeout): "try again later" (75), no traceback even with -v
+        later = isinstance(e, (NoPlacement, WaitTimeout))
+        _echo(e.render(), err=True)
+        if parsed.options.verbose and not later:
+            traceback.print_exc()
+        return exitcodes.NO_PLACEMENT if later else exitcodes.ERROR
     except Exception as e:  # noqa: BLE001 - the one place that turns surprises into a clear line
         _echo(f"ecolaunch bug: {type(e).__name__}: {e} (rerun with -v for the traceback)", err=True)
         if parsed.options.verbose:
@@ -186,22 +187,13 @@ def _raise_interrupted(signum, frame) -> None:
     raise Interrupted(signum)
 
 
-def _error(e: EcolaunchError, verbose: bool = False) -> None:
-    _echo(f"Error: {e}", err=True)
-    if e.hint:
-        _echo(f"HINT: {e.hint}", err=True)
-    if verbose:
-        traceback.print_exc()
-
-
 def _warn_unsafe_interpreter() -> None:
     """Once per launch, as root only: the interpreter or package runs from files another uid can write."""
     from ecolaunch.admin.interpreter import interpreter_warning
 
     warning = interpreter_warning()
     if warning is not None:
-        _echo(f"ecolaunch: WARNING: {warning[0]}", err=True)
-        _echo(f"HINT: {warning[1]}", err=True)
+        _echo(with_hint(f"ecolaunch: WARNING: {warning[0]}", warning[1]), err=True)
 
 
 def _setup_logging(verbose: bool) -> None:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
 from ecolaunch.admin.rules import Rules, load_rules
 from ecolaunch.admin.schema import SCALAR_KEYS, dotted, render
+from ecolaunch.cli.command import Failed, Group
 from ecolaunch.config import (
     DEFAULT_POLICY_FILE,
     DEFAULT_STATE_DIR,
@@ -32,17 +32,10 @@ from ecolaunch.config import (
     ENV_STATE_DIR,
     Environment,
 )
-from ecolaunch.errors import EcolaunchError
+from ecolaunch.errors import EcolaunchError, with_hint
 
 
-def _fail(error: EcolaunchError) -> NoReturn:
-    click.echo(f"Error: {error}", err=True)
-    if error.hint:
-        click.echo(f"HINT: {error.hint}", err=True)
-    raise click.exceptions.Exit(1)
-
-
-@click.group("policy")
+@click.group("policy", cls=Group)
 def policy() -> None:
     """Show or check the lab admin's power policy file; train the placement GNN."""
 
@@ -59,11 +52,8 @@ def policy() -> None:
 def show(file_: Path | None, as_json: bool) -> None:
     """Print the effective policy and the source of each value (the file and line, or "default")."""
     path = file_ if file_ is not None else Environment.from_env().policy_file
-    try:
-        # --file names a file that must exist; the environment's choice follows load_rules' rule
-        rules, sources = load_rules(path, required=True if file_ is not None else None)
-    except EcolaunchError as e:
-        _fail(e)
+    # --file names a file that must exist; the environment's choice follows load_rules' rule
+    rules, sources = load_rules(path, required=True if file_ is not None else None)
     found = path.is_file()
     if as_json:
         doc = {"file": str(path), "found": found, "rules": rules.to_dict(), "sources": sources}
@@ -139,20 +129,13 @@ def check(file: Path) -> None:
     (the sum of their maximum limits) is an error; without readable GPUs a note says it was not checked."""
     from ecolaunch.admin.lint import check_power_budget, policy_warnings
 
-    try:
-        rules, sources = load_rules(file, required=True)
-    except EcolaunchError as e:
-        _fail(e)
+    rules, sources = load_rules(file, required=True)
     gpus, why_unknown = _host_gpus()
     if gpus is not None:
-        try:
-            check_power_budget(rules, sources, gpus)  # below what one job needs, or above what the boards draw
-        except EcolaunchError as e:
-            _fail(e)
+        check_power_budget(rules, sources, gpus)  # below what one job needs, or above what the boards draw
     warnings = policy_warnings(rules, sources, gpus)
     for warning in warnings:
-        click.echo(f"Warning: {warning}", err=True)
-        click.echo(f"HINT: {warning.hint}", err=True)
+        click.echo(with_hint(f"Warning: {warning}", warning.hint), err=True)
     names_gpus = rules.cap_bounds_index or rules.reserved or rules.reserved_groups or rules.agent_gpus
     if gpus is None and names_gpus:
         click.echo(f"Note: GPU indices and UUIDs not checked against this host: {why_unknown}", err=True)
@@ -230,10 +213,8 @@ def train_cmd(out: Path | None, seed: int, epochs: int, synthetic: int, use_hist
 
         target = out if out is not None else state_gnn_weights(environment.state_dir)
         manifest = run(out) if out is not None else _train_into_state_dir(target, run)
-    except EcolaunchError as e:
-        _fail(e)
     except ImportError as e:
-        _fail(EcolaunchError(f"training needs torch_geometric: {e}", hint="pip install torch-geometric"))
+        raise Failed(f"training needs torch_geometric: {e}", hint="pip install torch-geometric") from None
     if as_json:
         click.echo(json.dumps(manifest, indent=2, sort_keys=True))
         return
@@ -277,11 +258,10 @@ def _warn_untrusted_calibration(state_dir: Path) -> None:
     if stat.S_ISDIR(st.st_mode) and st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022:
         return
     kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a directory"
-    click.echo(f"Warning: {directory} is {kind} of uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}: only "
-               "root's or your own, writable by nobody else, is used, so no calibration goes into this training",
-               err=True)
-    click.echo("HINT: on a shared machine run `sudo ecolaunch init-state`: it moves it aside and makes it root's "
-               "again; then `ecolaunch calibrate`", err=True)
+    click.echo(with_hint(f"Warning: {directory} is {kind} of uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}: "
+                         "only root's or your own, writable by nobody else, is used, so no calibration goes into this "
+                         "training", "on a shared machine run `sudo ecolaunch init-state`: it moves it aside and makes "
+                         "it root's again; then `ecolaunch calibrate`"), err=True)
 
 
 def _train_into_state_dir(target: Path, run) -> dict:

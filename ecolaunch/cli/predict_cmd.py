@@ -41,6 +41,7 @@ from typing import Any
 
 import click
 
+from ecolaunch.cli.command import Command
 from ecolaunch.config import Environment
 from ecolaunch.errors import ConfigError
 
@@ -207,7 +208,7 @@ def _render(raw_scenarios: list[dict[str, Any]], results: list[dict[str, Any]]) 
     return "\n\n".join(blocks)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--json", "as_json", is_flag=True, help="print the predictions as JSON")
 def predict(as_json: bool) -> None:
     """Predict each job's normalized throughput and the GPU's power for jobs sharing one GPU.
@@ -237,8 +238,6 @@ def predict(as_json: bool) -> None:
         results = predict_scenarios(scenarios, chosen_weights(Environment.from_env()))
     except _Bad as e:
         raise click.ClickException(str(e)) from None
-    except ConfigError as e:
-        raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
     crowded = max(len(jobs) for _, _, jobs in scenarios)
     if crowded > TRAINED_JOBS_PER_GPU:
         click.echo(f"note: {crowded} jobs on one GPU; the model was trained with at most {TRAINED_JOBS_PER_GPU}, so these "

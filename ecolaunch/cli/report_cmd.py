@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ecolaunch.cli.command import Command, Failed
 from ecolaunch.cli.history_cmd import fmt_duration, fmt_energy, fmt_time, open_history
 from ecolaunch.config import ENV_STATE_DIR
 
@@ -27,10 +28,10 @@ def _find(store, job: str):
         if rec is not None:
             return rec
     if len(matches) > 1:
-        raise click.ClickException(f"job {job!r} is ambiguous: it starts {', '.join(matches[:8])}"
-                                   "\nHINT: give more characters of the job id")
-    raise click.ClickException(f"no finished job {job!r} in the history (or its record is unreadable)"
-                               "\nHINT: 'ecolaunch history' lists the finished jobs")
+        raise Failed(f"job {job!r} is ambiguous: it starts {', '.join(matches[:8])}",
+                     hint="give more characters of the job id")
+    raise Failed(f"no finished job {job!r} in the history (or its record is unreadable)",
+                 hint="'ecolaunch history' lists the finished jobs")
 
 
 def render(rec) -> str:
@@ -115,7 +116,7 @@ def plot(rec, path: Path, indices: dict[str, int]) -> None:
     try:
         import matplotlib
     except ImportError:
-        raise click.ClickException(f"cannot plot {path}: matplotlib is not installed\nHINT: {PLOT_HINT}") from None
+        raise Failed(f"cannot plot {path}: matplotlib is not installed", hint=PLOT_HINT) from None
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
@@ -144,7 +145,7 @@ def plot(rec, path: Path, indices: dict[str, int]) -> None:
         plt.close(fig)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("job")
 @click.option("--json", "as_json", is_flag=True, help="print the whole record as JSON (sampled series included)")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),

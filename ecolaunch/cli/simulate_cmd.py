@@ -7,22 +7,22 @@ import sys
 
 import click
 
+from ecolaunch.cli.command import Command
 from ecolaunch.config import Environment
-from ecolaunch.errors import EcolaunchError
 
 
 def _fmt_h(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--gpus", "gpus", default="8xA100-SXM4-80GB", show_default=True,
               help="GPUs of one host: a spec like 8xA100-SXM4-80GB or 2xRTX4090+2xA6000, or a TOML machine file")
 @click.option("--hosts", default=1, show_default=True, type=click.IntRange(1, 1024), help="identical hosts")
 @click.option("--trace", "trace_name", default="workstation-light", show_default=True,
               help="a standard trace name, a measured-world trace (workstation-mixed, power-budget, "
                    "workstation-measured, workstation-topology, workstation-mixed-models: they bring their own "
-                   "machine) or a trace file (see README, Simulator)")
+                   "machine) or a trace file (see docs/simulator.md)")
 @click.option("--policy", "policies", multiple=True, default=("exclusive",), show_default=True,
               help="a placement policy (curve, exclusive, first-fit, lucid, eaco, zeus, gnn, oracle, or the "
                    "ablation no-gnn); repeat to compare several in one run")
@@ -43,29 +43,26 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     from ecolaunch.sim.measured_traces import MEASURED_TRACES, measured_simulation
 
     measured = trace_name in MEASURED_TRACES
-    try:
-        if measured:  # the measured world brings its own machine (V100s: the board the measurements are of)
-            from ecolaunch.sim.measured_traces import measured_machine, measured_trace
+    if measured:  # the measured world brings its own machine (V100s: the board the measurements are of)
+        from ecolaunch.sim.measured_traces import measured_machine, measured_trace
 
-            machine = measured_machine(trace_name)
-            counts: dict[str, int] = {}
-            for g in machine.hosts[0].gpus:
-                counts[g.name] = counts.get(g.name, 0) + 1
-            gpus = "+".join(f"{n}x{name}" for name, n in counts.items())
-            trace = measured_trace(trace_name, machine, seed=seed, jobs=jobs)
-        else:
-            machine = parse_spec(gpus, hostname="node0")
-            if hosts > 1:
-                machine = machine.replicate(hosts)
-            trace = resolve_trace(trace_name, machine, seed=seed, jobs=jobs)
-        weights = Environment.from_env().gnn_weights
-        if weights is not None and any(p in ("gnn", "no-gnn") for p in policies):
-            from ecolaunch.policy.infer import chosen_weights
+        machine = measured_machine(trace_name)
+        counts: dict[str, int] = {}
+        for g in machine.hosts[0].gpus:
+            counts[g.name] = counts.get(g.name, 0) + 1
+        gpus = "+".join(f"{n}x{name}" for name, n in counts.items())
+        trace = measured_trace(trace_name, machine, seed=seed, jobs=jobs)
+    else:
+        machine = parse_spec(gpus, hostname="node0")
+        if hosts > 1:
+            machine = machine.replicate(hosts)
+        trace = resolve_trace(trace_name, machine, seed=seed, jobs=jobs)
+    weights = Environment.from_env().gnn_weights
+    if weights is not None and any(p in ("gnn", "no-gnn") for p in policies):
+        from ecolaunch.policy.infer import chosen_weights
 
-            weights = chosen_weights(Environment.from_env())
-        chosen = [get_sim_policy(p, gnn_weights=weights) for p in policies]
-    except EcolaunchError as e:
-        raise click.ClickException(f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")) from e
+        weights = chosen_weights(Environment.from_env())
+    chosen = [get_sim_policy(p, gnn_weights=weights) for p in policies]
     rows = []
     for name, policy in zip(policies, chosen):
         sim = measured_simulation(trace_name, machine, trace, name, policy, seed=seed) if measured \

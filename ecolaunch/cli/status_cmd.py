@@ -11,8 +11,8 @@ import time
 
 import click
 
+from ecolaunch.cli.command import Command
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR, Environment
-from ecolaunch.errors import EcolaunchError
 from ecolaunch.state.graph import Job, StateGraph
 
 
@@ -32,7 +32,7 @@ def _cap(gpu: dict) -> str:
     return _na(limit)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--json", "as_json", is_flag=True, help="print the state as JSON")
 def status(as_json: bool) -> None:
     from ecolaunch.cli.context import resolve
@@ -42,17 +42,13 @@ def status(as_json: bool) -> None:
     from ecolaunch.policy.baselines import ExclusivePolicy
     from ecolaunch.state.store import StateStore
 
-    try:
-        environment, rules = resolve()
-        backend = open_gpus(environment)
-        # run as root without a cap agent, this is a privileged transaction: it restores caps dead launchers left
-        session = Session(StateStore(environment.state_dir, group=rules.state_group), backend, ExclusivePolicy(), rules,
-                          cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
-        graph = session.snapshot()
-        left = orphaned_caps(graph, session.host, rules, environment.state_dir, session.processes)
-    except EcolaunchError as e:
-        message = f"{e}" + (f"\nHINT: {e.hint}" if e.hint else "")
-        raise click.ClickException(message) from e
+    environment, rules = resolve()
+    backend = open_gpus(environment)
+    # run as root without a cap agent, this is a privileged transaction: it restores caps dead launchers left
+    session = Session(StateStore(environment.state_dir, group=rules.state_group), backend, ExclusivePolicy(), rules,
+                      cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
+    graph = session.snapshot()
+    left = orphaned_caps(graph, session.host, rules, environment.state_dir, session.processes)
     doc = _status_doc(graph, session.host, backend.kind, environment)
     doc["caps_left"] = [{"uuid": u, "index": graph.hosts[session.host].gpus[u].index, "power_limit_w": now,
                          "original_w": original} for u, (now, original) in left.items()]

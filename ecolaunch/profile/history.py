@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ecolaunch.errors import ConfigError, StateError
+from ecolaunch.errors import ConfigError, StateError, with_hint
 from ecolaunch.profile.powercap import CapPoint
 from ecolaunch.state.userdirs import UserTree, account_name
 
@@ -402,8 +402,8 @@ class History:
             self._looked = True
             self._squatted = self._tree.own_problem(("jobs", "profiles"))
             if self._squatted is not None:
-                logger.warning("your history directory is not your own: %s, so your jobs and profiles are not "
-                               "recorded\nHINT: %s", self._squatted, self._squat_hint())
+                logger.warning("%s", with_hint(f"your history directory is not your own: {self._squatted}, so your "
+                                               "jobs and profiles are not recorded", self._squat_hint()))
         return self._squatted
 
     def _squat_hint(self) -> str:
