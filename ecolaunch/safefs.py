@@ -27,7 +27,8 @@ import secrets
 import stat
 from collections.abc import Collection, Iterator
 
-__all__ = ["RefusedFile", "check_owned_dir", "dir_fd", "open_dir", "read_at", "shared_dir_mode", "write_at"]
+__all__ = ["RefusedFile", "check_owned_dir", "dir_fd", "open_dir", "read_at", "shared_dir_mode", "write_at",
+           "write_fd"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -167,6 +168,14 @@ def read_at(parent_fd: int | None, name: str | os.PathLike[str], max_bytes: int,
         os.close(fd)
 
 
+def write_fd(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than asked), then fsync it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
 def write_at(parent_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
     """Replace ``name`` under ``parent_fd`` with ``data`` atomically; a link at ``name`` is replaced, never followed.
 
@@ -178,10 +187,7 @@ def write_at(parent_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
     try:
         try:
             os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            write_fd(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)

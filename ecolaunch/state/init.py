@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from ecolaunch.errors import StateError
+from ecolaunch.safefs import write_fd
 from ecolaunch.state.userdirs import expected_owner, user_dir_name
 
 __all__ = ["ADMIN_DIRS", "LEDGER_NAME", "open_top", "parent_warnings", "repair_extras"]
@@ -262,10 +263,7 @@ def _ledger(top: int, directory: Path, uid: int, gid: int, done: list[str], empt
         try:
             os.fchown(fd, uid, gid)
             os.fchmod(fd, LEDGER_MODE)
-            view = memoryview(empty)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            write_fd(fd, empty)
         finally:
             os.close(fd)
         done.append(f"created {where} (mode {LEDGER_MODE:o}, owner {uid}:{gid}: an empty ledger)")
