@@ -5,7 +5,7 @@ curve), :func:`job_kinds`, :class:`Noise`, :class:`MeasuredWorld` (the truth the
 :mod:`ecolaunch.sim.engine` plays when given ``world=``, and the noisy readings the policies get) and
 :func:`measured_oracle` (the hindsight oracle on that truth).
 
-**Rules of evidence** (``DESIGN.md`` section 5). A model is never scored against itself: nothing here calls the
+**Rules of evidence.** A model is never scored against itself: nothing here calls the
 models a policy predicts with (:func:`ecolaunch.sim.node.shared_gpu`, the interference fit, the power model, the
 GNN). Every number the truth plays is a measured table, interpolated:
 
