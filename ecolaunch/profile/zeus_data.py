@@ -34,7 +34,7 @@ from pathlib import Path
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile.powercap import CapPoint
 
-# the development checkout's copy of the Zeus data (see the module docstring): <repo>/../shared/data/zeus-nsdi23
+# the development checkout's copy of the full traces (module docstring); an installed package has none
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "zeus-nsdi23"
 POWER_TRACE_GPUS = ("v100", "a40", "p100", "rtx6000")
 ZEUS_WINDOW_ITERS = 40  # assumption: Zeus's default profiled iterations per window (not stored in the files)
