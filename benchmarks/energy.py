@@ -144,7 +144,7 @@ def _policy(name: str, seed: int | None, trace, weights):
 
 def fold_weights(seed: int, cache: Path) -> dict:
     """One GNN per fold of job types, trained without them (cached in ``cache``): fold -> (types, weight file)."""
-    from ecolaunch.policy.train import train
+    from ecolaunch.learn.train import train
     from ecolaunch.sim.measured import FOLDS, MeasuredWorld, zeus_key
 
     world = MeasuredWorld(seed=seed)
@@ -194,8 +194,8 @@ def markdown(result: dict) -> str:
                   "| p95 JCT h | mean slowdown % | QoS violations % | shared % | learned % |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for policy, r in rows.items():
-            def rel(key: str) -> str:
-                return f"{100 * (r[key] / base[key] - 1):+.1f} %" if base and base[key] else "n/a"
+            def rel(key: str) -> str:  # called within this iteration: r and base are this one's
+                return f"{100 * (r[key] / base[key] - 1):+.1f} %" if base and base[key] else "n/a"  # noqa: B023
 
             lines.append(
                 f"| {policy} | {r['node_energy_kwh']:.1f} | {r['gpu_energy_kwh']:.1f} | {r['job_energy_kwh']:.1f} | "

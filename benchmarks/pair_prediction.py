@@ -1,7 +1,7 @@
 """Co-location prediction on Gavel pairs of job types never trained on: the GNN against the analytic model, simple
 rules and a constant, k-fold by job type.
 
-Gavel's 26 single-GPU job types are dealt into 5 folds (:func:`ecolaunch.policy.train.type_folds`, seeded). For each
+Gavel's 26 single-GPU job types are dealt into 5 folds (:func:`ecolaunch.learn.train.type_folds`, seeded). For each
 fold the GNN is trained from scratch without every pair that involves a type of the fold, on any GPU
 (``train(holdout_types=...)``: no Gavel label, no interference refit, no synthetic label from them), and every model
 is scored on exactly those held-out pairs. Every model sees only what the fold's training pairs tell it:
@@ -9,7 +9,7 @@ is scored on exactly those held-out pairs. Every model sees only what the fold's
 - ``gnn``: the fold's weights, scored in plain torch (:mod:`ecolaunch.policy.infer`): a residual over the analytic
   prior below. Job features: measured solo iteration time and, because Gavel measured no utilization,
   ``sm_util_pct`` = 100 x the demand the analytic model estimates from the training pairs; a held-out type's demand
-  is imputed from its model family's other batch sizes (:func:`ecolaunch.policy.train.heldout_demands`);
+  is imputed from its model family's other batch sizes (:func:`ecolaunch.learn.train.heldout_demands`);
 - ``analytic``: the simulator's interference model (:mod:`ecolaunch.sim.interference`) refitted on the fold's
   training pairs, the same imputed demands (what ``holdout_errors(split="type")`` does, per fold);
 - ``utilization_sum``: pack iff the two demands sum to at most 1; each job's throughput = min(1, 1 / sum);
@@ -52,7 +52,7 @@ import torch  # noqa: E402
 from benchmarks._common import emit  # noqa: E402
 from ecolaunch.policy.features import batch  # noqa: E402
 from ecolaunch.policy.infer import load_model  # noqa: E402
-from ecolaunch.policy.train import (gavel_pairs_set, heldout_demands, pair_metrics, pairs_involving,  # noqa: E402
+from ecolaunch.learn.train import (gavel_pairs_set, heldout_demands, pair_metrics, pairs_involving,  # noqa: E402
                                     train, type_folds)
 from ecolaunch.sim.interference import fit_gavel, gavel_set, pair_throughputs  # noqa: E402
 

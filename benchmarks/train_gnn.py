@@ -3,7 +3,7 @@
 Seeded and reproducible on one machine: ``python benchmarks/train_gnn.py --seed 0`` writes
 ``ecolaunch/policy/weights/gnn.pt`` and ``manifest.json`` (seed, data counts, epochs, metrics), trained on every
 Gavel pair and Zeus curve (how well it does on job types it never saw is ``benchmarks/pair_prediction.py``'s
-k-fold). What it trains on and how a lab's own history can be added: :mod:`ecolaunch.policy.train`. Prints the
+k-fold). What it trains on and how a lab's own history can be added: :mod:`ecolaunch.learn.train`. Prints the
 errors on fresh synthetic states, on the held-out Gavel pairs when ``--holdout-type`` leaves types out, and the
 training time (``--json`` for the manifest).
 
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from ecolaunch.policy.infer import DEFAULT_WEIGHTS  # noqa: E402
-from ecolaunch.policy.train import train  # noqa: E402
+from ecolaunch.learn.train import train  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,11 +2,11 @@
 
 The GNN learns from public traces (Gavel's pairs, Zeus's cap sweeps) and the simulator; real GPUs differ from
 those (time-slicing between processes costs switching overhead; an H200 is not a V100). A calibration runs the
-three workloads of :mod:`ecolaunch.workloads` — ``mm`` (compute-bound), ``bw`` (memory-bound), ``mlp``
+three workloads of :mod:`ecolaunch.calibrate.canned` — ``mm`` (compute-bound), ``bw`` (memory-bound), ``mlp``
 (launch-bound) — as real processes on one GPU of each model: each alone at up to three caps (the highest the admin
 policy allows, and the two lower caps the profiler would try), and every pair of them sharing the GPU
 (time-slicing; under MPS too where the driver has it and the caller is root). ``ecolaunch policy train`` then trains
-on the results together with the job history (:mod:`ecolaunch.policy.calibration_data`), and writes the weights
+on the results together with the job history (:mod:`ecolaunch.learn.calibration_data`), and writes the weights
 into the state directory, where launches, ``ecolaunch predict`` and ``ecolaunch simulate`` pick them up.
 
 Modules, one job each:

@@ -16,7 +16,7 @@ belong to root or to the reading user and nobody else may write them (the rule o
 followed, no FIFO opened, sizes bounded).
 
 The document (``format`` ``ecolaunch-calibration``, ``version`` 1) is described in :mod:`ecolaunch.calibrate`;
-what training makes of it is :mod:`ecolaunch.policy.calibration_data`.
+what training makes of it is :mod:`ecolaunch.learn.calibration_data`.
 """
 
 from __future__ import annotations

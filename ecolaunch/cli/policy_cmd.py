@@ -148,7 +148,7 @@ def check(file: Path) -> None:
 
 def _host_gpus() -> tuple[list | None, str | None]:
     """This host's GPUs (simulated ones under ECOLAUNCH_SIMULATE), or None and why they cannot be read."""
-    from ecolaunch.cli.context import open_gpus
+    from ecolaunch.runtime import open_gpus
 
     try:
         backend = open_gpus(Environment.from_env())
@@ -182,11 +182,11 @@ def train_cmd(out: Path | None, seed: int, epochs: int, synthetic: int, use_hist
     use that file (ECOLAUNCH_GNN_WEIGHTS overrides it). About a minute on 2 cores."""
     import torch
 
-    from ecolaunch.cli.context import resolve
+    from ecolaunch.runtime import resolve
     from ecolaunch.config import state_gnn_weights
-    from ecolaunch.policy.calibration_data import CalibrationData, calibration_samples
-    from ecolaunch.policy.history_data import HistoryData, history_samples
-    from ecolaunch.policy.train import train
+    from ecolaunch.learn.calibration_data import CalibrationData, calibration_samples
+    from ecolaunch.learn.history_data import HistoryData, history_samples
+    from ecolaunch.learn.train import train
     from ecolaunch.profile.history import History
 
     try:

@@ -53,7 +53,7 @@ _POINT_FIELDS = ("power_cap_w", "iter_time_s", "power_w")
 MAX_DEPTH = 16
 #: the most jobs one GPU can share: the admin policy's own ceiling for ``[colocation] max_jobs_per_gpu``
 MAX_JOBS_PER_GPU = 64
-#: the most jobs per GPU in the GNN's training states (``ecolaunch.policy.train``); beyond, a note says so
+#: the most jobs per GPU in the GNN's training states (``ecolaunch.learn.train``); beyond, a note says so
 TRAINED_JOBS_PER_GPU = 4
 
 

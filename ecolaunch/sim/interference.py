@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.sim import fitted
 from ecolaunch.sim.models import GAVEL_GPUS, JobProfile, as_profile, gavel_pairs, gavel_solo, least_squares
 
 logger = logging.getLogger(__name__)
@@ -129,9 +130,7 @@ def demand(profile: JobProfile | Mapping[str, Any]) -> float:
 def default_interference_model() -> InterferenceModel:
     """The model calibrated on all of Gavel's single-GPU pairs (suspect values dropped): the shipped fit
     (:mod:`ecolaunch.sim.fitted`), else fitted now, once per process."""
-    from ecolaunch.sim.fitted import load
-
-    shipped = load()
+    shipped = fitted.load()
     if shipped is not None:
         return InterferenceModel(**shipped["interference"])
     fit = fit_gavel()
@@ -329,7 +328,7 @@ def holdout_errors(split: str = "pair", *, suspect: str = "values", seed: int = 
         deltas.append(fit.switch_overhead_s)
         d = np.array([fit.demands[k] for k in data.keys])
         if split == "type":
-            d = _impute_held_type(data, d, held)
+            d = impute_held_type(data, d, held)
         xa, xb = pair_throughputs(data, d, fit.switch_overhead_s)
         pred_a[held], pred_b[held] = xa[held], xb[held]
         train_a, train_b = eval_a & ~held, eval_b & ~held
@@ -355,7 +354,7 @@ def holdout_errors(split: str = "pair", *, suspect: str = "values", seed: int = 
 _FAMILY_BATCH = re.compile(r"^(?P<family>.+?) \(batch size (?P<batch>\d+)\)$")
 
 
-def _impute_held_type(data: GavelSet, d: np.ndarray, held: np.ndarray) -> np.ndarray:
+def impute_held_type(data: GavelSet, d: np.ndarray, held: np.ndarray) -> np.ndarray:
     """Replace the demands of the job type(s) that appear only in held-out pairs (see holdout_errors)."""
     seen = np.zeros(len(data.keys), dtype=bool)
     seen[data.a[~held]] = True

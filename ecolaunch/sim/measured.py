@@ -62,14 +62,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ecolaunch.admin.rules import Rules
+from ecolaunch.admin.rules import Rules, job_cap_bounds
 from ecolaunch.devices.catalogue import GpuModel, lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
 from ecolaunch.profile.control import CapController
-from ecolaunch.profile.modes import job_cap_bounds
 from ecolaunch.profile.powercap import CapPoint, cap_grid, merge_points, profile_caps
 from ecolaunch.sim.models import gavel_pairs, gavel_solo
 from ecolaunch.sim.truth import TruthCurve, zeus_truths
@@ -243,14 +242,14 @@ class MeasuredWorld:
         """The type's demand fitted on Gavel pairs without its fold (its own interpolated)."""
         fold = self._fold_of[kind]
         if fold not in self._demand_cache:
-            from ecolaunch.sim.interference import _impute_held_type, fit_gavel, gavel_set
+            from ecolaunch.sim.interference import impute_held_type, fit_gavel, gavel_set
 
             data = gavel_set()
             held_names = set(self.fold_types(fold))
             held = np.array([data.keys[i][1] in held_names or data.keys[j][1] in held_names
                              for i, j in zip(data.a, data.b)])
             fit = fit_gavel(train=~held)
-            d = _impute_held_type(data, np.array([fit.demands[k] for k in data.keys]), held)
+            d = impute_held_type(data, np.array([fit.demands[k] for k in data.keys]), held)
             self._demand_cache[fold] = {job: float(v) for (gpu, job), v in zip(data.keys, d) if gpu == GAVEL_GPU}
         return self._demand_cache[fold][kind]
 
@@ -398,7 +397,7 @@ class MeasuredWorld:
 
 
 def zeus_key(curve: TruthCurve) -> str:
-    """The Zeus curve's key as :func:`ecolaunch.policy.train.train` takes it in ``holdout_zeus``
+    """The Zeus curve's key as :func:`ecolaunch.learn.train.train` takes it in ``holdout_zeus``
     (``"v100:imagenet/resnet50:64"``: GPU, dataset/network, batch size)."""
     gpu, workload, batch = curve.name.split(" ")
     return f"{gpu.lower()}:{workload}:{batch.removeprefix('bs')}"

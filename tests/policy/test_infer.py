@@ -25,7 +25,7 @@ from ecolaunch.policy.infer import (
     write_weights,
 )
 from ecolaunch.policy.model import HierarchicalGNN, load_gnn
-from ecolaunch.policy.train import gavel_pairs_set, synthetic_state
+from ecolaunch.learn.train import gavel_pairs_set, synthetic_state
 from ecolaunch.sim.interference import fit_gavel, gavel_set, pair_throughputs
 from tests.conftest import REPO, clean_env
 from tests.policy.test_features import A100, PROFILE, small_state

@@ -13,7 +13,7 @@ from ecolaunch.policy.features import batch, encode_state
 from ecolaunch.policy.infer import (LOG_VAR_MAX, LOG_VAR_MIN, POWER_RESIDUAL_MAX, THROUGHPUT_RESIDUAL_MAX, ModelConfig,
                                     physics_prior)
 from ecolaunch.policy.model import HierarchicalGNN
-from ecolaunch.policy.train import synthetic_state
+from ecolaunch.learn.train import synthetic_state
 from ecolaunch.sim.interference import fit_gavel
 from tests.policy.test_features import small_state
 

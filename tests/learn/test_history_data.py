@@ -13,9 +13,9 @@ import torch
 
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.policy.features import scenario_graph
-from ecolaunch.policy.history_data import history_samples
+from ecolaunch.learn.history_data import history_samples
 from ecolaunch.policy.infer import load_model, score
-from ecolaunch.policy.train import train
+from ecolaunch.learn.train import train
 from ecolaunch.profile.history import History, JobRecord, Profile
 from ecolaunch.profile.powercap import CapPoint
 from tests.conftest import clean_env, ecolaunch_cmd

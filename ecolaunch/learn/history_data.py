@@ -1,9 +1,9 @@
 """A lab's own job history as training data for the GNN (``ecolaunch policy train``).
 
-What lives here: :func:`history_samples` (the history of one state directory -> :class:`~ecolaunch.policy.train.
+What lives here: :func:`history_samples` (the history of one state directory -> :class:`~ecolaunch.learn.train.
 LabelledState` samples, with counts of what was used and why the rest was not) and :class:`HistoryData`.
 What does not: reading and validating the files (:mod:`ecolaunch.profile.history`), training
-(:mod:`ecolaunch.policy.train`).
+(:mod:`ecolaunch.learn.train`).
 
 Two kinds of measurement in the history become labels, both on the GPU model the job ran on (a model the
 catalogue knows; the power limits come from there):
@@ -62,7 +62,7 @@ class HistoryData:
 def history_samples(history: History, *, weight: float = 3.0, min_iterations: int = 20,
                     min_overlap: float = 0.9) -> HistoryData:
     """Training samples from ``history`` (see the module docstring)."""
-    from ecolaunch.policy.train import LabelledState
+    from ecolaunch.learn.train import LabelledState
 
     if not weight > 0:
         raise ConfigError(f"history sample weight must be > 0, got {weight!r}")

@@ -13,7 +13,7 @@ import torch
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.infer import load_model
-from ecolaunch.policy.train import (
+from ecolaunch.learn.train import (
     GAVEL_BOARDS,
     _zeus_held,
     build_dataset,

@@ -1,4 +1,4 @@
-"""Calibration results -> GNN training samples (ecolaunch/policy/calibration_data.py); ``ecolaunch policy train``
+"""Calibration results -> GNN training samples (ecolaunch/learn/calibration_data.py); ``ecolaunch policy train``
 picks them up and writes its weights into the state directory, where ``Environment`` finds them."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from ecolaunch.calibrate.results import FORMAT, VERSION, read_results, write_result
 from ecolaunch.config import ENV_GNN_WEIGHTS, Environment, state_gnn_weights
-from ecolaunch.policy.calibration_data import SIMULATED_SOURCE, SOURCE, calibration_samples, document_samples
+from ecolaunch.learn.calibration_data import SIMULATED_SOURCE, SOURCE, calibration_samples, document_samples
 from tests.conftest import REPO, clean_env, ecolaunch_cmd
 
 GPU = {"uuid": "GPU-1", "index": 0, "name": "NVIDIA H200", "memory_total_mib": 143771, "power_limit_min_w": 200.0,

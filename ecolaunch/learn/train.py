@@ -43,7 +43,7 @@ features and the launch path use as fixed physics. ``fast=True`` trains a small 
 **Determinism.** The same seed, data, holdouts and torch thread count give the same weights
 (``benchmarks/train_gnn.py`` and ``ecolaunch policy train`` use one thread).
 
-**A lab's own history** (``ecolaunch policy train``): :func:`ecolaunch.policy.history_data.history_samples` turns
+**A lab's own history** (``ecolaunch policy train``): :func:`ecolaunch.learn.history_data.history_samples` turns
 the job history of a state directory into :class:`LabelledState` samples (each profiled job's measured caps; each
 finished single-GPU run placed from a known profile, with the jobs it shared its GPU with), passed as
 ``train(extra=...)`` and weighted like measured pairs, so a lab's measurements pull the model towards its own
@@ -69,7 +69,7 @@ from ecolaunch.devices.catalogue import CATALOGUE, GpuModel
 from ecolaunch.devices.spec import default_links
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.features import HeteroGraph, batch, encode_state, scenario_graph
-from ecolaunch.sim.interference import GavelFit, InterferenceModel, _impute_held_type, fit_gavel, gavel_set
+from ecolaunch.sim.interference import GavelFit, InterferenceModel, impute_held_type, fit_gavel, gavel_set
 from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
 from ecolaunch.sim.node import shared_gpu
 from ecolaunch.sim.power import CurveSet, PowerCapModel, default_power_model, fit_shape
@@ -124,7 +124,7 @@ def pairs_involving(types: Collection[str]) -> np.ndarray:
     unknown = sorted(set(types) - set(gavel_types()))
     if unknown:
         raise ConfigError(f"not a Gavel job type: {unknown[0]!r}",
-                          hint=f"use names as in ecolaunch.policy.train.gavel_types(), e.g. {gavel_types()[0]!r}")
+                          hint=f"use names as in ecolaunch.learn.train.gavel_types(), e.g. {gavel_types()[0]!r}")
     data = gavel_set()
     held = np.array([job in types for _, job in data.keys], dtype=bool)
     return held[data.a] | held[data.b]
@@ -146,7 +146,7 @@ def _zeus_held(holdout_zeus: Collection[str]) -> Callable[[str, str, int], bool]
     unknown = sorted(set(holdout_zeus) - known)
     if unknown:
         raise ConfigError(f"not a Zeus curve key: {unknown[0]!r}",
-                          hint="use \"<gpu>:<network>:<batch_size>\" as in ecolaunch.policy.train.zeus_keys(), "
+                          hint="use \"<gpu>:<network>:<batch_size>\" as in ecolaunch.learn.train.zeus_keys(), "
                                "e.g. \"v100:resnet50:128\"")
     held = set(holdout_zeus)
     return lambda gpu, workload, bs: zeus_key(gpu, workload, bs) in held or f"{gpu}:{workload}:{bs}" in held
@@ -189,7 +189,7 @@ def heldout_demands(fit: GavelFit, held: np.ndarray) -> dict[tuple[str, str], fl
     """``fit``'s demands, those of job types seen only in the ``held`` pairs imputed as
     :func:`~ecolaunch.sim.interference.holdout_errors` does (from the same model family's other batch sizes)."""
     data = gavel_set()
-    d = _impute_held_type(data, np.array([fit.demands[k] for k in data.keys]), held)
+    d = impute_held_type(data, np.array([fit.demands[k] for k in data.keys]), held)
     return dict(zip(data.keys, map(float, d)))
 
 

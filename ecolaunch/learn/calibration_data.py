@@ -1,9 +1,9 @@
 """A machine's calibration results as training data for the GNN (``ecolaunch policy train``).
 
 What lives here: :func:`calibration_samples` (the calibration files of one state directory ->
-:class:`~ecolaunch.policy.train.LabelledState` samples, with counts of what was used and why the rest was not),
+:class:`~ecolaunch.learn.train.LabelledState` samples, with counts of what was used and why the rest was not),
 :func:`document_samples` (one result document) and :class:`CalibrationData`. What does not: measuring and the
-file format (:mod:`ecolaunch.calibrate`), training (:mod:`ecolaunch.policy.train`).
+file format (:mod:`ecolaunch.calibrate`), training (:mod:`ecolaunch.learn.train`).
 
 Two kinds of measurement become labels, on the board the file describes (its name, memory and power limits as the
 driver reported them, so a model the catalogue does not know is used too):
@@ -37,7 +37,7 @@ from typing import Any
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.features import scenario_graph
-from ecolaunch.policy.history_data import MAX_THROUGHPUT_LABEL, profile_job
+from ecolaunch.learn.history_data import MAX_THROUGHPUT_LABEL, profile_job
 from ecolaunch.profile.history import Profile
 from ecolaunch.profile.powercap import CapPoint
 
@@ -98,7 +98,7 @@ def calibration_samples(state_dir: Path, *, simulated: bool, weight: float = 3.0
 def document_samples(doc: Mapping[str, Any], *, weight: float = 3.0, into: CalibrationData | None = None
                      ) -> CalibrationData:
     """The samples of one calibration document (validated by :func:`ecolaunch.calibrate.results.validate`)."""
-    from ecolaunch.policy.train import LabelledState
+    from ecolaunch.learn.train import LabelledState
 
     if not weight > 0:
         raise ConfigError(f"calibration sample weight must be > 0, got {weight!r}")
