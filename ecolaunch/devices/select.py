@@ -48,7 +48,7 @@ def open_backend(simulate: str | None, sim_dir: Path, *, host: str | None = None
         simulate: the value of ``ECOLAUNCH_SIMULATE`` (a spec string or a TOML file), or None.
         sim_dir: where the simulated GPUs keep their state (``sim_dir / "simulated-gpus.json"``).
         reading: how simulated GPUs answer (default ``basic_reading``); the CLI passes the simulator's measured
-            models (``ecolaunch.sim.fitted.measured_reading``), which this package may not import.
+            models (``ecolaunch.sim.reading.measured_reading``), which this package may not import.
         host: which host of the spec this process runs on. A one-host spec string takes it as its
             name (default: the real hostname); a multi-host TOML file must contain it (default: the
             real hostname, or the only host).

@@ -91,7 +91,7 @@ def basic_reading(model: GpuModel, power_limit_w: float, loads: Sequence[Process
     idle + sum of each process's (power_w - idle), clipped to the enforced limit. A process attached
     without a utilization or power adds nothing to them (it still holds its memory).
 
-    The CLI replaces it with the simulator's measured models (``ecolaunch.sim.fitted.measured_reading``: power
+    The CLI replaces it with the simulator's measured models (``ecolaunch.sim.reading.measured_reading``: power
     caps from Zeus, co-location interference from Gavel) through the ``reading`` argument of
     :class:`SimulatedBackend`; this one serves the device layer's own tests, which must not depend on ``sim``.
     """

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.sim import fitted
 from ecolaunch.sim.models import ZEUS_GPUS, least_squares, zeus_rows
 
 logger = logging.getLogger(__name__)
@@ -299,9 +300,7 @@ class PowerCapModel:
 @functools.lru_cache(maxsize=1)
 def default_power_model() -> PowerCapModel:
     """The model fitted on all Zeus sweeps: the shipped fit (:mod:`ecolaunch.sim.fitted`), else fitted now."""
-    from ecolaunch.sim.fitted import load
-
-    shipped = load()
+    shipped = fitted.load()
     if shipped is not None:
         p = shipped["power"]
         return PowerCapModel({g: CapShape(**s) for g, s in p["shapes"].items()}, p["active_idle_frac"])
