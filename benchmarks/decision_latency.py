@@ -37,7 +37,7 @@ def run_case(gpus: int, jobs: int, repeat: int, policy: str = "gnn") -> dict:
     from ecolaunch.devices.spec import parse_spec
     from ecolaunch.launch.session import Launcher, Session
     from ecolaunch.policy.base import JobRequest
-    from ecolaunch.policy.baselines import get_policy
+    from ecolaunch.policy.registry import get_policy
     from ecolaunch.policy.energy import enumerate_candidates
     from ecolaunch.state.reconcile import process_start_time
     from ecolaunch.state.store import StateStore

@@ -205,7 +205,7 @@ def check_script(ns: argparse.Namespace) -> None:
 def _placement_policy(raw: str | None) -> str:
     if not raw:
         return config.DEFAULT_PLACEMENT_POLICY
-    from ecolaunch.policy.baselines import policy_names  # only when asked: the launch imports it anyway
+    from ecolaunch.policy.registry import policy_names  # only when asked: the launch imports it anyway
 
     names = policy_names()
     if raw not in names:

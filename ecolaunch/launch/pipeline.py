@@ -95,7 +95,7 @@ def disk_error(e: OSError, state_dir: Any) -> StateError:
 def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext, ui: LaunchCallbacks) -> int:
     from ecolaunch.launch.caps import orphan_keeper
     from ecolaunch.launch.torchrun import check_args
-    from ecolaunch.policy.baselines import get_policy
+    from ecolaunch.policy.registry import get_policy
     from ecolaunch.profile.history import History
     from ecolaunch.profile.modes import ProfileAction
     from ecolaunch.state.store import StateStore

@@ -52,38 +52,3 @@ class ExclusivePolicy:
             colocated_with={u: [] for u in uuids},
             reasons=[reason],
         )
-
-
-def policy_names() -> list[str]:
-    return sorted(_registry())
-
-
-def get_policy(name: str, *, gnn_weights=None):
-    """A new policy registered under ``name``, under the host's power budget when the admin policy sets one
-    (:class:`~ecolaunch.policy.budget.BudgetedPolicy`: the inner policy itself without a budget); ConfigError
-    listing the known names otherwise. ``gnn_weights``: the weight file of the ``gnn`` policy (None: the shipped
-    weights)."""
-    from ecolaunch.errors import ConfigError
-    from ecolaunch.policy.budget import BudgetedPolicy
-
-    registry = _registry()
-    try:
-        factory = registry[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown placement policy {name!r}", hint=f"choose one of: {', '.join(sorted(registry))}"
-        ) from None
-    return BudgetedPolicy(factory(weights=gnn_weights) if name == "gnn" else factory())
-
-
-def _registry() -> dict:
-    # imported here: the packing and zeus modules import this one
-    from ecolaunch.policy.curve import curve_policy
-    from ecolaunch.policy.gnn import gnn_policy
-    from ecolaunch.policy.packing import EacoPolicy, FirstFitPolicy, LucidPolicy
-    from ecolaunch.policy.zeus import ZeusPolicy
-
-    registry = {p.name: p for p in (ExclusivePolicy, FirstFitPolicy, LucidPolicy, EacoPolicy, ZeusPolicy)}
-    registry["gnn"] = gnn_policy
-    registry["curve"] = curve_policy
-    return registry

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.policy.baselines import get_policy, policy_names
+from ecolaunch.policy.registry import get_policy, policy_names
 
 
 def sim_policy_names() -> list[str]:

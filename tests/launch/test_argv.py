@@ -57,11 +57,11 @@ def test_every_torchrun_abbreviation_keeps_its_meaning() -> None:
 
 def test_ecolaunch_options_are_new_names_with_env_vars() -> None:
     torch_strings = {s for a in get_args_parser()._actions for s in a.option_strings}
-    for flags, env_var, _, help_text in ECO_OPTIONS:
+    for flags, env_var, _, _ in ECO_OPTIONS:
         assert not set(flags) & torch_strings
         assert env_var.startswith("ECOLAUNCH_")
     help_text = build_parser({}).format_help()
-    for flags, env_var, _, _ in ECO_OPTIONS:
+    for _, env_var, _, _ in ECO_OPTIONS:
         assert env_var in help_text
 
 
@@ -127,7 +127,7 @@ def test_a_script_that_is_no_file_is_not_looked_for() -> None:
 
 
 def test_every_policy_name_parses() -> None:
-    from ecolaunch.policy.baselines import policy_names
+    from ecolaunch.policy.registry import policy_names
 
     for name in policy_names():
         assert parse(["--policy", name, "t.py"], {}).options.placement_policy == name

@@ -22,7 +22,7 @@ from ecolaunch.launch.caps import JobCaps
 from ecolaunch.launch.closedloop import ClosedLoop
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.policy.baselines import get_policy
+from ecolaunch.policy.registry import get_policy
 from ecolaunch.profile.control import CapMove
 from ecolaunch.profile.sampler import GpuSample
 from ecolaunch.state.reconcile import process_start_time

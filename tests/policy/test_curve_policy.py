@@ -8,7 +8,7 @@ import sys
 from ecolaunch.admin.rules import Rules
 from ecolaunch.config import DEFAULT_PLACEMENT_POLICY
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.policy.baselines import get_policy
+from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.energy import alone_cap
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
 
@@ -59,7 +59,7 @@ def test_an_unknown_job_runs_uncapped_on_the_best_free_gpus():
 
 
 def test_deciding_imports_no_torch():
-    code = ("import sys\nfrom ecolaunch.admin.rules import Rules\nfrom ecolaunch.policy.baselines import get_policy\n"
+    code = ("import sys\nfrom ecolaunch.admin.rules import Rules\nfrom ecolaunch.policy.registry import get_policy\n"
             "from tests.policy.test_curve_policy import _job, _state\n"
             "get_policy('curve').decide(_state(), _job({'iter_time_s': 0.1, 'power_w': 240.0, 'memory_mib': 1000,"
             " 'cap_points': [[250.0, 0.1, 240.0], [150.0, 0.125, 150.0]]}), Rules())\n"

@@ -15,7 +15,7 @@ from ecolaunch.profile.powercap import as_cap_points
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
 from ecolaunch.sim.metrics import summarize
 from ecolaunch.sim.models import JobProfile
-from ecolaunch.policy.baselines import get_policy
+from ecolaunch.policy.registry import get_policy
 from ecolaunch.sim.oracle import oracle_policy
 from ecolaunch.state.graph import GpuNode, Host, StateGraph
 

@@ -8,7 +8,7 @@ import pytest
 
 from ecolaunch.admin.rules import CapBounds, Rules
 from ecolaunch.devices.spec import parse_spec
-from ecolaunch.policy.baselines import get_policy
+from ecolaunch.policy.registry import get_policy
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
 from ecolaunch.sim.metrics import summarize
 from ecolaunch.sim.models import JobProfile

@@ -13,7 +13,7 @@ from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.launch.session import Launcher, Session
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.policy.baselines import get_policy
+from ecolaunch.policy.registry import get_policy
 from ecolaunch.sim.engine import Simulation, TraceJob
 from ecolaunch.sim.models import JobProfile
 from ecolaunch.sim.oracle import oracle_policy

@@ -18,7 +18,7 @@ from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.policy.baselines import get_policy
+from ecolaunch.policy.registry import get_policy
 from ecolaunch.state.graph import Job, JobState, job_from_dict, job_to_dict
 from ecolaunch.state.layout import init_state
 from ecolaunch.state.reconcile import process_start_time
