@@ -3,8 +3,8 @@
     python benchmarks/_cap_sweep.py --workloads mm,bw --caps 700,575,450,325,200 --settle-s 0.6 --measure-s 2.0 \\
         --result FILE
 
-For each workload of ``ecolaunch.workloads`` and each cap: set the cap through ecolaunch's backend selection (NVML,
-or the simulated GPUs of ``ECOLAUNCH_SIMULATE``), run ``settle-s`` seconds, then measure ``measure-s`` seconds:
+For each workload of ``ecolaunch.calibrate.canned`` and each cap: set the cap through ecolaunch's backend selection
+(NVML, or the simulated GPUs of ``ECOLAUNCH_SIMULATE``), run ``settle-s`` seconds, then measure ``measure-s`` seconds:
 iteration time (each iteration synchronized), board power and J per iteration from the energy counter. The cap
 found at the start is restored in a ``finally``. Writes ``{"workloads": {name: {"what", "points": [...]}},
 "error": null or why, "stand_in_load": bool}`` to FILE (also on failure) and prints nothing. Needs root on real GPUs.
@@ -22,7 +22,7 @@ from typing import Any
 def sweep_worker(names: list[str], caps: list[float], settle_s: float, measure_s: float, out: Path) -> int:
     """The sweep's own process: sets each cap through ecolaunch's backend, measures, restores in ``finally``."""
     from ecolaunch.errors import EcolaunchError
-    from ecolaunch.workloads import build, open_meter, run_for
+    from ecolaunch.calibrate.canned import build, open_meter, run_for
 
     doc: dict[str, Any] = {"workloads": {}, "error": None, "stand_in_load": False}
     original = meter = None
@@ -65,7 +65,7 @@ def sweep_worker(names: list[str], caps: list[float], settle_s: float, measure_s
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", required=True, help="comma-separated names of ecolaunch.workloads")
+    parser.add_argument("--workloads", required=True, help="comma-separated names of ecolaunch.calibrate.canned")
     parser.add_argument("--caps", required=True, help="comma-separated caps in W, in the order to measure them")
     parser.add_argument("--settle-s", type=float, default=0.6)
     parser.add_argument("--measure-s", type=float, default=2.0)

@@ -3,10 +3,10 @@
     python benchmarks/gpu_check.py [--gpu INDEX] [--quick] [--out FILE] [--json] [--budget-s S]
 
 Everything runs through what a user runs: ``ecolaunch ...`` (``python -m ecolaunch``), ``torchrun``
-(``python -m torch.distributed.run``), the canned workloads of ``python -m ecolaunch.workloads``, and the GPU through
-ecolaunch's own backend selection (NVML, or simulated GPUs when ``ECOLAUNCH_SIMULATE`` is set: then the whole check
-runs on CPU stand-ins, which exercises the code but measures nothing about a GPU). Every launch is pinned to the
-checked GPU (``CUDA_VISIBLE_DEVICES=<its UUID>``) and uses a private, fresh state directory.
+(``python -m torch.distributed.run``), the canned workloads of ``python -m ecolaunch.calibrate.canned``, and the GPU
+through ecolaunch's own backend selection (NVML, or simulated GPUs when ``ECOLAUNCH_SIMULATE`` is set: then the
+whole check runs on CPU stand-ins, which exercises the code but measures nothing about a GPU). Every launch is
+pinned to the checked GPU (``CUDA_VISIBLE_DEVICES=<its UUID>``) and uses a private, fresh state directory.
 
 Sections, each recorded as ``pass``, ``fail`` or ``skip`` (with a reason) and its figures:
 
@@ -128,7 +128,7 @@ class Check:
 
 def open_backend(env: dict[str, str]) -> Any:
     """The GPU backend the launcher would open in ``env`` (NVML, or the simulated GPUs of its state directory)."""
-    from ecolaunch.cli.context import open_gpus, resolve
+    from ecolaunch.runtime import open_gpus, resolve
 
     environment, _ = resolve(env)
     return open_gpus(environment)
@@ -162,7 +162,7 @@ def sweep_cmd(*args: str) -> list[str]:
 
 def workload_args(name: str, steps: int, warmup: int, result: Path | None) -> list[str]:
     tail = ["--result", str(result)] if result is not None else []
-    return ["-m", "ecolaunch.workloads", name, "--steps", str(steps), "--warmup", str(warmup), *tail]
+    return ["-m", "ecolaunch.calibrate.canned", name, "--steps", str(steps), "--warmup", str(warmup), *tail]
 
 
 def why_failed(ran: Ran, what: str) -> str:

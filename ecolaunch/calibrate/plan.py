@@ -13,7 +13,7 @@ from ecolaunch.calibrate.booking import Occupant
 from ecolaunch.errors import ConfigError
 from ecolaunch.launch.caps import may_set_caps
 from ecolaunch.state.graph import GpuNode
-from ecolaunch.workloads import NAMES
+from ecolaunch.calibrate.canned import NAMES
 
 __all__ = ["Settings", "cap_access", "choose_gpus"]
 

@@ -3,9 +3,10 @@
 A worker is a real process on the calibrated GPU (``CUDA_VISIBLE_DEVICES`` = its UUID), started as root's helpers
 are (:func:`~ecolaunch.admin.interpreter.helper_argv`: ``python -I``, from ``/``, nothing a member planted in the
 calibrator's working directory or environment imported) as ``ecolaunch.calibrate.worker --device cpu|cuda
---state-dir D [--simulate S] [--policy F]``: its settings come on its command line, never from its environment. It runs one workload of :mod:`ecolaunch.workloads` at
-a time through that module's Python API (:func:`~ecolaunch.workloads.build`, :func:`~ecolaunch.workloads.open_meter`)
-and keeps it running between commands, so the GPU stays loaded while a cap settles and while the other worker of
+--state-dir D [--simulate S] [--policy F]``: its settings come on its command line, never from its environment. It
+runs one workload of :mod:`ecolaunch.calibrate.canned` at a time through that module's Python API
+(:func:`~ecolaunch.calibrate.canned.build`, :func:`~ecolaunch.calibrate.canned.open_meter`) and keeps it running
+between commands, so the GPU stays loaded while a cap settles and while the other worker of
 a pair measures. Commands are JSON lines on stdin; each is answered by one JSON line on stdout::
 
     {"cmd": "load", "workload": "mm", "warmup_s": 1.0}   build it (the previous one is dropped), open its GPU, run
@@ -191,7 +192,7 @@ def _timed(step, seconds: float) -> dict[str, Any]:
 def serve(device: str, out: IO[str], settings: Mapping[str, str] | None = None) -> int:
     """The worker's loop (see the module docstring); returns the exit status. ``settings``: the ecolaunch settings
     it was given (``ECOLAUNCH_STATE_DIR``, ...), which its GPU is opened with beside this process's environment."""
-    from ecolaunch import workloads
+    from ecolaunch.calibrate import canned
 
     def answer(doc: dict[str, Any]) -> None:
         out.write(json.dumps(doc) + "\n")
@@ -214,10 +215,10 @@ def serve(device: str, out: IO[str], settings: Mapping[str, str] | None = None) 
             if kind == "load":
                 workload = meter = None
                 _free_cuda()
-                workload = workloads.build(str(cmd["workload"]), device)
-                meter = workloads.open_meter(workload.device, workload.name, {**os.environ, **(settings or {})},
+                workload = canned.build(str(cmd["workload"]), device)
+                meter = canned.open_meter(workload.device, workload.name, {**os.environ, **(settings or {})},
                                              stand_in=True)
-                iters, _ = workloads.run_for(workload, float(cmd.get("warmup_s", 0.0)))
+                iters, _ = canned.run_for(workload, float(cmd.get("warmup_s", 0.0)))
                 if iters < 2:
                     workload.step()
                 running = True

@@ -32,8 +32,9 @@ def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, ver
     """
     from ecolaunch.admin.agent import CapAgent
     from ecolaunch.admin.safety import require_cap_privilege, warn_unsafe_interpreter
-    from ecolaunch.cli.context import resolve
-    from ecolaunch.cli.context import open_gpus, stderr_logging
+    from ecolaunch.runtime import resolve
+    from ecolaunch.cli.logs import stderr_logging
+    from ecolaunch.runtime import open_gpus
     from ecolaunch.state.store import StateStore
 
     restore_logging = stderr_logging("ecolaunch agent", verbose)

@@ -50,7 +50,7 @@ class _Stopped(Exception):
 @click.option("--budget-s", type=click.FloatRange(min=1.0), default=540.0, show_default=True,
               help="Time limit per GPU: measurements that would end later are skipped (and listed).")
 @click.option("--workloads", default="mm,bw,mlp", show_default=True,
-              help="Canned workloads to measure (ecolaunch.workloads): compute-, memory-, launch-bound.")
+              help="Canned workloads to measure (ecolaunch.calibrate.canned): compute-, memory-, launch-bound.")
 @click.option("--no-caps", is_flag=True,
               help="Measure at the current cap only (alone and pairs): needs neither root nor the cap agent.")
 @click.option("--no-mps", is_flag=True, help="Leave out the pairs under MPS.")
@@ -69,7 +69,7 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
     GPU model takes at most about 10 minutes.
     """
     from ecolaunch.calibrate.plan import Settings
-    from ecolaunch.cli.context import resolve
+    from ecolaunch.runtime import resolve
 
     environment, rules = resolve()
     if show:
@@ -80,7 +80,7 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
                             settle_s=settle_s, budget_s=budget_s, caps=not no_caps, mps=not no_mps, force=force)
     except ConfigError as e:
         raise click.BadParameter(str(e), param_hint="'--workloads'") from None
-    from ecolaunch.cli.context import stderr_logging
+    from ecolaunch.cli.logs import stderr_logging
 
     restore = stderr_logging("ecolaunch calibrate", verbose)
     from ecolaunch.admin.safety import warn_unsafe_interpreter
@@ -129,7 +129,7 @@ def _run(environment, rules, settings, selectors: tuple[str, ...]) -> list[tuple
     from ecolaunch.calibrate.results import write_result
     from ecolaunch.calibrate.plan import cap_access, choose_gpus
     from ecolaunch.calibrate.run import SIMULATED_NOTE, calibrate_gpu
-    from ecolaunch.cli.context import current_user, open_gpus
+    from ecolaunch.runtime import current_user, open_gpus
     from ecolaunch.launch.caps import orphan_keeper
     from ecolaunch.launch.session import Launcher, Session
     from ecolaunch.policy.baselines import ExclusivePolicy

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
     root.propagate = False
-    from ecolaunch.cli.context import open_gpus, resolve
+    from ecolaunch.runtime import open_gpus, resolve
     from ecolaunch.errors import EcolaunchError, with_hint
     from ecolaunch.launch.guard import LOCK_TIMEOUT_S, READY, restore_after, wait_for_launcher, wait_gone
     from ecolaunch.state.store import StateStore

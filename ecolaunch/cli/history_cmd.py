@@ -51,7 +51,7 @@ def fmt_caps(caps: dict) -> str:
 def open_history():
     """The History of the resolved state directory (an EcolaunchError when it cannot be used: the command prints
     it as an ``Error:`` line, exit 1)."""
-    from ecolaunch.cli.context import resolve
+    from ecolaunch.runtime import resolve
     from ecolaunch.profile.history import History
 
     environment, _ = resolve()

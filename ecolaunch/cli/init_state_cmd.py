@@ -38,7 +38,7 @@ def init_state(group: str | None, directory: Path | None) -> None:
     (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command; with
     ECOLAUNCH_SIMULATE it also creates the simulated GPUs' shared files.
     """
-    from ecolaunch.cli.context import open_gpus, resolve
+    from ecolaunch.runtime import open_gpus, resolve
     from ecolaunch.state.init import parent_warnings
     from ecolaunch.state.layout import init_state as make_layout
 

@@ -18,7 +18,7 @@ import sys
 import traceback
 from collections.abc import Mapping
 
-from ecolaunch.cli.context import current_groups, current_user, resolve
+from ecolaunch.runtime import current_groups, current_user, resolve
 from ecolaunch.errors import EcolaunchError, NoPlacement, WaitTimeout, with_hint
 from ecolaunch.launch import argv as launch_argv
 from ecolaunch.launch import exitcodes
@@ -71,7 +71,7 @@ def launch(argv: list[str], env: Mapping[str, str]) -> int:
 
 
 def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
-    from ecolaunch.cli.context import open_gpus
+    from ecolaunch.runtime import open_gpus
     from ecolaunch.launch.observe import format_summary
     from ecolaunch.launch.pipeline import LaunchCallbacks, LaunchContext, run_launch
 

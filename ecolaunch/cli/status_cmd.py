@@ -35,8 +35,8 @@ def _cap(gpu: dict) -> str:
 @click.command(cls=Command)
 @click.option("--json", "as_json", is_flag=True, help="print the state as JSON")
 def status(as_json: bool) -> None:
-    from ecolaunch.cli.context import resolve
-    from ecolaunch.cli.context import open_gpus
+    from ecolaunch.runtime import resolve
+    from ecolaunch.runtime import open_gpus
     from ecolaunch.launch.caps import orphan_keeper, orphaned_caps
     from ecolaunch.launch.session import Session
     from ecolaunch.policy.baselines import ExclusivePolicy

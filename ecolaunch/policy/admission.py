@@ -10,7 +10,7 @@ The rules checked, against the state the policy decided on:
 * the GPUs exist on the job's host, are distinct, are as many as the job asks (at least, for an elastic job),
   and lie inside the job's allocation (``CUDA_VISIBLE_DEVICES``);
 * reservations (``[reserve.*]``): every GPU is open to the job's user or one of its groups. The user and groups
-  come from the kernel (``cli.context.current_user``), never from the environment;
+  come from the kernel (``runtime.current_user``), never from the environment;
 * per-user limits (``[users.*] max_gpus``): the user's running jobs plus this one hold at most that many GPUs;
 * co-location (``[colocation]``): a GPU another job uses is shared only if sharing is enabled, it runs fewer
   than ``max_jobs_per_gpu`` jobs, no foreign process, and (when the job's memory is known) its free memory

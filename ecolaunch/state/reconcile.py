@@ -105,7 +105,7 @@ def launcher_alive(processes: ProcessTable, job: Job) -> bool:
 
 @functools.lru_cache(maxsize=1024)
 def account_name(uid: int) -> str:
-    """The account name of ``uid``, as ``cli.context.current_user`` names a launcher: its number without an account.
+    """The account name of ``uid``, as ``runtime.current_user`` names a launcher: its number without an account.
     A job counts as this name, never as the one its file claims (``state.store``)."""
     try:
         return pwd.getpwuid(uid).pw_name

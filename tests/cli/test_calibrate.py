@@ -16,13 +16,13 @@ import pytest
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.calibrate.booking import Occupant
 from ecolaunch.calibrate.plan import Settings, choose_gpus
-from ecolaunch.cli.context import open_gpus
+from ecolaunch.runtime import open_gpus
 from ecolaunch.config import Environment
 from ecolaunch.errors import ConfigError
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
-from ecolaunch.policy.calibration_data import calibration_samples
+from ecolaunch.learn.calibration_data import calibration_samples
 from ecolaunch.state.graph import GpuNode
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
@@ -183,9 +183,9 @@ IMPORTS = """
 from click.testing import CliRunner
 from ecolaunch.cli.calibrate_cmd import calibrate
 import ecolaunch.calibrate.run, ecolaunch.calibrate.plan, ecolaunch.calibrate.booking, ecolaunch.calibrate.results
-import ecolaunch.cli.context
+import ecolaunch.runtime
 import ecolaunch.launch.caps, ecolaunch.launch.session, ecolaunch.policy.baselines, ecolaunch.state.store
-import ecolaunch.state.reconcile, ecolaunch.devices.select, ecolaunch.sim.fitted, ecolaunch.admin.agent
+import ecolaunch.state.reconcile, ecolaunch.devices.select, ecolaunch.sim.reading, ecolaunch.admin.agent
 ecolaunch.policy.baselines.ExclusivePolicy()
 """
 

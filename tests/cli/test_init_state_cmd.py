@@ -82,7 +82,7 @@ def test_a_member_may_not_run_it() -> None:
             """, {"d": str(d), "group": GROUP}, imports="""
             from click.testing import CliRunner
             from ecolaunch.cli.init_state_cmd import init_state
-            import ecolaunch.cli.context, ecolaunch.state.layout, ecolaunch.admin.rules, grp
+            import ecolaunch.runtime, ecolaunch.state.layout, ecolaunch.admin.rules, grp
             """))
         assert out == [1, "Error: init-state must run as root: it gives the shared directories to root\n"
                           f"HINT: sudo ecolaunch init-state --group {GROUP}\n"]

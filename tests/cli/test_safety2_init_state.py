@@ -261,9 +261,9 @@ except SystemExit as e:
 """
 LAUNCH_IMPORTS = """
 import ecolaunch.cli.main, ecolaunch.cli.launch_cmd, ecolaunch.launch.pipeline, ecolaunch.launch.torchrun
-import ecolaunch.cli.context, ecolaunch.sim.fitted, ecolaunch.devices.select, ecolaunch.policy.curve
+import ecolaunch.runtime, ecolaunch.sim.reading, ecolaunch.devices.select, ecolaunch.policy.curve
 import ecolaunch.launch.caps, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.launch.observe
-import ecolaunch.policy.baselines, ecolaunch.policy.gnn, ecolaunch.admin.rules, ecolaunch.launch.argv
+import ecolaunch.policy.registry, ecolaunch.policy.gnn, ecolaunch.admin.rules, ecolaunch.launch.argv
 import torch.distributed.run
 """
 

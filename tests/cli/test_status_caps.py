@@ -11,7 +11,7 @@ import pytest
 
 from ecolaunch.admin.caps import CapKeeper
 from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
-from ecolaunch.cli.context import open_gpus, resolve
+from ecolaunch.runtime import open_gpus, resolve
 from ecolaunch.cli.status_cmd import _render
 from ecolaunch.launch.caps import orphaned_caps
 from ecolaunch.state.graph import Job, JobState, StateGraph

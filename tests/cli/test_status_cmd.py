@@ -21,7 +21,7 @@ def _env(state_dir: Path) -> dict[str, str]:
 @pytest.fixture
 def lagging_gpu_1(monkeypatch: pytest.MonkeyPatch):
     """Simulated GPUs whose GPU 1 is set to 250 W while 400 W is still in force (the idle H200's lag)."""
-    import ecolaunch.cli.context as context
+    import ecolaunch.runtime as context
 
     real_open = context.open_gpus
 

@@ -13,7 +13,7 @@ from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.profile.history import History, Profile, fingerprint
 from ecolaunch.profile.powercap import CapPoint
-from ecolaunch.cli.context import current_user
+from ecolaunch.runtime import current_user
 from tests.conftest import BIN, REPO, ecolaunch_cmd
 
 SLEEPER = str(BIN / "sleeper.py")

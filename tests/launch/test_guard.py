@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
-from ecolaunch.cli.context import open_gpus, resolve
+from ecolaunch.runtime import open_gpus, resolve
 from tests.conftest import BIN, REPO, ecolaunch_cmd
 
 STEPPER = str(BIN / "stepper.py")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.rules import parse_rules
-from ecolaunch.cli.context import open_gpus, resolve
+from ecolaunch.runtime import open_gpus, resolve
 from ecolaunch.launch import pipeline
 from ecolaunch.launch.session import Launcher, Session
 from ecolaunch.policy.base import JobRequest

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.interpreter import helper_argv, helper_env, settings_argv, unsafe_paths
-from ecolaunch.cli.context import open_gpus, resolve
+from ecolaunch.runtime import open_gpus, resolve
 from tests.conftest import BIN, REPO
 from tests.multiuser import GID, MALLORY, remove, require_root, run_as, shared_dir
 

@@ -25,14 +25,14 @@ HOST = "lab1"
 WARM = """
 import tempfile
 from ecolaunch.admin.rules import parse_rules
-from ecolaunch.cli.context import current_groups, current_user
+from ecolaunch.runtime import current_groups, current_user
 from ecolaunch.clock import VirtualClock
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.errors import NeverFits
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.policy.baselines import get_policy
+from ecolaunch.policy.registry import get_policy
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
 SPEC = parse_spec("4xA100-SXM4-80GB", hostname="lab1").hosts[0]

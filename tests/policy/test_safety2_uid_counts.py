@@ -20,7 +20,7 @@ from tests.conftest import BIN, clean_env, ecolaunch_cmd
 from tests.multiuser import ALICE, GID, MALLORY, last_json, remove, require_root, run_as, shared_dir, start_as
 
 SPEC = "4xA100-SXM4-80GB"
-ALICE_NAME = str(ALICE)  # a uid without an account is named by its number (cli.context.current_user)
+ALICE_NAME = str(ALICE)  # a uid without an account is named by its number (runtime.current_user)
 
 IMPORTS = """
 from ecolaunch.admin.rules import parse_rules
@@ -150,9 +150,9 @@ except SystemExit as e:
 """
 CLI_IMPORTS = """
 import ecolaunch.cli.main, ecolaunch.cli.launch_cmd, ecolaunch.launch.pipeline, ecolaunch.launch.torchrun
-import ecolaunch.cli.context, ecolaunch.sim.fitted, ecolaunch.devices.select, ecolaunch.policy.curve
+import ecolaunch.runtime, ecolaunch.sim.reading, ecolaunch.devices.select, ecolaunch.policy.curve
 import ecolaunch.launch.caps, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.launch.observe
-import ecolaunch.policy.baselines, ecolaunch.policy.gnn, ecolaunch.admin.rules, ecolaunch.launch.argv
+import ecolaunch.policy.registry, ecolaunch.policy.gnn, ecolaunch.admin.rules, ecolaunch.launch.argv
 import torch.distributed.run
 """
 

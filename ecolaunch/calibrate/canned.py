@@ -17,7 +17,7 @@ ecolaunch profiles it like any instrumented training script.
 
 Command line (one worker; under ``torchrun`` or ``ecolaunch`` as the script, or plain ``python``)::
 
-    python -m ecolaunch.workloads mm|bw|mlp --steps N --warmup K --result FILE [--device auto|cuda|cpu]
+    python -m ecolaunch.calibrate.canned mm|bw|mlp --steps N --warmup K --result FILE [--device auto|cuda|cpu]
 
 It runs ``N`` iterations and measures the last ``N - K`` inside the loop: wall time per iteration, and the GPU's
 energy over them from its energy counter, read through the same backend selection as the launcher
@@ -47,6 +47,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ecolaunch.errors import EcolaunchError
+from ecolaunch.profile import hooks
+from ecolaunch.runtime import open_gpus, resolve
 
 __all__ = ["NAMES", "STAND_IN_LOADS", "GpuMeter", "Workload", "build", "main", "measure", "open_meter", "run_for"]
 
@@ -197,9 +201,6 @@ def open_meter(device: str, workload: str | None = None, env: dict[str, str] | N
     workload of a pair, ``ecolaunch calibrate``); ``False`` never. The iteration time of the CPU stand-in does not
     answer caps.
     """
-    from ecolaunch.cli.context import open_gpus, resolve
-    from ecolaunch.errors import EcolaunchError
-
     env = dict(os.environ) if env is None else env
     try:
         environment, _ = resolve(env)
@@ -299,7 +300,7 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ecolaunch.workloads", description="Run one canned workload.")
+    p = argparse.ArgumentParser(prog="python -m ecolaunch.calibrate.canned", description="Run one canned workload.")
     p.add_argument("workload", choices=NAMES)
     p.add_argument("--steps", type=int, default=100, help="iterations in all (default 100)")
     p.add_argument("--warmup", type=int, default=10, help="iterations before the timed ones (default 10)")
@@ -313,16 +314,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.steps < 1 or not 0 <= args.warmup < args.steps:
         _parser().error(f"need --steps >= 1 and 0 <= --warmup < --steps (got {args.steps}, {args.warmup})")
-    import ecolaunch
-
     workload = build(args.workload, args.device)
     meter = open_meter(workload.device, workload.name)
-    figures = measure(workload, args.steps, args.warmup, meter.energy_j if meter.backend else None, ecolaunch.step)
+    figures = measure(workload, args.steps, args.warmup, meter.energy_j if meter.backend else None, hooks.step)
     if args.result is not None and os.environ.get("RANK", "0") == "0":
         _write_json(args.result, {
             "workload": workload.name, "what": workload.what, "device": workload.device, "gpu_uuid": meter.uuid,
             "energy_source": meter.kind, "energy_error": meter.error, "stand_in_load": meter.stand_in,
-            "steps": args.steps, "warmup": args.warmup, "profiling": ecolaunch.is_profiling(), **figures,
+            "steps": args.steps, "warmup": args.warmup, "profiling": hooks.is_profiling(), **figures,
         })
     return 0
 

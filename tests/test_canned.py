@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ecolaunch import workloads
-from ecolaunch.workloads import NAMES, Workload, build, measure, run_for
+from ecolaunch.calibrate import canned
+from ecolaunch.calibrate.canned import NAMES, Workload, build, measure, run_for
 
 SPEC = "4xA100-SXM4-80GB"
 
@@ -66,7 +66,7 @@ def test_cli_on_simulated_gpus_measures_the_stand_in_load(tmp_path: Path, monkey
     monkeypatch.setenv("ECOLAUNCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("ECOLAUNCH_POLICY", "")
     out = tmp_path / "r.json"
-    assert workloads.main(["mm", "--steps", "40", "--warmup", "5", "--result", str(out), "--device", "cpu"]) == 0
+    assert canned.main(["mm", "--steps", "40", "--warmup", "5", "--result", str(out), "--device", "cpu"]) == 0
     doc = json.loads(out.read_text())
     assert (doc["workload"], doc["device"], doc["energy_source"], doc["energy_error"]) == ("mm", "cpu", "simulated", None)
     assert doc["gpu_uuid"].startswith("GPU-") and doc["stand_in_load"] is True
@@ -82,7 +82,7 @@ def test_cli_without_a_backend_says_why_and_still_times(tmp_path: Path, monkeypa
     monkeypatch.setenv("ECOLAUNCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("ECOLAUNCH_POLICY", "")
     out = tmp_path / "r.json"
-    assert workloads.main(["bw", "--steps", "2", "--warmup", "1", "--result", str(out), "--device", "cpu"]) == 0
+    assert canned.main(["bw", "--steps", "2", "--warmup", "1", "--result", str(out), "--device", "cpu"]) == 0
     doc = json.loads(out.read_text())
     assert doc["energy_source"] is None and doc["energy_j"] is None
     assert "NoSuchGpu" in doc["energy_error"]
@@ -92,7 +92,7 @@ def test_cli_without_a_backend_says_why_and_still_times(tmp_path: Path, monkeypa
 @pytest.mark.parametrize("argv", [["mm", "--steps", "0"], ["mm", "--steps", "3", "--warmup", "3"], ["gemm"]])
 def test_bad_arguments_exit_2(argv) -> None:
     with pytest.raises(SystemExit) as info:
-        workloads.main(argv)
+        canned.main(argv)
     assert info.value.code == 2
 
 
@@ -107,4 +107,4 @@ def test_bad_arguments_exit_2(argv) -> None:
 def test_the_gpu_of_a_cpu_stand_in(visible, local_rank, expected) -> None:
     gpus = [SimpleNamespace(uuid="GPU-aaaa", index=0), SimpleNamespace(uuid="GPU-bbbb", index=1)]
     env = {"LOCAL_RANK": local_rank, **({"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {})}
-    assert workloads._device_uuid("cpu", env, gpus) == expected
+    assert canned._device_uuid("cpu", env, gpus) == expected

@@ -1,4 +1,11 @@
-"""What every command resolves first: the environment, the admin policy, and the state directory it implies."""
+"""The runtime wiring every process does first: the environment, the admin policy and the state directory it
+implies (:func:`resolve`), the GPU backend (:func:`open_gpus`), and who is asking (:func:`current_user`,
+:func:`current_groups`).
+
+Its own layer, above ``launch`` and ``sim`` and below ``calibrate``: the CLI, the canned workloads of
+``calibrate`` and ``benchmarks/gpu_check.py`` open GPUs through it, and simulated GPUs answer through the
+simulator's measured models (:func:`ecolaunch.sim.reading.measured_reading`), which ``devices`` may not import.
+"""
 
 from __future__ import annotations
 
@@ -25,10 +32,10 @@ def resolve(env: Mapping[str, str] | None = None) -> tuple[Environment, Rules]:
 def open_gpus(environment: Environment):
     """The GPU backend for this environment: NVML, or simulated GPUs that answer through the simulator's
     measured models (raises DriverNotFound when neither is available)."""
-    from ecolaunch.devices.select import open_backend
+    from ecolaunch.devices.select import open_backend  # not at import: status and the hooks stay light (pynvml)
 
     if environment.simulate:
-        from ecolaunch.sim.fitted import measured_reading
+        from ecolaunch.sim.reading import measured_reading  # only for simulated GPUs: the simulator loads numpy
 
         return open_backend(environment.simulate, environment.state_dir, reading=measured_reading)
     return open_backend(None, environment.state_dir)
@@ -52,23 +59,3 @@ def current_groups() -> tuple[str, ...]:
         except KeyError:
             names.append(str(gid))
     return tuple(names)
-
-
-def stderr_logging(prefix: str, verbose: bool):
-    """Send ecolaunch's log to stderr as ``<prefix>: LEVEL message`` (WARNING, or INFO with ``verbose``); returns the
-    function that puts the previous setup back (the long-running commands: agent, calibrate)."""
-    import logging
-    import sys
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{prefix}: %(levelname)s %(message)s"))
-    root = logging.getLogger("ecolaunch")
-    saved = (root.handlers[:], root.level, root.propagate)
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO if verbose else logging.WARNING)
-    root.propagate = False
-
-    def restore() -> None:
-        root.handlers[:], root.level, root.propagate = saved[0], saved[1], saved[2]
-
-    return restore
