@@ -17,9 +17,9 @@ hardware settings:
 * on a GPU shared with a job that wants no cap there, a job's cap counts only if that job was placed after it,
   knowing it was there: a newcomer, or a job file that merely claims a colleague's GPU, never caps it;
 * on a shared GPU, a cap below what a co-runner's bound allows (its floor: by its own curve, else the floor of a job
-  without a curve, :func:`~ecolaunch.policy.budget.job_floor_w`) is refused, whenever it was written;
+  without a curve, :func:`~ecolaunch.admin.budget.job_floor_w`) is refused, whenever it was written;
 * under a power budget (``[power] max_total_w``) what a keeper applies keeps the sum within it: the budget caps are
-  computed here from the validated job files (:func:`~ecolaunch.policy.budget.budget_ceilings`, never the copy in
+  computed here from the validated job files (:func:`~ecolaunch.admin.budget.budget_ceilings`, never the copy in
   ``state.json``, which every member may write), every wish is held under its GPU's ceiling, a budgeted GPU
   without a wish is brought down to its ceiling, and if the floors still do not fit (a job file changed under the
   budget), the most recently started launchers' GPUs go down toward the admin's minimum until the sum fits;
@@ -50,7 +50,7 @@ from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu, may_use_g
 from ecolaunch.admin.safety import identity_of_uid, require_launcher_privilege
 from ecolaunch.devices.base import GpuBackend, GpuSnapshot
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
-from ecolaunch.policy.budget import budget_ceilings, job_floor_w
+from ecolaunch.admin.budget import budget_ceilings, job_floor_w
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
 from ecolaunch.state.store import StateStore, atomic_write_bytes
@@ -172,7 +172,7 @@ def _slows_a_co_runner(job: Job, uuid: str, watts: float, gpu: GpuSnapshot, rule
     """Why ``watts`` on a shared GPU would slow another job there past its bound, or None.
 
     A co-runner's floor is the lowest cap its own curve keeps within its bound, else the floor of a job without a
-    curve (:func:`~ecolaunch.policy.budget.job_floor_w`), on all of its GPUs (one cap per job). A co-runner that
+    curve (:func:`~ecolaunch.admin.budget.job_floor_w`), on all of its GPUs (one cap per job). A co-runner that
     itself wants a cap at or below ``watts`` there is not slowed by it (the highest wish wins).
     """
     clipped, _ = clip_cap_w(rules, gpu, watts)
@@ -204,7 +204,7 @@ def hold_to_budget(graph: StateGraph, host: str, gpus: Sequence[GpuSnapshot], ru
     Every wish is held under its GPU's ceiling, computed from the validated job files (never ``state.json``'s
     copy). With ``enforce`` (the agent, which is there to restore what it sets): a budgeted GPU without a wish whose
     limit as found (``found_w``: its original, or its limit now) is above its ceiling is brought down to it, and if
-    the sum, counted as :mod:`ecolaunch.policy.budget` counts it, is still over the budget (floors that no longer
+    the sum, counted as :mod:`ecolaunch.admin.budget` counts it, is still over the budget (floors that no longer
     fit: a job file changed under the budget), the GPUs of the most recently started launchers go down toward the
     admin's minimum until it fits.
     """

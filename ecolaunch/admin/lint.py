@@ -11,7 +11,7 @@ serve several machines — so these are warnings, never errors.
 :func:`check_power_budget` is an error (``policy check`` exits 1): a ``[power] max_total_w`` below what this host
 needs to run a single job (the sum of its boards' minimum power limits, plus what a ``[caps]`` lower bound adds
 for the GPU the job gets), or above what its boards can draw (the sum of their maximum limits). Both sums count a
-GPU without a job at its minimum limit, as the budget itself does (:mod:`ecolaunch.policy.budget`).
+GPU without a job at its minimum limit, as the budget itself does (:mod:`ecolaunch.admin.budget`).
 
 Validation proper lives in :mod:`ecolaunch.admin.schema`; nothing here reads a file or opens a device (the caller
 passes the GPUs in).

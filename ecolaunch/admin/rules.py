@@ -3,7 +3,8 @@
 What lives here: :class:`Rules` (defaults = behaviour without a policy file), :func:`load_rules` /
 :func:`parse_rules` (TOML file or text → rules + the source of each value), and the helpers that apply
 the policy over a user's request: :func:`clip_slowdown`, :func:`effective_slowdown_pct`,
-:func:`cap_bounds_w`, :func:`may_use_gpu`, :func:`user_gpu_limit`. Key checking and line finding live in
+:func:`cap_bounds_w`, :func:`job_cap_bounds` (one job's GPUs together), :func:`profiler_settings`,
+:func:`may_use_gpu`, :func:`user_gpu_limit`. Key checking and line finding live in
 :mod:`ecolaunch.admin.schema`; what the policy *means* for a placement is applied by ``ecolaunch.policy``.
 
 The policy file (default ``/etc/ecolaunch/policy.toml``, or ``$ECOLAUNCH_POLICY``) is TOML. Every table
@@ -19,7 +20,7 @@ commented example::
                                 # 1 = the least energy per unit of work within the bound (the objective
                                 # of every cap choice: first run, repeat run, closed loop, simulator);
                                 # below 1, Zeus's cost eta*E + (1-eta)*P_max*T, on every path alike
-    [power]                     # a power budget for the whole host (ecolaunch.policy.budget)
+    [power]                     # a power budget for the whole host (ecolaunch.admin.budget)
     max_total_w = 1200.0        # watts, 1-1e6: bounds the sum over the host's GPUs of    default: none
                                 #   their power limits, a GPU without a job counted at its minimum limit.
                                 #   New and running jobs' caps are chosen together to meet it (a running
@@ -68,7 +69,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,7 @@ from typing import Any
 from ecolaunch.admin.schema import ANY_USER, CAP_KEYS, normalize_model, validate
 from ecolaunch.config import DEFAULT_POLICY_FILE, ENV_ALLOWED_SLOWDOWN, ENV_POLICY_FILE
 from ecolaunch.errors import ConfigError, DeviceError
+from ecolaunch.profile.modes import ProfilerSettings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,10 +91,12 @@ __all__ = [
     "cap_bounds_w",
     "clip_slowdown",
     "effective_slowdown_pct",
+    "job_cap_bounds",
     "load_rules",
     "may_manage_gpu",
     "may_use_gpu",
     "parse_rules",
+    "profiler_settings",
     "user_gpu_limit",
 ]
 
@@ -167,7 +171,7 @@ class Rules:
     #: GPUs (NVML index as a string, or UUID) whose power caps ecolaunch may change (None: every GPU of the host)
     agent_gpus: tuple[str, ...] | None = None
     #: the host's power budget (W): the sum of its GPUs' power limits, a GPU without a job counted at its minimum
-    #: limit (:mod:`ecolaunch.policy.budget`); None: no budget
+    #: limit (:mod:`ecolaunch.admin.budget`); None: no budget
     power_max_total_w: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -313,12 +317,40 @@ def cap_bounds_w(
     return bounds.resolve_w(float(board_min_w), float(board_max_w))
 
 
+def job_cap_bounds(rules: Rules, gpus: Sequence[Any]) -> tuple[float, float] | None:
+    """The caps (W) every one of the job's GPUs may run at under the admin policy; None if there are none.
+
+    One cap for the whole job (data-parallel ranks wait for the slowest GPU), so the bounds intersect.
+    """
+    lo, hi = 0.0, math.inf
+    for g in gpus:
+        if g.power_limit_min_w is None or g.power_limit_max_w is None:
+            return None
+        a, b = cap_bounds_w(rules, g.name, g.index, g.power_limit_min_w, g.power_limit_max_w)
+        lo, hi = max(lo, a), min(hi, b)
+    return (lo, hi) if gpus and lo <= hi else None
+
+
+def profiler_settings(rules: Rules, **overrides: object) -> ProfilerSettings:
+    """How long to profile: the defaults (or ``overrides``) within the admin's ``[profiling]`` budget."""
+    s = ProfilerSettings(**overrides)  # type: ignore[arg-type]
+    caps = s.max_caps if rules.profiling_max_caps is None else min(s.max_caps, rules.profiling_max_caps)
+    iters = _min_opt(s.max_iterations, rules.profiling_max_iterations)
+    secs = _min_opt(s.max_time_s, rules.profiling_max_time_s)
+    return ProfilerSettings(s.warmup_iters, s.settle_iters, s.measured_iters, caps, s.uninstrumented_after_s,
+                            s.window_warmup_s, s.window_measure_s, iters, secs)
+
+
+def _min_opt(a, b):
+    return b if a is None else a if b is None else min(a, b)
+
+
 def budget_range_w(gpus: Iterable[Any]) -> tuple[float, float, int]:
     """What a power budget is measured against on a host with ``gpus`` (snapshots or GpuNodes): the sum of the
     boards' minimum power limits (every GPU idle, or capped as low as its board allows), the sum of their maximum
     limits (what the boards can draw), and how many GPUs report no usable limit range (left out of both sums).
 
-    A GPU without a job counts at its minimum limit (see :mod:`ecolaunch.policy.budget`), so a budget below the
+    A GPU without a job counts at its minimum limit (see :mod:`ecolaunch.admin.budget`), so a budget below the
     first sum could never be met, and one above the second never binds.
     """
     lo = hi = 0.0

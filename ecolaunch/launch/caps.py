@@ -17,8 +17,8 @@ profiler (the caps it measures at) and the run observer's closed loop (the caps 
 4. **restored** at release (:meth:`JobCaps.release`): the job's file is gone, so one more keeper pass gives every
    GPU no live job wants capped its original back; then the guard is told it is done.
 
-**Under a power budget** (``[power] max_total_w``, :mod:`ecolaunch.policy.budget`) every GPU of the job has a budget
-ceiling, derived from the state graph (:func:`~ecolaunch.policy.budget.budget_ceilings`): its budget cap, plus a
+**Under a power budget** (``[power] max_total_w``, :mod:`ecolaunch.admin.budget`) every GPU of the job has a budget
+ceiling, derived from the state graph (:func:`~ecolaunch.admin.budget.budget_ceilings`): its budget cap, plus a
 share of what the budget leaves over. The job's *target* on a GPU is what its placement wanted before the budget,
 then whatever the profiler or the closed loop last asked (:meth:`JobCaps.set_cap`); its recorded wish is the target
 held under the ceiling (clipped to the policy's bounds as any cap). A follower thread looks at the graph every
@@ -29,7 +29,7 @@ its workers never start before the watts they need were freed. The ceilings are 
 files on each look, never read from ``state.json`` (every member of the lab may write it); and a ceiling is never
 followed below the job's own floor (the lowest cap its curve keeps within its bound, or, for a job without a curve,
 the admin's minimum and no less than a fixed share of the board's default limit:
-:func:`~ecolaunch.policy.budget.job_floor_w`).
+:func:`~ecolaunch.admin.budget.job_floor_w`).
 
 A root launcher without an agent applies, through its keeper, only root's own jobs' caps (its own included), never a
 member's: it would not be there to restore it when that job ends (:class:`~ecolaunch.admin.caps.CapKeeper`).
@@ -51,7 +51,7 @@ from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.errors import EcolaunchError, PermissionDenied, StateError
 from ecolaunch.launch.guard import Guard, start_guard
 from ecolaunch.launch.session import Placement, Session
-from ecolaunch.policy.budget import budget_ceilings, job_floor_w
+from ecolaunch.admin.budget import budget_ceilings, job_floor_w
 
 logger = logging.getLogger(__name__)
 

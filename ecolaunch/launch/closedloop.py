@@ -8,7 +8,7 @@ iterations before that ran under the old cap and are not counted for either. The
 (``ecolaunch.launch.observe``) owns one per run; nothing here prints.
 
 **A cap held lower by someone else** — a power budget's ceiling (``[power] max_total_w``: a job arrived, and the
-budget lowered this one, see :mod:`ecolaunch.policy.budget`), or an admin: while the ceiling (``ceiling_w()``, the
+budget lowered this one, see :mod:`ecolaunch.admin.budget`), or an admin: while the ceiling (``ceiling_w()``, the
 job's :meth:`~ecolaunch.launch.caps.JobCaps.ceiling_w`), or else the GPUs' readings, show a limit below the
 controller's cap, the loop pauses: those iterations ran under a cap it did not choose, and counting them for its
 own cap would corrupt the curve it learns. It resumes once the limit is back at its cap (the budget raised the

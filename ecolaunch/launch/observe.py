@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ecolaunch.admin.rules import Rules
+from ecolaunch.admin.rules import Rules, job_cap_bounds, profiler_settings
 from ecolaunch.clock import Clock
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import ConfigError, EcolaunchError
@@ -40,7 +40,7 @@ from ecolaunch.profile import channel
 from ecolaunch.profile.control import CapController, ControlSettings
 from ecolaunch.profile.energy import attribute, demand_weight, intervals_from_samples
 from ecolaunch.profile.history import History, JobRecord, Profile, launch_hints
-from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, job_cap_bounds, pre_run_env
+from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, pre_run_env
 from ecolaunch.profile.powercap import CapPoint, merge_points
 from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult, check_early
 from ecolaunch.profile.sampler import DEFAULT_INTERVAL_S, Sampler, downsample
@@ -148,7 +148,7 @@ class RunObserver:
         self._set_cap = None if set_cap is None else self._set  # every change goes through _set
         self.caps_changed = False  # whether this observer changed any cap (the launcher restores on release)
         self.profile = profile
-        self.settings = settings or ProfilerSettings.from_rules(rules)
+        self.settings = settings or profiler_settings(rules)
         self._poll_s, self._background, self._on_done = poll_s, background, on_profile_done
         self._profiling_energy_j = profiling_energy_j
         self._idle_given = dict(idle_power_w or {})

@@ -12,9 +12,9 @@ allows) fails before it is queued (:class:`~ecolaunch.errors.NeverFits`), and a 
 leaves no job file behind, even when its job vanished from the graph.
 
 Under a power budget (``[power] max_total_w``) the same transactions keep the budget's caps in the graph
-(``StateGraph.budget_caps_w``, :mod:`ecolaunch.policy.budget`): a placement books the caps its decision chose for
+(``StateGraph.budget_caps_w``, :mod:`ecolaunch.admin.budget`): a placement books the caps its decision chose for
 its own GPUs and for running jobs (``Decision.recaps_w``); a release, and a reconcile that released dead launchers'
-jobs, allocate the budget afresh among the jobs left (:func:`~ecolaunch.policy.budget.rebalance`), so caps lowered
+jobs, allocate the budget afresh among the jobs left (:func:`~ecolaunch.admin.budget.rebalance`), so caps lowered
 for a job that left come back up. The running launchers apply them (``ecolaunch.launch.caps.JobCaps``).
 
 This module decides nothing itself (the policy does) and prints nothing (the CLI does, through ``on_wait``).
@@ -35,7 +35,8 @@ from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import NeverFits, NoPlacement, PermissionDenied, StateError, WaitTimeout
 from ecolaunch.policy.admission import admit, unadmitted_bookings
 from ecolaunch.policy.base import Decision, JobRequest, Policy
-from ecolaunch.policy.budget import book_budget, rebalance
+from ecolaunch.admin.budget import rebalance
+from ecolaunch.policy.budget import book_budget
 from ecolaunch.policy.candidates import eligible_gpus
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile

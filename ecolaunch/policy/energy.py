@@ -49,11 +49,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ecolaunch.admin.rules import Rules
+from ecolaunch.admin.rules import Rules, job_cap_bounds
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import best_set, eligible_gpus, worst_link
-from ecolaunch.profile.modes import job_cap_bounds
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, CapChoice, job_cap_choice
 from ecolaunch.profile.powercap import CapPoint, as_cap_points
 from ecolaunch.state.graph import GpuNode, StateGraph
@@ -343,7 +342,7 @@ class EnergyAwarePolicy:
             reasons.append(best.why_cap)
         alternatives = []
         # the alternatives a user can weigh: other GPU sets (with their own caps), and sharing
-        for c, x, cand, _, s in scored[1:4]:
+        for c, x, cand, _, _s in scored[1:4]:
             alternatives.append({
                 "gpus": list(cand.gpus),
                 "power_caps_w": dict(zip(cand.gpus, cand.caps_w)),

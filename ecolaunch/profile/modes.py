@@ -1,9 +1,9 @@
 """When to profile: ``--profile auto|pre|inline|off`` resolved against the job's history.
 
 What lives here: :class:`ProfileMode` (what the user asks), :class:`ProfileAction` (what the launcher does),
-:class:`ProfilePlan`, :func:`parse_mode`, :func:`resolve_mode`, how long profiling lasts
-(:class:`ProfilerSettings`: defaults within the admin's ``[profiling]`` budget), within which caps
-(:func:`job_cap_bounds`), and the environment of a pre-launch profiling run (:func:`pre_run_env`).
+:class:`ProfilePlan`, :func:`parse_mode`, :func:`resolve_mode`, how long profiling lasts (:class:`ProfilerSettings`;
+the admin's ``[profiling]`` budget bounds them: :func:`ecolaunch.admin.rules.profiler_settings`), and the
+environment of a pre-launch profiling run (:func:`pre_run_env`).
 
 **Actions.**
 
@@ -41,10 +41,6 @@ from ecolaunch.profile.channel import ENV_PROFILE_STEPS, ENV_PROFILING
 from ecolaunch.profile.powercap import DEFAULT_MEASURED_ITERS_PER_CAP, DEFAULT_WARMUP_ITERS_PER_CAP
 
 if TYPE_CHECKING:  # kept out of the import: the launch's argument parser imports this module
-    from collections.abc import Sequence
-
-    from ecolaunch.admin.rules import Rules
-    from ecolaunch.devices.base import GpuSnapshot
     from ecolaunch.profile.history import Profile, ProfileEntry
 
 DEFAULT_MODE = "auto"
@@ -147,39 +143,9 @@ class ProfilerSettings:
         if self.max_iterations is not None and (isinstance(self.max_iterations, bool) or self.max_iterations < 0):
             raise ConfigError(f"profiling max_iterations must be >= 0, got {self.max_iterations!r}")
 
-    @classmethod
-    def from_rules(cls, rules: Rules, **overrides: object) -> ProfilerSettings:
-        """Defaults (or ``overrides``) within the admin's ``[profiling]`` budget."""
-        s = cls(**overrides)  # type: ignore[arg-type]
-        caps = s.max_caps if rules.profiling_max_caps is None else min(s.max_caps, rules.profiling_max_caps)
-        iters = _min_opt(s.max_iterations, rules.profiling_max_iterations)
-        secs = _min_opt(s.max_time_s, rules.profiling_max_time_s)
-        return cls(s.warmup_iters, s.settle_iters, s.measured_iters, caps, s.uninstrumented_after_s,
-                   s.window_warmup_s, s.window_measure_s, iters, secs)
-
     def planned_steps(self) -> int:
         """Step marks a full instrumented profile needs (the first stamp opens the first iteration)."""
         return 1 + self.warmup_iters + self.measured_iters + max(0, self.max_caps - 1) * (self.settle_iters + self.measured_iters)
-
-
-def _min_opt(a, b):
-    return b if a is None else a if b is None else min(a, b)
-
-
-def job_cap_bounds(rules: Rules, gpus: Sequence[GpuSnapshot]) -> tuple[float, float] | None:
-    """The caps (W) every one of the job's GPUs may run at under the admin policy; None if there are none.
-
-    One cap for the whole job (data-parallel ranks wait for the slowest GPU), so the bounds intersect.
-    """
-    from ecolaunch.admin.rules import cap_bounds_w  # not at import: the argument parser imports this module
-
-    lo, hi = 0.0, math.inf
-    for g in gpus:
-        if g.power_limit_min_w is None or g.power_limit_max_w is None:
-            return None
-        a, b = cap_bounds_w(rules, g.name, g.index, g.power_limit_min_w, g.power_limit_max_w)
-        lo, hi = max(lo, a), min(hi, b)
-    return (lo, hi) if gpus and lo <= hi else None
 
 
 def pre_run_steps(settings: ProfilerSettings) -> int:

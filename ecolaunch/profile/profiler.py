@@ -92,7 +92,7 @@ class Profiler:
         gpu_uuids: the job's GPUs.
         readings: the sampler (windows of power, utilization, memory per GPU).
         clock: the same clock as the step stamps and the sampler.
-        bounds_w: ``(min, max)`` caps allowed for the job (:func:`~ecolaunch.profile.modes.job_cap_bounds`);
+        bounds_w: ``(min, max)`` caps allowed for the job (:func:`~ecolaunch.admin.rules.job_cap_bounds`);
             None: never set caps.
         found_caps_w: each GPU's cap before profiling (restored on DONE).
         set_cap: ``set_cap(uuid, watts)``; None (no privilege): measure at the found caps only.

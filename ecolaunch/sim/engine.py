@@ -405,7 +405,7 @@ class Simulation:
         caps = [decision.power_caps_w.get(u) for u in decision.gpus]
         cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct, board)
         if self.rules.power_max_total_w is not None:  # the closed loop never moves past the budget's ceiling
-            from ecolaunch.policy.budget import budget_ceilings
+            from ecolaunch.admin.budget import budget_ceilings
 
             ceiling = min((budget_ceilings(self.graph, self.rules).get(u, math.inf) for u in decision.gpus),
                           default=math.inf)
@@ -446,7 +446,7 @@ class Simulation:
         comes down to it. Returns the GPUs whose cap changed."""
         if self.rules.power_max_total_w is None:
             return set()
-        from ecolaunch.policy.budget import budget_ceilings
+        from ecolaunch.admin.budget import budget_ceilings
 
         lower = {}
         for u, ceiling in budget_ceilings(self.graph, self.rules).items():

@@ -13,11 +13,10 @@ import functools
 import json
 from collections.abc import Sequence
 
-from ecolaunch.admin.rules import Rules
+from ecolaunch.admin.rules import Rules, job_cap_bounds
 from ecolaunch.devices.catalogue import GpuModel, lookup
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome, knows_power
-from ecolaunch.profile.modes import job_cap_bounds
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT
 from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.sim.models import JobProfile, as_profile

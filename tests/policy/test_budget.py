@@ -8,9 +8,10 @@ import pytest
 
 from ecolaunch.admin.rules import Rules, parse_rules
 from ecolaunch.policy.base import Decision, JobRequest
-from ecolaunch.policy.baselines import get_policy, policy_names
-from ecolaunch.policy.budget import (GRID_W, BudgetedPolicy, GpuDemand, allocate, book_budget, budget_ceilings,
-                                     budgeted_gpus, host_demands, rebalance)
+from ecolaunch.admin.budget import (GRID_W, GpuDemand, allocate, budget_ceilings, budgeted_gpus, host_demands,
+                                    rebalance)
+from ecolaunch.policy.budget import BudgetedPolicy, book_budget
+from ecolaunch.policy.registry import get_policy, policy_names
 from ecolaunch.profile.capchoice import cap_margin_pct
 from ecolaunch.profile.powercap import as_cap_points, fit_cap_model
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph

@@ -9,10 +9,9 @@ import random
 
 import pytest
 
-from ecolaunch.admin.rules import Rules
+from ecolaunch.admin.rules import Rules, job_cap_bounds
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.gnn import gnn_policy
-from ecolaunch.profile.modes import job_cap_bounds
 from ecolaunch.profile.profiler import Profiler
 from ecolaunch.profile.sampler import Sampler
 from ecolaunch.state.graph import GpuNode, Host, StateGraph

@@ -8,11 +8,11 @@ import logging
 
 import pytest
 
-from ecolaunch.admin.rules import CapBounds, Rules
+from ecolaunch.admin.rules import CapBounds, Rules, job_cap_bounds, profiler_settings
 from ecolaunch.devices.base import GpuSnapshot
 from ecolaunch.errors import ConfigError, PermissionDenied
 from ecolaunch.profile.history import Profile
-from ecolaunch.profile.modes import ProfilerSettings, job_cap_bounds
+from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.profiler import Phase, Profiler, check_early
 from ecolaunch.profile.sampler import Sampler
 from tests.profile.conftest import SyntheticJob, iter_time_at
@@ -215,7 +215,7 @@ def test_final_update_with_nothing_measured(backend, vclock) -> None:
 
 def test_settings_validation_and_rules() -> None:
     rules = Rules(profiling_max_caps=2, profiling_max_iterations=40, profiling_max_time_s=60.0)
-    s = ProfilerSettings.from_rules(rules, max_caps=3, max_iterations=100)
+    s = profiler_settings(rules, max_caps=3, max_iterations=100)
     assert (s.max_caps, s.max_iterations, s.max_time_s) == (2, 40, 60.0)
     assert ProfilerSettings().planned_steps() == 1 + 10 + 15 + 2 * (5 + 15)
     for bad in [dict(warmup_iters=-1), dict(measured_iters=0), dict(window_measure_s=0.0), dict(max_time_s=-1.0),

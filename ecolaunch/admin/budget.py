@@ -1,0 +1,449 @@
+"""The host's power budget (``[power] max_total_w``): the arithmetic that chooses the caps of new and running jobs
+together to meet it.
+
+What lives here: :class:`GpuDemand` (one GPU as the budget sees it), :func:`allocate` (caps whose sum fits the
+budget), :func:`host_demands`, :func:`rebalance` and :func:`budget_ceilings` (what the state graph records, and
+what a running launcher may raise its cap to), :func:`job_floor_w` (the lowest cap a job may get). Here, below the
+policies, because the cap keepers (:mod:`ecolaunch.admin.caps`) hold caps to the budget too. What does not:
+:class:`~ecolaunch.policy.budget.BudgetedPolicy`, the wrapper ``get_policy`` puts around every placement policy so
+that the launcher and the simulator meet the budget alike, and the booking of a decision
+(:func:`~ecolaunch.policy.budget.book_budget`); validating the budget against the host
+(:func:`ecolaunch.admin.lint.check_power_budget`); applying caps (``ecolaunch.launch.caps``).
+
+**What the budget bounds.** On each host, the sum over its GPUs of
+
+* a GPU with ecolaunch jobs: its power cap, which bounds what it draws (the budget's cap for it, recorded in
+  ``StateGraph.budget_caps_w``; every job on it keeps its wish at or below it);
+* a GPU without a job: its board's **minimum** power limit;
+* a GPU ecolaunch may not cap (``[agent] gpus`` leaves it out, or it reports no limit range) that runs something,
+  or a GPU running only processes outside ecolaunch: its current limit, as found.
+
+**Why a GPU without a job counts at its minimum limit**, rather than at its idle power: an idle board draws less than
+its minimum limit (the catalogue's idle powers are 10-75 W against minimum limits of 40-200 W), so the minimum limit
+bounds its draw without ecolaunch setting anything on it: ecolaunch never touches a GPU without a job (an
+unprivileged launcher could not), and a job placed on it is capped before its workers start. Its idle power would
+be a tighter count but an estimate (the catalogue's, not measured on this board), and a budget counted that way
+could be broken by nothing more than a job's start-up. The check of a policy file uses the same count: a budget
+below the sum of the boards' minimum limits could never be met, even with no job; one above the sum of their
+maximum limits never binds (``ecolaunch policy check`` refuses both).
+
+**Per GPU** (:func:`host_demands`): a GPU of a job alone on its GPUs, with a measured curve, which ecolaunch may cap,
+has a *wanted* cap (what its placement chose before the budget, recorded in its decision; an uncapped job wants
+the top of its ``[caps]`` bounds), a *floor* (the lowest cap on the :data:`GRID_W` grid at which its curve predicts
+a slowdown, plus the margin :func:`~ecolaunch.profile.capchoice.cap_margin_pct` keeps back for what was not
+measured, within the job's bound: the feasibility rule of :func:`~ecolaunch.profile.capchoice.choose_cap`), and its
+predicted slowdown and energy per iteration at each cap between. The GPUs of one job take one cap (its ranks wait
+for the slowest). Every other GPU is fixed: a job without a curve cannot be lowered below what it has; a GPU shared
+by several jobs keeps the budget cap it has (the solo curves do not say what a cap does to jobs sharing a GPU, and a
+newcomer never changes the power of a colleague's GPU).
+
+**Allocation** (:func:`allocate`): every GPU starts at its wanted cap; while the sum exceeds the budget, the job
+whose next 5 W step down costs the least predicted slowdown per watt saved goes down one step (ties: the larger
+energy saving per watt), never below its floor. Computed afresh at every arrival and departure, so caps lowered for
+a job that left come back up toward what their jobs want. None when even the floors do not fit: the job waits.
+
+**On a real machine, "at every instant"** means: the set power limits of the GPUs whose workers run, plus the
+minimum limit of every other GPU (more than it draws idle), add up to at most the budget at all times but one
+window. After a placement that lowers running jobs, their launchers apply their new caps at their next look (every
+second; plus one cap-agent pass, a second, where an agent applies caps); the newcomer's workers start only once
+those lowered limits show (it waits up to 5 s, and says so if they do not), so during that window only the
+newcomer's still idle GPU carries its new cap early, not its load. A job that leaves has ended its workers before
+the others are raised. A board's draw follows its limit within NVML's enforcement window (a fraction of a second).
+The budget is met only where caps can be set (a cap agent, or root launchers); an unprivileged launcher without an
+agent prints the caps it would set, as it does for any cap.
+
+**Who computes the budget caps.** ``state.json`` is writable by every member of the lab, so a budget cap read from it
+is never obeyed as it stands: whoever applies or follows one (the cap agent and any root applier under the lock,
+a running launcher on its look) computes them afresh from the validated job files (:func:`trusted_budget_caps`,
+:func:`budget_ceilings`). The file's value is used only as the count of a GPU shared by several jobs, and there it
+is held between the highest floor of the jobs on it and the highest cap they want, so that a forged value can
+neither push a co-runner below its bound nor make the sum look smaller than it is.
+
+**The floor of a job without a curve** (:func:`no_curve_floor_w`): a job with neither a measured curve nor a prediction
+with a margin (a first launch) is never capped below the higher of the admin's minimum for its model (``[caps]
+min_w``) and :data:`NO_CURVE_FLOOR_SHARE` of its board's default power limit. The share is read off the measured
+cap sweeps this package ships (``ecolaunch/sim/data/summary_power_*.csv``, the Zeus NSDI '23 traces of 4 boards,
+and ``h200_cap_sweep.csv``): above it the measured slowdowns of most workloads stay modest, below it they grow fast
+(``benchmarks/no_curve_floor.py`` prints the figures, docs/threat-model.md cites them). The allocation never lowers
+such a job at all (its floor is what it wants); the floor bounds what a forged ceiling, a colleague's cap on a
+shared GPU, or the budget's last resort may do to it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import heapq
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ecolaunch.admin.rules import Rules, job_cap_bounds, may_manage_gpu
+from ecolaunch.errors import EcolaunchError
+from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
+from ecolaunch.profile.powercap import CapPoint, as_cap_points, cap_grid, fit_cap_model
+from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
+
+__all__ = ["EPS_W", "GRID_W", "NO_CURVE_FLOOR_SHARE", "GpuDemand", "Newcomer", "allocate", "bounds_or_none",
+           "budget_ceilings", "budgeted_gpus", "budgeted_on_host", "curve_at", "host_demands", "job_floor_w",
+           "may_cap", "no_curve_floor_w", "positive_number", "rebalance", "trusted_budget_caps"]
+
+logger = logging.getLogger(__name__)
+
+#: the grid caps move on under the budget: the cap choice's (NVML takes any whole watt; 5 W is finer than a curve)
+GRID_W = CHOICE_STEP_W
+#: the lowest share of its board's default power limit a job without a curve is ever capped to (module docstring)
+NO_CURVE_FLOOR_SHARE = 0.8
+EPS_W = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDemand:
+    """One GPU as the budget sees it.
+
+    ``wanted_w``: the cap it runs at without the budget (a GPU without a job: its minimum limit); ``floor_w``: the
+    lowest cap it may get (equal to ``wanted_w`` when it cannot be lowered); ``group``: GPUs of one group take one
+    cap (a multi-GPU job's; None: alone); ``curve``: predicted ``(cap_w, slowdown_pct, energy_j_per_iter)`` of its
+    job on the grid, ascending by cap; ``job_id``: the job it runs (None: none, or several).
+    """
+
+    uuid: str
+    wanted_w: float
+    floor_w: float
+    group: str | None = None
+    curve: tuple[tuple[float, float, float], ...] = ()
+    job_id: str | None = None
+
+    @property
+    def fixed(self) -> bool:
+        return self.floor_w >= self.wanted_w - EPS_W
+
+
+# --- allocation ------------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Unit:
+    key: str
+    gpus: list[GpuDemand]
+    cap_w: float
+    floor_w: float
+    curve: tuple[tuple[float, float, float], ...]
+
+
+def allocate(gpus: Sequence[GpuDemand], budget_w: float, *, step_w: float = GRID_W) -> dict[str, float] | None:
+    """A cap for every GPU (uuid -> W) whose sum is at most ``budget_w``, each between its floor and its wanted cap,
+    lowered where a watt costs its job the least slowdown (see the module docstring); None when the floors alone
+    exceed the budget. Pure and deterministic (ties break by group, then uuid)."""
+    units: dict[str, _Unit] = {}
+    for g in gpus:
+        key = f"g:{g.group}" if g.group is not None else f"u:{g.uuid}"
+        unit = units.get(key)
+        if unit is None:
+            units[key] = _Unit(key, [g], g.wanted_w, g.floor_w, g.curve)
+        else:  # one cap for the group: the highest wish, the highest floor
+            unit.gpus.append(g)
+            unit.cap_w, unit.floor_w = max(unit.cap_w, g.wanted_w), max(unit.floor_w, g.floor_w)
+    for unit in units.values():
+        unit.floor_w = min(unit.floor_w, unit.cap_w)
+    if sum(u.floor_w * len(u.gpus) for u in units.values()) > budget_w + EPS_W:
+        return None
+    total = sum(u.cap_w * len(u.gpus) for u in units.values())
+    heap: list[tuple[float, float, str, float]] = []
+    for unit in units.values():
+        _push(heap, unit, step_w)
+    while total > budget_w + EPS_W and heap:
+        _, _, key, below = heapq.heappop(heap)
+        unit = units[key]
+        total -= (unit.cap_w - below) * len(unit.gpus)
+        unit.cap_w = below
+        _push(heap, unit, step_w)
+    return {g.uuid: u.cap_w for u in units.values() for g in u.gpus}
+
+
+def _push(heap: list, unit: _Unit, step_w: float) -> None:
+    """Queue the unit's next step down, keyed by predicted slowdown (points) per watt saved, then energy per watt."""
+    if unit.cap_w <= unit.floor_w + EPS_W:
+        return
+    below = max(unit.floor_w, step_w * (math.ceil(unit.cap_w / step_w - 1e-9) - 1))
+    saved_w = (unit.cap_w - below) * len(unit.gpus)
+    slow_now, energy_now = curve_at(unit.curve, unit.cap_w)
+    slow_below, energy_below = curve_at(unit.curve, below)
+    cost = (slow_below - slow_now) / saved_w if unit.curve else 1.0
+    gain = (energy_below - energy_now) / saved_w if unit.curve and energy_now > 0 else 0.0
+    heapq.heappush(heap, (round(cost, 9), round(gain / max(energy_now, 1e-12), 12), unit.key, below))
+
+
+def curve_at(curve: Sequence[tuple[float, float, float]], cap_w: float) -> tuple[float, float]:
+    """Slowdown (%) and energy per iteration at ``cap_w``, linear between the curve's caps."""
+    if not curve:
+        return 0.0, 0.0
+    caps = [c for c, _, _ in curve]
+    i = bisect.bisect_left(caps, cap_w)
+    if i <= 0:
+        return curve[0][1], curve[0][2]
+    if i >= len(curve):
+        return curve[-1][1], curve[-1][2]
+    (c0, s0, e0), (c1, s1, e1) = curve[i - 1], curve[i]
+    f = (cap_w - c0) / (c1 - c0) if c1 > c0 else 1.0
+    return s0 + f * (s1 - s0), e0 + f * (e1 - e0)
+
+
+# --- one job's curve under its bound -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class JobCurve:
+    """The floor of one job (lowest grid cap within its bound, margin included) and its predicted curve."""
+
+    floor_w: float
+    rows: tuple[tuple[float, float, float], ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def job_curve(points: tuple[CapPoint, ...], bounds_w: tuple[float, float],
+              allowed_slowdown_pct: float) -> JobCurve | None:
+    """The job's floor and curve on the :data:`GRID_W` grid within ``bounds_w``; None without points. Cached: the
+    simulator asks for every running job at every arrival and departure."""
+    if not points:
+        return None
+    lo, hi = bounds_w
+    try:
+        model = fit_cap_model(points)
+        grid = cap_grid(lo, hi, GRID_W)
+        ref = model.predict(hi).iter_time_s
+        rows = []
+        for cap in grid:
+            pred = model.predict(cap)
+            slow = 100.0 * (pred.iter_time_s / ref - 1.0)
+            margin = cap_margin_pct(model, cap) if cap < hi - EPS_W else 0.0
+            rows.append((cap, slow, slow + margin, pred.iter_time_s * pred.power_w))
+    except EcolaunchError:
+        return None
+    floor = hi
+    for cap, _, kept, _ in reversed(rows):  # the caps from the top down that keep the bound, margin included
+        if kept > allowed_slowdown_pct + 1e-6:
+            break
+        floor = cap
+    return JobCurve(floor, tuple((c, s, e) for c, s, _, e in rows))
+
+
+def profile_points(profile: Mapping[str, Any] | None, top_w: float) -> tuple[CapPoint, ...]:
+    """A job's measured curve from its profile: its cap points, else its uncapped time and power as one point at
+    ``top_w`` (the prior's shape, which the margin keeps from lowering far); empty without an iteration time."""
+    profile = profile or {}
+    try:
+        points = as_cap_points(profile.get("cap_points"))
+    except EcolaunchError:
+        points = []
+    if not points and profile.get("iter_time_s") and profile.get("power_w"):
+        points = [CapPoint(top_w, float(profile["iter_time_s"]), float(profile["power_w"]))]
+    return tuple(points)
+
+
+def job_floor_w(job: Job, nodes: Sequence[GpuNode], rules: Rules) -> float | None:
+    """The lowest cap at which running ``job`` stays within its bound: by its own curve (margin included), else, without
+    a curve, :func:`no_curve_floor_w`; None without cap bounds (the GPU cannot be capped)."""
+    return profile_floor_w(job.profile, _bound_pct(job, rules), nodes, rules)
+
+
+def profile_floor_w(profile: Mapping[str, Any] | None, allowed_slowdown_pct: float, nodes: Sequence[Any],
+                    rules: Rules) -> float | None:
+    """:func:`job_floor_w` for a job known by its profile and bound (a newcomer not booked yet)."""
+    bounds = bounds_or_none(rules, nodes)
+    if bounds is None:
+        return None
+    curve = job_curve(profile_points(profile, bounds[1]), bounds, float(allowed_slowdown_pct))
+    return no_curve_floor_w(rules, nodes) if curve is None else curve.floor_w
+
+
+def no_curve_floor_w(rules: Rules, nodes: Sequence[Any]) -> float | None:
+    """The lowest cap a job without a curve may get on ``nodes``: the admin's minimum for them (``[caps]``), and no
+    lower than :data:`NO_CURVE_FLOOR_SHARE` of the highest board default limit (the board maximum where the driver
+    reports no default), on the :data:`GRID_W` grid, within the policy's bounds; None without cap bounds."""
+    bounds = bounds_or_none(rules, nodes)
+    if bounds is None:
+        return None
+    lo, hi = bounds
+    defaults = [g.power_limit_default_w if positive_number(g.power_limit_default_w) is not None else g.power_limit_max_w
+                for g in nodes]
+    share = NO_CURVE_FLOOR_SHARE * max(float(w) for w in defaults)
+    return min(max(lo, GRID_W * math.ceil(share / GRID_W - 1e-9)), hi)
+
+
+# --- the GPUs of one host ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Newcomer:
+    """The job being placed: its id, GPUs, the cap its placement wants (W), its profile and its bound (%)."""
+
+    job_id: str
+    gpus: tuple[str, ...]
+    wanted_w: float | None
+    profile: Mapping[str, Any] | None
+    allowed_slowdown_pct: float
+
+
+def host_demands(state: StateGraph, host: Host, rules: Rules, newcomer: Newcomer | None = None) -> list[GpuDemand]:
+    """Every GPU of ``host`` as the budget sees it (module docstring), with ``newcomer`` placed as it asks."""
+    holders: dict[str, list[str]] = {}
+    units: dict[str, tuple[tuple[str, ...], float | None, Mapping[str, Any] | None, float, Job | None]] = {}
+    for job in state.running_jobs():
+        if job.host != host.name:
+            continue
+        gpus = tuple(u for u in job.gpus if u in host.gpus)
+        for u in gpus:
+            holders.setdefault(u, []).append(job.id)
+        units[job.id] = (gpus, None, job.profile, _bound_pct(job, rules), job)
+    if newcomer is not None:
+        gpus = tuple(u for u in newcomer.gpus if u in host.gpus)
+        for u in gpus:
+            holders.setdefault(u, []).append(newcomer.job_id)
+        units[newcomer.job_id] = (gpus, newcomer.wanted_w, newcomer.profile, newcomer.allowed_slowdown_pct, None)
+    out: dict[str, GpuDemand] = {}
+    for job_id, (gpus, wanted, profile, bound, job) in units.items():
+        nodes = [host.gpus[u] for u in gpus]
+        if not nodes or any(len(holders[u]) > 1 for u in gpus) or not all(may_cap(rules, g) for g in nodes):
+            continue  # shared or not ecolaunch's to cap: fixed below
+        bounds = bounds_or_none(rules, nodes)
+        if bounds is None:
+            continue
+        lo, hi = bounds
+        if job is not None:
+            wanted = max(_wanted_w(job, u, hi) for u in gpus)
+        elif wanted is None:
+            limits = [g.power_limit_w for g in nodes if g.power_limit_w is not None]
+            wanted = min(hi, max(limits)) if limits else hi
+        wanted = min(max(wanted, lo), hi)
+        curve = job_curve(profile_points(profile, hi), bounds, float(bound))
+        floor = min(curve.floor_w, wanted) if curve is not None else wanted
+        for u in gpus:
+            out[u] = GpuDemand(u, wanted, floor, job_id, curve.rows if curve is not None else (), job_id)
+    for u, gpu in host.gpus.items():
+        if u not in out:
+            on = holders.get(u, [])
+            count = _fixed_count_w(state, rules, gpu, on, units)
+            out[u] = GpuDemand(u, count, count, job_id=on[0] if len(on) == 1 else None)
+    return [out[u] for u in sorted(out)]
+
+
+def _fixed_count_w(state: StateGraph, rules: Rules, gpu: GpuNode, holders: list[str], units: dict) -> float:
+    """What a GPU that the budget cannot move counts: idle, its minimum limit; shared, its budget cap; else its
+    limit as found (or what its job wants)."""
+    limit = gpu.power_limit_w if gpu.power_limit_w is not None else gpu.power_limit_max_w
+    if not holders:
+        if gpu.foreign_pids:
+            return float(limit or 0.0)  # a process outside ecolaunch: it runs at the limit it has
+        return float(gpu.power_limit_min_w if gpu.power_limit_min_w is not None else (limit or 0.0))
+    bounds = bounds_or_none(rules, [gpu]) if may_cap(rules, gpu) else None
+    if bounds is None:
+        return float(limit or 0.0)
+    wants, floors = [], []
+    for job_id in holders:
+        _, wanted, profile, bound, job = units[job_id]
+        wants.append(_wanted_w(job, gpu.uuid, bounds[1]) if job is not None else
+                     (wanted if wanted is not None else min(bounds[1], limit or bounds[1])))
+        floors.append(profile_floor_w(profile, bound, [gpu], rules) or bounds[0])
+    top = min(max(max(wants), bounds[0]), bounds[1])
+    booked = positive_number(state.budget_caps_w.get(gpu.uuid))
+    if booked is not None and len(holders) > 1:
+        # a shared GPU keeps the budget cap it was booked at, as the file says; the file is every member's to
+        # write, so the value counts only between the highest floor of the jobs on it and the most they want
+        return min(max(booked, max(floors), bounds[0]), top)
+    return top
+
+
+def _wanted_w(job: Job, uuid: str, top_w: float) -> float:
+    """The cap a running job wants on ``uuid`` without the budget: its decision's record of it, else the cap its
+    decision set (placed before any budget), else its wish; uncapped: ``top_w``."""
+    decision = job.decision if isinstance(job.decision, dict) else {}
+    predicted = decision.get("predicted")
+    budget = predicted.get("budget") if isinstance(predicted, dict) else None
+    recorded = budget.get("wanted_w") if isinstance(budget, dict) else None
+    for source in (recorded, decision.get("power_caps_w"), job.power_caps_w):
+        watts = positive_number(source.get(uuid)) if isinstance(source, dict) else None
+        if watts is not None:
+            return watts
+    return top_w
+
+
+def bounds_or_none(rules: Rules, nodes: Sequence[GpuNode]) -> tuple[float, float] | None:
+    try:
+        return job_cap_bounds(rules, nodes)  # type: ignore[arg-type]
+    except EcolaunchError:
+        return None  # a driver reporting a broken range: the GPU is fixed at its limit
+
+
+def may_cap(rules: Rules, gpu: GpuNode) -> bool:
+    return may_manage_gpu(rules, gpu.uuid, gpu.index) and gpu.power_limit_min_w is not None \
+        and gpu.power_limit_max_w is not None
+
+
+def _bound_pct(job: Job, rules: Rules) -> float:
+    """A running job's slowdown bound: its request's (0 included), else the policy's default."""
+    value = job.request.get("allowed_slowdown_pct")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return rules.default_slowdown_pct
+    return float(value)
+
+
+def positive_number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
+
+
+def budgeted_on_host(state: StateGraph, host: Host, rules: Rules) -> set[str]:
+    """The GPUs of ``host`` that hold a budget cap: those of running jobs that ecolaunch may cap."""
+    return {u for job in state.running_jobs() if job.host == host.name for u in job.gpus
+            if u in host.gpus and may_cap(rules, host.gpus[u]) and bounds_or_none(rules, [host.gpus[u]]) is not None}
+
+
+def budgeted_gpus(state: StateGraph, rules: Rules) -> set[str]:
+    """The GPUs that hold a budget cap now (of every host): what :func:`rebalance` returns caps for."""
+    return set().union(*(budgeted_on_host(state, h, rules) for h in state.hosts.values()))
+
+
+# --- what the state graph records -------------------------------------------------------------------------------
+def rebalance(state: StateGraph, rules: Rules) -> dict[str, float]:
+    """The budget cap of every GPU of a running job that ecolaunch may cap (uuid -> W), allocated afresh: after a
+    departure, caps lowered for others come back up toward what their jobs want. ``{}`` without a budget. When the
+    running jobs' floors do not fit (the admin lowered the budget under them), every job gets its floor."""
+    budget = rules.power_max_total_w
+    if budget is None:
+        return {}
+    out: dict[str, float] = {}
+    for host in state.hosts.values():
+        demands = host_demands(state, host, rules)
+        caps = allocate(demands, budget)
+        if caps is None:
+            logger.warning("the running jobs' floors on host %s need more than the %g W power budget; each job is "
+                           "held at its floor", host.name, budget)
+            caps = {d.uuid: d.floor_w for d in demands}
+        out.update({u: caps[u] for u in budgeted_on_host(state, host, rules)})
+    return out
+
+
+def trusted_budget_caps(state: StateGraph, rules: Rules) -> dict[str, float]:
+    """The budget caps as whoever applies or follows them must take them: computed afresh from the validated job
+    files (:func:`rebalance`), never read from ``state.json`` (every member's to write; module docstring)."""
+    return rebalance(state, rules)
+
+
+def budget_ceilings(state: StateGraph, rules: Rules, caps_w: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The most each GPU with a budget cap may run at now (uuid -> W): its budget cap plus an equal share of what the
+    budget leaves over (on the grid, at most its ``[caps]`` maximum), so a running job's closed loop may raise its
+    cap where the budget has room. The sum, with every other GPU counted as :func:`host_demands` counts it, stays
+    within the budget. ``caps_w``: the budget caps (default: :func:`trusted_budget_caps`, never the file's own).
+    ``{}`` without a budget."""
+    budget = rules.power_max_total_w
+    if budget is None:
+        return {}
+    caps_w = trusted_budget_caps(state, rules) if caps_w is None else caps_w
+    out: dict[str, float] = {}
+    for host in state.hosts.values():
+        booked = {u: w for u in budgeted_on_host(state, host, rules)
+                  if (w := positive_number(caps_w.get(u))) is not None}
+        total = sum(booked.get(d.uuid, d.wanted_w) for d in host_demands(state, host, rules))
+        share = GRID_W * math.floor(max(0.0, budget - total) / max(1, len(booked)) / GRID_W + 1e-9)
+        for u, w in booked.items():
+            lo, hi = bounds_or_none(rules, [host.gpus[u]]) or (w, w)
+            out[u] = min(max(w + share, lo), max(hi, w))
+    return out
