@@ -1,8 +1,8 @@
 """ecolaunch: a drop-in ``torchrun`` for shared GPU workstations.
 
-This module holds the version and the small public API that training scripts use. It imports nothing
-heavy (no torch, no torch_geometric), so ``import ecolaunch`` costs next to nothing in a script that is
-not launched by ecolaunch.
+This module holds the version (:mod:`ecolaunch._version`) and the small public API that training scripts use.
+It imports nothing heavy (no torch, no torch_geometric), so ``import ecolaunch`` costs next to nothing in a
+script that is not launched by ecolaunch.
 
 Training-loop API (see :mod:`ecolaunch.profile.hooks`): ``step()`` marks one iteration,
 ``track(loader)`` marks each iteration of a loop, ``@train_step`` marks one step per call,
@@ -13,9 +13,8 @@ profiling run. All are no-ops outside an ecolaunch launch.
 
 from __future__ import annotations
 
+from ecolaunch._version import __version__
 from ecolaunch.profile.hooks import JobHints, is_profiling, job, job_hints, step, track, train_step
-
-__version__ = "0.1.0"
 
 __all__ = [
     "__version__",

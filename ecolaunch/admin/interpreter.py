@@ -59,9 +59,7 @@ else:
 
 def package_root() -> str:
     """The directory this process imports ecolaunch from (the parent of the ``ecolaunch`` package)."""
-    import ecolaunch
-
-    return str(Path(ecolaunch.__file__).resolve().parents[1])
+    return str(Path(__file__).resolve().parents[2])
 
 
 def helper_argv(module: str, *args: str, executable: str | None = None) -> list[str]:
@@ -109,7 +107,7 @@ def add_settings_options(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_env(args: argparse.Namespace) -> dict[str, str]:
-    """The settings a helper was given, as the mapping :func:`ecolaunch.cli.context.resolve` reads."""
+    """The settings a helper was given, as the mapping :func:`ecolaunch.runtime.resolve` reads."""
     return {var: getattr(args, var) for var in _SETTINGS.values() if getattr(args, var, None) is not None}
 
 
@@ -171,7 +169,7 @@ def unsafe_paths(paths: Iterable[str | os.PathLike[str]] | None = None, *,
     for raw in trees:
         top = os.path.realpath(raw)
         parents.update(str(p) for p in Path(top).parents)
-        for here, dirs, files in os.walk(top):
+        for here, _dirs, files in os.walk(top):
             check(here, contents=True)
             for name in files:
                 check(os.path.join(here, name), contents=True)

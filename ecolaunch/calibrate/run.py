@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import ecolaunch
+from ecolaunch._version import __version__
 from ecolaunch.admin.caps import clip_cap_w
 from ecolaunch.admin.rules import may_manage_gpu
 from ecolaunch.calibrate.booking import GpuBusy, Occupant, book, still_alone
@@ -357,7 +357,7 @@ class _Calibration:
                     "why_not": mps_why},
             "forced": bool(self.forced_beside), "occupants": [o.to_dict() for o in self.forced_beside],
             "workloads": self.workloads, "alone": self.alone, "pairs": self.pairs, "skipped": self.skipped,
-            "software": {"ecolaunch": ecolaunch.__version__, "python": platform.python_version(),
+            "software": {"ecolaunch": __version__, "python": platform.python_version(),
                          "torch": _version("torch"), "mps_control": CONTROL if mps_why is None else None},
         }
 

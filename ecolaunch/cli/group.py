@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ecolaunch import __version__
+from ecolaunch._version import __version__
 from ecolaunch.cli.command import Group
 
 
