@@ -106,7 +106,7 @@ def evaluate(curves: list[zd.ZeusCurve], prior_for, *, slowdown_pct: float, eta:
         # the curve's own accuracy: no margin (the launcher keeps one; benchmarks/cap_control.py scores that)
         choice = cc.choose_cap(model, caps, slowdown_pct, eta, hi, z=0.0, min_saving_pct=0.0)
         opt = _true_optimum(pts, slowdown_pct, eta, hi)
-        cost = lambda p: eta * p.iter_time_s * p.power_w + (1 - eta) * hi * p.iter_time_s  # noqa: E731
+        cost = lambda p: eta * p.iter_time_s * p.power_w + (1 - eta) * hi * p.iter_time_s  # noqa: E731, B023
         violated = pts[choice.cap_w].iter_time_s > (1 + slowdown_pct / 100) * pts[hi].iter_time_s * (1 + 1e-9)
         loss = 100.0 * (cost(pts[choice.cap_w]) / cost(pts[opt]) - 1.0)
         res.within.append(abs(choice.cap_w - opt) <= pc.DEFAULT_CAP_STEP_W + 1e-9)

@@ -73,8 +73,8 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
                 last = [0]
 
                 def progress(done: int, total: int) -> None:
-                    bar.update(done - last[0])
-                    last[0] = done
+                    bar.update(done - last[0])  # noqa: B023 (called within this iteration)
+                    last[0] = done  # noqa: B023 (called within this iteration)
 
                 result = sim.run(trace, progress)
         else:

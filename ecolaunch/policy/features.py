@@ -387,8 +387,8 @@ def _topology(state: StateGraph, names: Sequence[str], nodes: Sequence[GpuNode],
         root = list(range(n))
 
         def find(a: int) -> int:
-            while root[a] != a:
-                a = root[a]
+            while root[a] != a:  # noqa: B023 (called within this iteration)
+                a = root[a]  # noqa: B023 (called within this iteration)
             return a
 
         members: dict[int, list[int]] = {}

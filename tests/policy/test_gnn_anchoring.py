@@ -69,7 +69,7 @@ def test_alone_at_a_measured_cap_any_model_returns_the_measurement(which: str, r
     model = load_default_model() if which == "shipped" else random_model
     graphs = [scenario_graph(A100, cap, [JOB]) for cap, _, _ in POINTS]
     thr, power, sd = score_sd(graphs, model)
-    for (cap, t, p), x, w, s in zip(POINTS, thr, power, sd):
+    for (_cap, t, p), x, w, s in zip(POINTS, thr, power, sd):
         assert float(x[0]) == pytest.approx(0.2 / t, rel=1e-6) and float(w[0]) == pytest.approx(p, rel=1e-6)
         assert float(s[0]) == 0.0
     caps = np.arange(225.0, 401.0, 5.0)
