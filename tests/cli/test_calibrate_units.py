@@ -12,7 +12,7 @@ import pytest
 from ecolaunch.calibrate.mps import private_daemon, why_not_mps
 from ecolaunch.calibrate.results import file_name, read_results, write_result
 from ecolaunch.errors import StateError
-from tests.policy.test_calibration_data import document
+from tests.learn.test_calibration_data import document
 
 FAKE_CONTROL = """#!/bin/sh
 # records its arguments, its stdin and the MPS directories, like nvidia-cuda-mps-control would use them
