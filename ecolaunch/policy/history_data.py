@@ -35,8 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ecolaunch.devices.catalogue import GpuModel, lookup
+from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.profile.history import History, JobRecord, Profile
 

@@ -65,9 +65,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ecolaunch.devices.catalogue import CATALOGUE, GpuModel
+from ecolaunch.devices.catalogue import CATALOGUE
 from ecolaunch.devices.spec import default_links
 from ecolaunch.errors import ConfigError
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.policy.features import HeteroGraph, batch, encode_state, scenario_graph
 from ecolaunch.sim.interference import GavelFit, InterferenceModel, _impute_held_type, fit_gavel, gavel_set
 from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows

@@ -47,8 +47,8 @@ from typing import Any
 from dataclasses import dataclass, field, replace
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.devices.catalogue import GpuModel
 from ecolaunch.devices.spec import MachineSpec
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.policy.admission import admit
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.profile.powercap import profile_caps
