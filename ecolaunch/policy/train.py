@@ -179,7 +179,7 @@ def gavel_pairs_set(select: np.ndarray, demands: Mapping[tuple[str, str], float]
         ka, kb = data.keys[data.a[k]], data.keys[data.b[k]]
         jobs = [{"id": f"{side}", "iter_time_s": float(data.iter_time_s[i]), "sm_util_pct": 100.0 * demands[key]}
                 for side, i, key in (("a", data.a[k], ka), ("b", data.b[k], kb))]
-        graphs.append(scenario_graph(GAVEL_BOARDS[ka[0]], None, jobs))
+        graphs.append(scenario_graph(GpuNode.from_model(GAVEL_BOARDS[ka[0]]), None, jobs))
         da.append(demands[ka])
         db.append(demands[kb])
     return PairSet(graphs, data.obs_a[idx], data.obs_b[idx], use_a[idx], use_b[idx], np.array(da), np.array(db),
@@ -236,7 +236,7 @@ def _zeus_samples(rng: np.random.Generator, held: Callable[[str, str, int], bool
                     pick = [top, rest[int(rng.integers(len(rest)))]]
                     job["cap_points"] = [[r.power_limit_w, r.time_per_epoch_s / top.time_per_epoch_s, r.power_w]
                                          for r in pick]
-                graph = scenario_graph(ZEUS_BOARDS[gpu], row.power_limit_w, [job])
+                graph = scenario_graph(GpuNode.from_model(ZEUS_BOARDS[gpu]), row.power_limit_w, [job])
                 out.append(LabelledState(graph, (top.time_per_epoch_s / row.time_per_epoch_s,),
                                          (row.power_w / p_max,), 1.0, "zeus"))
     return out
@@ -264,12 +264,6 @@ def _power_model(held: Callable[[str, str, int], bool], holding: bool) -> PowerC
 
 
 # --- synthetic machines --------------------------------------------------------------------------------------
-def _node(uuid: str, index: int, model: GpuModel, cap_w: float) -> GpuNode:
-    return GpuNode(uuid=uuid, index=index, name=model.full_name, memory_total_mib=model.memory_mib,
-                   power_limit_min_w=model.power_limit_min_w, power_limit_default_w=model.power_limit_default_w,
-                   power_limit_max_w=model.power_limit_max_w, power_limit_w=cap_w)
-
-
 def _profile(rng: np.random.Generator, model: GpuModel, floor_w: float) -> dict[str, Any]:
     sm = float(rng.uniform(5.0, 100.0))
     bw = sm * float(rng.uniform(0.2, 1.0))
@@ -306,7 +300,7 @@ def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
         for i in range(n):
             cap = model.power_limit_max_w if rng.random() < 0.4 else float(rng.uniform(model.power_limit_min_w,
                                                                                          model.power_limit_max_w))
-            host.gpus[f"h{h}g{i}"] = _node(f"h{h}g{i}", i, model, cap)
+            host.gpus[f"h{h}g{i}"] = GpuNode.from_model(model, f"h{h}g{i}", i, power_limit_w=cap)
             models[f"h{h}g{i}"], jobs_on[f"h{h}g{i}"] = model, []
         for (i, j), kind in default_links((model,) * n).items():
             host.links[(f"h{h}g{i}", f"h{h}g{j}")] = kind

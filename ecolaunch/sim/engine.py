@@ -192,12 +192,9 @@ class Simulation:
         for host_spec in machine.hosts:
             host = Host(name=host_spec.name)
             for index, (uuid, model) in enumerate(zip(host_spec.uuids, host_spec.gpus)):
-                host.gpus[uuid] = GpuNode(
-                    uuid=uuid, index=index, name=model.full_name, memory_total_mib=model.memory_mib,
-                    power_limit_min_w=model.power_limit_min_w, power_limit_default_w=model.power_limit_default_w,
-                    power_limit_max_w=model.power_limit_max_w, power_limit_w=model.power_limit_default_w,
-                    power_w=model.idle_power_w, util_gpu_pct=0.0, util_mem_pct=0.0,
-                )
+                node = GpuNode.from_model(model, uuid, index)
+                node.power_w, node.util_gpu_pct, node.util_mem_pct = model.idle_power_w, 0.0, 0.0  # read idle
+                host.gpus[uuid] = node
                 self.models[uuid] = model
             for (i, j), kind in host_spec.links.items():
                 a, b = host_spec.uuids[i], host_spec.uuids[j]

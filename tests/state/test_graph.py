@@ -3,7 +3,10 @@ from __future__ import annotations
 import pytest
 
 from ecolaunch.devices.base import LinkKind
-from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
+from ecolaunch.devices.catalogue import CATALOGUE
+from ecolaunch.devices.simulated import SimulatedBackend
+from ecolaunch.devices.spec import parse_spec
+from ecolaunch.state.graph import WHATIF_UUID, GpuNode, Host, Job, JobState, StateGraph
 
 
 def make_graph() -> StateGraph:
@@ -88,3 +91,18 @@ def test_a_bad_enforced_limit_names_the_field(value) -> None:
     doc["hosts"]["ws1"]["gpus"]["GPU-0"]["power_limit_enforced_w"] = value
     with pytest.raises(ValueError, match="hosts.ws1.gpus.GPU-0.power_limit_enforced_w"):
         StateGraph.from_dict(doc)
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_a_gpu_from_its_model_agrees_with_a_backend_reading_of_that_board(tmp_path, name: str) -> None:
+    model = CATALOGUE[name]
+    backend = SimulatedBackend(parse_spec(f"1x{name}", hostname="ws1").hosts[0], tmp_path / "sim.json")
+    snap = backend.gpus()[0]
+    read, built = GpuNode.from_snapshot(snap), GpuNode.from_model(model, snap.uuid, snap.index)
+    static = ("uuid", "index", "name", "memory_total_mib", "power_limit_min_w", "power_limit_default_w",
+              "power_limit_max_w", "power_limit_w")
+    assert {k: getattr(built, k) for k in static} == {k: getattr(read, k) for k in static}
+    assert (built.power_w, built.util_gpu_pct, built.memory_used_mib) == (None, None, 0)  # no reading yet
+    capped = GpuNode.from_model(model, power_limit_w=model.power_limit_min_w)
+    assert (capped.uuid, capped.index, capped.power_limit_w) == (WHATIF_UUID, 0, model.power_limit_min_w)
+
