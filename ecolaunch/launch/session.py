@@ -140,19 +140,9 @@ class Session:
         with self.store.transaction() as graph:
             self.refresh(graph)
             self._check_feasible(graph, request)
-            job = Job(
-                id=request.id,
-                uid=launcher.uid,
-                user=launcher.user,
-                host=self.host,
-                launcher_pid=launcher.pid,
-                launcher_start_time=launcher.start_time,
-                nproc=request.nproc,
-                name=name,
-                seq=graph.take_seq(),
-                submitted_at=time.time(),
-                request=dict(info),
-            )
+            job = Job.queued(request.id, user=launcher.user, host=self.host, nproc=request.nproc, seq=graph.take_seq(),
+                             submitted_at=time.time(), request=info, name=name, uid=launcher.uid,
+                             launcher_pid=launcher.pid, launcher_start_time=launcher.start_time)
             graph.jobs[job.id] = job
         self._requests[job.id] = request
         return job

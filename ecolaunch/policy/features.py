@@ -436,7 +436,7 @@ def scenario_graph(gpu: GpuNode, power_cap_w: float | None, jobs: Sequence[Mappi
     state = StateGraph(hosts={"whatif": Host(name="whatif", gpus={node.uuid: node})})
     for seq, j in enumerate(jobs):
         jid = str(j.get("id", f"job{seq}"))
-        state.jobs[jid] = Job(id=jid, uid=0, user="whatif", host="whatif", launcher_pid=1, launcher_start_time=0.0,
-                              nproc=1, name=jid, seq=seq, submitted_at=0.0, state=JobState.RUNNING, gpus=[node.uuid],
-                              request={"allowed_slowdown_pct": j.get("allowed_slowdown_pct")}, profile=dict(j))
+        state.jobs[jid] = Job.queued(jid, user="whatif", host="whatif", nproc=1, seq=seq, submitted_at=0.0,
+                                     request={"allowed_slowdown_pct": j.get("allowed_slowdown_pct")})
+        state.book(jid, [node.uuid], {}, {}, j, 0.0)
     return encode_state(state).graph()

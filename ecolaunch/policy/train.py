@@ -74,7 +74,7 @@ from ecolaunch.sim.interference import GavelFit, InterferenceModel, _impute_held
 from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
 from ecolaunch.sim.node import shared_gpu
 from ecolaunch.sim.power import CurveSet, PowerCapModel, default_power_model, fit_shape
-from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
+from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
 logger = logging.getLogger(__name__)
 
@@ -317,9 +317,9 @@ def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
         prof = _profile(rng, model, power.active_idle_power_w(model)[0])
         if prof["power_w"] is not None and prof["iter_time_s"] is not None and rng.random() < 0.25:
             prof["cap_points"] = _cap_points(rng, prof, model, power)
-        state.jobs[f"j{k}"] = Job(id=f"j{k}", uid=0, user="u", host=host.name, launcher_pid=1, launcher_start_time=0.0,
-                                  nproc=want, name="x", seq=k, submitted_at=0.0, state=JobState.RUNNING, gpus=gpus,
-                                  request={"allowed_slowdown_pct": float(rng.uniform(0.0, 30.0))}, profile=prof)
+        state.jobs[f"j{k}"] = Job.queued(f"j{k}", user="u", host=host.name, nproc=want, seq=k, submitted_at=0.0,
+                                         request={"allowed_slowdown_pct": float(rng.uniform(0.0, 30.0))}, name="x")
+        state.book(f"j{k}", gpus, {}, {}, prof, 0.0)
         for u in gpus:
             jobs_on[u].append(f"j{k}")
     speed: dict[str, float] = {}

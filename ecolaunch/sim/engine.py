@@ -353,10 +353,10 @@ class Simulation:
         return None
 
     def _book(self, job: TraceJob, host: str, decision: Decision, now: float) -> None:
-        self.graph.jobs[job.id] = Job(
-            id=job.id, uid=0, user=job.user, host=host, launcher_pid=0, launcher_start_time=0.0,
-            nproc=len(decision.gpus), name=job.kind or job.id, seq=0, submitted_at=job.arrival_s,
+        self.graph.jobs[job.id] = Job.queued(
+            job.id, user=job.user, host=host, nproc=len(decision.gpus), seq=0, submitted_at=job.arrival_s,
             request={"allowed_slowdown_pct": job.allowed_slowdown_pct, "memory_mib": job.profile.memory_mib},
+            name=job.kind or job.id,
         )
         # the launcher's own booking (Session.try_place): RUNNING, the decided caps, and the job's profile
         self.graph.book(job.id, list(decision.gpus), dict(decision.power_caps_w), decision.to_dict(),

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -154,6 +155,18 @@ class Job:
     request: dict[str, Any] = field(default_factory=dict)
     decision: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] | None = None
+
+    @classmethod
+    def queued(cls, id: str, *, user: str, host: str, nproc: int, seq: int, submitted_at: float,
+               request: Mapping[str, Any], name: str | None = None, uid: int = 0, launcher_pid: int = 1,
+               launcher_start_time: float = 0.0) -> Job:
+        """A new job in the queue of ``host``, holding nothing (no GPUs, caps, start time, decision or profile) until
+        :meth:`StateGraph.book` places it: the one way a job record is made. ``request`` is copied; ``name``
+        defaults to the id. A job without a launcher process (the simulator's, a what-if or training graph's) is
+        root's, and its launcher is pid 1 started at time 0, which never dies."""
+        return cls(id=id, uid=uid, user=user, host=host, launcher_pid=launcher_pid,
+                   launcher_start_time=launcher_start_time, nproc=nproc, name=id if name is None else name, seq=seq,
+                   submitted_at=submitted_at, request=dict(request))
 
     @property
     def memory_mib(self) -> int:

@@ -6,7 +6,7 @@ from ecolaunch.devices.base import LinkKind
 from ecolaunch.devices.catalogue import CATALOGUE
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
-from ecolaunch.state.graph import WHATIF_UUID, GpuNode, Host, Job, JobState, StateGraph
+from ecolaunch.state.graph import WHATIF_UUID, GpuNode, Host, Job, JobState, StateGraph, job_from_dict, job_to_dict
 
 
 def make_graph() -> StateGraph:
@@ -106,3 +106,17 @@ def test_a_gpu_from_its_model_agrees_with_a_backend_reading_of_that_board(tmp_pa
     capped = GpuNode.from_model(model, power_limit_w=model.power_limit_min_w)
     assert (capped.uuid, capped.index, capped.power_limit_w) == (WHATIF_UUID, 0, model.power_limit_min_w)
 
+
+def test_a_queued_job_holds_nothing_and_survives_the_job_file_check() -> None:
+    request = {"memory_mib": 1000, "allowed_slowdown_pct": 10.0}
+    job = Job.queued("j9", user="sim", host="ws1", nproc=2, seq=4, submitted_at=3.0, request=request)
+    request["memory_mib"] = 2  # the job keeps its own copy
+    assert (job.state, job.gpus, job.power_caps_w, job.started_at, job.decision, job.profile) == (
+        JobState.QUEUED, [], {}, None, {}, None)
+    assert (job.name, job.uid, job.launcher_pid, job.memory_mib) == ("j9", 0, 1, 1000)
+    assert job_from_dict("j9", job_to_dict(job)) == job
+    graph = make_graph()
+    graph.jobs[job.id] = job
+    graph.book("j9", ["GPU-0"], {"GPU-0": 300.0, "GPU-1": None}, {"policy": "x"}, {"memory_mib": 500}, 7.0)
+    assert job_from_dict("j9", job_to_dict(job)) == job
+    assert (job.state, job.power_caps_w, job.started_at, job.memory_mib) == (JobState.RUNNING, {"GPU-0": 300.0}, 7.0, 500)
