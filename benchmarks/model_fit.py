@@ -36,8 +36,8 @@ from ecolaunch.devices.catalogue import lookup  # noqa: E402
 from ecolaunch.sim import interference as itf  # noqa: E402
 from ecolaunch.sim import power as pw  # noqa: E402
 from ecolaunch.sim.models import ZEUS_GPUS  # noqa: E402
-from ecolaunch.sim.truth import ZEUS_MODELS  # noqa: E402
 from ecolaunch.sim.node import reproduce_eaco  # noqa: E402
+from ecolaunch.sim.truth import ZEUS_MODELS  # noqa: E402
 
 WINDOWS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "zeus-nsdi23" / "profile_windows"
 

@@ -153,8 +153,9 @@ def test_the_shipped_model_says_how_unsure_it_is() -> None:
     """Sharing carries a standard deviation; a job alone at a measured cap or uncapped carries none."""
     heavy = {"id": "h", "iter_time_s": 0.3, "sm_util_pct": 95.0, "mem_bw_util_pct": 60.0, "memory_mib": 20000,
              "power_w": 380.0}
+    pair = [heavy, {**heavy, "id": "x"}]
     (alone, paired), _, (sd_alone, sd_paired) = score_sd([scenario_graph(A100_NODE, None, [heavy]),
-                                                          scenario_graph(A100_NODE, None, [heavy, {**heavy, "id": "x"}])])
+                                                          scenario_graph(A100_NODE, None, pair)])
     assert float(alone[0]) == 1.0 and float(sd_alone[0]) == 0.0
     assert 0.005 < float(sd_paired.min()) and float(sd_paired.max()) < 0.5
 
