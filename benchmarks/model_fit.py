@@ -32,10 +32,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ecolaunch.devices.catalogue import lookup  # noqa: E402
 from ecolaunch.sim import interference as itf  # noqa: E402
 from ecolaunch.sim import power as pw  # noqa: E402
 from ecolaunch.sim.models import ZEUS_GPUS  # noqa: E402
 from ecolaunch.sim.node import reproduce_eaco  # noqa: E402
+from ecolaunch.sim.truth import ZEUS_MODELS  # noqa: E402
 
 WINDOWS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "zeus-nsdi23" / "profile_windows"
 
@@ -90,8 +92,8 @@ def _window_errors() -> dict | None:
             secs = float(r["elapsed_time"])
             pts.append((cap, secs, sum(float(r[k]) for k in energy_cols) / len(energy_cols) / secs))
         ref = max(pts)
-        spec = pw.GpuPowerSpec(gpu, min(p[0] for p in pts), ZEUS_GPUS[gpu])
-        pred = [model.predict(ref[2], cap, spec) for cap, _, _ in pts]
+        board = lookup(ZEUS_MODELS[gpu.upper()])
+        pred = [model.predict(ref[2], cap, board) for cap, _, _ in pts]
         rows[path.stem] = {
             "time_mape_pct": _mape(np.array([q.time_ratio for q in pred]), np.array([s / ref[1] for _, s, _ in pts])),
             "power_mape_pct": _mape(np.array([q.power_w for q in pred]), np.array([w for _, _, w in pts])),

@@ -119,11 +119,11 @@ def book(session: Session, gpu_uuid: str, launcher: Launcher, *, force: bool) ->
         found = occupants(graph, gpu)
         if found and not force:
             raise GpuBusy(gpu, found)
-        job = Job(id=uuidlib.uuid4().hex[:8], uid=launcher.uid, user=launcher.user, host=session.host,
-                  launcher_pid=launcher.pid, launcher_start_time=launcher.start_time, nproc=1, name=JOB_NAME,
-                  seq=graph.next_seq, submitted_at=time.time(),
-                  request={"calibrate": True, "memory_mib": gpu.memory_total_mib, "allowed_slowdown_pct": None})
-        graph.next_seq += 1
+        job = Job.queued(uuidlib.uuid4().hex[:8], user=launcher.user, host=session.host, nproc=1, seq=graph.take_seq(),
+                         submitted_at=time.time(),
+                         request={"calibrate": True, "memory_mib": gpu.memory_total_mib, "allowed_slowdown_pct": None},
+                         name=JOB_NAME, uid=launcher.uid, launcher_pid=launcher.pid,
+                         launcher_start_time=launcher.start_time)
         graph.jobs[job.id] = job
         # every unit and all memory busy: what the policies see, so that nothing is packed beside a calibration
         profile = {"iter_time_s": None, "sm_util_pct": 100.0, "mem_bw_util_pct": 100.0,

@@ -44,6 +44,8 @@ import click
 from ecolaunch.cli.command import Command
 from ecolaunch.config import Environment
 from ecolaunch.errors import ConfigError
+from ecolaunch.job.gpu import GpuModel
+from ecolaunch.state.graph import GpuNode
 
 _JOB_FIELDS = ("id", "iter_time_s", "sm_util_pct", "mem_bw_util_pct", "memory_mib", "power_w", "cap_points")
 _SCENARIO_FIELDS = ("gpu", "power_cap_w", "jobs")
@@ -104,8 +106,8 @@ def _job(raw: Any, where: str) -> dict[str, Any]:
     return job
 
 
-def parse_scenario(raw: Any, where: str = "") -> tuple[Any, float | None, list[dict[str, Any]]]:
-    """Validate one scenario: (catalogue GpuModel, cap or None, job dicts). Raises _Bad naming the field."""
+def parse_scenario(raw: Any, where: str = "") -> tuple[GpuModel, float | None, list[dict[str, Any]]]:
+    """Validate one scenario: (catalogue GPU model, cap or None, job dicts). Raises _Bad naming the field."""
     from ecolaunch.devices.catalogue import lookup
 
     raw = _object(raw, where, _SCENARIO_FIELDS)
@@ -134,7 +136,7 @@ def parse_scenario(raw: Any, where: str = "") -> tuple[Any, float | None, list[d
     return gpu, cap, parsed
 
 
-def predict_scenarios(scenarios: list[tuple[Any, float | None, list[dict[str, Any]]]],
+def predict_scenarios(scenarios: list[tuple[GpuModel, float | None, list[dict[str, Any]]]],
                       weights: Path | None = None) -> list[dict[str, Any]]:
     """Score every scenario in one forward pass of the GNN (``weights``: a weight file; None = shipped)."""
     import torch
@@ -143,7 +145,7 @@ def predict_scenarios(scenarios: list[tuple[Any, float | None, list[dict[str, An
     from ecolaunch.policy.infer import load_model_cached, score_sd
 
     torch.set_num_threads(1)  # a few tiny graphs: threads only add overhead on a shared machine
-    graphs = [scenario_graph(gpu, cap, jobs) for gpu, cap, jobs in scenarios]
+    graphs = [scenario_graph(GpuNode.from_model(gpu), cap, jobs) for gpu, cap, jobs in scenarios]
     throughputs, powers, sds = score_sd(graphs, None if weights is None else load_model_cached(weights))
     out = []
     for (gpu, cap, jobs), thr, power, sd in zip(scenarios, throughputs, powers, sds):
@@ -157,7 +159,7 @@ def predict_scenarios(scenarios: list[tuple[Any, float | None, list[dict[str, An
     return out
 
 
-def _board_power_w(gpu: Any, cap: float | None, predicted_w: float) -> float:
+def _board_power_w(gpu: GpuModel, cap: float | None, predicted_w: float) -> float:
     """A predicted board power the board can draw: at least its idle power (a board with jobs on it never draws
     less than one without); the model keeps it at most the limit (the cap, else the maximum) unless it comes from
     the job's measured curve (boards overshoot their limit by a few percent); the limit when not a number."""

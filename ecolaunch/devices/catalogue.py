@@ -1,8 +1,10 @@
-"""A catalogue of common NVIDIA GPUs, keyed by the names users type in ``ECOLAUNCH_SIMULATE``.
+"""A catalogue of common NVIDIA GPUs, keyed by the names users type in ``ECOLAUNCH_SIMULATE``: :data:`CATALOGUE` and
+:func:`lookup`.
 
-Each :class:`GpuModel` carries what a simulated GPU needs to look like the real board: the name NVML
-reports, memory, the board's power-limit range as NVML exposes it (min / default / max), whether the
-part is NVLink-connected in its usual server (SXM boards), an idle power, and a ``source`` citation.
+Each row is a :class:`~ecolaunch.job.gpu.GpuModel` (the one static description of a board), carrying what a
+simulated GPU needs to look like the real board: the name NVML reports, memory, the board's power-limit range as
+NVML exposes it (min / default / max), whether the part is NVLink-connected in its usual server (SXM boards), an
+idle power, and a ``source`` citation.
 
 Where the numbers come from:
 
@@ -19,7 +21,8 @@ Where the numbers come from:
   persistence mode on. No stored measurement backs it; the simulator uses it only as the floor of its
   power reading.
 
-What lives elsewhere: parsing machine specs (:mod:`ecolaunch.devices.spec`), the simulated device state
+What lives elsewhere: the :class:`~ecolaunch.job.gpu.GpuModel` type and its checks (:mod:`ecolaunch.job.gpu`),
+parsing machine specs (:mod:`ecolaunch.devices.spec`), the simulated device state
 (:mod:`ecolaunch.devices.simulated`), performance and power models (``ecolaunch.sim``).
 """
 
@@ -28,46 +31,12 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.job.gpu import GpuModel
 
-__all__ = ["CATALOGUE", "GpuModel", "lookup", "model_names"]
-
-
-@dataclass(frozen=True, slots=True)
-class GpuModel:
-    """One GPU board: its catalogue name, what NVML calls it, and its power envelope."""
-
-    name: str
-    full_name: str
-    memory_mib: int
-    power_limit_min_w: float
-    power_limit_default_w: float
-    power_limit_max_w: float
-    idle_power_w: float
-    nvlink: bool
-    architecture: str
-    source: str
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.memory_mib <= 0:
-            problems.append(f"memory_mib={self.memory_mib} must be > 0")
-        if not 0 < self.power_limit_min_w <= self.power_limit_default_w <= self.power_limit_max_w:
-            problems.append(
-                f"power limits must satisfy 0 < min <= default <= max, got min={self.power_limit_min_w} "
-                f"default={self.power_limit_default_w} max={self.power_limit_max_w}"
-            )
-        if not 0 <= self.idle_power_w <= self.power_limit_max_w:
-            problems.append(f"idle_power_w={self.idle_power_w} must lie in [0, power_limit_max_w]")
-        if problems:
-            raise ConfigError(
-                f"GPU model {self.name!r}: " + "; ".join(problems),
-                hint="fix the GPU's values in the machine spec",
-            )
-
+__all__ = ["CATALOGUE", "lookup", "model_names"]
 
 _ZEUS = "Zeus NSDI'23 power-limit grid (ecolaunch/sim/data/summary_power_*.csv)"
 _DATASHEET_MIN = "NVML min as commonly reported by nvidia-smi -q (not verified from a stored source)"

@@ -45,9 +45,9 @@ from typing import Any
 import psutil
 
 from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
-from ecolaunch.devices.catalogue import GpuModel
 from ecolaunch.devices.spec import HostSpec
 from ecolaunch.errors import DeviceError, PermissionDenied
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.safefs import RefusedFile, read_at
 
 __all__ = ["ProcessLoad", "Reading", "SimulatedBackend", "basic_reading"]

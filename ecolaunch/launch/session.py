@@ -11,7 +11,8 @@ A request that can never fit (more GPUs than the host has, than the user may use
 allows) fails before it is queued (:class:`~ecolaunch.errors.NeverFits`), and a launch that fails while queued
 leaves no job file behind, even when its job vanished from the graph.
 
-Under a power budget (``[power] max_total_w``) the same transactions keep the budget's caps in the graph
+A placement is :func:`ecolaunch.policy.place.place` (decide, admit, book, budget), the simulator's too. Under a power
+budget (``[power] max_total_w``) the same transactions keep the budget's caps in the graph
 (``StateGraph.budget_caps_w``, :mod:`ecolaunch.admin.budget`): a placement books the caps its decision chose for
 its own GPUs and for running jobs (``Decision.recaps_w``); a release, and a reconcile that released dead launchers'
 jobs, allocate the budget afresh among the jobs left (:func:`~ecolaunch.admin.budget.rebalance`), so caps lowered
@@ -28,16 +29,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ecolaunch.admin.budget import rebalance
 from ecolaunch.admin.caps import CapKeeper
 from ecolaunch.admin.rules import Rules, budget_range_w, user_gpu_limit
 from ecolaunch.clock import Clock, SystemClock
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import NeverFits, NoPlacement, PermissionDenied, StateError, WaitTimeout
-from ecolaunch.policy.admission import admit, unadmitted_bookings
+from ecolaunch.policy.admission import unadmitted_bookings
 from ecolaunch.policy.base import Decision, JobRequest, Policy
-from ecolaunch.admin.budget import rebalance
-from ecolaunch.policy.budget import book_budget
 from ecolaunch.policy.candidates import eligible_gpus
+from ecolaunch.policy.place import admitted_decision, place
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
 from ecolaunch.state.store import StateStore
@@ -134,26 +135,16 @@ class Session:
         with self.store.transaction() as graph:
             self.refresh(graph)
             self._check_feasible(graph, request)
-            return admit(graph, request, self.rules, self.policy.decide(graph, request, self.rules)), graph
+            return admitted_decision(graph, request, self.policy, self.rules), graph
 
     def submit(self, request: JobRequest, launcher: Launcher, name: str, info: dict) -> Job:
         """Enter the queue. Raises NeverFits when the request can never fit this host."""
         with self.store.transaction() as graph:
             self.refresh(graph)
             self._check_feasible(graph, request)
-            job = Job(
-                id=request.id,
-                uid=launcher.uid,
-                user=launcher.user,
-                host=self.host,
-                launcher_pid=launcher.pid,
-                launcher_start_time=launcher.start_time,
-                nproc=request.nproc,
-                name=name,
-                seq=graph.take_seq(),
-                submitted_at=time.time(),
-                request=dict(info),
-            )
+            job = Job.queued(request.id, user=launcher.user, host=self.host, nproc=request.nproc, seq=graph.take_seq(),
+                             submitted_at=time.time(), request=info, name=name, uid=launcher.uid,
+                             launcher_pid=launcher.pid, launcher_start_time=launcher.start_time)
             graph.jobs[job.id] = job
         self._requests[job.id] = request
         return job
@@ -169,13 +160,9 @@ class Session:
             position = graph.queue_position(job_id) or 0
             if position != 1:
                 return position
-            decision = admit(graph, request, self.rules, self.policy.decide(graph, request, self.rules))
+            decision = place(graph, request, self.policy, self.rules, time.time())
             if decision is None:
                 return position
-            graph.book(job_id, list(decision.gpus), dict(decision.power_caps_w), decision.to_dict(), request.profile,
-                       time.time())
-            if self.rules.power_max_total_w is not None:
-                book_budget(graph, decision)  # this job's budget caps, and the running jobs' new ones
             self._attach(job, request)
             gpus = {u: graph.hosts[self.host].gpus[u] for u in decision.gpus}
             logger.info("job %s placed on %s by %s: %s", job_id, ",".join(str(g.index) for g in gpus.values()), decision.policy, "; ".join(decision.reasons))

@@ -40,6 +40,7 @@ from ecolaunch.policy.features import scenario_graph
 from ecolaunch.learn.history_data import MAX_THROUGHPUT_LABEL, profile_job
 from ecolaunch.profile.history import Profile
 from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.state.graph import WHATIF_UUID, GpuNode
 
 __all__ = ["SIMULATED_SOURCE", "SOURCE", "CalibrationData", "calibration_samples", "document_samples"]
 
@@ -63,18 +64,6 @@ class CalibrationData:
     def summary(self) -> dict[str, Any]:
         return {"samples": len(self.samples), "files": list(self.files), "cap_points": self.counts["cap_points"],
                 "pairs": self.counts["pairs"], "skipped": dict(sorted(self.skipped.items()))}
-
-
-@dataclass(frozen=True, slots=True)
-class _Board:
-    """The calibrated GPU as :func:`~ecolaunch.policy.features.scenario_graph` reads it."""
-
-    name: str
-    full_name: str
-    memory_mib: int
-    power_limit_min_w: float | None
-    power_limit_default_w: float | None
-    power_limit_max_w: float
 
 
 def calibration_samples(state_dir: Path, *, simulated: bool, weight: float = 3.0) -> CalibrationData:
@@ -123,12 +112,14 @@ def document_samples(doc: Mapping[str, Any], *, weight: float = 3.0, into: Calib
     return out
 
 
-def _board(gpu: Mapping[str, Any]) -> _Board | None:
+def _board(gpu: Mapping[str, Any]) -> GpuNode | None:
+    """The calibrated GPU as the file describes it (what the driver reported), as a what-if graph's GPU."""
     top, low = _number(gpu.get("power_limit_max_w")), _number(gpu.get("power_limit_min_w"))
     memory = _number(gpu.get("memory_total_mib"))
     if top is None or memory is None or not isinstance(gpu.get("name"), str):
         return None
-    return _Board(gpu["name"], gpu["name"], int(memory), low, _number(gpu.get("power_limit_default_w")), top)
+    return GpuNode(uuid=WHATIF_UUID, index=0, name=gpu["name"], memory_total_mib=int(memory), power_limit_min_w=low,
+                   power_limit_default_w=_number(gpu.get("power_limit_default_w")), power_limit_max_w=top)
 
 
 def _curves(alone: Sequence[Any], skipped: Counter) -> dict[str, list[dict[str, Any]]]:
@@ -160,7 +151,7 @@ def _profile(points: Sequence[Mapping[str, Any]]) -> Profile:
                    None if memory is None else int(memory), float(top["power_w"]), caps)
 
 
-def _alone_samples(board: _Board, profile: Profile, points: Sequence[Mapping[str, Any]]):
+def _alone_samples(board: GpuNode, profile: Profile, points: Sequence[Mapping[str, Any]]):
     top = points[0]
     for p in points:
         others = [{"power_cap_w": q["power_cap_w"], "iter_time_s": q["iter_time_s"], "power_w": q["power_w"]}
@@ -171,7 +162,7 @@ def _alone_samples(board: _Board, profile: Profile, points: Sequence[Mapping[str
                min(1.0, float(p["power_w"]) / board.power_limit_max_w))
 
 
-def _pair_sample(board: _Board, pair: Any, profiles: Mapping[str, Profile], skipped: Counter):
+def _pair_sample(board: GpuNode, pair: Any, profiles: Mapping[str, Profile], skipped: Counter):
     if not isinstance(pair, Mapping) or not isinstance(pair.get("jobs"), list) or len(pair["jobs"]) != 2:
         skipped["malformed entry"] += 1
         return None

@@ -35,10 +35,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ecolaunch.devices.catalogue import GpuModel, lookup
+from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.profile.history import History, JobRecord, Profile
+from ecolaunch.state.graph import GpuNode
 
 #: profiling actions whose run was placed from a profile it already had (no profiling inside the run)
 PLACED_FROM_PROFILE = frozenset({"history", "pre"})
@@ -114,16 +116,16 @@ def profile_job(profile: Profile, job_id: str, cap_points: Sequence[Any] | None 
 
 def _cap_point_samples(profile: Profile, model: GpuModel):
     points = sorted(profile.cap_points, key=lambda p: p.power_cap_w)
-    top = points[-1]
+    top, gpu = points[-1], GpuNode.from_model(model)
     for p in points:
         others = [{"power_cap_w": q.power_cap_w, "iter_time_s": q.iter_time_s, "power_w": q.power_w}
                   for q in points if q is not p]
         labels = (min(MAX_THROUGHPUT_LABEL, top.iter_time_s / p.iter_time_s), min(1.0, p.power_w / model.power_limit_max_w))
         cap = min(p.power_cap_w, model.power_limit_max_w)
-        yield (scenario_graph(model, cap, [profile_job(profile, "self", others)]), *labels, 1)
+        yield (scenario_graph(gpu, cap, [profile_job(profile, "self", others)]), *labels, 1)
         if p is not top:  # the job known only uncapped, as in the Zeus sweeps: a measured cap the curve does not anchor
             uncapped = [{"power_cap_w": top.power_cap_w, "iter_time_s": top.iter_time_s, "power_w": top.power_w}]
-            yield (scenario_graph(model, cap, [profile_job(profile, "self", uncapped)]), *labels, 0)
+            yield (scenario_graph(gpu, cap, [profile_job(profile, "self", uncapped)]), *labels, 0)
 
 
 def _run_sample(rec: JobRecord, model: GpuModel, by_id: Mapping[str, JobRecord], min_iterations: int,
@@ -147,7 +149,7 @@ def _run_sample(rec: JobRecord, model: GpuModel, by_id: Mapping[str, JobRecord],
             return None
         others.append(profile_job(other.profile, other.job_id))
     cap = rec.power_caps_w.get(uuid)
-    graph = scenario_graph(model, None if cap is None else min(cap, model.power_limit_max_w),
+    graph = scenario_graph(GpuNode.from_model(model), None if cap is None else min(cap, model.power_limit_max_w),
                            [profile_job(rec.profile, rec.job_id), *others])
     power = None
     if rec.gpu_energy_j and rec.duration_s > 0:

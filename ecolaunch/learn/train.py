@@ -65,15 +65,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ecolaunch.devices.catalogue import CATALOGUE, GpuModel
+from ecolaunch.devices.catalogue import CATALOGUE
 from ecolaunch.devices.spec import default_links
 from ecolaunch.errors import ConfigError
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.policy.features import HeteroGraph, batch, encode_state, scenario_graph
 from ecolaunch.sim.interference import GavelFit, InterferenceModel, impute_held_type, fit_gavel, gavel_set
 from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
 from ecolaunch.sim.node import shared_gpu
 from ecolaunch.sim.power import CurveSet, PowerCapModel, default_power_model, fit_shape
-from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
+from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ def gavel_pairs_set(select: np.ndarray, demands: Mapping[tuple[str, str], float]
         ka, kb = data.keys[data.a[k]], data.keys[data.b[k]]
         jobs = [{"id": f"{side}", "iter_time_s": float(data.iter_time_s[i]), "sm_util_pct": 100.0 * demands[key]}
                 for side, i, key in (("a", data.a[k], ka), ("b", data.b[k], kb))]
-        graphs.append(scenario_graph(GAVEL_BOARDS[ka[0]], None, jobs))
+        graphs.append(scenario_graph(GpuNode.from_model(GAVEL_BOARDS[ka[0]]), None, jobs))
         da.append(demands[ka])
         db.append(demands[kb])
     return PairSet(graphs, data.obs_a[idx], data.obs_b[idx], use_a[idx], use_b[idx], np.array(da), np.array(db),
@@ -235,7 +236,7 @@ def _zeus_samples(rng: np.random.Generator, held: Callable[[str, str, int], bool
                     pick = [top, rest[int(rng.integers(len(rest)))]]
                     job["cap_points"] = [[r.power_limit_w, r.time_per_epoch_s / top.time_per_epoch_s, r.power_w]
                                          for r in pick]
-                graph = scenario_graph(ZEUS_BOARDS[gpu], row.power_limit_w, [job])
+                graph = scenario_graph(GpuNode.from_model(ZEUS_BOARDS[gpu]), row.power_limit_w, [job])
                 out.append(LabelledState(graph, (top.time_per_epoch_s / row.time_per_epoch_s,),
                                          (row.power_w / p_max,), 1.0, "zeus"))
     return out
@@ -263,12 +264,6 @@ def _power_model(held: Callable[[str, str, int], bool], holding: bool) -> PowerC
 
 
 # --- synthetic machines --------------------------------------------------------------------------------------
-def _node(uuid: str, index: int, model: GpuModel, cap_w: float) -> GpuNode:
-    return GpuNode(uuid=uuid, index=index, name=model.full_name, memory_total_mib=model.memory_mib,
-                   power_limit_min_w=model.power_limit_min_w, power_limit_default_w=model.power_limit_default_w,
-                   power_limit_max_w=model.power_limit_max_w, power_limit_w=cap_w)
-
-
 def _profile(rng: np.random.Generator, model: GpuModel, floor_w: float) -> dict[str, Any]:
     sm = float(rng.uniform(5.0, 100.0))
     bw = sm * float(rng.uniform(0.2, 1.0))
@@ -305,7 +300,7 @@ def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
         for i in range(n):
             cap = model.power_limit_max_w if rng.random() < 0.4 else float(rng.uniform(model.power_limit_min_w,
                                                                                          model.power_limit_max_w))
-            host.gpus[f"h{h}g{i}"] = _node(f"h{h}g{i}", i, model, cap)
+            host.gpus[f"h{h}g{i}"] = GpuNode.from_model(model, f"h{h}g{i}", i, power_limit_w=cap)
             models[f"h{h}g{i}"], jobs_on[f"h{h}g{i}"] = model, []
         for (i, j), kind in default_links((model,) * n).items():
             host.links[(f"h{h}g{i}", f"h{h}g{j}")] = kind
@@ -322,9 +317,9 @@ def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
         prof = _profile(rng, model, power.active_idle_power_w(model)[0])
         if prof["power_w"] is not None and prof["iter_time_s"] is not None and rng.random() < 0.25:
             prof["cap_points"] = _cap_points(rng, prof, model, power)
-        state.jobs[f"j{k}"] = Job(id=f"j{k}", uid=0, user="u", host=host.name, launcher_pid=1, launcher_start_time=0.0,
-                                  nproc=want, name="x", seq=k, submitted_at=0.0, state=JobState.RUNNING, gpus=gpus,
-                                  request={"allowed_slowdown_pct": float(rng.uniform(0.0, 30.0))}, profile=prof)
+        state.jobs[f"j{k}"] = Job.queued(f"j{k}", user="u", host=host.name, nproc=want, seq=k, submitted_at=0.0,
+                                         request={"allowed_slowdown_pct": float(rng.uniform(0.0, 30.0))}, name="x")
+        state.book(f"j{k}", gpus, {}, {}, prof, 0.0)
         for u in gpus:
             jobs_on[u].append(f"j{k}")
     speed: dict[str, float] = {}

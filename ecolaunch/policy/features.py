@@ -37,6 +37,7 @@ else its default limit, else its max limit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -426,20 +427,16 @@ def build_graph(state: StateGraph, job: Any = None, placement: Placement | tuple
     return enc.graph() if job is None else enc.candidates(job, [placement])
 
 
-def scenario_graph(gpu: Any, power_cap_w: float | None, jobs: Sequence[Mapping[str, Any]]) -> HeteroGraph:
-    """The what-if of ``ecolaunch predict``: ``jobs`` (profile dicts with an ``id``) all on one GPU ``gpu`` (a
-    catalogue :class:`~ecolaunch.devices.catalogue.GpuModel` or anything with its attribute names) at
+def scenario_graph(gpu: GpuNode, power_cap_w: float | None, jobs: Sequence[Mapping[str, Any]]) -> HeteroGraph:
+    """The what-if of ``ecolaunch predict``: ``jobs`` (profile dicts with an ``id``) all on one GPU ``gpu``
+    (:meth:`GpuNode.from_model` of a catalogue board, or a calibrated GPU as its file describes it) at
     ``power_cap_w`` (None: uncapped, i.e. the max limit)."""
-    node = GpuNode(uuid="GPU-whatif", index=0, name=str(getattr(gpu, "full_name", None) or gpu.name),
-                   memory_total_mib=int(gpu.memory_mib), power_limit_min_w=gpu.power_limit_min_w,
-                   power_limit_default_w=getattr(gpu, "power_limit_default_w", None),
-                   power_limit_max_w=gpu.power_limit_max_w,
-                   power_limit_w=gpu.power_limit_max_w if power_cap_w is None else float(power_cap_w),
-                   memory_used_mib=int(sum(_num(j.get("memory_mib")) or 0 for j in jobs)))
+    node = dataclasses.replace(gpu, power_limit_w=gpu.power_limit_max_w if power_cap_w is None else float(power_cap_w),
+                               memory_used_mib=int(sum(_num(j.get("memory_mib")) or 0 for j in jobs)))
     state = StateGraph(hosts={"whatif": Host(name="whatif", gpus={node.uuid: node})})
     for seq, j in enumerate(jobs):
         jid = str(j.get("id", f"job{seq}"))
-        state.jobs[jid] = Job(id=jid, uid=0, user="whatif", host="whatif", launcher_pid=1, launcher_start_time=0.0,
-                              nproc=1, name=jid, seq=seq, submitted_at=0.0, state=JobState.RUNNING, gpus=[node.uuid],
-                              request={"allowed_slowdown_pct": j.get("allowed_slowdown_pct")}, profile=dict(j))
+        state.jobs[jid] = Job.queued(jid, user="whatif", host="whatif", nproc=1, seq=seq, submitted_at=0.0,
+                                     request={"allowed_slowdown_pct": j.get("allowed_slowdown_pct")})
+        state.book(jid, [node.uuid], {}, {}, j, 0.0)
     return encode_state(state).graph()

@@ -28,11 +28,9 @@ from ecolaunch.sim.models import JobProfile, as_profile
 from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, SharedGpu, reproduce_eaco, shared_gpu
 from ecolaunch.sim.power import (
     CapPrediction,
-    GpuPowerSpec,
     PowerCapModel,
     default_power_model,
     energy_optimal_cap,
-    gpu_spec,
 )
 
 __all__ = [
@@ -41,7 +39,6 @@ __all__ = [
     "EnergyMeter",
     "EnergyReport",
     "GpuLoad",
-    "GpuPowerSpec",
     "InterferenceModel",
     "JobProfile",
     "PowerCapModel",
@@ -52,7 +49,6 @@ __all__ = [
     "default_power_model",
     "demand",
     "energy_optimal_cap",
-    "gpu_spec",
     "predict",
     "reproduce_eaco",
     "shared_gpu",

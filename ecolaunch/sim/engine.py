@@ -6,9 +6,10 @@ What lives here: :class:`TraceJob` / :class:`Trace` (the input), :class:`Simulat
 
 **Same decisions as the launcher.** The simulator keeps a :class:`~ecolaunch.state.graph.StateGraph` of its
 machine (GPU nodes with live memory and utilization, running jobs with their GPUs, caps and profiles) and asks
-the policy exactly what the launcher asks: ``policy.decide(graph, JobRequest, rules)``. Waiting jobs form the
-launcher's strict FIFO: only the head of the queue is offered to the policy, host by host (most free GPUs
-first), at every event; the policy may answer ``None`` (wait).
+the policy exactly what the launcher asks, and books the answer as the launcher does:
+:func:`ecolaunch.policy.place.place` (decide, admit, book, budget). Waiting jobs form the launcher's strict FIFO:
+only the head of the queue is offered to the policy, queued host by host (most free GPUs first), at every event;
+the policy may answer ``None`` (wait).
 
 **What the policies know.** Each job arrives with its solo profile; with ``profile_caps=True`` (the default)
 the simulator also gives it what ecolaunch's early profiling would have measured: its uncapped power and its cap
@@ -47,10 +48,10 @@ from typing import Any
 from dataclasses import dataclass, field, replace
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.devices.catalogue import GpuModel
 from ecolaunch.devices.spec import MachineSpec
-from ecolaunch.policy.admission import admit
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.policy.base import Decision, JobRequest, Policy
+from ecolaunch.policy.place import place
 from ecolaunch.profile.powercap import profile_caps
 from ecolaunch.sim.interference import demand
 from ecolaunch.sim.models import JobProfile
@@ -192,12 +193,9 @@ class Simulation:
         for host_spec in machine.hosts:
             host = Host(name=host_spec.name)
             for index, (uuid, model) in enumerate(zip(host_spec.uuids, host_spec.gpus)):
-                host.gpus[uuid] = GpuNode(
-                    uuid=uuid, index=index, name=model.full_name, memory_total_mib=model.memory_mib,
-                    power_limit_min_w=model.power_limit_min_w, power_limit_default_w=model.power_limit_default_w,
-                    power_limit_max_w=model.power_limit_max_w, power_limit_w=model.power_limit_default_w,
-                    power_w=model.idle_power_w, util_gpu_pct=0.0, util_mem_pct=0.0,
-                )
+                node = GpuNode.from_model(model, uuid, index)
+                node.power_w, node.util_gpu_pct, node.util_mem_pct = model.idle_power_w, 0.0, 0.0  # read idle
+                host.gpus[uuid] = node
                 self.models[uuid] = model
             for (i, j), kind in host_spec.links.items():
                 a, b = host_spec.uuids[i], host_spec.uuids[j]
@@ -291,7 +289,7 @@ class Simulation:
                 self._refresh(changed, gpu_jobs, running, loads, caps)
             while queue and not blocked:
                 head = queue[0]
-                placed = self._place(head)
+                placed = self._place(head, now)
                 decisions += 1
                 if placed is None:
                     blocked = True
@@ -315,7 +313,6 @@ class Simulation:
                                             link=self._link_factor(head, host, decision.gpus))
                 if undo and any(gpu_jobs[u] for u in decision.gpus):
                     heapq.heappush(checks, (now + self.early_check_fraction * head.work_s, head.id))
-                self._book(head, host, decision, now)
                 for u in decision.gpus:
                     gpu_jobs[u].append(head.id)
                     changed.add(u)
@@ -337,7 +334,10 @@ class Simulation:
                          peak_w, peak_limits_w)
 
     # --- placement -------------------------------------------------------------------------------
-    def _place(self, job: TraceJob) -> tuple[str, Decision] | None:
+    def _place(self, job: TraceJob, now: float) -> tuple[str, Decision] | None:
+        """Place the queue head as its launcher would (:func:`~ecolaunch.policy.place.place`), queued on each host in
+        turn, the one with the most idle GPUs first; the host and the decision booked, or None (the job leaves the
+        graph)."""
         hosts = sorted(self.graph.hosts.values(),
                        key=lambda h: (-sum(1 for u in h.gpus if not self._gpu_jobs[u]), h.name))
         rules = self.rules
@@ -350,24 +350,16 @@ class Simulation:
                 memory_mib=(profile or {}).get("memory_mib"), allowed_slowdown_pct=job.allowed_slowdown_pct,
                 profile=profile,
             )
-            decision = admit(self.graph, request, rules, self.policy.decide(self.graph, request, rules))
+            self.graph.jobs[job.id] = Job.queued(
+                job.id, user=job.user, host=host.name, nproc=job.nproc, seq=0, submitted_at=job.arrival_s,
+                request={"allowed_slowdown_pct": job.allowed_slowdown_pct, "memory_mib": job.profile.memory_mib},
+                name=job.kind or job.id,
+            )
+            decision = place(self.graph, request, self.policy, rules, now)
             if decision is not None:
                 return host.name, decision
+        del self.graph.jobs[job.id]
         return None
-
-    def _book(self, job: TraceJob, host: str, decision: Decision, now: float) -> None:
-        self.graph.jobs[job.id] = Job(
-            id=job.id, uid=0, user=job.user, host=host, launcher_pid=0, launcher_start_time=0.0,
-            nproc=len(decision.gpus), name=job.kind or job.id, seq=0, submitted_at=job.arrival_s,
-            request={"allowed_slowdown_pct": job.allowed_slowdown_pct, "memory_mib": job.profile.memory_mib},
-        )
-        # the launcher's own booking (Session.try_place): RUNNING, the decided caps, and the job's profile
-        self.graph.book(job.id, list(decision.gpus), dict(decision.power_caps_w), decision.to_dict(),
-                        self._request_profile(job), now)
-        if self.rules.power_max_total_w is not None:  # the launcher's booking of a power budget's caps
-            from ecolaunch.policy.budget import book_budget
-
-            book_budget(self.graph, decision)
 
     # --- the measured world: what policies read, profiling and the closed loop, budgets ------------------
     def _request_profile(self, job: TraceJob) -> dict | None:

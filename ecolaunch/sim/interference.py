@@ -53,6 +53,7 @@ import numpy as np
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.sim import fitted
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.sim.models import GAVEL_GPUS, JobProfile, as_profile, gavel_pairs, gavel_solo, least_squares
 
 logger = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ def default_interference_model() -> InterferenceModel:
     return fit.model
 
 
-def predict(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: Any = None,
+def predict(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: str | GpuModel | None = None,
             model: InterferenceModel | None = None) -> list[float]:
     """Normalized throughput of each of 1..N jobs sharing one GPU (see the module docstring).
 
@@ -148,19 +149,18 @@ def predict(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: Any = None,
     return (model or default_interference_model()).predict(profiles)
 
 
-def colocate(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: Any = None,
+def colocate(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: str | GpuModel | None = None,
              model: InterferenceModel | None = None) -> Colocation:
     """:func:`predict` plus demands, saturation, memory fit and the extrapolation flag for ``gpu``.
 
-    ``gpu`` is a board name or an object with ``name`` and ``memory_mib`` (or ``memory_total_mib``).
+    ``gpu`` is a board name or a GPU model (whose memory the jobs' must fit in).
     """
     profs = [as_profile(p) for p in profiles]
     demands = tuple(demand(p) for p in profs)
     mems = [p.memory_mib for p in profs]
     memory = None if any(m is None for m in mems) else sum(mems)  # type: ignore[misc]
-    name = gpu if isinstance(gpu, str) else getattr(gpu, "name", None)
-    capacity = None if gpu is None or isinstance(gpu, str) else (
-        getattr(gpu, "memory_mib", None) or getattr(gpu, "memory_total_mib", None))
+    name = gpu if gpu is None or isinstance(gpu, str) else gpu.name
+    capacity = None if gpu is None or isinstance(gpu, str) else gpu.memory_mib
     return Colocation(
         throughputs=tuple(predict(profs, gpu, model)),
         demands=demands,

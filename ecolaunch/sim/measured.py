@@ -63,8 +63,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ecolaunch.admin.rules import Rules, job_cap_bounds
-from ecolaunch.devices.catalogue import GpuModel, lookup
+from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice

@@ -43,9 +43,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.sim.interference import InterferenceModel, default_interference_model, demand
 from ecolaunch.sim.models import JobProfile, as_profile, eaco_tables
-from ecolaunch.sim.power import PowerCapModel, default_power_model, gpu_spec
+from ecolaunch.sim.power import PowerCapModel, default_power_model
 
 logger = logging.getLogger(__name__)
 
@@ -69,29 +70,27 @@ class SharedGpu:
     extrapolated: bool
 
 
-def shared_gpu(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: Any, power_cap_w: float | None = None,
+def shared_gpu(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: GpuModel, power_cap_w: float | None = None,
                *, interference: InterferenceModel | None = None, power: PowerCapModel | None = None) -> SharedGpu:
-    """Throughputs and board power of 1..N jobs on ``gpu`` (a spec-like object) at ``power_cap_w``.
+    """Throughputs and board power of 1..N jobs on ``gpu`` at ``power_cap_w``.
 
     A job without ``power_w`` is assumed to draw active idle + its demand x (max limit - active idle)
     (an assumption: dynamic power proportional to busy time).
     """
-    spec = gpu_spec(gpu)
     power = power or default_power_model()
     profs = [as_profile(p) for p in profiles]
-    floor_w, extrapolated = power.active_idle_power_w(spec)
+    floor_w, extrapolated = power.active_idle_power_w(gpu)
     if not profs:
-        idle = spec.idle_power_w if spec.idle_power_w is not None else floor_w
-        return SharedGpu((), float(idle), float(idle), (), 1.0, False, extrapolated)
+        return SharedGpu((), gpu.idle_power_w, gpu.idle_power_w, (), 1.0, False, extrapolated)
     x = (interference or default_interference_model()).predict(profs)
     dyn = []
     for p, xi in zip(profs, x):
-        solo_w = p.power_w if p.power_w is not None else floor_w + demand(p) * (spec.power_limit_max_w - floor_w)
+        solo_w = p.power_w if p.power_w is not None else floor_w + demand(p) * (gpu.power_limit_max_w - floor_w)
         dyn.append(max(0.0, solo_w - floor_w) * xi)
     total = floor_w + sum(dyn)
     ratio = 1.0
-    if power_cap_w is not None and power_cap_w < spec.power_limit_max_w and sum(dyn) > 0:
-        pred = power.predict(total, power_cap_w, spec)
+    if power_cap_w is not None and power_cap_w < gpu.power_limit_max_w and sum(dyn) > 0:
+        pred = power.predict(total, power_cap_w, gpu)
         ratio, extrapolated = pred.time_ratio, extrapolated or pred.extrapolated
         scale = max(0.0, pred.power_w - floor_w) / sum(dyn)
         dyn = [d * scale for d in dyn]

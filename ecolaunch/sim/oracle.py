@@ -14,7 +14,8 @@ import json
 from collections.abc import Sequence
 
 from ecolaunch.admin.rules import Rules, job_cap_bounds
-from ecolaunch.devices.catalogue import GpuModel, lookup
+from ecolaunch.devices.catalogue import lookup
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome, knows_power
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT

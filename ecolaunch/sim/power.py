@@ -1,7 +1,6 @@
 """GPU power cap -> iteration time and board power, fitted to the Zeus power-limit sweeps.
 
-What lives here: :class:`GpuPowerSpec` (the few board facts the models need, built from any catalogue-like
-object by :func:`gpu_spec`), :class:`CapShape` (one GPU's fitted, normalized curve), :class:`PowerCapModel`
+What lives here: :class:`CapShape` (one GPU's fitted, normalized curve), :class:`PowerCapModel`
 (the per-GPU shapes, active-idle power, :meth:`~PowerCapModel.predict`), :func:`default_power_model` (fitted
 once per process) and :func:`energy_optimal_cap`. Co-location and node power are in
 :mod:`ecolaunch.sim.interference` and :mod:`ecolaunch.sim.node`.
@@ -32,7 +31,7 @@ carries ``extrapolated=True``.
 **Idle power.** *Active idle* (a training process holds the GPU but gives it almost no work) is grounded: it
 is the lowest average power of any Zeus run on that board (input-bound NCF at large batch: V100 35 W, A40 80 W,
 P100 33 W, RTX 6000 55 W), kept as a fraction of ``P_max``; for other boards that fraction is extrapolated
-like the shape. *Idle* (no process) is not in the data: it is the board spec's ``idle_power_w`` (an
+like the shape. *Idle* (no process) is not in the data: it is the GPU model's ``idle_power_w`` (an
 assumption of the GPU catalogue) and is only used by :mod:`ecolaunch.sim.node`.
 """
 
@@ -44,12 +43,12 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.sim import fitted
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.sim.models import ZEUS_GPUS, least_squares, zeus_rows
 
 logger = logging.getLogger(__name__)
@@ -60,41 +59,6 @@ _LOWER = np.array([0.0, 0.8, 0.5, 0.3, 1.0])
 _UPPER = np.array([0.6, 2.0, 3.0, 8.0, 40.0])
 _START = np.array([0.1, 1.05, 1.0, 2.0, 6.0])
 _ARCH_FAMILY = {"volta": "v100", "pascal": "p100", "maxwell": "p100", "kepler": "p100", "turing": "rtx6000"}
-
-
-@dataclass(frozen=True, slots=True)
-class GpuPowerSpec:
-    """What the simulator's models need to know about a board."""
-
-    name: str
-    power_limit_min_w: float
-    power_limit_max_w: float
-    idle_power_w: float | None = None
-    memory_mib: int | None = None
-    architecture: str | None = None
-
-
-def gpu_spec(gpu: Any) -> GpuPowerSpec:
-    """A :class:`GpuPowerSpec` from itself, or from any object with the catalogue's attribute names
-    (``name``, ``power_limit_min_w``, ``power_limit_max_w``, optional ``idle_power_w``, ``memory_mib`` or
-    ``memory_total_mib``, ``architecture``), e.g. ``ecolaunch.devices.catalogue.GpuModel``."""
-    if isinstance(gpu, GpuPowerSpec):
-        return gpu
-    try:
-        memory = getattr(gpu, "memory_mib", None)
-        if memory is None:
-            memory = getattr(gpu, "memory_total_mib", None)
-        return GpuPowerSpec(
-            name=str(gpu.name),
-            power_limit_min_w=float(gpu.power_limit_min_w),
-            power_limit_max_w=float(gpu.power_limit_max_w),
-            idle_power_w=getattr(gpu, "idle_power_w", None),
-            memory_mib=None if memory is None else int(memory),
-            architecture=getattr(gpu, "architecture", None),
-        )
-    except (AttributeError, TypeError, ValueError) as e:
-        raise ConfigError(f"cannot read a GPU's power limits from {gpu!r}: {e}",
-                          hint="pass a GpuPowerSpec or a catalogue GpuModel") from e
 
 
 @functools.lru_cache(maxsize=256)
@@ -264,21 +228,19 @@ class PowerCapModel:
             idle[gpu] = min(r.power_w for r in zeus_rows(gpu)) / ZEUS_GPUS[gpu]
         return cls(shapes, idle)
 
-    def shape_for(self, gpu: Any) -> tuple[CapShape, bool]:
-        """The shape used for ``gpu`` (a spec-like object) and whether it is extrapolated."""
-        spec = gpu_spec(gpu)
-        family, extrapolated = shape_family(spec.name, spec.architecture, spec.power_limit_max_w)
+    def shape_for(self, gpu: GpuModel) -> tuple[CapShape, bool]:
+        """The shape used for ``gpu`` and whether it is extrapolated."""
+        family, extrapolated = shape_family(gpu.name, gpu.architecture, gpu.power_limit_max_w)
         return self.shapes[family], extrapolated
 
-    def predict(self, power_w: float, power_cap_w: float, gpu: Any, iter_time_s: float | None = None
+    def predict(self, power_w: float, power_cap_w: float, gpu: GpuModel, iter_time_s: float | None = None
                 ) -> CapPrediction:
         """Time ratio and board power of a job whose uncapped board power is ``power_w`` at ``power_cap_w``."""
-        spec = gpu_spec(gpu)
-        shape, extrapolated = self.shape_for(spec)
+        shape, extrapolated = self.shape_for(gpu)
         if power_w <= 0 or power_cap_w <= 0:
             raise ConfigError(f"power_w={power_w} and power_cap_w={power_cap_w} must be > 0",
                               hint="pass the job's measured uncapped power and a cap in watts")
-        p_max = spec.power_limit_max_w
+        p_max = gpu.power_limit_max_w
         ratio, power = shape.ratios(power_w / p_max, power_cap_w / p_max)
         extrapolated = extrapolated or power_cap_w / p_max < shape.min_cap_frac - 1e-9
         return CapPrediction(
@@ -287,14 +249,11 @@ class PowerCapModel:
             extrapolated=extrapolated, shape_gpu=shape.gpu,
         )
 
-    def active_idle_power_w(self, gpu: Any) -> tuple[float, bool]:
-        """Board power of a GPU held by a process with almost no work, and whether it is extrapolated."""
-        spec = gpu_spec(gpu)
-        family, extrapolated = shape_family(spec.name, spec.architecture, spec.power_limit_max_w)
-        watts = self.active_idle_frac[family] * spec.power_limit_max_w
-        if spec.idle_power_w is not None:
-            watts = max(watts, float(spec.idle_power_w))
-        return watts, extrapolated
+    def active_idle_power_w(self, gpu: GpuModel) -> tuple[float, bool]:
+        """Board power of a GPU held by a process with almost no work (never below its idle power), and whether it
+        is extrapolated."""
+        family, extrapolated = shape_family(gpu.name, gpu.architecture, gpu.power_limit_max_w)
+        return max(self.active_idle_frac[family] * gpu.power_limit_max_w, gpu.idle_power_w), extrapolated
 
 
 @functools.lru_cache(maxsize=1)
@@ -309,7 +268,7 @@ def default_power_model() -> PowerCapModel:
     return model
 
 
-def energy_optimal_cap(power_w: float, gpu: Any, *, allowed_slowdown_pct: float | None = None,
+def energy_optimal_cap(power_w: float, gpu: GpuModel, *, allowed_slowdown_pct: float | None = None,
                        static_power_w: float = 0.0, step_w: float = 25.0,
                        model: PowerCapModel | None = None) -> CapPrediction:
     """The cap on a ``step_w`` grid from the board's max down to its min that minimizes energy per iteration
@@ -319,19 +278,18 @@ def energy_optimal_cap(power_w: float, gpu: Any, *, allowed_slowdown_pct: float 
     with 0 this is GPU-only energy, which favours low caps (docs/simulator.md, "Energy accounting").
     """
     model = model or default_power_model()
-    spec = gpu_spec(gpu)
-    caps, cap = [], spec.power_limit_max_w
-    while cap >= spec.power_limit_min_w - 1e-9:
+    caps, cap = [], gpu.power_limit_max_w
+    while cap >= gpu.power_limit_min_w - 1e-9:
         caps.append(cap)
         cap -= step_w
     best: CapPrediction | None = None
     best_cost = float("inf")
     for cap in caps:
-        pred = model.predict(power_w, cap, spec)
+        pred = model.predict(power_w, cap, gpu)
         if allowed_slowdown_pct is not None and pred.time_ratio > 1.0 + allowed_slowdown_pct / 100.0:
             continue
         cost = (pred.power_w + static_power_w) * pred.time_ratio
         if cost < best_cost - 1e-12:
             best, best_cost = pred, cost
     # the max cap has a time ratio of exactly 1, so it qualifies unless the bound is negative
-    return best if best is not None else model.predict(power_w, spec.power_limit_max_w, spec)
+    return best if best is not None else model.predict(power_w, gpu.power_limit_max_w, gpu)

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 
 from ecolaunch.clock import VirtualClock
 from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
-from ecolaunch.devices.catalogue import GpuModel, lookup
+from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError, DeviceError
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.sim.truth import TruthCurve
 
 __all__ = ["MIN_TIME_FACTOR", "CapCall", "ReplayBackend", "ReplayGpu", "ReplayJob"]

@@ -70,9 +70,9 @@ from typing import Any
 
 import numpy as np
 
-from ecolaunch.devices.catalogue import GpuModel
 from ecolaunch.devices.spec import MachineSpec
 from ecolaunch.errors import ConfigError
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.sim.engine import Trace, TraceJob
 from ecolaunch.sim.models import JobProfile
 from ecolaunch.sim.workloads import alibaba_pods, gavel_vc, sample_runtimes, workload_profile, workload_profiles

@@ -49,11 +49,11 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.job.gpu import GpuModel
 from ecolaunch.sim.models import ZEUS_GPUS, JobProfile, gavel_solo, read_data_csv, zeus_rows
 
 logger = logging.getLogger(__name__)
@@ -138,19 +138,19 @@ def workload_names() -> tuple[str, ...]:
     return tuple(w.name for w in workload_catalogue())
 
 
-def workload_profiles(gpu: Any = None) -> dict[str, JobProfile]:
+def workload_profiles(gpu: GpuModel | None = None) -> dict[str, JobProfile]:
     """Workload name -> solo profile (a new dict each call; the profiles are immutable).
 
     Args:
-        gpu: the board the jobs run on (anything with ``power_limit_max_w``, e.g. a catalogue ``GpuModel``):
-            scales the Zeus-grounded ``power_w`` to it. ``None``: as measured, on Zeus's 250 W V100 PCIe.
-            Iteration times and demands are V100's whatever the board.
+        gpu: the board the jobs run on: the Zeus-grounded ``power_w`` is scaled to its ``power_limit_max_w``.
+            ``None``: as measured, on Zeus's 250 W V100 PCIe. Iteration times and demands are V100's whatever the
+            board.
     """
-    p_max = ZEUS_GPUS[_ZEUS_GPU] if gpu is None else _power_limit_max_w(gpu)
+    p_max = ZEUS_GPUS[_ZEUS_GPU] if gpu is None else gpu.power_limit_max_w
     return {w.name: w.profile(p_max) for w in workload_catalogue()}
 
 
-def workload_profile(name: str, gpu: Any = None) -> JobProfile:
+def workload_profile(name: str, gpu: GpuModel | None = None) -> JobProfile:
     """One workload's profile; ConfigError naming the close matches for an unknown name."""
     profiles = workload_profiles(gpu)
     if name not in profiles:
@@ -161,16 +161,6 @@ def workload_profile(name: str, gpu: Any = None) -> JobProfile:
                           hint=f"did you mean {', '.join(map(repr, near))}?" if near else
                           f"use one of: {', '.join(profiles)}")
     return profiles[name]
-
-
-def _power_limit_max_w(gpu: Any) -> float:
-    try:
-        value = float(gpu.power_limit_max_w)
-    except (AttributeError, TypeError, ValueError) as e:
-        raise ConfigError(f"cannot read power_limit_max_w of {gpu!r}", hint="pass a catalogue GpuModel") from e
-    if not value > 0:
-        raise ConfigError(f"board {gpu!r} has power_limit_max_w={value}", hint="use a positive power limit")
-    return value
 
 
 def memory_agreement(capacity_mib: int = 16384, gpu: str = "v100") -> tuple[int, int]:

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ecolaunch.devices.base import GpuSnapshot, LinkKind, pair_key
+from ecolaunch.job.gpu import GpuModel
 
 SCHEMA = "ecolaunch.state"
 VERSION = 1
@@ -45,6 +47,9 @@ VERSION = 1
 #: the largest ``seq`` and ``next_seq`` accepted: 2**40 launches is one a microsecond for twelve days, far beyond
 #: any real machine, and well inside a float's exact integers (2**53), so no JSON reader rounds two seqs together
 MAX_SEQ = 2**40
+
+#: the one GPU of a what-if graph (``ecolaunch predict``, training samples), which no host reports
+WHATIF_UUID = "GPU-whatif"
 
 
 class JobState(str, enum.Enum):
@@ -81,6 +86,7 @@ class GpuNode:
 
     @classmethod
     def from_snapshot(cls, snap: GpuSnapshot) -> GpuNode:
+        """The GPU as the backend read it (the one way a live GPU enters the graph, ``state.reconcile``)."""
         return cls(
             uuid=snap.uuid,
             index=snap.index,
@@ -95,6 +101,24 @@ class GpuNode:
             power_limit_max_w=snap.power_limit_max_w,
             power_limit_w=snap.power_limit_w,
             power_limit_enforced_w=snap.power_limit_enforced_w,
+        )
+
+    @classmethod
+    def from_model(cls, model: GpuModel, uuid: str = WHATIF_UUID, index: int = 0, *,
+                   power_limit_w: float | None = None) -> GpuNode:
+        """A GPU of the static ``model`` with no reading yet (a simulated machine, a what-if or training graph): named
+        as NVML names the board (``full_name``), with its memory and limits, set at ``power_limit_w`` (default: the
+        board's default limit). Agrees with :meth:`from_snapshot` of a backend's idle GPU of that model on all but
+        the reading."""
+        return cls(
+            uuid=uuid,
+            index=index,
+            name=model.full_name,
+            memory_total_mib=model.memory_mib,
+            power_limit_min_w=model.power_limit_min_w,
+            power_limit_default_w=model.power_limit_default_w,
+            power_limit_max_w=model.power_limit_max_w,
+            power_limit_w=model.power_limit_default_w if power_limit_w is None else power_limit_w,
         )
 
 
@@ -131,6 +155,18 @@ class Job:
     request: dict[str, Any] = field(default_factory=dict)
     decision: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] | None = None
+
+    @classmethod
+    def queued(cls, id: str, *, user: str, host: str, nproc: int, seq: int, submitted_at: float,
+               request: Mapping[str, Any], name: str | None = None, uid: int = 0, launcher_pid: int = 1,
+               launcher_start_time: float = 0.0) -> Job:
+        """A new job in the queue of ``host``, holding nothing (no GPUs, caps, start time, decision or profile) until
+        :meth:`StateGraph.book` places it: the one way a job record is made. ``request`` is copied; ``name``
+        defaults to the id. A job without a launcher process (the simulator's, a what-if or training graph's) is
+        root's, and its launcher is pid 1 started at time 0, which never dies."""
+        return cls(id=id, uid=uid, user=user, host=host, launcher_pid=launcher_pid,
+                   launcher_start_time=launcher_start_time, nproc=nproc, name=id if name is None else name, seq=seq,
+                   submitted_at=submitted_at, request=dict(request))
 
     @property
     def memory_mib(self) -> int:

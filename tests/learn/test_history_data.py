@@ -18,6 +18,7 @@ from ecolaunch.policy.infer import load_model, score
 from ecolaunch.learn.train import train
 from ecolaunch.profile.history import History, JobRecord, Profile
 from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.state.graph import GpuNode
 from tests.conftest import clean_env, ecolaunch_cmd
 
 A100 = "A100-SXM4-80GB"
@@ -106,7 +107,7 @@ def test_training_on_the_history_moves_the_model_towards_the_lab_measurements(tm
     history = stored(tmp_path / "state", *(record(f"j{i}", fingerprint=f"{i:064x}") for i in range(3)))
     data = history_samples(history)
     job = {"id": "a", **PROFILE.to_dict(), "cap_points": [[400.0, 0.10, 300.0]]}  # known at launch: uncapped only
-    graphs = [scenario_graph(lookup(A100), p.power_cap_w, [job]) for p in STEEP[1:]]
+    graphs = [scenario_graph(GpuNode.from_model(lookup(A100)), p.power_cap_w, [job]) for p in STEEP[1:]]
     truth = torch.tensor([0.10 / p.iter_time_s for p in STEEP[1:]])
 
     def error(extra) -> float:

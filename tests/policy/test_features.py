@@ -26,6 +26,8 @@ from ecolaunch.policy.infer import message_edges
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
 
 A100 = lookup("A100-SXM4-80GB")
+#: the what-if GPU of an A100
+A100_NODE = GpuNode.from_model(A100)
 LINKS = {(0, 1): LinkKind.NVLINK, (2, 3): LinkKind.PCIE_SWITCH, (0, 2): LinkKind.PCIE_HOST,
          (1, 3): LinkKind.PCIE_HOST, (0, 3): LinkKind.SYSTEM, (1, 2): LinkKind.SYSTEM}
 PROFILE = {"iter_time_s": 0.2, "sm_util_pct": 40.0, "mem_bw_util_pct": 20.0, "memory_mib": 8000, "power_w": 200.0}
@@ -166,8 +168,8 @@ def test_cap_points_are_interpolated_at_the_reference_caps() -> None:
 
 def test_scenario_graph_puts_every_job_on_one_gpu() -> None:
     jobs = [{"id": "a", **PROFILE, "memory_mib": 50000}, {"id": "b", **PROFILE, "memory_mib": 40000}]
-    g = scenario_graph(A100, 250.0, jobs)
+    g = scenario_graph(A100_NODE, 250.0, jobs)
     assert g.job_ids == ("a", "b") and len(g.gpu_uuids) == 1
     assert edge_set(g, ("job", "runs_on", "gpu")) == {(0, 0), (1, 0)}
     assert g.gpu_cap_w.tolist() == [250.0] and g.gpu_memory_fits.tolist() == [False]
-    assert scenario_graph(A100, None, jobs[:1]).gpu_cap_w.tolist() == [A100.power_limit_max_w]
+    assert scenario_graph(A100_NODE, None, jobs[:1]).gpu_cap_w.tolist() == [A100.power_limit_max_w]

@@ -12,8 +12,9 @@ from ecolaunch.policy.estimate import measured_curve, profile_curve
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.policy.infer import ModelConfig, PlainModel, load_default_model, physics_prior, score_sd
 from ecolaunch.policy.model import HierarchicalGNN
+from ecolaunch.state.graph import GpuNode
 
-A100 = lookup("A100-SXM4-80GB")
+A100 = GpuNode.from_model(lookup("A100-SXM4-80GB"))
 #: a compute-bound job measured as the profiler measures it: the max, ~85 % and ~65 % of its power
 POINTS = [[400.0, 0.200, 330.0], [275.0, 0.212, 262.0], [225.0, 0.260, 218.0]]
 JOB = {"id": "a", "iter_time_s": 0.2, "sm_util_pct": 90.0, "mem_bw_util_pct": 45.0, "memory_mib": 8000,

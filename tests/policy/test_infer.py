@@ -28,7 +28,7 @@ from ecolaunch.policy.model import HierarchicalGNN, load_gnn
 from ecolaunch.learn.train import gavel_pairs_set, synthetic_state
 from ecolaunch.sim.interference import fit_gavel, gavel_set, pair_throughputs
 from tests.conftest import REPO, clean_env
-from tests.policy.test_features import A100, PROFILE, small_state
+from tests.policy.test_features import A100_NODE, PROFILE, small_state
 
 
 @pytest.fixture(scope="module")
@@ -118,13 +118,13 @@ def test_shipped_model_behaves_like_the_physics() -> None:
     heavy = {"id": "h", "iter_time_s": 0.3, "sm_util_pct": 95.0, "mem_bw_util_pct": 60.0, "memory_mib": 20000,
              "power_w": 380.0}
     light = {**heavy, "id": "l", "sm_util_pct": 20.0, "mem_bw_util_pct": 10.0, "power_w": 120.0}
-    (alone, paired, capped), power = score([scenario_graph(A100, None, [heavy]),
-                                            scenario_graph(A100, None, [heavy, {**heavy, "id": "h2"}]),
-                                            scenario_graph(A100, 200.0, [heavy])], model)
+    (alone, paired, capped), power = score([scenario_graph(A100_NODE, None, [heavy]),
+                                            scenario_graph(A100_NODE, None, [heavy, {**heavy, "id": "h2"}]),
+                                            scenario_graph(A100_NODE, 200.0, [heavy])], model)
     assert float(alone[0]) > 0.97
     assert float(paired[0]) < 0.7 and float(capped[0]) < float(alone[0]) - 0.05
     assert float(power[2][0]) < float(power[0][0]) - 50.0
-    light_pair, _ = score([scenario_graph(A100, None, [light, {**light, "id": "l2"}])], model)
+    light_pair, _ = score([scenario_graph(A100_NODE, None, [light, {**light, "id": "l2"}])], model)
     assert float(light_pair[0].min()) > float(paired[0].max())
 
 
@@ -153,8 +153,9 @@ def test_the_shipped_model_says_how_unsure_it_is() -> None:
     """Sharing carries a standard deviation; a job alone at a measured cap or uncapped carries none."""
     heavy = {"id": "h", "iter_time_s": 0.3, "sm_util_pct": 95.0, "mem_bw_util_pct": 60.0, "memory_mib": 20000,
              "power_w": 380.0}
-    (alone, paired), _, (sd_alone, sd_paired) = score_sd([scenario_graph(A100, None, [heavy]),
-                                                          scenario_graph(A100, None, [heavy, {**heavy, "id": "x"}])])
+    pair = [heavy, {**heavy, "id": "x"}]
+    (alone, paired), _, (sd_alone, sd_paired) = score_sd([scenario_graph(A100_NODE, None, [heavy]),
+                                                          scenario_graph(A100_NODE, None, pair)])
     assert float(alone[0]) == 1.0 and float(sd_alone[0]) == 0.0
     assert 0.005 < float(sd_paired.min()) and float(sd_paired.max()) < 0.5
 

@@ -1,4 +1,5 @@
-"""The launcher and the simulator take the same decision on the same state: both call ``policy.decide``."""
+"""The launcher and the simulator take the same decision on the same state and book it alike: both place through
+``policy.place``."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ecolaunch.policy.registry import get_policy
 from ecolaunch.sim.engine import Simulation, TraceJob
 from ecolaunch.sim.models import JobProfile
 from ecolaunch.sim.oracle import oracle_policy
-from ecolaunch.state.graph import StateGraph
+from ecolaunch.state.graph import JobState, StateGraph
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
 
@@ -46,6 +47,9 @@ def test_same_state_same_decision(policy_name: str, state_dir: Path) -> None:
     sim.graph = StateGraph.from_dict(json.loads(json.dumps(graph.to_dict())))  # the launcher's state, verbatim
     sim._gpu_jobs = {u: [j.id for j in sim.graph.jobs_on(u)] for u in sim._host_of}
     trace_job = TraceJob("new", 0.0, 1, 100.0, JobProfile(**{k: v for k, v in PROFILE.items() if k != "cap_points"}))
-    host, sim_decision = sim._place(trace_job)
+    host, sim_decision = sim._place(trace_job, 5.0)
     assert host == "ws"
     assert sim_decision.to_dict() == launcher_decision.to_dict()
+    booked = sim.graph.jobs["new"]  # booked as the launcher books (policy.place)
+    assert (booked.state, booked.gpus, booked.decision, booked.started_at) == (
+        JobState.RUNNING, list(launcher_decision.gpus), launcher_decision.to_dict(), 5.0)

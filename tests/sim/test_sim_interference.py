@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.sim import interference as itf
 from ecolaunch.sim.models import JobProfile
@@ -69,13 +70,11 @@ def test_profile_dicts_and_unknown_fields_are_accepted(model: itf.InterferenceMo
 
 
 def test_colocate_reports_memory_and_extrapolation() -> None:
-    class Gpu:
-        name = "NVIDIA A100-SXM4-80GB"
-        memory_mib = 81920
+    a100 = lookup("A100-SXM4-80GB")  # 81920 MiB
 
-    fits = itf.colocate([job(20, memory_mib=40000), job(20, memory_mib=40000)], Gpu())
-    too_big = itf.colocate([job(20, memory_mib=50000), job(20, memory_mib=40000)], Gpu())
-    unknown = itf.colocate([job(20, memory_mib=None), job(20)], Gpu())
+    fits = itf.colocate([job(20, memory_mib=40000), job(20, memory_mib=40000)], a100)
+    too_big = itf.colocate([job(20, memory_mib=50000), job(20, memory_mib=40000)], a100)
+    unknown = itf.colocate([job(20, memory_mib=None), job(20)], a100)
     assert (fits.memory_fits, too_big.memory_fits, unknown.memory_fits) == (True, False, None)
     assert fits.extrapolated
     assert not itf.colocate([job(20), job(20)], "Tesla V100-SXM2-32GB").extrapolated

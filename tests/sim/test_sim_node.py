@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from ecolaunch.devices.catalogue import lookup
 from ecolaunch.sim import node
 from ecolaunch.sim.models import JobProfile
-from ecolaunch.sim.power import GpuPowerSpec
 
-V100 = GpuPowerSpec("Tesla V100-PCIE-32GB", 100.0, 250.0, 30.0, 32768, "Volta")
+V100 = lookup("V100-PCIE-32GB")  # 100-250 W, idle 30 W
 
 
 def job(util: float, power_w: float, iter_time_s: float = 0.3) -> JobProfile:

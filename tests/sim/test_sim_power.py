@@ -7,13 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.sim import power as pw
 from ecolaunch.sim.models import ZEUS_GPUS
+from ecolaunch.sim.truth import ZEUS_MODELS
 
-V100_PCIE = pw.GpuPowerSpec("Tesla V100-PCIE-32GB", 100.0, 250.0, 30.0, 32768, "Volta")
-A100 = pw.GpuPowerSpec("NVIDIA A100-SXM4-80GB", 100.0, 400.0, 50.0, 81920, "Ampere")
-H200 = pw.GpuPowerSpec("NVIDIA H200", 200.0, 700.0, 75.0, 144384, "Hopper")
+V100_PCIE = lookup("V100-PCIE-32GB")
+A100 = lookup("A100-SXM4-80GB")
+H200 = lookup("H200-SXM-141GB")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,7 @@ def test_hungrier_job_is_slowed_at_least_as_much(gpu: str, u1: float, u2: float,
 
 @pytest.mark.parametrize("gpu", sorted(ZEUS_GPUS))
 def test_max_cap_reproduces_the_uncapped_measurement(model: pw.PowerCapModel, gpu: str) -> None:
-    pred = model.predict(180.0, ZEUS_GPUS[gpu], pw.GpuPowerSpec(gpu.upper(), 100.0, ZEUS_GPUS[gpu]), iter_time_s=0.2)
+    pred = model.predict(180.0, ZEUS_GPUS[gpu], lookup(ZEUS_MODELS[gpu.upper()]), iter_time_s=0.2)
     assert pred.time_ratio == pytest.approx(1.0, abs=1e-12)
     assert pred.power_w == pytest.approx(180.0, rel=1e-9)
     assert pred.iter_time_s == pytest.approx(0.2)
@@ -64,7 +66,7 @@ def test_swept_board_is_measured_and_modern_boards_are_extrapolated(model: pw.Po
         pred = model.predict(300.0, 250.0, gpu)
         assert pred.extrapolated is True
         assert pred.shape_gpu == "a40"
-    v100_sxm = pw.GpuPowerSpec("Tesla V100-SXM2-32GB", 150.0, 300.0)  # same chip, a power envelope Zeus did not sweep
+    v100_sxm = lookup("V100-SXM2-32GB")  # 150-300 W: same chip, a power envelope Zeus did not sweep
     assert model.predict(250.0, 200.0, v100_sxm).extrapolated is True
     assert pw.shape_family("Quadro RTX 6000") == ("rtx6000", False)
     assert pw.shape_family("NVIDIA RTX 6000 Ada Generation", "Ada Lovelace")[1] is True
@@ -118,22 +120,13 @@ def test_energy_optimal_cap_respects_the_slowdown_bound(model: pw.PowerCapModel)
 def test_bad_inputs_raise_typed_errors(model: pw.PowerCapModel) -> None:
     with pytest.raises(ConfigError):
         model.predict(0.0, 100.0, V100_PCIE)
-    with pytest.raises(ConfigError):
-        pw.gpu_spec(object())
 
 
-def test_gpu_spec_reads_catalogue_like_objects() -> None:
-    class Board:
-        name = "NVIDIA A40"
-        power_limit_min_w = 100.0
-        power_limit_max_w = 300.0
-        idle_power_w = 30.0
-        memory_mib = 49152
-        architecture = "Ampere"
-
-    spec = pw.gpu_spec(Board())
-    assert spec == pw.GpuPowerSpec("NVIDIA A40", 100.0, 300.0, 30.0, 49152, "Ampere")
-    assert pw.default_power_model().predict(200.0, 150.0, Board()).extrapolated is False
+def test_the_catalogue_rows_of_the_zeus_boards_are_the_swept_boards(model: pw.PowerCapModel) -> None:
+    for gpu, name in ZEUS_MODELS.items():
+        board = lookup(name)
+        assert model.shape_for(board) == (model.shapes[gpu.lower()], False)
+        assert model.active_idle_power_w(board)[0] >= board.idle_power_w
 
 
 def test_fit_is_deterministic() -> None:

@@ -3,7 +3,19 @@ from __future__ import annotations
 import pytest
 
 from ecolaunch.devices.base import LinkKind
-from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
+from ecolaunch.devices.catalogue import CATALOGUE
+from ecolaunch.devices.simulated import SimulatedBackend
+from ecolaunch.devices.spec import parse_spec
+from ecolaunch.state.graph import (
+    WHATIF_UUID,
+    GpuNode,
+    Host,
+    Job,
+    JobState,
+    StateGraph,
+    job_from_dict,
+    job_to_dict,
+)
 
 
 def make_graph() -> StateGraph:
@@ -88,3 +100,33 @@ def test_a_bad_enforced_limit_names_the_field(value) -> None:
     doc["hosts"]["ws1"]["gpus"]["GPU-0"]["power_limit_enforced_w"] = value
     with pytest.raises(ValueError, match="hosts.ws1.gpus.GPU-0.power_limit_enforced_w"):
         StateGraph.from_dict(doc)
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_a_gpu_from_its_model_agrees_with_a_backend_reading_of_that_board(tmp_path, name: str) -> None:
+    model = CATALOGUE[name]
+    backend = SimulatedBackend(parse_spec(f"1x{name}", hostname="ws1").hosts[0], tmp_path / "sim.json")
+    snap = backend.gpus()[0]
+    read, built = GpuNode.from_snapshot(snap), GpuNode.from_model(model, snap.uuid, snap.index)
+    static = ("uuid", "index", "name", "memory_total_mib", "power_limit_min_w", "power_limit_default_w",
+              "power_limit_max_w", "power_limit_w")
+    assert {k: getattr(built, k) for k in static} == {k: getattr(read, k) for k in static}
+    assert (built.power_w, built.util_gpu_pct, built.memory_used_mib) == (None, None, 0)  # no reading yet
+    capped = GpuNode.from_model(model, power_limit_w=model.power_limit_min_w)
+    assert (capped.uuid, capped.index, capped.power_limit_w) == (WHATIF_UUID, 0, model.power_limit_min_w)
+
+
+def test_a_queued_job_holds_nothing_and_survives_the_job_file_check() -> None:
+    request = {"memory_mib": 1000, "allowed_slowdown_pct": 10.0}
+    job = Job.queued("j9", user="sim", host="ws1", nproc=2, seq=4, submitted_at=3.0, request=request)
+    request["memory_mib"] = 2  # the job keeps its own copy
+    assert (job.state, job.gpus, job.power_caps_w, job.started_at, job.decision, job.profile) == (
+        JobState.QUEUED, [], {}, None, {}, None)
+    assert (job.name, job.uid, job.launcher_pid, job.memory_mib) == ("j9", 0, 1, 1000)
+    assert job_from_dict("j9", job_to_dict(job)) == job
+    graph = make_graph()
+    graph.jobs[job.id] = job
+    graph.book("j9", ["GPU-0"], {"GPU-0": 300.0, "GPU-1": None}, {"policy": "x"}, {"memory_mib": 500}, 7.0)
+    assert job_from_dict("j9", job_to_dict(job)) == job
+    assert (job.state, job.power_caps_w, job.started_at, job.memory_mib) == (
+        JobState.RUNNING, {"GPU-0": 300.0}, 7.0, 500)

@@ -1,0 +1,55 @@
+"""The static description of a GPU model: :class:`GpuModel`, one board as its datasheet and NVML describe it.
+
+A GPU model is what does not change while a machine runs: its name, memory, power-limit range, idle power,
+architecture and links. The catalogue of known boards (:mod:`ecolaunch.devices.catalogue`) and a machine spec's
+custom boards are :class:`GpuModel` records; the simulator's power and interference models read one, and a what-if
+graph's GPU is built from one (``ecolaunch.state.graph.GpuNode.from_model``).
+
+What lives elsewhere: a GPU at one instant as the backend reads it (``ecolaunch.devices.base.GpuSnapshot``), a
+GPU as the state graph knows it (``ecolaunch.state.graph.GpuNode``, built from a snapshot or from a model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ecolaunch.errors import ConfigError
+
+__all__ = ["GpuModel"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """One GPU board: its catalogue name, what NVML calls it (``full_name``), its memory and its power envelope.
+
+    ``idle_power_w`` is the board's draw with no process on it (an assumption of the catalogue, see
+    :mod:`ecolaunch.devices.catalogue`); ``source`` cites where the numbers come from.
+    """
+
+    name: str
+    full_name: str
+    memory_mib: int
+    power_limit_min_w: float
+    power_limit_default_w: float
+    power_limit_max_w: float
+    idle_power_w: float
+    nvlink: bool
+    architecture: str
+    source: str
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.memory_mib <= 0:
+            problems.append(f"memory_mib={self.memory_mib} must be > 0")
+        if not 0 < self.power_limit_min_w <= self.power_limit_default_w <= self.power_limit_max_w:
+            problems.append(
+                f"power limits must satisfy 0 < min <= default <= max, got min={self.power_limit_min_w} "
+                f"default={self.power_limit_default_w} max={self.power_limit_max_w}"
+            )
+        if not 0 <= self.idle_power_w <= self.power_limit_max_w:
+            problems.append(f"idle_power_w={self.idle_power_w} must lie in [0, power_limit_max_w]")
+        if problems:
+            raise ConfigError(
+                f"GPU model {self.name!r}: " + "; ".join(problems),
+                hint="fix the GPU's values in the machine spec",
+            )
