@@ -227,9 +227,10 @@ class JobCaps:
             return dict(job.power_caps_w) if job is not None else {}
 
     # --- the setter the profiler and the closed loop use ----------------------------------------------
-    def set_cap(self, uuid: str, watts: float) -> None:
-        """Make ``watts`` (clipped to the policy) this job's cap on GPU ``uuid``. Raises PermissionDenied when caps
-        may not be changed here (said once; the wish is taken back and the GPU keeps its cap)."""
+    def set_cap(self, uuid: str, watts: float) -> float:
+        """Make ``watts`` (clipped to the policy) this job's cap on GPU ``uuid``; returns the clipped cap. Raises
+        PermissionDenied when caps may not be changed here (said once; the wish is taken back and the GPU keeps its
+        cap)."""
         if self._refused:
             raise PermissionDenied("power caps may not be changed here (said above)")
         gpu = self._gpus.get(uuid)
@@ -242,12 +243,13 @@ class JobCaps:
             applied = self._under_ceiling(uuid, clipped)  # at most the budget's ceiling
             before = self._wish(uuid, applied)
             if self._agent:
-                return
+                return clipped
             if not self._pass():
                 self._targets[uuid] = target
                 self._wish(uuid, before)
                 self._refuse(None)
                 raise PermissionDenied(f"cannot set GPU {gpu.index} to {clipped:.0f} W here")
+        return clipped
 
     # --- release -----------------------------------------------------------------------------------
     def release(self) -> None:
