@@ -34,6 +34,10 @@ the admin's minimum and no less than a fixed share of the board's default limit:
 A root launcher without an agent applies, through its keeper, only root's own jobs' caps (its own included), never a
 member's: it would not be there to restore it when that job ends (:class:`~ecolaunch.admin.caps.CapKeeper`).
 
+A run changes the job's caps through :class:`~ecolaunch.profile.runcaps.RunCaps` over :meth:`JobCaps.set_cap`: the
+profiler's caps, the closed loop's moves, and their return to the caps the run found; at release this class gives
+the GPUs their originals back.
+
 Nothing here prints: messages go to ``on_message``.
 """
 

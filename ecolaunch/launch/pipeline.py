@@ -170,7 +170,7 @@ class _Run:
                  profile_source: str | None = None):
         from ecolaunch.clock import SystemClock
         from ecolaunch.launch.caps import JobCaps
-        from ecolaunch.launch.observe import RunObserver
+        from ecolaunch.launch.observe import ObserveConfig, RunObserver
         from ecolaunch.launch.torchrun import run_workers
         from ecolaunch.profile.history import Profile
         from ecolaunch.profile.modes import ProfileAction
@@ -189,14 +189,16 @@ class _Run:
             worker_args = _worker_args(parsed.torch_args, placement, request)
             if pre:
                 worker_args.max_restarts = 0  # a profiling run that is stopped must not be restarted
-            observer = RunObserver(
-                session.backend, job.id, placement.decision.gpus, self.state_dir, clock=SystemClock(), mode=action,
-                history=self.history, fingerprint=self.fp, rules=self.rules, slowdown_pct=request.allowed_slowdown_pct,
-                set_cap=None if caps.refused else caps.set_cap, user=request.user, name=name,
+            config = ObserveConfig(
+                job.id, placement.decision.gpus, self.state_dir, mode=action, fingerprint=self.fp, rules=self.rules,
+                allowed_slowdown_pct=request.allowed_slowdown_pct, user=request.user, name=name,
                 profile=Profile.from_dict(request.profile) if request.profile else None,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
-                profile_source=profile_source, on_profile_done=_stop_workers if pre else None,
-                ceiling_w=None if caps.refused else caps.ceiling_w)
+                profile_source=profile_source)
+            observer = RunObserver(config, session.backend, clock=SystemClock(), history=self.history,
+                                   set_cap=None if caps.refused else caps.set_cap,
+                                   ceiling_w=None if caps.refused else caps.ceiling_w,
+                                   on_profile_done=_stop_workers if pre else None)
             threading.Thread(target=_heartbeat, args=(session, placement, observer, stop_heartbeat),
                              daemon=True).start()
             with observer:
