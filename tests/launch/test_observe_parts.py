@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.profile.control import start_loop
 from ecolaunch.launch.earlycheck import EarlyCheck
 from ecolaunch.launch.monitor import RunMonitor
 from ecolaunch.launch.observe import ObserveConfig
 from ecolaunch.launch.record import RunRecorder, RunSpan
 from ecolaunch.profile import channel
+from ecolaunch.profile.control import start_loop
 from ecolaunch.profile.history import History, Profile
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings
 from ecolaunch.profile.powercap import CapPoint
@@ -127,8 +127,8 @@ def test_the_early_check_runs_once_after_the_skipped_iterations(backend, vclock)
 def test_the_closed_loop_starts_only_with_a_curve_and_at_a_cap_within_the_bounds(backend, vclock, tmp_path) -> None:
     sampler = Sampler(backend, UUIDS, clock=vclock)
     reader = channel.StepReader(tmp_path)
-    kw = dict(eta=1.0, control=None, reader=reader, sampler=sampler, gpu_uuids=UUIDS, clock=vclock,
-              apply=lambda cap, why: True, from_index=0)
+    kw = {"eta": 1.0, "control": None, "reader": reader, "sampler": sampler, "gpu_uuids": UUIDS, "clock": vclock,
+          "apply": lambda cap, why: True, "from_index": 0}
     assert start_loop(Profile(None, None, None, None, None), (100.0, 400.0), 10.0, None, **kw) is None
     uncapped = start_loop(Profile(0.1, None, None, None, 300.0), (100.0, 400.0), 10.0, 500.0, **kw)
     assert uncapped is not None and uncapped.controller.cap_w == 400.0  # clipped to the bounds
