@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ecolaunch.admin.rules import Rules  # noqa: E402
 from ecolaunch.clock import VirtualClock  # noqa: E402
-from ecolaunch.launch.observe import RunObserver  # noqa: E402
+from ecolaunch.launch.observe import ObserveConfig, RunObserver  # noqa: E402
 from ecolaunch.policy.base import JobRequest  # noqa: E402
 from ecolaunch.policy.gnn import gnn_policy  # noqa: E402
 from ecolaunch.profile import channel  # noqa: E402
@@ -93,10 +93,11 @@ def run_launch(truth: TruthCurve, state: Path, noise: float, seed: int, iteratio
         if first_cap is not None:
             backend.set_power_limit(uuid, first_cap)
     job = ReplayJob(backend, uuid, truth, time_noise=noise, seed=seed + 7919)
-    obs = RunObserver(backend, f"job-{mode}", [uuid], state, clock=clock, mode=mode, history=history, fingerprint=FP,
-                      rules=Rules(), slowdown_pct=bound, set_cap=backend.set_power_limit, user="bench", name=truth.name,
-                      profile=profile, background=False, wall_clock=lambda: 1.7e9 + clock.now(),
-                      closed_loop=closed_loop)
+    config = ObserveConfig(f"job-{mode}", (uuid,), state, mode=mode, fingerprint=FP, rules=Rules(),
+                           allowed_slowdown_pct=bound, user="bench", name=truth.name, profile=profile,
+                           background=False, closed_loop=closed_loop)
+    obs = RunObserver(config, backend, clock=clock, history=history, set_cap=backend.set_power_limit,
+                      wall_clock=lambda: 1.7e9 + clock.now())
     with obs:
         writer = channel.StepWriter(obs.worker_env()[channel.ENV_HOOK_DIR], 0, clock=clock.now)
         done = 0

@@ -82,6 +82,7 @@ from typing import Any
 
 from ecolaunch.admin.rules import Rules, job_cap_bounds, may_manage_gpu
 from ecolaunch.errors import EcolaunchError
+from ecolaunch.job.gpu import clip_w
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
 from ecolaunch.profile.powercap import CapPoint, as_cap_points, cap_grid, fit_cap_model
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
@@ -262,11 +263,10 @@ def no_curve_floor_w(rules: Rules, nodes: Sequence[Any]) -> float | None:
     bounds = bounds_or_none(rules, nodes)
     if bounds is None:
         return None
-    lo, hi = bounds
     defaults = [g.power_limit_default_w if positive_number(g.power_limit_default_w) is not None else g.power_limit_max_w
                 for g in nodes]
     share = NO_CURVE_FLOOR_SHARE * max(float(w) for w in defaults)
-    return min(max(lo, GRID_W * math.ceil(share / GRID_W - 1e-9)), hi)
+    return clip_w(GRID_W * math.ceil(share / GRID_W - 1e-9), bounds)
 
 
 # --- the GPUs of one host ----------------------------------------------------------------------------------------
@@ -305,13 +305,13 @@ def host_demands(state: StateGraph, host: Host, rules: Rules, newcomer: Newcomer
         bounds = bounds_or_none(rules, nodes)
         if bounds is None:
             continue
-        lo, hi = bounds
+        hi = bounds[1]
         if job is not None:
             wanted = max(_wanted_w(job, u, hi) for u in gpus)
         elif wanted is None:
             limits = [g.power_limit_w for g in nodes if g.power_limit_w is not None]
             wanted = min(hi, max(limits)) if limits else hi
-        wanted = min(max(wanted, lo), hi)
+        wanted = clip_w(wanted, bounds)
         curve = job_curve(profile_points(profile, hi), bounds, float(bound))
         floor = min(curve.floor_w, wanted) if curve is not None else wanted
         for u in gpus:
@@ -341,12 +341,12 @@ def _fixed_count_w(state: StateGraph, rules: Rules, gpu: GpuNode, holders: list[
         wants.append(_wanted_w(job, gpu.uuid, bounds[1]) if job is not None else
                      (wanted if wanted is not None else min(bounds[1], limit or bounds[1])))
         floors.append(profile_floor_w(profile, bound, [gpu], rules) or bounds[0])
-    top = min(max(max(wants), bounds[0]), bounds[1])
+    top = clip_w(max(wants), bounds)
     booked = positive_number(state.budget_caps_w.get(gpu.uuid))
     if booked is not None and len(holders) > 1:
         # a shared GPU keeps the budget cap it was booked at, as the file says; the file is every member's to
         # write, so the value counts only between the highest floor of the jobs on it and the most they want
-        return min(max(booked, max(floors), bounds[0]), top)
+        return clip_w(max(booked, max(floors)), (bounds[0], top))
     return top
 
 

@@ -50,6 +50,7 @@ from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu, may_use_g
 from ecolaunch.admin.safety import identity_of_uid, require_launcher_privilege
 from ecolaunch.devices.base import GpuBackend, GpuSnapshot
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
+from ecolaunch.job.gpu import clip_w
 from ecolaunch.admin.budget import budget_ceilings, job_floor_w
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
@@ -62,6 +63,7 @@ __all__ = [
     "cap_recommendation",
     "clip_cap_w",
     "desired_caps",
+    "has_cap_range",
     "hold_to_budget",
     "restore_caps_as_launcher",
 ]
@@ -153,7 +155,7 @@ def _refusal(job: Job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Ru
         return f"the policy does not let ecolaunch change GPU {gpu.index} ([agent] gpus)"
     if isinstance(watts, bool) or not isinstance(watts, (int, float)) or not math.isfinite(watts) or watts <= 0:
         return f"{watts!r} is not a power in watts"
-    if not _has_range(gpu):
+    if not has_cap_range(gpu):
         return f"GPU {gpu.index} reports no power-limit range"
     user, groups = identity_of_uid(job.uid)
     if not may_use_gpu(rules, user, groups, gpu.uuid, gpu.index):
@@ -214,7 +216,7 @@ def hold_to_budget(graph: StateGraph, host: str, gpus: Sequence[GpuSnapshot], ru
     ignored = [] if ignored is None else ignored
     ceilings = budget_ceilings(graph, rules)
     out = dict(wanted)
-    managed = [g for g in gpus if _has_range(g) and may_manage_gpu(rules, g.uuid, g.index)]
+    managed = [g for g in gpus if has_cap_range(g) and may_manage_gpu(rules, g.uuid, g.index)]
     for gpu in managed:
         ceiling = ceilings.get(gpu.uuid)
         if ceiling is None:
@@ -283,7 +285,8 @@ def _placed_after(job: Job, uuid: str) -> list[str]:
     return [j for j in found if isinstance(j, str)] if isinstance(found, list) else []
 
 
-def _has_range(gpu: GpuSnapshot) -> bool:
+def has_cap_range(gpu: Any) -> bool:
+    """Whether ``gpu`` (a snapshot or a GpuNode) reports a usable power-limit range: finite, 0 <= min <= max."""
     lo, hi = gpu.power_limit_min_w, gpu.power_limit_max_w
     return all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lo, hi)) and 0 <= lo <= hi  # type: ignore[operator]
 
@@ -391,7 +394,7 @@ class CapKeeper:
             logger.warning("ledger %s names GPU %s, which this host no longer has; forgetting it", self.ledger_path, uuid)
             del ledger[uuid]
         for gpu in gpus:
-            if not _has_range(gpu) or not may_manage_gpu(self.rules, gpu.uuid, gpu.index):
+            if not has_cap_range(gpu) or not may_manage_gpu(self.rules, gpu.uuid, gpu.index):
                 continue
             target = wanted.get(gpu.uuid)
             report.desired[gpu.uuid] = target
@@ -523,10 +526,11 @@ restore_caps_as_launcher = apply_caps_as_launcher
 
 def clip_cap_w(rules: Rules, gpu: Any, watts: float) -> tuple[float, tuple[float, float]]:
     """``watts`` inside what the admin policy allows on ``gpu`` (a GpuNode or a snapshot with a power-limit range),
-    and those bounds. The one place a cap is clipped: the agent, root launchers, the guard, the profiler, the
-    closed loop and the advice of an unprivileged launcher all go through it."""
-    lo, hi = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
-    return min(max(float(watts), lo), hi), (lo, hi)
+    and those bounds. The one place a cap is clipped on one GPU: admission, the agent, root launchers, the guard,
+    :class:`~ecolaunch.launch.caps.JobCaps` (the profiler, the closed loop, calibration) and the advice of an
+    unprivileged launcher all go through it (:func:`~ecolaunch.job.gpu.clip_w`, the clamp itself)."""
+    bounds = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
+    return clip_w(watts, bounds), bounds
 
 
 def cap_recommendation(gpus: Mapping[str, Any], rules: Rules, caps_w: Mapping[str, float | None]) -> str | None:
@@ -540,7 +544,7 @@ def cap_recommendation(gpus: Mapping[str, Any], rules: Rules, caps_w: Mapping[st
     parts = []
     for uuid, watts in caps_w.items():
         gpu = gpus.get(uuid)
-        if gpu is None or watts is None or not _has_range(gpu):
+        if gpu is None or watts is None or not has_cap_range(gpu):
             continue
         clipped, (lo, hi) = clip_cap_w(rules, gpu, watts)
         parts.append(f"GPU {gpu.index} to {clipped:.0f} W (policy allows {lo:.0f}-{hi:.0f} W)")

@@ -2,9 +2,9 @@
 
 What lives here: :class:`Rules` (defaults = behaviour without a policy file), :func:`load_rules` /
 :func:`parse_rules` (TOML file or text → rules + the source of each value), and the helpers that apply
-the policy over a user's request: :func:`clip_slowdown`, :func:`effective_slowdown_pct`,
-:func:`cap_bounds_w`, :func:`job_cap_bounds` (one job's GPUs together), :func:`profiler_settings`,
-:func:`may_use_gpu`, :func:`user_gpu_limit`. Key checking and line finding live in
+the policy over a user's request: :func:`clip_slowdown`, :func:`job_bound_pct` (the one resolution of a job's
+slowdown bound), :func:`cap_bounds_w`, :func:`ecolaunch.job.gpu.clip_w` (the one clamp of a cap), :func:`job_cap_bounds` (one job's
+GPUs together), :func:`profiler_settings`, :func:`may_use_gpu`, :func:`user_gpu_limit`. Key checking and line finding live in
 :mod:`ecolaunch.admin.schema`; what the policy *means* for a placement is applied by ``ecolaunch.policy``.
 
 The policy file (default ``/etc/ecolaunch/policy.toml``, or ``$ECOLAUNCH_POLICY``) is TOML. Every table
@@ -90,7 +90,7 @@ __all__ = [
     "budget_range_w",
     "cap_bounds_w",
     "clip_slowdown",
-    "effective_slowdown_pct",
+    "job_bound_pct",
     "job_cap_bounds",
     "load_rules",
     "may_manage_gpu",
@@ -285,9 +285,13 @@ def clip_slowdown(rules: Rules, requested_pct: float | None) -> tuple[float, boo
     return float(requested_pct), False
 
 
-def effective_slowdown_pct(rules: Rules, requested_pct: float | None) -> float:
-    """The slowdown bound a job gets: :func:`clip_slowdown` without the flag. A clipped request is logged as one
-    WARNING (the launch shows it: the user asked for more than they get)."""
+def job_bound_pct(rules: Rules, requested_pct: float | None, declared_pct: float | None = None) -> float:
+    """The slowdown bound a job gets, resolved once per launch into ``JobRequest.allowed_slowdown_pct``: the command
+    line's (``--allowed-slowdown``), else what the script declared on an earlier run (``@ecolaunch.job(
+    max_slowdown_pct=...)``, kept in history), else the policy's default; never above the admin's maximum
+    (:func:`clip_slowdown`). A clipped command line is logged as one WARNING (the user asked for more than they get)."""
+    if requested_pct is None and declared_pct is not None:
+        return clip_slowdown(rules, declared_pct)[0]
     pct, clipped = clip_slowdown(rules, requested_pct)
     if clipped:
         logger.warning("allowed slowdown %g %% is above the admin policy's maximum: the job gets %g %%",
@@ -343,6 +347,7 @@ def profiler_settings(rules: Rules, **overrides: object) -> ProfilerSettings:
 
 def _min_opt(a, b):
     return b if a is None else a if b is None else min(a, b)
+
 
 
 def budget_range_w(gpus: Iterable[Any]) -> tuple[float, float, int]:

@@ -148,9 +148,8 @@ class _Calibration:
         """Make ``watts`` the GPU's cap and wait to see it; the cap in force, or None (recorded as skipped)."""
         if self.caps is None or self.caps_why_not:
             return None
-        clipped, _ = clip_cap_w(self.session.rules, self.gpu, watts)
         try:
-            self.caps.set_cap(self.gpu.uuid, clipped)
+            clipped = self.caps.set_cap(self.gpu.uuid, watts)  # clipped to the policy there
         except PermissionDenied as e:
             self.caps_why_not = self.caps_why_not or str(e)
             return None

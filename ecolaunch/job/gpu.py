@@ -53,3 +53,11 @@ class GpuModel:
                 f"GPU model {self.name!r}: " + "; ".join(problems),
                 hint="fix the GPU's values in the machine spec",
             )
+
+
+def clip_w(watts: float, bounds_w: tuple[float, float]) -> float:
+    """``watts`` inside ``bounds_w`` (min, max): the one clamp of a power cap. Callers with one GPU use
+    :func:`ecolaunch.admin.caps.clip_cap_w` (the GPU's bounds under the policy, then this); the budget and the
+    closed loop clip to a job's bounds (every one of its GPUs', :func:`ecolaunch.admin.rules.job_cap_bounds`)."""
+    lo, hi = bounds_w
+    return min(max(float(watts), lo), hi)

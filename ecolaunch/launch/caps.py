@@ -34,6 +34,10 @@ the admin's minimum and no less than a fixed share of the board's default limit:
 A root launcher without an agent applies, through its keeper, only root's own jobs' caps (its own included), never a
 member's: it would not be there to restore it when that job ends (:class:`~ecolaunch.admin.caps.CapKeeper`).
 
+A run changes the job's caps through :class:`~ecolaunch.profile.runcaps.RunCaps` over :meth:`JobCaps.set_cap`: the
+profiler's caps, the closed loop's moves, and their return to the caps the run found; at release this class gives
+the GPUs their originals back.
+
 Nothing here prints: messages go to ``on_message``.
 """
 
@@ -227,9 +231,10 @@ class JobCaps:
             return dict(job.power_caps_w) if job is not None else {}
 
     # --- the setter the profiler and the closed loop use ----------------------------------------------
-    def set_cap(self, uuid: str, watts: float) -> None:
-        """Make ``watts`` (clipped to the policy) this job's cap on GPU ``uuid``. Raises PermissionDenied when caps
-        may not be changed here (said once; the wish is taken back and the GPU keeps its cap)."""
+    def set_cap(self, uuid: str, watts: float) -> float:
+        """Make ``watts`` (clipped to the policy) this job's cap on GPU ``uuid``; returns the clipped cap. Raises
+        PermissionDenied when caps may not be changed here (said once; the wish is taken back and the GPU keeps its
+        cap)."""
         if self._refused:
             raise PermissionDenied("power caps may not be changed here (said above)")
         gpu = self._gpus.get(uuid)
@@ -242,12 +247,13 @@ class JobCaps:
             applied = self._under_ceiling(uuid, clipped)  # at most the budget's ceiling
             before = self._wish(uuid, applied)
             if self._agent:
-                return
+                return clipped
             if not self._pass():
                 self._targets[uuid] = target
                 self._wish(uuid, before)
                 self._refuse(None)
                 raise PermissionDenied(f"cannot set GPU {gpu.index} to {clipped:.0f} W here")
+        return clipped
 
     # --- release -----------------------------------------------------------------------------------
     def release(self) -> None:

@@ -121,11 +121,11 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     session = Session(store, backend, get_policy(opts.placement_policy, gnn_weights=weights), rules,
                       cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
     host_gpus = _host_gpus(session)
-    request = _request(parsed, session, ctx, env, host_gpus)
+    allowed = allowed_by_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), host_gpus)
     history = History(environment.state_dir)
-    fp, plan, entry = _profile_plan(parsed, request, history, host_gpus)
+    fp, plan, entry = _profile_plan(parsed, ctx.user, allowed, history, host_gpus)
     logger.info("profiling: %s", plan.reason)
-    request = _with_hints(request, entry, parsed, rules, ui)
+    request = _request(parsed, session, ctx, allowed, entry.hints if entry is not None else {}, ui)
     request = _with_profile(request, plan.profile)
     if opts.dry_run:
         decision, graph = session.preview(request)
@@ -170,7 +170,7 @@ class _Run:
                  profile_source: str | None = None):
         from ecolaunch.clock import SystemClock
         from ecolaunch.launch.caps import JobCaps
-        from ecolaunch.launch.observe import RunObserver
+        from ecolaunch.launch.observe import ObserveConfig, RunObserver
         from ecolaunch.launch.torchrun import run_workers
         from ecolaunch.profile.history import Profile
         from ecolaunch.profile.modes import ProfileAction
@@ -189,14 +189,16 @@ class _Run:
             worker_args = _worker_args(parsed.torch_args, placement, request)
             if pre:
                 worker_args.max_restarts = 0  # a profiling run that is stopped must not be restarted
-            observer = RunObserver(
-                session.backend, job.id, placement.decision.gpus, self.state_dir, clock=SystemClock(), mode=action,
-                history=self.history, fingerprint=self.fp, rules=self.rules, slowdown_pct=request.allowed_slowdown_pct,
-                set_cap=None if caps.refused else caps.set_cap, user=request.user, name=name,
+            config = ObserveConfig(
+                job.id, placement.decision.gpus, self.state_dir, mode=action, fingerprint=self.fp, rules=self.rules,
+                allowed_slowdown_pct=request.allowed_slowdown_pct, user=request.user, name=name,
                 profile=Profile.from_dict(request.profile) if request.profile else None,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
-                profile_source=profile_source, on_profile_done=_stop_workers if pre else None,
-                ceiling_w=None if caps.refused else caps.ceiling_w)
+                profile_source=profile_source)
+            observer = RunObserver(config, session.backend, clock=SystemClock(), history=self.history,
+                                   set_cap=None if caps.refused else caps.set_cap,
+                                   ceiling_w=None if caps.refused else caps.ceiling_w,
+                                   on_profile_done=_stop_workers if pre else None)
             threading.Thread(target=_heartbeat, args=(session, placement, observer, stop_heartbeat),
                              daemon=True).start()
             with observer:
@@ -210,40 +212,22 @@ class _Run:
         return outcome, observer
 
 
-def _profile_plan(parsed: ParsedLaunch, request: JobRequest, history, host_gpus: list):
-    """The job's fingerprint and what ``--profile`` resolves to against its history (fingerprint None: the
-    GPU model the job will get is not known before placement, on a host with mixed or no GPUs)."""
+def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history, host_gpus: list):
+    """The job's fingerprint, what ``--profile`` resolves to against its history, and its history entry
+    (fingerprint None: the GPU model the job will get on ``allowed_gpus`` is not known before placement, on a host
+    with mixed or no GPUs)."""
     from ecolaunch.profile.history import fingerprint
     from ecolaunch.profile.modes import resolve_mode
 
     args = parsed.torch_args
-    gpus = [g for g in host_gpus if request.allowed_gpus is None or g.uuid in request.allowed_gpus]
+    gpus = [g for g in host_gpus if allowed_gpus is None or g.uuid in allowed_gpus]
     models = sorted({g.name for g in gpus})
     if len(models) != 1:
         return None, resolve_mode(parsed.options.profile if models else "off", None), None
-    fp = fingerprint(args.training_script, list(args.training_script_args), args.nproc_per_node, request.user,
+    fp = fingerprint(args.training_script, list(args.training_script_args), args.nproc_per_node, user,
                      models[0], module=bool(args.module))
     entry = history.lookup(fp)
     return fp, resolve_mode(parsed.options.profile, entry), entry
-
-
-def _with_hints(request: JobRequest, entry, parsed: ParsedLaunch, rules, ui: LaunchCallbacks) -> JobRequest:
-    """What the script declared on an earlier run (``@ecolaunch.job(max_slowdown_pct=..., memory_mib=...)``, kept
-    in history) where the command line says nothing: its bound (as ``--allowed-slowdown``: never above the
-    admin's maximum) and its memory per GPU."""
-    from ecolaunch.admin.rules import clip_slowdown
-
-    hints = entry.hints if entry is not None else {}
-    changes = {}
-    declared = hints.get("max_slowdown_pct")
-    if declared is not None and parsed.options.allowed_slowdown_pct is None:
-        bound, _ = clip_slowdown(rules, declared)
-        if bound != request.allowed_slowdown_pct:
-            changes["allowed_slowdown_pct"] = bound
-            ui.message(f"the script declares a {bound:g} % slowdown bound (@ecolaunch.job); using it")
-    if hints.get("memory_mib") and request.memory_mib is None:
-        changes["memory_mib"] = int(hints["memory_mib"])
-    return dataclasses.replace(request, **changes) if changes else request
 
 
 def _with_profile(request: JobRequest, profile) -> JobRequest:
@@ -281,15 +265,23 @@ def _host_gpus(session: Session) -> list:
     return list(host.gpus.values()) if host else []
 
 
-def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, env: Mapping[str, str],
-             host_gpus: list) -> JobRequest:
-    from ecolaunch.admin.rules import effective_slowdown_pct
+def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed_gpus,
+             hints: Mapping[str, Any], ui: LaunchCallbacks) -> JobRequest:
+    """The job's request, its slowdown bound resolved here once (:func:`~ecolaunch.admin.rules.job_bound_pct`:
+    the command line, else what the script declared on an earlier run, kept in ``hints``, else the policy's
+    default, never above the admin's maximum); the memory per GPU the script declared where the command line
+    says nothing."""
+    from ecolaunch.admin.rules import job_bound_pct
 
     args, opts, rules = parsed.torch_args, parsed.options, ctx.rules
-    allowed = allowed_by_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), host_gpus)
     elastic = args.nproc_per_node in ("gpu", "auto")
     nproc = 1 if elastic else _int_nproc(args.nproc_per_node)
-    slowdown = effective_slowdown_pct(rules, opts.allowed_slowdown_pct)
+    allowed_slowdown_pct = job_bound_pct(rules, opts.allowed_slowdown_pct, hints.get("max_slowdown_pct"))
+    if opts.allowed_slowdown_pct is None and allowed_slowdown_pct != rules.default_slowdown_pct:
+        ui.message(f"the script declares a {allowed_slowdown_pct:g} % slowdown bound (@ecolaunch.job); using it")
+    memory_mib = parsed.memory_mib
+    if hints.get("memory_mib") and memory_mib is None:
+        memory_mib = int(hints["memory_mib"])
     return JobRequest(
         id=uuid.uuid4().hex[:8],
         user=ctx.user,
@@ -297,9 +289,9 @@ def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, env: Ma
         host=session.host,
         nproc=nproc,
         elastic=elastic,
-        memory_mib=parsed.memory_mib,
-        allowed_slowdown_pct=slowdown,
-        allowed_gpus=allowed,
+        memory_mib=memory_mib,
+        allowed_slowdown_pct=allowed_slowdown_pct,
+        allowed_gpus=allowed_gpus,
     )
 
 

@@ -34,7 +34,8 @@ import math
 
 from collections.abc import Collection
 
-from ecolaunch.admin.rules import Rules, cap_bounds_w, may_use_gpu, user_gpu_limit
+from ecolaunch.admin.caps import clip_cap_w, has_cap_range
+from ecolaunch.admin.rules import Rules, may_use_gpu, user_gpu_limit
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.candidates import user_quota_left
 from ecolaunch.state.graph import StateGraph
@@ -139,10 +140,8 @@ def _clipped_caps(state: StateGraph, job: JobRequest, rules: Rules, decision: De
         if isinstance(watts, bool) or not isinstance(watts, (int, float)) or not math.isfinite(watts) or watts <= 0:
             caps[u] = None
             continue
-        lo, hi = gpu.power_limit_min_w, gpu.power_limit_max_w
-        if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi):
+        if not has_cap_range(gpu):
             caps[u] = None  # the board reports no usable range: nothing can be checked, nothing is capped
             continue
-        lo, hi = cap_bounds_w(rules, gpu.name, gpu.index, lo, hi)
-        caps[u] = min(max(float(watts), lo), hi)
+        caps[u] = clip_cap_w(rules, gpu, watts)[0]
     return caps

@@ -14,9 +14,9 @@ long and within which caps (``modes``), reading stamps (``channel``) or GPUs (``
 
 Cap 0 is the top of the admin's bounds (the job "uncapped"); after it is measured, :func:`profile_caps`
 picks at most ``max_caps - 1`` lower caps that can bind this job (an input-bound job stops after one).
-Caps are set through the injected ``set_cap(uuid, watts)``, only inside the bounds; on DONE every GPU gets
-back the cap it had when profiling began. A window starts at the first stamp after the new cap is *seen* in
-the GPUs' readings (a cap agent may apply it late), so iterations run under another cap never count for it;
+Caps are set through the run's :class:`~ecolaunch.profile.runcaps.RunCaps`, only inside the bounds; on DONE
+every GPU gets back the cap it had when profiling began (:meth:`~ecolaunch.profile.runcaps.RunCaps.restore`). A
+window starts at the first stamp after the new cap is *seen* in the GPUs' readings (a cap agent may apply it late), so iterations run under another cap never count for it;
 a cap not seen within ``CAP_APPLY_TIMEOUT_S`` ends profiling. Defaults: 10 warm-up
 iterations, then per cap 5 settling + 15 measured (:mod:`ecolaunch.profile.powercap` says why): 65 iterations
 for 3 caps, against Zeus's 50 per 25 W step (650 on a 400 -> 100 W GPU).
@@ -34,7 +34,7 @@ import enum
 import logging
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,6 +45,7 @@ from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.channel import iteration_times
 from ecolaunch.profile.capchoice import CapChoice, iteration_stats, job_cap_choice
 from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, NON_BINDING_RATIO, CapPoint, cap_grid, fit_cap_model, profile_caps
+from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import GpuSample, WindowStats, cap_seen_s
 
 logger = logging.getLogger(__name__)
@@ -94,21 +95,19 @@ class Profiler:
         clock: the same clock as the step stamps and the sampler.
         bounds_w: ``(min, max)`` caps allowed for the job (:func:`~ecolaunch.admin.rules.job_cap_bounds`);
             None: never set caps.
-        found_caps_w: each GPU's cap before profiling (restored on DONE).
-        set_cap: ``set_cap(uuid, watts)``; None (no privilege): measure at the found caps only.
+        caps: the run's caps: each GPU's cap before profiling (``caps.found``, restored on DONE), and the setter
+            (none, no privilege: measure at the found caps only).
         allowed_slowdown_pct, eta: for :func:`~ecolaunch.profile.capchoice.choose_cap`.
     """
 
     def __init__(self, gpu_uuids: Sequence[str], readings: Readings, *, clock: Clock,
-                 bounds_w: tuple[float, float] | None, found_caps_w: Mapping[str, float | None],
-                 set_cap: Callable[[str, float], None] | None, allowed_slowdown_pct: float | None, eta: float,
+                 bounds_w: tuple[float, float] | None, caps: RunCaps, allowed_slowdown_pct: float | None, eta: float,
                  settings: ProfilerSettings | None = None, cap_step_w: float = DEFAULT_CAP_STEP_W) -> None:
         if not gpu_uuids:
             raise ConfigError("the profiler needs at least one GPU")
         self._uuids = tuple(gpu_uuids)
-        self._readings, self._clock, self._bounds, self._found = readings, clock, bounds_w, dict(found_caps_w)
-        self._setter = set_cap if bounds_w is not None else None
-        self._can_set = self._setter is not None
+        self._readings, self._clock, self._bounds, self._run_caps = readings, clock, bounds_w, caps
+        self._can_set = caps.can_set and bounds_w is not None
         self.allowed_slowdown_pct, self._eta = allowed_slowdown_pct, eta
         self.settings = settings or ProfilerSettings()
         self._step = cap_step_w
@@ -128,7 +127,6 @@ class Profiler:
         self._points: list[CapPoint] = []
         self._top: list[WindowStats] = []
         self._top_iter_s: float | None = None
-        self._current: dict[str, float] = {}
         self._budget_from: float | None = None  # the time budget runs from the first step (or window)
 
     # --- driving -----------------------------------------------------------------------------------
@@ -168,7 +166,7 @@ class Profiler:
 
     def _found_top(self) -> list[float]:
         """Measure where the GPUs are: at the highest cap found on them (or nowhere known)."""
-        found = [c for c in self._found.values() if c is not None]
+        found = [c for c in self._run_caps.found.values() if c is not None]
         return [max(found)] if found else []
 
     def _advance(self, stamps: Sequence[float], now: float, final: bool) -> bool:
@@ -270,16 +268,15 @@ class Profiler:
     def _apply(self, cap_w: float, now: float) -> None:
         # the caps planned here are inside the bounds (profile_caps); the setter (the job's cap owner) clips again
         for uuid in self._uuids:
-            if self._current.get(uuid, self._found.get(uuid)) == cap_w:
+            if self._run_caps.current(uuid) == cap_w:
                 continue
             try:
-                self._setter(uuid, cap_w)  # type: ignore[misc]
-                self._current[uuid] = cap_w
+                self._run_caps.set(uuid, cap_w)
             except Exception as e:  # noqa: BLE001 - an injected setter may fail in any way; caps stay safe
                 logger.warning("cannot set the power cap of GPU %s to %.0f W (%s); profiling at the current cap", uuid, cap_w, e)
                 self._can_set = False
                 self._caps = self._caps[: self._k] or self._found_top()
-                self._restore()
+                self._run_caps.restore()
                 return
         self._pending, self._cap_changed_s = (cap_w, now), math.inf
         self._readings.sample_once()  # a cap set synchronously shows at once; one applied by an agent, later
@@ -299,21 +296,9 @@ class Profiler:
         return False
 
     def _finish(self, why: str) -> None:
-        self._restore()
+        self._run_caps.restore()
         self.phase, self.result = Phase.DONE, self._build(why)
         logger.info("profiling done: %s", self.result.reason)
-
-    def _restore(self) -> None:
-        """Give every GPU whose cap this profiler changed the cap it found."""
-        for uuid, cap in list(self._current.items()):
-            found = self._found.get(uuid)
-            if found is None or found == cap or self._setter is None:
-                continue
-            try:
-                self._setter(uuid, found)
-                self._current[uuid] = found
-            except Exception as e:  # noqa: BLE001 - an injected setter may fail in any way; caps stay safe
-                logger.warning("could not restore the power cap of GPU %s to %.0f W: %s", uuid, found, e)
 
     def _build(self, why: str) -> ProfileResult:
         top = self._top

@@ -13,7 +13,7 @@ from ecolaunch.admin.rules import (
     Rules,
     cap_bounds_w,
     clip_slowdown,
-    effective_slowdown_pct,
+    job_bound_pct,
     may_use_gpu,
     parse_rules,
     user_gpu_limit,
@@ -26,7 +26,7 @@ RULES = Rules(default_slowdown_pct=8.0, max_slowdown_pct=20.0)
 # --- slowdown -----------------------------------------------------------------------------------------
 def test_no_request_gets_the_default() -> None:
     assert clip_slowdown(RULES, None) == (8.0, False)
-    assert effective_slowdown_pct(RULES, None) == 8.0
+    assert job_bound_pct(RULES, None) == 8.0
 
 
 def test_a_tighter_request_is_kept() -> None:
@@ -38,11 +38,22 @@ def test_a_tighter_request_is_kept() -> None:
 def test_a_looser_request_is_clipped_and_flagged(caplog: pytest.LogCaptureFixture) -> None:
     assert clip_slowdown(RULES, 50.0) == (20.0, True)
     assert caplog.records == []  # the flag tells its caller
-    assert effective_slowdown_pct(RULES, 50.0) == 20.0
+    assert job_bound_pct(RULES, 50.0) == 20.0
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("WARNING", "allowed slowdown 50 % is above the admin policy's maximum: the job gets 20 %")]
     caplog.clear()
-    assert effective_slowdown_pct(RULES, 20.0) == 20.0 and caplog.records == []
+    assert job_bound_pct(RULES, 20.0) == 20.0 and caplog.records == []
+
+
+def test_the_command_line_beats_the_declared_bound_which_beats_the_default(caplog: pytest.LogCaptureFixture) -> None:
+    assert job_bound_pct(RULES, 5.0, 3.0) == 5.0  # the command line wins, tighter or looser
+    assert job_bound_pct(RULES, 2.0, 3.0) == 2.0
+    assert job_bound_pct(RULES, None, 3.0) == 3.0  # else what the script declared
+    assert job_bound_pct(RULES, None, 50.0) == 20.0  # never above the maximum, and not warned (the script's)
+    assert job_bound_pct(RULES, None, None) == 8.0  # else the default
+    assert caplog.records == []
+    with pytest.raises(ConfigError, match="is not a percentage"):
+        job_bound_pct(RULES, None, -1.0)
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf])
@@ -53,7 +64,7 @@ def test_a_nonsense_request_is_a_config_error(bad: float) -> None:
 
 
 @given(st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False))
-def test_effective_slowdown_never_exceeds_the_policy(requested: float) -> None:
+def test_the_bound_never_exceeds_the_policy(requested: float) -> None:
     value, clipped = clip_slowdown(RULES, requested)
     assert value <= RULES.max_slowdown_pct
     assert clipped == (requested > RULES.max_slowdown_pct)

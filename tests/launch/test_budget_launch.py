@@ -19,11 +19,10 @@ from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.errors import NeverFits
 from ecolaunch.launch.caps import JobCaps
-from ecolaunch.launch.closedloop import ClosedLoop
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.registry import get_policy
-from ecolaunch.profile.control import CapMove
+from ecolaunch.profile.control import CapMove, ClosedLoop
 from ecolaunch.profile.sampler import GpuSample
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore

@@ -13,6 +13,7 @@ from ecolaunch.admin.rules import Rules, job_cap_bounds
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.gnn import gnn_policy
 from ecolaunch.profile.profiler import Profiler
+from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import Sampler
 from ecolaunch.state.graph import GpuNode, Host, StateGraph
 from tests.profile.conftest import iter_time_at
@@ -50,7 +51,7 @@ def test_first_run_and_repeat_run_choose_the_same_cap(backend, vclock, noise: fl
     rules = Rules(eta=eta)
     sampler = Sampler(backend, UUIDS, clock=vclock)
     profiler = Profiler(UUIDS, sampler, clock=vclock, bounds_w=job_cap_bounds(rules, backend.gpus()),
-                        found_caps_w={u: 400.0 for u in UUIDS}, set_cap=backend.set_power_limit,
+                        caps=RunCaps("job", UUIDS, backend.set_power_limit, found={u: 400.0 for u in UUIDS}),
                         allowed_slowdown_pct=10.0, eta=rules.eta)
     drive(profiler, sampler, NoisyJob(vclock, backend, noise, seed), 300)
     first = profiler.result.choice

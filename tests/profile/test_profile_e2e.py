@@ -20,7 +20,7 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.clock import SystemClock
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
-from ecolaunch.launch.observe import RunObserver
+from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.profile.history import History, fingerprint
 from ecolaunch.profile.modes import ProfilerSettings
 from tests.conftest import REPO, clean_env
@@ -40,9 +40,11 @@ def sim(tmp_path: Path):
 
 
 def make_observer(backend, uuids, state_dir: Path, mode: str, fp: str, **kw) -> RunObserver:
-    return RunObserver(backend, "e2e1", uuids, state_dir, clock=SystemClock(), mode=mode, history=History(state_dir),
-                       fingerprint=fp, rules=Rules(), slowdown_pct=10.0, set_cap=backend.set_power_limit,
-                       user="tester", name="instrumented_ddp.py", settings=SETTINGS, interval_s=0.05, poll_s=0.05, **kw)
+    config = ObserveConfig("e2e1", tuple(uuids), state_dir, mode=mode, fingerprint=fp, rules=Rules(),
+                           allowed_slowdown_pct=10.0, user="tester", name="instrumented_ddp.py", settings=SETTINGS,
+                           interval_s=0.05, poll_s=0.05)
+    return RunObserver(config, backend, clock=SystemClock(), history=History(state_dir),
+                       set_cap=backend.set_power_limit, **kw)
 
 
 def free_port() -> int:

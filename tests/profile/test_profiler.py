@@ -14,6 +14,7 @@ from ecolaunch.errors import ConfigError, PermissionDenied
 from ecolaunch.profile.history import Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.profiler import Phase, Profiler, check_early
+from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import Sampler
 from tests.profile.conftest import SyntheticJob, iter_time_at
 
@@ -26,8 +27,9 @@ def make(backend, vclock, *, rules=Rules(), set_cap="backend", slowdown=10.0, et
     sampler = Sampler(backend, UUIDS, clock=vclock)
     bounds = job_cap_bounds(rules, backend.gpus())
     setter = backend.set_power_limit if set_cap == "backend" else set_cap
-    profiler = Profiler(UUIDS, sampler, clock=vclock, bounds_w=bounds, found_caps_w={u: 350.0 for u in UUIDS},
-                        set_cap=setter, allowed_slowdown_pct=slowdown, eta=eta, settings=settings)
+    profiler = Profiler(UUIDS, sampler, clock=vclock, bounds_w=bounds,
+                        caps=RunCaps("job", UUIDS, setter, found={u: 350.0 for u in UUIDS}),
+                        allowed_slowdown_pct=slowdown, eta=eta, settings=settings)
     return profiler, sampler, bounds
 
 
@@ -329,8 +331,9 @@ def test_a_cap_never_applied_ends_profiling(backend, vclock) -> None:
     for g in backend.gpus_:
         g.limit_w = 400.0
     sampler = Sampler(backend, UUIDS, clock=vclock)
-    profiler = Profiler(UUIDS, sampler, clock=vclock, bounds_w=(100.0, 400.0), found_caps_w={u: 400.0 for u in UUIDS},
-                        set_cap=agent.set_cap, allowed_slowdown_pct=10.0, eta=0.5)
+    profiler = Profiler(UUIDS, sampler, clock=vclock, bounds_w=(100.0, 400.0),
+                        caps=RunCaps("job", UUIDS, agent.set_cap, found={u: 400.0 for u in UUIDS}),
+                        allowed_slowdown_pct=10.0, eta=0.5)
     drive(profiler, sampler, SyntheticJob(vclock, backend, "GPU-0"), 1000)
     assert profiler.phase is Phase.DONE
     assert "was not seen on the GPUs 60 s after it was set" in profiler.result.reason

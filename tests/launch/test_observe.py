@@ -1,4 +1,5 @@
-"""RunObserver on a scripted backend and virtual time, with a fake worker writing through the real channel."""
+"""RunObserver (ecolaunch.launch.observe) on a scripted backend and virtual time, with fake workers writing through
+the real channel; its parts have their own tests (test_observe_parts.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.launch.observe import RunObserver, format_summary
+from ecolaunch.launch.observe import ObserveConfig, RunObserver, format_summary
 from ecolaunch.profile import channel
 from ecolaunch.profile.history import History, Profile
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, resolve_mode
@@ -40,12 +41,18 @@ class FakeWorkers:
             w.close()
 
 
+COLLABORATORS = ("clock", "history", "set_cap", "ceiling_w", "on_profile_done", "wall_clock")
+
+
 def observer(backend, vclock, tmp_path: Path, mode, **kw) -> RunObserver:
-    defaults = dict(clock=vclock, mode=mode, history=History(tmp_path), fingerprint=FP, rules=Rules(),
-                    slowdown_pct=10.0, set_cap=backend.set_power_limit, user="alice", name="train.py",
-                    background=False, wall_clock=lambda: 1.7e9 + vclock.now())
-    defaults.update(kw)
-    return RunObserver(backend, "job1", UUIDS, tmp_path, **defaults)
+    """An observer of job1 on UUIDS; ``kw`` sets ObserveConfig fields and RunObserver's collaborators alike."""
+    config = dict(mode=mode, fingerprint=FP, rules=Rules(), allowed_slowdown_pct=10.0, user="alice",
+                  name="train.py", background=False)
+    others = dict(clock=vclock, history=History(tmp_path), set_cap=backend.set_power_limit,
+                  wall_clock=lambda: 1.7e9 + vclock.now())
+    for key, value in kw.items():
+        (others if key in COLLABORATORS else config)[key] = value
+    return RunObserver(ObserveConfig("job1", tuple(UUIDS), tmp_path, **config), backend, **others)
 
 
 def test_inline_profiles_sets_the_cap_live_and_records_the_job(backend, vclock, tmp_path: Path) -> None:
@@ -64,7 +71,6 @@ def test_inline_profiles_sets_the_cap_live_and_records_the_job(backend, vclock, 
         obs.set_exit_code(0)
     assert all(g.limit_w == 400.0 for g in backend.gpus_)  # restored to what the observer found
     assert all(100.0 <= w <= 400.0 for _, w in backend.calls)
-    assert obs.caps_changed  # the launcher's release must restore caps too
     history = History(tmp_path)
     entry = history.lookup(FP)
     assert entry.profile == obs.result.profile and entry.profile_safe and entry.job_id == "job1"
@@ -148,7 +154,7 @@ def test_shared_gpu_energy_is_attributed_by_the_rule(backend, vclock, tmp_path: 
     assert rec.gpu_energy_j == pytest.approx(12_000.0)
     assert rec.colocated_with == {"GPU-0": ["other"]}
     assert rec.profile == known and rec.profile_action == "off"
-    assert not obs.caps_changed
+    assert backend.calls == []  # mode off, a shared GPU: no cap is changed
     assert "its share of" in format_summary(obs.summary())
 
 
