@@ -30,6 +30,7 @@ from typing import Any
 from ecolaunch.config import ENV_SIMULATE
 from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
 from ecolaunch.errors import DeviceError, DriverNotFound, EcolaunchError, PermissionDenied
+from ecolaunch.validate import is_real
 
 __all__ = ["NvmlBackend"]
 
@@ -135,7 +136,7 @@ class NvmlBackend:
     def set_power_limit(self, uuid: str, power_w: float) -> None:
         handle = self._handle(uuid)
         lib = self._lib
-        if isinstance(power_w, bool) or not isinstance(power_w, (int, float)):
+        if not is_real(power_w):
             raise DeviceError(f"power limit {power_w!r} for GPU {uuid} is not a number of watts",
                               hint="give the power limit in watts")
         constraints = self._call("read the power limit range", lib.nvmlDeviceGetPowerManagementLimitConstraints,

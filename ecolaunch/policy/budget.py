@@ -85,6 +85,7 @@ from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
 from ecolaunch.profile.modes import job_cap_bounds
 from ecolaunch.profile.powercap import CapPoint, as_cap_points, cap_grid, fit_cap_model
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
+from ecolaunch.validate import number_or_none
 
 __all__ = ["GRID_W", "NO_CURVE_FLOOR_SHARE", "BudgetedPolicy", "GpuDemand", "allocate", "book_budget",
            "budget_ceilings", "budgeted_gpus", "fit_budget", "host_demands", "job_floor_w", "no_curve_floor_w",
@@ -263,7 +264,8 @@ def no_curve_floor_w(rules: Rules, nodes: Sequence[Any]) -> float | None:
     if bounds is None:
         return None
     lo, hi = bounds
-    defaults = [g.power_limit_default_w if _number(g.power_limit_default_w) is not None else g.power_limit_max_w
+    defaults = [g.power_limit_default_w if number_or_none(g.power_limit_default_w, positive=True) is not None
+                else g.power_limit_max_w
                 for g in nodes]
     share = NO_CURVE_FLOOR_SHARE * max(float(w) for w in defaults)
     return min(max(lo, GRID_W * math.ceil(share / GRID_W - 1e-9)), hi)
@@ -342,7 +344,7 @@ def _fixed_count_w(state: StateGraph, rules: Rules, gpu: GpuNode, holders: list[
                      (wanted if wanted is not None else min(bounds[1], limit or bounds[1])))
         floors.append(profile_floor_w(profile, bound, [gpu], rules) or bounds[0])
     top = min(max(max(wants), bounds[0]), bounds[1])
-    booked = _number(state.budget_caps_w.get(gpu.uuid))
+    booked = number_or_none(state.budget_caps_w.get(gpu.uuid), positive=True)
     if booked is not None and len(holders) > 1:
         # a shared GPU keeps the budget cap it was booked at, as the file says; the file is every member's to
         # write, so the value counts only between the highest floor of the jobs on it and the most they want
@@ -358,7 +360,7 @@ def _wanted_w(job: Job, uuid: str, top_w: float) -> float:
     budget = predicted.get("budget") if isinstance(predicted, dict) else None
     recorded = budget.get("wanted_w") if isinstance(budget, dict) else None
     for source in (recorded, decision.get("power_caps_w"), job.power_caps_w):
-        watts = _number(source.get(uuid)) if isinstance(source, dict) else None
+        watts = number_or_none(source.get(uuid), positive=True) if isinstance(source, dict) else None
         if watts is not None:
             return watts
     return top_w
@@ -378,16 +380,8 @@ def _managed(rules: Rules, gpu: GpuNode) -> bool:
 
 def _bound_pct(job: Job, rules: Rules) -> float:
     """A running job's slowdown bound: its request's (0 included), else the policy's default."""
-    value = job.request.get("allowed_slowdown_pct")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        return rules.default_slowdown_pct
-    return float(value)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        return None
-    return float(value)
+    value = number_or_none(job.request.get("allowed_slowdown_pct"), lo=0.0)
+    return rules.default_slowdown_pct if value is None else value
 
 
 def _budgeted(state: StateGraph, host: Host, rules: Rules) -> set[str]:
@@ -435,7 +429,7 @@ def book_budget(state: StateGraph, decision: Decision) -> dict[str, float]:
     caps.update(decision.recaps_w)
     budget = decision.predicted.get("budget") if isinstance(decision.predicted, dict) else None
     if isinstance(budget, dict) and isinstance(budget.get("caps_w"), dict):
-        caps.update({u: float(w) for u, w in budget["caps_w"].items() if _number(w) is not None})
+        caps.update({u: float(w) for u, w in budget["caps_w"].items() if number_or_none(w, positive=True) is not None})
     state.budget_caps_w = caps
     return caps
 
@@ -453,7 +447,7 @@ def budget_ceilings(state: StateGraph, rules: Rules, caps_w: Mapping[str, float]
     out: dict[str, float] = {}
     for host in state.hosts.values():
         booked = {u: w for u in _budgeted(state, host, rules)
-                  if (w := _number(caps_w.get(u))) is not None}
+                  if (w := number_or_none(caps_w.get(u), positive=True)) is not None}
         total = sum(booked.get(d.uuid, d.wanted_w) for d in host_demands(state, host, rules))
         share = GRID_W * math.floor(max(0.0, budget - total) / max(1, len(booked)) / GRID_W + 1e-9)
         for u, w in booked.items():
@@ -499,7 +493,8 @@ def fit_budget(state: StateGraph, job: JobRequest, rules: Rules, decision: Decis
     host = state.hosts.get(job.host)
     if budget is None or host is None or any(u not in host.gpus for u in decision.gpus):
         return decision  # admission refuses a decision naming GPUs the host lacks
-    asked = [w for w in (_number(decision.power_caps_w.get(u)) for u in decision.gpus) if w is not None]
+    asked = [w for w in (number_or_none(decision.power_caps_w.get(u), positive=True) for u in decision.gpus)
+             if w is not None]
     newcomer = Newcomer(job.id, tuple(decision.gpus), max(asked) if asked else None, job.profile,
                         job.allowed_slowdown_pct)
     demands = host_demands(state, host, rules, newcomer)
@@ -535,7 +530,7 @@ def fit_budget(state: StateGraph, job: JobRequest, rules: Rules, decision: Decis
 
 
 def _changed(before: Any, after: float) -> bool:
-    watts = _number(before)
+    watts = number_or_none(before, positive=True)
     return watts is None or abs(watts - after) > 0.05
 
 

@@ -41,6 +41,7 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.profile.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, iteration_stats,
                                          model_cap_choice, reference_se_pct)
 from ecolaunch.profile.powercap import CapPoint, CapPrior, fit_cap_model
+from ecolaunch.validate import integer
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +60,7 @@ class ControlSettings:
 
     def __post_init__(self) -> None:
         for name in ("settle_iters", "window_iters", "recent_iters", "max_down_moves"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ConfigError(f"cap control {name} must be an integer >= 0, got {v!r}")
+            integer(getattr(self, name), what=f"cap control {name}", lo=0)
         if self.window_iters < 5 or self.recent_iters < self.window_iters:
             raise ConfigError(f"cap control needs window_iters >= 5 and recent_iters >= window_iters, got "
                               f"{self.window_iters} and {self.recent_iters}")

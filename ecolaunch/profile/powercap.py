@@ -57,6 +57,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.validate import is_number
 
 # A cap at least this many times the job's uncapped power does not bind it. Zeus traces: at cap/power >= 1.3
 # the median board-power ratio is >= 0.99 on all four GPUs and the time ratio is 1.00 within noise.
@@ -363,7 +364,7 @@ def _clean(points: Sequence[CapPoint], strict: bool = False) -> list[CapPoint]:
     for p in points:
         for name in ("power_cap_w", "iter_time_s", "power_w"):
             v = getattr(p, name)
-            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+            if not (is_number(v) and v > 0):
                 raise ConfigError(f"cap point {name} must be a positive finite number, got {v!r}",
                                   hint="drop failed or empty measurements before fitting")
         by_cap.setdefault(float(p.power_cap_w), []).append(p)

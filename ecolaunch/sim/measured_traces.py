@@ -49,6 +49,7 @@ from ecolaunch.sim.measured import job_kinds
 from ecolaunch.sim.models import JobProfile
 from ecolaunch.sim.traces import MAX_RUNTIME_S, MIN_RUNTIME_S, _machine_facts, _window
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB, alibaba_pods, gavel_vc, sample_runtimes
+from ecolaunch.validate import is_integer
 
 __all__ = ["ECOLAUNCH_POLICIES", "MEASURED_TRACES", "POWER_BUDGET_W", "measured_machine", "measured_rules",
            "measured_simulation", "measured_trace"]
@@ -127,7 +128,7 @@ def measured_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int 
     if name not in MEASURED_TRACES:
         raise ConfigError(f"unknown measured trace {name!r}", hint=f"use one of {', '.join(MEASURED_TRACES)}")
     n = _JOBS[name] if jobs is None else jobs
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not is_integer(n) or n < 1:
         raise ConfigError(f"trace {name!r}: jobs={n!r} is not a job count", hint="give an integer >= 1")
     total_gpus, per_host, _ = _machine_facts(machine)
     rng = np.random.default_rng(seed)

@@ -31,6 +31,7 @@ from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
 from ecolaunch.devices.catalogue import GpuModel, lookup
 from ecolaunch.errors import ConfigError, DeviceError
 from ecolaunch.sim.truth import TruthCurve
+from ecolaunch.validate import is_real
 
 __all__ = ["MIN_TIME_FACTOR", "CapCall", "ReplayBackend", "ReplayGpu", "ReplayJob"]
 
@@ -146,7 +147,7 @@ class ReplayBackend:
     def set_power_limit(self, uuid: str, power_w: float) -> None:
         g = self.gpu(uuid)
         lo, hi = g.model.power_limit_min_w, g.model.power_limit_max_w
-        if isinstance(power_w, bool) or not isinstance(power_w, (int, float)) or not lo <= power_w <= hi:
+        if not is_real(power_w) or not lo <= power_w <= hi:
             raise DeviceError(f"power limit {power_w!r} W for GPU {uuid} ({g.model.name}) is outside its range "
                               f"[{lo:g}, {hi:g}] W", hint=f"choose a power limit between {lo:g} and {hi:g} W")
         now = self.clock.now()

@@ -76,6 +76,7 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.sim.engine import Trace, TraceJob
 from ecolaunch.sim.models import JobProfile
 from ecolaunch.sim.workloads import alibaba_pods, gavel_vc, sample_runtimes, workload_profile, workload_profiles
+from ecolaunch.validate import is_integer, is_number, is_real, number_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -130,10 +131,10 @@ def build_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | N
         raise ConfigError(f"unknown trace {name!r}",
                           hint=f"use one of {', '.join(STANDARD_TRACES)}, or the path of a .json or .csv file")
     n = recipe.jobs if jobs is None else jobs
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not is_integer(n) or n < 1:
         raise ConfigError(f"trace {name!r}: jobs={n!r} is not a job count", hint="give an integer >= 1")
     target = recipe.load if load is None else load
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < math.inf:
+    if not is_number(target) or target <= 0:
         raise ConfigError(f"trace {name!r}: load={target!r} is not an offered load", hint="give a number > 0")
     _check_slowdown(allowed_slowdown_pct, f"trace {name!r}")
     total_gpus, per_host, board = _machine_facts(machine)
@@ -308,7 +309,7 @@ def _parse_job(row: Any, i: int, label: str, per_host: int, board: GpuModel) -> 
         if required not in row:
             raise ConfigError(f"{where}: field {required!r} is missing", hint=_FORMAT_HINT)
     arrival = _number(row, "arrival_s", where, minimum=0.0)
-    work = _number(row, "work_s", where, minimum=0.0, strict=True)
+    work = _number(row, "work_s", where, minimum=0.0, positive=True)
     nproc = _integer(row, "nproc", where, default=1)
     if nproc > per_host:
         raise ConfigError(f"{where}: field 'nproc' = {nproc} exceeds the {per_host} GPUs of the machine's "
@@ -326,7 +327,7 @@ def _parse_job(row: Any, i: int, label: str, per_host: int, board: GpuModel) -> 
         if f in row:
             fields[f] = (_integer(row, f, where, minimum=1) if f == "memory_mib" else
                          _number(row, f, where, minimum=0.0, maximum=100.0 if f.endswith("_pct") else None,
-                                 strict=f in ("iter_time_s", "power_w")))
+                                 positive=f in ("iter_time_s", "power_w")))
     slowdown = _number(row, "allowed_slowdown_pct", where, minimum=0.0) if "allowed_slowdown_pct" in row \
         else DEFAULT_ALLOWED_SLOWDOWN_PCT
     return TraceJob(id=jid, arrival_s=arrival, nproc=nproc, work_s=work, profile=JobProfile(**fields),
@@ -335,17 +336,18 @@ def _parse_job(row: Any, i: int, label: str, per_host: int, board: GpuModel) -> 
 
 
 def _number(row: Mapping[str, Any], field: str, where: str, *, minimum: float | None = None,
-            maximum: float | None = None, strict: bool = False) -> float:
+            maximum: float | None = None, positive: bool = False) -> float:
+    """A number field; a string (a CSV cell, or a JSON string) is parsed first."""
     value = row[field]
     try:
-        if isinstance(value, bool):
-            raise ValueError
-        out = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: field {field!r} = {value!r} is not a number", hint=_FORMAT_HINT) from None
-    low_ok = minimum is None or (out > minimum if strict else out >= minimum)
-    if not math.isfinite(out) or not low_ok or (maximum is not None and out > maximum):
-        bound = (f"> {minimum:g}" if strict else f">= {minimum:g}") if minimum is not None else "finite"
+        parsed = float(value) if isinstance(value, str) else value
+    except ValueError:
+        parsed = None
+    if not is_real(parsed):
+        raise ConfigError(f"{where}: field {field!r} = {value!r} is not a number", hint=_FORMAT_HINT)
+    out = number_or_none(parsed, lo=minimum, hi=maximum, positive=positive)
+    if out is None:
+        bound = ("> 0" if positive else f">= {minimum:g}") if minimum is not None else "finite"
         bound += f" and <= {maximum:g}" if maximum is not None else ""
         raise ConfigError(f"{where}: field {field!r} = {value!r} is out of range", hint=f"{field} must be {bound}")
     return out
@@ -365,7 +367,7 @@ def _integer(row: Mapping[str, Any], field: str, where: str, *, default: int | N
 
 
 def _check_slowdown(value: Any, where: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+    if not is_number(value) or value < 0:
         raise ConfigError(f"{where}: allowed_slowdown_pct={value!r} is not a percentage >= 0",
                           hint="give a number such as 10")
 
