@@ -22,6 +22,7 @@ What lives elsewhere: the protocol and snapshots (:mod:`ecolaunch.devices.base`)
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 from collections.abc import Callable
@@ -132,6 +133,17 @@ class NvmlBackend:
                 kind = LinkKind.NVLINK if nvlink else self._pcie_link(handles[i], handles[j])
                 links[pair_key(uuids[i], uuids[j])] = kind
         return links
+
+    @property
+    def privileged(self) -> bool:
+        return os.geteuid() == 0
+
+    def attach(self, uuid: str, pid: int, memory_mib: int, *, util_gpu_pct: float | None = None,
+               util_mem_pct: float | None = None, power_w: float | None = None) -> bool:
+        return False  # the driver sees the process itself
+
+    def detach(self, pid: int) -> int:
+        return 0
 
     def set_power_limit(self, uuid: str, power_w: float) -> None:
         handle = self._handle(uuid)

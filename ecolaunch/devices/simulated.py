@@ -190,8 +190,8 @@ class SimulatedBackend:
     # --- simulation-only API -----------------------------------------------------------------------
 
     def attach(self, uuid: str, pid: int, memory_mib: int, *, util_gpu_pct: float | None = None,
-               util_mem_pct: float | None = None, power_w: float | None = None) -> None:
-        """Record that process ``pid`` now uses GPU ``uuid`` (attaching it again replaces its load).
+               util_mem_pct: float | None = None, power_w: float | None = None) -> bool:
+        """Record that process ``pid`` now uses GPU ``uuid`` (attaching it again replaces its load); True.
 
         Raises:
             DeviceError: unknown GPU, a dead pid, a bad value, or not enough free memory on the GPU.
@@ -220,6 +220,7 @@ class SimulatedBackend:
             entry["processes"] = [*others, record]
             state.dirty = True
         logger.debug("simulated GPU %s: attached pid %d (%d MiB)", uuid, pid, memory_mib)
+        return True
 
     def detach(self, pid: int) -> int:
         """Remove process ``pid`` from every GPU; returns on how many GPUs it was attached."""

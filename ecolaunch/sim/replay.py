@@ -131,6 +131,17 @@ class ReplayBackend:
 
     # --- GpuBackend ------------------------------------------------------------------------------------
 
+    @property
+    def privileged(self) -> bool:
+        return True  # virtual boards: whoever drives the replay sets their limits
+
+    def attach(self, uuid: str, pid: int, memory_mib: int, *, util_gpu_pct: float | None = None,
+               util_mem_pct: float | None = None, power_w: float | None = None) -> bool:
+        return False  # a board plays its ReplayJob, not a process's declared load
+
+    def detach(self, pid: int) -> int:
+        return 0
+
     def hostname(self) -> str:
         return self._host
 
