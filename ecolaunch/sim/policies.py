@@ -6,7 +6,12 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.policy.baselines import get_policy, policy_names
 
 
+#: the ablations the simulator runs besides the policies: name -> what it is
+ABLATIONS = {"no-gnn": "the gnn policy without its learned part: the curve policy under another name"}
+
+
 def sim_policy_names() -> list[str]:
+    """Every launcher policy and the oracle (not the :data:`ABLATIONS`)."""
     return sorted([*policy_names(), "oracle"])
 
 
@@ -24,7 +29,8 @@ def get_sim_policy(name: str, *, gnn_weights=None):
     try:
         return get_policy(name, gnn_weights=gnn_weights)
     except ConfigError:
-        raise ConfigError(f"unknown policy {name!r}", hint=f"choose from: {', '.join(sim_policy_names())}") from None
+        raise ConfigError(f"unknown policy {name!r}",
+                          hint=f"choose from: {', '.join([*sim_policy_names(), *ABLATIONS])}") from None
 
 
 class WithMargin:

@@ -1,9 +1,10 @@
 """Job traces for the simulator: the standard traces, and traces read from a user's JSON or CSV file.
 
-What lives here: :data:`STANDARD_TRACES` (name -> one-line description), :func:`build_trace` (a standard trace
-for a machine, seeded), :func:`load_trace_file` (a user's file), :func:`resolve_trace` (either, as the CLI's
-``--trace NAME|FILE`` takes it) and :func:`offered_load`. The workload profiles and the population data
-come from :mod:`ecolaunch.sim.workloads`; the event loop that runs a trace is :mod:`ecolaunch.sim.engine`.
+What lives here: the standard traces' recipes, :func:`build_trace` (a standard trace for a machine, seeded),
+:func:`load_trace_file` (a user's file) and :func:`offered_load`. Their names and one-line descriptions are
+registered in :mod:`ecolaunch.sim.trace_registry`, which also resolves the CLI's ``--trace NAME|FILE``. The
+workload profiles and the population data come from :mod:`ecolaunch.sim.workloads`; the event loop that runs a
+trace is :mod:`ecolaunch.sim.engine`.
 
 **Standard traces.** Each is a window of consecutive jobs of a measured arrival trace, starting at a seeded
 offset (wrapping around to the start, shifted by one period, when more jobs are asked for than the trace has):
@@ -92,23 +93,15 @@ class _Recipe:
     source: str  # a Gavel VC name, or "alibaba"
     load: float
     jobs: int
-    description: str
 
 
 _RECIPES: Mapping[str, _Recipe] = {
-    "workstation-light": _Recipe("6214e9", LIGHT_LOAD, 300, "workstation, offered load 0.4: Philly VC 6214e9 "
-                                 "arrivals (96% 1-GPU jobs), Gavel job types, Philly run times"),
-    "workstation-heavy": _Recipe("6214e9", HEAVY_LOAD, 300, "workstation, offered load 0.9: Philly VC 6214e9 "
-                                 "arrivals (96% 1-GPU jobs), Gavel job types, Philly run times"),
-    "cluster-light": _Recipe("0e4a51", LIGHT_LOAD, 1000, "small cluster, offered load 0.4: Philly VC 0e4a51 "
-                             "arrivals (1-8 GPU jobs), Gavel job types, Philly run times"),
-    "cluster-heavy": _Recipe("0e4a51", HEAVY_LOAD, 1000, "small cluster, offered load 0.9: Philly VC 0e4a51 "
-                             "arrivals (1-8 GPU jobs), Gavel job types, Philly run times"),
-    "alibaba-share": _Recipe("alibaba", HEAVY_LOAD, 1000, "Alibaba 2023 GPU pods (39% ask a GPU fraction, "
-                             "demand = gpu_milli), offered load 0.9 in whole GPUs"),
+    "workstation-light": _Recipe("6214e9", LIGHT_LOAD, 300),
+    "workstation-heavy": _Recipe("6214e9", HEAVY_LOAD, 300),
+    "cluster-light": _Recipe("0e4a51", LIGHT_LOAD, 1000),
+    "cluster-heavy": _Recipe("0e4a51", HEAVY_LOAD, 1000),
+    "alibaba-share": _Recipe("alibaba", HEAVY_LOAD, 1000),
 }
-#: The standard traces: name -> one-line description.
-STANDARD_TRACES: Mapping[str, str] = {name: r.description for name, r in _RECIPES.items()}
 
 
 def build_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | None = None,
@@ -116,7 +109,7 @@ def build_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | N
     """A standard trace (see the module docstring) for ``machine``.
 
     Args:
-        name: one of :data:`STANDARD_TRACES`.
+        name: a standard trace (a model-world name of :data:`ecolaunch.sim.trace_registry.TRACES`).
         machine: the simulated machine; sets the GPU total for the load, the size clip and the board.
         seed: selects the window and the run times; same arguments -> the same trace.
         jobs: number of jobs (default per trace: 300 workstation, 1,000 cluster and alibaba-share).
@@ -128,8 +121,7 @@ def build_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | N
     """
     recipe = _RECIPES.get(name)
     if recipe is None:
-        raise ConfigError(f"unknown trace {name!r}",
-                          hint=f"use one of {', '.join(STANDARD_TRACES)}, or the path of a .json or .csv file")
+        raise ConfigError(f"unknown trace {name!r}", hint=f"use one of {', '.join(_RECIPES)}")
     n = recipe.jobs if jobs is None else jobs
     if not is_integer(n) or n < 1:
         raise ConfigError(f"trace {name!r}: jobs={n!r} is not a job count", hint="give an integer >= 1")
@@ -158,7 +150,7 @@ def build_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | N
                  allowed_slowdown_pct=float(allowed_slowdown_pct), kind=kind)
         for i, (a, (_, k, w, p, kind)) in enumerate(zip(arrivals, raw))
     )
-    return Trace(name, out, f"{recipe.description}; {n} jobs on {total_gpus} GPUs, seed {seed}")
+    return Trace(name, out, f"{n} jobs on {total_gpus} GPUs, seed {seed}")
 
 
 def _window(length: int, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -231,18 +223,6 @@ _FIELDS = ("id", "arrival_s", "nproc", "work_s", "workload", *_PROFILE_FIELDS, "
            "user", "kind")
 _FORMAT_HINT = ("a trace file is JSON {\"jobs\": [{\"id\", \"arrival_s\", \"nproc\", \"work_s\", \"workload\" or "
                 "profile fields, \"allowed_slowdown_pct\"}, ...]} or a CSV with those columns")
-
-
-def resolve_trace(name_or_path: str, machine: MachineSpec, *, seed: int = 0, jobs: int | None = None,
-                  load: float | None = None) -> Trace:
-    """A standard trace by name, else the trace file at that path (``seed``/``jobs``/``load`` ignored)."""
-    if name_or_path in STANDARD_TRACES:
-        return build_trace(name_or_path, machine, seed=seed, jobs=jobs, load=load)
-    path = Path(name_or_path).expanduser()
-    if path.suffix.lower() in (".json", ".csv") or path.is_file():
-        return load_trace_file(path, machine)
-    raise ConfigError(f"unknown trace {name_or_path!r}",
-                      hint=f"use one of {', '.join(STANDARD_TRACES)}, or the path of a .json or .csv file")
 
 
 def load_trace_file(path: str | Path, machine: MachineSpec) -> Trace:
@@ -373,5 +353,5 @@ def _check_slowdown(value: Any, where: str) -> None:
 
 
 __all__ = ["DEFAULT_ALLOWED_SLOWDOWN_PCT", "HEAVY_LOAD", "LIGHT_LOAD", "MAX_RUNTIME_S", "MIN_RUNTIME_S",
-           "STANDARD_TRACES", "build_trace", "load_trace_file", "offered_load", "resolve_trace"]
+           "build_trace", "load_trace_file", "offered_load"]
 
