@@ -151,7 +151,7 @@ def run_for(workload: Workload, seconds: float) -> tuple[int, float]:
 
 
 #: what a CPU stand-in plays on a simulated GPU, per workload: (SM %, memory-bandwidth %, fraction of the board's
-#: maximum power). Shaped on the H200 sweep: mm drew ~715 W of 700, bw ~412 W, mlp ran at ~55 % SM.
+#: maximum power). Shaped on the H200 sweep (``ecolaunch/sim/data/h200_cap_sweep.csv``): mm draws the board's limit.
 STAND_IN_LOADS = {"mm": (98.0, 40.0, 0.95), "bw": (60.0, 95.0, 0.6), "mlp": (55.0, 20.0, 0.4)}
 _STAND_IN_MEMORY_MIB = 1024
 

@@ -5,8 +5,8 @@ step marks or GPUs (the run observer, ``ecolaunch.launch.observe``, feeds the co
 observer's cap owner), the curve itself (:mod:`ecolaunch.profile.powercap`).
 
 **Why a loop.** A cap chosen before the run rests on a few measured caps and a curve model between them; on a
-real H200 a cap predicted 9.3 % slower ran 10.5 % slower, and the one-shot early check could only jump back to
-uncapped, losing the saving. The controller keeps measuring instead.
+real H200 a cap predicted within the bound ran past it (docs/profiling.md), and the one-shot early check could
+only jump back to uncapped, losing the saving. The controller keeps measuring instead.
 
 **How.** Iteration times at the current cap (after ``settle_iters`` following a change) go into a rolling
 buffer of at most ``recent_iters``; every ``window_iters`` the buffer's robust mean
