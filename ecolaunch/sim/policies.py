@@ -6,8 +6,9 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.policy.baselines import get_policy, policy_names
 
 
-#: the ablations the simulator runs besides the policies: name -> what it is
-ABLATIONS = {"no-gnn": "the gnn policy without its learned part: the curve policy under another name"}
+#: the ablations the simulator runs besides the policies (``no-gnn``: the gnn policy without its learned part, which
+#: is the curve policy under another name)
+ABLATIONS = ("no-gnn",)
 
 
 def sim_policy_names() -> list[str]:
