@@ -95,5 +95,6 @@ def test_integer_refuses_floats_and_bools() -> None:
 
 
 def test_the_module_is_base_layer() -> None:
-    imports = re.findall(r"^(?:from|import) (\S+)", (PACKAGE / "validate.py").read_text(encoding="utf-8"), re.M)
+    text = (PACKAGE / "validate.py").read_text(encoding="utf-8")
+    imports = re.findall(r"^(?:from|import) (\S+)", text, re.MULTILINE)
     assert {m for m in imports if m.startswith("ecolaunch")} == {"ecolaunch.errors"}

@@ -47,7 +47,7 @@ REGIONS: dict[str, Callable[[], str]] = {"policies": policy_table, "traces": tra
 
 
 def _pattern(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(<!-- {name}:begin -->\n)(.*?)(<!-- {name}:end -->)", re.S)
+    return re.compile(rf"(<!-- {name}:begin -->\n)(.*?)(<!-- {name}:end -->)", re.DOTALL)
 
 
 def regenerate(text: str) -> tuple[str, list[str]]:
@@ -66,7 +66,7 @@ def regenerate(text: str) -> tuple[str, list[str]]:
         body = generate() + "\n"
         if found[0][1] != body:
             changed.append(name)
-            text = pattern.sub(lambda m: m.group(1) + body + m.group(3), text)
+            text = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(3), text)
     return text, changed
 
 

@@ -31,8 +31,8 @@ def test_a_list_typed_by_hand_is_found_and_regenerated(tmp_path: Path) -> None:
     stale.write_text(text, encoding="utf-8")
     out = subprocess.run([sys.executable, "-m", "ecolaunch.cli.doclists", "--check", str(stale)], cwd=REPO,
                          capture_output=True, text=True, timeout=120, check=False)
-    assert (out.returncode, out.stderr) == (1, f"{stale}: regions policies differ from the registries; run "
-                                                "`python -m ecolaunch.cli.doclists`\n")
+    said = f"{stale}: regions policies differ from the registries; run `python -m ecolaunch.cli.doclists`\n"
+    assert (out.returncode, out.stderr) == (1, said)
     assert regenerate(text) == (README.read_text(encoding="utf-8"), ["policies"])
 
 
