@@ -5,7 +5,6 @@ from __future__ import annotations
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.baselines import get_policy, policy_names
 
-
 #: the ablations the simulator runs besides the policies (``no-gnn``: the gnn policy without its learned part, which
 #: is the curve policy under another name)
 ABLATIONS = ("no-gnn",)
