@@ -8,8 +8,8 @@ pair throughputs, Zeus's V100 cap curves), the policies read noisy profiles, fir
 repeats come from history, ecolaunch's policies run the real closed-loop cap controller, and the GNN that scores a
 job was trained without that job's type (k-fold by job type, :data:`ecolaunch.sim.measured.FOLDS` folds; weights
 trained on first use into ``--cache``; ``--no-folds`` uses the shipped weights, which saw every Gavel pair, and says
-so). Traces: :data:`ecolaunch.sim.measured_traces.MEASURED_TRACES` on 4 V100 PCIe 16 GB (``power-budget`` under
-``[power] max_total_w``). The oracle predicts with the truth.
+so). Traces: the measured ones of :data:`ecolaunch.sim.trace_registry.TRACES`, on their own machines (4 V100 PCIe
+16 GB for most; ``power-budget`` under ``[power] max_total_w``). The oracle predicts with the truth.
 
 **The model world** (``--world model``): the five traces of earlier releases on A100s, whose truth is the same
 fitted models the policies predict with (kept to compare with earlier results: circular, not evidence).
@@ -33,7 +33,6 @@ import hashlib
 import json
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 from _common import REPO, emit
@@ -52,15 +51,14 @@ ABLATIONS = ("no-gnn", "zeus-5w", "zeus-5w-margin")
 
 def run_all(seed: int, policies: list[str], worlds: list[str], traces: list[str] | None, folds: bool,
             cache: Path) -> dict:
-    from ecolaunch.devices.spec import parse_spec
-    from ecolaunch.sim.measured_traces import MEASURED_TRACES
+    from ecolaunch.sim.trace_registry import MEASURED, MODEL, TRACES, gpus_label, trace_names
 
     out: dict = {"traces": {}, "machines": {}, "wall_s": {}, "world": {}, "folds": None}
     todo = []
     if "measured" in worlds:
-        todo += [(name, "measured", None, 1) for name in MEASURED_TRACES]
+        todo += [(name, "measured", None, 1) for name in trace_names(MEASURED)]
     if "model" in worlds:
-        todo += [(name, "model", gpus, hosts) for name, (gpus, hosts) in MODEL_TRACES.items()]
+        todo += [(name, "model", *MODEL_TRACES[name]) for name in trace_names(MODEL)]
     if traces:
         todo = [t for t in todo if t[0] in traces]
     weights = None
@@ -69,16 +67,10 @@ def run_all(seed: int, policies: list[str], worlds: list[str], traces: list[str]
         out["folds"] = {str(k): {"types": list(types), "weights": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
                                  else path.name} for k, (types, path) in weights.items()}
     for name, world, gpus, hosts in todo:
-        if world == "measured":
-            from ecolaunch.sim.measured_traces import measured_machine
-
-            machine = measured_machine(name)
-            counts = Counter(g.name for g in machine.hosts[0].gpus)  # in order of first appearance
-            gpus = "+".join(f"{n}x{name}" for name, n in counts.items())
-        else:
-            machine = parse_spec(gpus, hostname="node0")
-        if hosts > 1:
-            machine = machine.replicate(hosts)
+        entry = TRACES[name]
+        machine = entry.machine(gpus, hosts)
+        if entry.brings_machine:
+            gpus = gpus_label(machine)
         out["machines"][name] = f"{hosts} x {gpus}"
         out["world"][name] = world
         out["traces"][name] = {}
@@ -92,20 +84,16 @@ def run_all(seed: int, policies: list[str], worlds: list[str], traces: list[str]
 
 
 def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights) -> dict:
-    from ecolaunch.sim.engine import Simulation
     from ecolaunch.sim.metrics import summarize
+    from ecolaunch.sim.trace_registry import TRACES
 
+    entry = TRACES[name]
+    trace = entry.build(machine, seed=seed)
     if world_name == "model":
-        from ecolaunch.sim.traces import build_trace
-
-        trace = build_trace(name, machine, seed=seed)
-        result = Simulation(machine, _policy(policy, None, None, None)).run(trace)
+        result = entry.simulation(machine, trace, policy, _policy(policy, None, None, None)).run(trace)
         extra = {}
     else:
-        from ecolaunch.sim.measured_traces import measured_simulation, measured_trace
-
-        trace = measured_trace(name, machine, seed=seed)
-        sim = measured_simulation(name, machine, trace, policy, _policy(policy, seed, trace, weights), seed=seed)
+        sim = entry.simulation(machine, trace, policy, _policy(policy, seed, trace, weights), seed=seed)
         world = sim.world
         result = sim.run(trace)
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,

@@ -37,6 +37,7 @@ from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, process_start_time
 from ecolaunch.state.store import RefusedFile, StateStore, atomic_write_bytes, read_regular_file_owned
+from ecolaunch.validate import is_integer, is_real
 
 __all__ = ["AGENT_FILE", "CapAgent", "agent_alive"]
 
@@ -171,7 +172,7 @@ def agent_alive(state_dir: Path, processes: ProcessTable | None = None) -> bool:
         pid, start = doc["pid"], doc["start_time"]
     except (OSError, RefusedFile, ValueError, TypeError, KeyError, AttributeError):
         return False
-    if not trusted_by_root(st) or not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(start, (int, float)):
+    if not trusted_by_root(st) or not is_integer(pid) or not is_real(start):
         return False
     return pid > 0 and processes.alive(pid, float(start))
 

@@ -86,10 +86,11 @@ from ecolaunch.job.gpu import clip_w
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
 from ecolaunch.profile.powercap import CapPoint, as_cap_points, cap_grid, fit_cap_model
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
+from ecolaunch.validate import number_or_none
 
 __all__ = ["EPS_W", "GRID_W", "NO_CURVE_FLOOR_SHARE", "GpuDemand", "Newcomer", "allocate", "bounds_or_none",
            "budget_ceilings", "budgeted_gpus", "budgeted_on_host", "curve_at", "host_demands", "job_floor_w",
-           "may_cap", "no_curve_floor_w", "positive_number", "rebalance", "trusted_budget_caps"]
+           "may_cap", "no_curve_floor_w", "rebalance", "trusted_budget_caps"]
 
 logger = logging.getLogger(__name__)
 
@@ -263,7 +264,8 @@ def no_curve_floor_w(rules: Rules, nodes: Sequence[Any]) -> float | None:
     bounds = bounds_or_none(rules, nodes)
     if bounds is None:
         return None
-    defaults = [g.power_limit_default_w if positive_number(g.power_limit_default_w) is not None else g.power_limit_max_w
+    defaults = [g.power_limit_default_w if number_or_none(g.power_limit_default_w, positive=True) is not None
+                else g.power_limit_max_w
                 for g in nodes]
     share = NO_CURVE_FLOOR_SHARE * max(float(w) for w in defaults)
     return clip_w(GRID_W * math.ceil(share / GRID_W - 1e-9), bounds)
@@ -342,7 +344,7 @@ def _fixed_count_w(state: StateGraph, rules: Rules, gpu: GpuNode, holders: list[
                      (wanted if wanted is not None else min(bounds[1], limit or bounds[1])))
         floors.append(profile_floor_w(profile, bound, [gpu], rules) or bounds[0])
     top = clip_w(max(wants), bounds)
-    booked = positive_number(state.budget_caps_w.get(gpu.uuid))
+    booked = number_or_none(state.budget_caps_w.get(gpu.uuid), positive=True)
     if booked is not None and len(holders) > 1:
         # a shared GPU keeps the budget cap it was booked at, as the file says; the file is every member's to
         # write, so the value counts only between the highest floor of the jobs on it and the most they want
@@ -358,7 +360,7 @@ def _wanted_w(job: Job, uuid: str, top_w: float) -> float:
     budget = predicted.get("budget") if isinstance(predicted, dict) else None
     recorded = budget.get("wanted_w") if isinstance(budget, dict) else None
     for source in (recorded, decision.get("power_caps_w"), job.power_caps_w):
-        watts = positive_number(source.get(uuid)) if isinstance(source, dict) else None
+        watts = number_or_none(source.get(uuid), positive=True) if isinstance(source, dict) else None
         if watts is not None:
             return watts
     return top_w
@@ -381,12 +383,6 @@ def _bound_pct(job: Job, rules: Rules) -> float:
     value = job.request.get("allowed_slowdown_pct")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return rules.default_slowdown_pct
-    return float(value)
-
-
-def positive_number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        return None
     return float(value)
 
 
@@ -440,7 +436,7 @@ def budget_ceilings(state: StateGraph, rules: Rules, caps_w: Mapping[str, float]
     out: dict[str, float] = {}
     for host in state.hosts.values():
         booked = {u: w for u in budgeted_on_host(state, host, rules)
-                  if (w := positive_number(caps_w.get(u))) is not None}
+                  if (w := number_or_none(caps_w.get(u), positive=True)) is not None}
         total = sum(booked.get(d.uuid, d.wanted_w) for d in host_demands(state, host, rules))
         share = GRID_W * math.floor(max(0.0, budget - total) / max(1, len(booked)) / GRID_W + 1e-9)
         for u, w in booked.items():

@@ -55,6 +55,7 @@ from ecolaunch.admin.budget import budget_ceilings, job_floor_w
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
 from ecolaunch.state.store import StateStore, atomic_write_bytes
+from ecolaunch.validate import is_number, is_real
 
 __all__ = [
     "CapKeeper",
@@ -153,7 +154,7 @@ def _refusal(job: Job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Ru
         return f"GPU {gpu.index} is not one of the job's GPUs"
     if not may_manage_gpu(rules, gpu.uuid, gpu.index):
         return f"the policy does not let ecolaunch change GPU {gpu.index} ([agent] gpus)"
-    if isinstance(watts, bool) or not isinstance(watts, (int, float)) or not math.isfinite(watts) or watts <= 0:
+    if not is_number(watts) or watts <= 0:
         return f"{watts!r} is not a power in watts"
     if not has_cap_range(gpu):
         return f"GPU {gpu.index} reports no power-limit range"
@@ -182,7 +183,7 @@ def _slows_a_co_runner(job: Job, uuid: str, watts: float, gpu: GpuSnapshot, rule
         if other.id == job.id:
             continue
         own = other.power_caps_w.get(uuid) if isinstance(other.power_caps_w, dict) else None
-        if isinstance(own, (int, float)) and not isinstance(own, bool) and own <= clipped + TOLERANCE_W:
+        if is_real(own) and own <= clipped + TOLERANCE_W:
             continue
         floor = job_floor_w(other, _nodes_of(other, gpu, graph), rules)
         if floor is not None and clipped < floor - TOLERANCE_W:
@@ -288,7 +289,7 @@ def _placed_after(job: Job, uuid: str) -> list[str]:
 def has_cap_range(gpu: Any) -> bool:
     """Whether ``gpu`` (a snapshot or a GpuNode) reports a usable power-limit range: finite, 0 <= min <= max."""
     lo, hi = gpu.power_limit_min_w, gpu.power_limit_max_w
-    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lo, hi)) and 0 <= lo <= hi  # type: ignore[operator]
+    return all(is_number(v) for v in (lo, hi)) and 0 <= lo <= hi  # type: ignore[operator]
 
 
 class CapKeeper:

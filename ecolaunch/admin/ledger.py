@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ecolaunch.admin.safety import trusted_by_root
 from ecolaunch.state.store import RefusedFile, read_regular_file_owned
+from ecolaunch.validate import is_number
 
 __all__ = ["LEDGER_FILE", "LEDGER_SCHEMA", "LEDGER_VERSION", "MAX_LEDGER_BYTES", "LedgerEntry", "LedgerWriteError",
            "empty_ledger", "load_ledger", "load_ledger_entries", "parse_ledger", "parse_ledger_entries"]
@@ -100,7 +100,7 @@ def parse_ledger_entries(doc: Any, host: str) -> dict[str, LedgerEntry]:
             if w is None and key == "set_w":
                 values.append(None)
                 continue
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
+            if not is_number(w) or w <= 0:
                 raise ValueError(f"gpus.{uuid}.{key}: expected a power in watts above 0")
             values.append(float(w))
         out[str(uuid)] = LedgerEntry(*values)

@@ -78,6 +78,7 @@ from ecolaunch.admin.schema import ANY_USER, CAP_KEYS, normalize_model, validate
 from ecolaunch.config import DEFAULT_POLICY_FILE, ENV_ALLOWED_SLOWDOWN, ENV_POLICY_FILE
 from ecolaunch.errors import ConfigError, DeviceError
 from ecolaunch.profile.modes import ProfilerSettings
+from ecolaunch.validate import is_number
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -273,9 +274,7 @@ def clip_slowdown(rules: Rules, requested_pct: float | None) -> tuple[float, boo
     """
     if requested_pct is None:
         return rules.default_slowdown_pct, False
-    if isinstance(requested_pct, bool) or not isinstance(requested_pct, (int, float)) or not (
-        math.isfinite(requested_pct) and requested_pct >= 0
-    ):
+    if not is_number(requested_pct) or requested_pct < 0:
         raise ConfigError(
             f"allowed slowdown {requested_pct!r} is not a percentage of 0 or more",
             hint=f"pass --allowed-slowdown (or {ENV_ALLOWED_SLOWDOWN}) between 0 and {rules.max_slowdown_pct:g}",

@@ -43,21 +43,16 @@ def require_cap_privilege(backend: GpuBackend, euid: int | None = None) -> None:
     )
 
 
-def require_launcher_privilege(backend: GpuBackend, euid: int | None = None) -> None:
-    """Raise PermissionDenied unless this launcher may set power limits itself (root on real GPUs; on simulated
-    ones, what the backend was opened with: see ``devices.select.simulated_privilege``).
+def require_launcher_privilege(backend: GpuBackend) -> None:
+    """Raise PermissionDenied unless this launcher may set power limits itself (``backend.privileged``: root on
+    real GPUs; on simulated ones, what the backend was opened with: see ``devices.select.simulated_privilege``).
 
     Checked before anything is written: an unprivileged launcher that wrote the cap ledger (``caps.json``) would
     leave a file the root agent rightly ignores, and originals nobody restores.
     """
-    euid = os.geteuid() if euid is None else euid
-    if backend.kind == "simulated":
-        allowed = bool(getattr(backend, "privileged", True))
-    else:
-        allowed = euid == 0
-    if not allowed:
+    if not backend.privileged:
         raise PermissionDenied(
-            f"setting power limits on {backend.kind} GPUs needs root (running as uid {euid})",
+            f"setting power limits on {backend.kind} GPUs needs root (running as uid {os.geteuid()})",
             hint="let the cap agent (ecolaunch agent, as root) apply the caps this launcher records",
         )
 

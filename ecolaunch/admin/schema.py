@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.validate import is_integer, is_number, is_real
 
 #: the largest slowdown bound a file may name, in percent (a guard against typos such as 2500)
 MAX_SLOWDOWN_PCT = 1000.0
@@ -288,9 +289,9 @@ class _Walker:
 
     def number(self, path: tuple[str, ...], value: Any, spec: ScalarKey) -> float | int:
         integer = spec.kind == "int"
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and isinstance(value, float)):
+        if not (is_integer(value) if integer else is_real(value)):
             self.fail(path, "must be a whole number" if integer else "must be a number", spec.hint, value)
-        if isinstance(value, float) and not math.isfinite(value):
+        if not is_number(value):
             self.fail(path, "must be a finite number", spec.hint, value)
         if spec.lo is not None and value < spec.lo:
             self.fail(path, f"must be at least {spec.lo:g}", spec.hint, value)
@@ -422,7 +423,7 @@ class _Walker:
         keys: list[str] = []
         for item in value:
             key = None
-            if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+            if is_integer(item) and item >= 0:
                 key = str(item)
             elif isinstance(item, str):
                 key = gpu_key(item)

@@ -155,7 +155,7 @@ def run_for(workload: Workload, seconds: float) -> tuple[int, float]:
 
 
 #: what a CPU stand-in plays on a simulated GPU, per workload: (SM %, memory-bandwidth %, fraction of the board's
-#: maximum power). Shaped on the H200 sweep: mm drew ~715 W of 700, bw ~412 W, mlp ran at ~55 % SM.
+#: maximum power). Shaped on the H200 sweep (``ecolaunch/sim/data/h200_cap_sweep.csv``): mm draws the board's limit.
 STAND_IN_LOADS = {"mm": (98.0, 40.0, 0.95), "bw": (60.0, 95.0, 0.6), "mlp": (55.0, 20.0, 0.4)}
 _STAND_IN_MEMORY_MIB = 1024
 
@@ -211,14 +211,12 @@ def open_meter(device: str, workload: str | None = None, env: dict[str, str] | N
             return GpuMeter(None, None, f"cannot tell which of the {len(gpus)} GPU(s) {device} is")
         meter = GpuMeter(backend, uuid)
         snap = meter.snapshot()
-        attach = getattr(backend, "attach", None)
         own = os.getpid() in {proc.pid for proc in snap.processes}
         wanted = (own or not snap.util_gpu_pct) if stand_in is None else stand_in
-        if device == "cpu" and workload in STAND_IN_LOADS and attach is not None and wanted:
+        if device == "cpu" and workload in STAND_IN_LOADS and wanted:
             sm_pct, mem_pct, power_frac = STAND_IN_LOADS[workload]
-            attach(uuid, os.getpid(), _STAND_IN_MEMORY_MIB, util_gpu_pct=sm_pct, util_mem_pct=mem_pct,
-                   power_w=power_frac * (snap.power_limit_max_w or 0.0))
-            meter.stand_in = True
+            meter.stand_in = backend.attach(uuid, os.getpid(), _STAND_IN_MEMORY_MIB, util_gpu_pct=sm_pct,
+                                            util_mem_pct=mem_pct, power_w=power_frac * (snap.power_limit_max_w or 0.0))
         return meter
     except EcolaunchError as e:
         return GpuMeter(None, None, str(e) + (f" (HINT: {e.hint})" if e.hint else ""))

@@ -11,7 +11,6 @@ from typing import Any
 from ecolaunch.admin.agent import agent_alive
 from ecolaunch.calibrate.booking import Occupant
 from ecolaunch.errors import ConfigError
-from ecolaunch.launch.caps import may_set_caps
 from ecolaunch.state.graph import GpuNode
 from ecolaunch.calibrate.canned import NAMES
 
@@ -46,7 +45,7 @@ def cap_access(backend: Any, state_dir: Path) -> str | None:
     process may set them itself), or None (neither)."""
     if agent_alive(Path(state_dir)):
         return "agent"
-    return "root" if may_set_caps(backend) else None
+    return "root" if backend.privileged else None
 
 
 def choose_gpus(gpus: Sequence[GpuNode], busy: Mapping[str, list[Occupant]], selectors: Sequence[str]) -> list[GpuNode]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from ecolaunch.errors import ConfigError, StateError
 from ecolaunch.safefs import RefusedFile, open_dir, read_at, write_at
+from ecolaunch.validate import is_real
 
 __all__ = ["CALIBRATION_DIR", "FORMAT", "VERSION", "StoredResult", "file_name", "read_results", "validate",
            "write_result"]
@@ -138,7 +139,7 @@ def validate(doc: Any) -> None:
         raise ConfigError("gpu.name is missing")
     for key in ("memory_total_mib", "power_limit_max_w"):
         value = gpu.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        if not is_real(value) or not 0 < value < 1e9:
             raise ConfigError(f"gpu.{key} = {value!r} is not a positive number")
     if not isinstance(doc.get("simulated"), bool):
         raise ConfigError("simulated is not true or false")

@@ -46,6 +46,7 @@ from ecolaunch.config import Environment
 from ecolaunch.errors import ConfigError
 from ecolaunch.job.gpu import GpuModel
 from ecolaunch.state.graph import GpuNode
+from ecolaunch.validate import number_or_none
 
 _JOB_FIELDS = ("id", "iter_time_s", "sm_util_pct", "mem_bw_util_pct", "memory_mib", "power_w", "cap_points")
 _SCENARIO_FIELDS = ("gpu", "power_cap_w", "jobs")
@@ -67,13 +68,11 @@ def _number(value: Any, where: str, *, low: float = 0.0, high: float | None = No
             nullable: bool = False) -> float | None:
     if value is None and nullable:
         return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and (value < low or (positive and value <= 0) or (high is not None and value > high)):
-        ok = False
-    if not ok:
+    out = number_or_none(value, lo=low, hi=high, positive=positive)
+    if out is None:
         want = "a number" + (" > 0" if positive else f" >= {low:g}") + (f" and <= {high:g}" if high is not None else "")
         raise _Bad(f"{where}: expected {want}{' or null' if nullable else ''}, got {json.dumps(value)}")
-    return float(value)
+    return out
 
 
 def _object(value: Any, where: str, fields: tuple[str, ...]) -> dict[str, Any]:

@@ -1,9 +1,16 @@
-"""``ecolaunch simulate``: run policies on a trace over simulated GPUs and compare energy and job times."""
+"""``ecolaunch simulate``: run policies on a trace over simulated GPUs and compare energy and job times.
+
+The traces come from :mod:`ecolaunch.sim.trace_registry` and the policies from :mod:`ecolaunch.sim.policies`; the
+help lists both as the registries hold them, read when the help is shown (the registries load the simulator, which
+the other subcommands, registered beside this one, must not pay for).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -15,17 +22,40 @@ def _fmt_h(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
+class _Listed(click.Option):
+    """An option whose help is written by ``listing()`` when the help is shown."""
+
+    def __init__(self, *args: Any, listing: Callable[[], str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._listing = listing
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = self._listing()
+        return super().get_help_record(ctx)
+
+
+def _trace_help() -> str:
+    from ecolaunch.sim.trace_registry import MEASURED, MODEL, trace_names
+
+    return (f"a trace of the model world on --gpus ({', '.join(trace_names(MODEL))}), of the measured world on its "
+            f"own machine ({', '.join(trace_names(MEASURED))}), or a trace file (see docs/simulator.md)")
+
+
+def _policy_help() -> str:
+    from ecolaunch.sim.policies import ABLATIONS, sim_policy_names
+
+    return (f"a placement policy ({', '.join(sim_policy_names())}, or the ablation {', '.join(ABLATIONS)}); "
+            "repeat to compare several in one run")
+
+
 @click.command(cls=Command)
 @click.option("--gpus", "gpus", default="8xA100-SXM4-80GB", show_default=True,
               help="GPUs of one host: a spec like 8xA100-SXM4-80GB or 2xRTX4090+2xA6000, or a TOML machine file")
 @click.option("--hosts", default=1, show_default=True, type=click.IntRange(1, 1024), help="identical hosts")
-@click.option("--trace", "trace_name", default="workstation-light", show_default=True,
-              help="a standard trace name, a measured-world trace (workstation-mixed, power-budget, "
-                   "workstation-measured, workstation-topology, workstation-mixed-models: they bring their own "
-                   "machine) or a trace file (see docs/simulator.md)")
-@click.option("--policy", "policies", multiple=True, default=("exclusive",), show_default=True,
-              help="a placement policy (curve, exclusive, first-fit, lucid, eaco, zeus, gnn, oracle, or the "
-                   "ablation no-gnn); repeat to compare several in one run")
+@click.option("--trace", "trace_name", cls=_Listed, listing=_trace_help, default="workstation-light",
+              show_default=True)
+@click.option("--policy", "policies", cls=_Listed, listing=_policy_help, multiple=True, default=("exclusive",),
+              show_default=True)
 @click.option("--seed", default=0, show_default=True, help="seed of the trace's random draws")
 @click.option("--jobs", type=click.IntRange(1, 1_000_000), default=None, help="number of jobs (default: the trace's)")
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
@@ -34,29 +64,16 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     """Run each policy on the same trace and machine, and print energy (node, GPU-only, job-attributed),
     mean and p95 job completion time, mean slowdown against running alone, QoS violations, makespan and GPU
     utilization. Deterministic: the same arguments give the same numbers."""
-    from ecolaunch.devices.spec import parse_spec
-    from ecolaunch.sim.engine import Simulation
+    # imported here: the simulator loads numpy and its fitted models, which the other subcommands do not need
     from ecolaunch.sim.metrics import summarize
     from ecolaunch.sim.policies import get_sim_policy
-    from ecolaunch.sim.traces import resolve_trace
+    from ecolaunch.sim.trace_registry import gpus_label, lookup
 
-    from ecolaunch.sim.measured_traces import MEASURED_TRACES, measured_simulation
-
-    measured = trace_name in MEASURED_TRACES
-    if measured:  # the measured world brings its own machine (V100s: the board the measurements are of)
-        from ecolaunch.sim.measured_traces import measured_machine, measured_trace
-
-        machine = measured_machine(trace_name)
-        counts: dict[str, int] = {}
-        for g in machine.hosts[0].gpus:
-            counts[g.name] = counts.get(g.name, 0) + 1
-        gpus = "+".join(f"{n}x{name}" for name, n in counts.items())
-        trace = measured_trace(trace_name, machine, seed=seed, jobs=jobs)
-    else:
-        machine = parse_spec(gpus, hostname="node0")
-        if hosts > 1:
-            machine = machine.replicate(hosts)
-        trace = resolve_trace(trace_name, machine, seed=seed, jobs=jobs)
+    entry = lookup(trace_name)
+    machine = entry.machine(gpus, hosts)
+    if entry.brings_machine:  # a measured trace runs on the boards its measurements are of
+        gpus = gpus_label(machine)
+    trace = entry.build(machine, seed=seed, jobs=jobs)
     weights = Environment.from_env().gnn_weights
     if weights is not None and any(p in ("gnn", "no-gnn") for p in policies):
         from ecolaunch.policy.infer import chosen_weights
@@ -65,8 +82,7 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     chosen = [get_sim_policy(p, gnn_weights=weights) for p in policies]
     rows = []
     for name, policy in zip(policies, chosen):
-        sim = measured_simulation(trace_name, machine, trace, name, policy, seed=seed) if measured \
-            else Simulation(machine, policy)
+        sim = entry.simulation(machine, trace, name, policy, seed=seed)
         show_bar = not as_json and len(trace.jobs) >= 2000 and sys.stderr.isatty()
         if show_bar:
             with click.progressbar(length=len(trace.jobs), label=f"{policy.name:>10}", file=sys.stderr) as bar:

@@ -84,6 +84,24 @@ class GpuBackend(Protocol):
     #: short name shown to users: "nvml" or "simulated"
     kind: str
 
+    @property
+    def privileged(self) -> bool:
+        """Whether this process may set power limits here: on real GPUs, running as root (the driver refuses anyone
+        else); on simulated ones, what the backend was opened with (``devices.select.simulated_privilege``)."""
+        ...
+
+    def attach(self, uuid: str, pid: int, memory_mib: int, *, util_gpu_pct: float | None = None,
+               util_mem_pct: float | None = None, power_w: float | None = None) -> bool:
+        """Tell the backend that process ``pid`` now uses GPU ``uuid`` with this load. A simulated GPU has no real
+        processes to see, so it shows the load in its snapshots from now on and this returns True; a real driver
+        sees the process itself: nothing to do, False."""
+        ...
+
+    def detach(self, pid: int) -> int:
+        """Forget what :meth:`attach` recorded for process ``pid``; on how many GPUs it was attached (0 on a real
+        driver)."""
+        ...
+
     def hostname(self) -> str:
         """The host these GPUs belong to."""
         ...

@@ -22,6 +22,7 @@ What lives elsewhere: the protocol and snapshots (:mod:`ecolaunch.devices.base`)
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from typing import Any
 from ecolaunch.config import ENV_SIMULATE
 from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
 from ecolaunch.errors import DeviceError, DriverNotFound, EcolaunchError, PermissionDenied
+from ecolaunch.validate import is_real
 
 __all__ = ["NvmlBackend"]
 
@@ -132,10 +134,21 @@ class NvmlBackend:
                 links[pair_key(uuids[i], uuids[j])] = kind
         return links
 
+    @property
+    def privileged(self) -> bool:
+        return os.geteuid() == 0
+
+    def attach(self, uuid: str, pid: int, memory_mib: int, *, util_gpu_pct: float | None = None,
+               util_mem_pct: float | None = None, power_w: float | None = None) -> bool:
+        return False  # the driver sees the process itself
+
+    def detach(self, pid: int) -> int:
+        return 0
+
     def set_power_limit(self, uuid: str, power_w: float) -> None:
         handle = self._handle(uuid)
         lib = self._lib
-        if isinstance(power_w, bool) or not isinstance(power_w, (int, float)):
+        if not is_real(power_w):
             raise DeviceError(f"power limit {power_w!r} for GPU {uuid} is not a number of watts",
                               hint="give the power limit in watts")
         constraints = self._call("read the power limit range", lib.nvmlDeviceGetPowerManagementLimitConstraints,

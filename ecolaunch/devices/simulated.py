@@ -49,6 +49,7 @@ from ecolaunch.devices.spec import HostSpec
 from ecolaunch.errors import DeviceError, PermissionDenied
 from ecolaunch.job.gpu import GpuModel
 from ecolaunch.safefs import RefusedFile, read_at
+from ecolaunch.validate import is_integer, is_real
 
 __all__ = ["ProcessLoad", "Reading", "SimulatedBackend", "basic_reading"]
 
@@ -165,7 +166,7 @@ class SimulatedBackend:
                 hint="run as root, or let the ecolaunch cap agent apply power limits",
             )
         lo, hi = model.power_limit_min_w, model.power_limit_max_w
-        if isinstance(power_w, bool) or not isinstance(power_w, (int, float)) or not lo <= power_w <= hi:
+        if not is_real(power_w) or not lo <= power_w <= hi:
             raise DeviceError(
                 f"power limit {power_w!r} W for GPU {uuid} ({model.name}) is outside its range [{lo:g}, {hi:g}] W",
                 hint=f"choose a power limit between {lo:g} and {hi:g} W",
@@ -189,8 +190,8 @@ class SimulatedBackend:
     # --- simulation-only API -----------------------------------------------------------------------
 
     def attach(self, uuid: str, pid: int, memory_mib: int, *, util_gpu_pct: float | None = None,
-               util_mem_pct: float | None = None, power_w: float | None = None) -> None:
-        """Record that process ``pid`` now uses GPU ``uuid`` (attaching it again replaces its load).
+               util_mem_pct: float | None = None, power_w: float | None = None) -> bool:
+        """Record that process ``pid`` now uses GPU ``uuid`` (attaching it again replaces its load); True.
 
         Raises:
             DeviceError: unknown GPU, a dead pid, a bad value, or not enough free memory on the GPU.
@@ -219,6 +220,7 @@ class SimulatedBackend:
             entry["processes"] = [*others, record]
             state.dirty = True
         logger.debug("simulated GPU %s: attached pid %d (%d MiB)", uuid, pid, memory_mib)
+        return True
 
     def detach(self, pid: int) -> int:
         """Remove process ``pid`` from every GPU; returns on how many GPUs it was attached."""
@@ -409,18 +411,15 @@ class _State(dict):
 
 def _validated_load(pid: int, memory_mib: int, util_gpu_pct: float | None, util_mem_pct: float | None,
                     power_w: float | None) -> ProcessLoad:
-    def number(value: object) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-
     problems = []
-    if not (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0):
+    if not (is_integer(pid) and pid > 0):
         problems.append(f"pid={pid!r} is not a process id")
-    if not (isinstance(memory_mib, int) and not isinstance(memory_mib, bool) and memory_mib >= 0):
+    if not (is_integer(memory_mib) and memory_mib >= 0):
         problems.append(f"memory_mib={memory_mib!r} is not a whole number >= 0")
     for name, value in (("util_gpu_pct", util_gpu_pct), ("util_mem_pct", util_mem_pct)):
-        if value is not None and not (number(value) and 0 <= value <= 100):
+        if value is not None and not (is_real(value) and 0 <= value <= 100):
             problems.append(f"{name}={value!r} is not a percentage in [0, 100]")
-    if power_w is not None and not (number(power_w) and power_w >= 0):
+    if power_w is not None and not (is_real(power_w) and power_w >= 0):
         problems.append(f"power_w={power_w!r} is not a power >= 0 W")
     if problems:
         raise DeviceError("cannot attach: " + "; ".join(problems), hint="pass valid load values to attach()")

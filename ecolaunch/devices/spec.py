@@ -41,6 +41,7 @@ from ecolaunch.devices.base import LinkKind
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.job.gpu import GpuModel
+from ecolaunch.validate import is_integer, is_real
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -97,7 +98,7 @@ class MachineSpec:
 
         A one-host spec gives hosts ``node0..node{n-1}``; with m hosts the names run to ``node{n*m-1}``.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_integer(n) or n < 1:
             raise ConfigError(f"cannot replicate a machine {n!r} times", hint="give a host count >= 1")
         hosts = []
         for k in range(n * len(self.hosts)):
@@ -181,20 +182,19 @@ def _parse_gpu_table(entry: Mapping[str, Any], where: str) -> list[GpuModel]:
         raise ConfigError(f"bad machine spec {where}: a GPU table needs model = \"<catalogue name>\"",
                           hint=_HINT)
     count = entry.get("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _MAX_GPUS_PER_HOST:
+    if not is_integer(count) or not 1 <= count <= _MAX_GPUS_PER_HOST:
         raise _bad(where, count, f"is not a GPU count in 1..{_MAX_GPUS_PER_HOST}")
     base = _lookup(entry["model"], where)
     overrides = {k: v for k, v in entry.items() if k in _OVERRIDABLE}
     for key, value in overrides.items():
         expected = type(getattr(base, key))
-        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if expected is float and is_number:
+        if expected is float and is_real(value):
             overrides[key] = float(value)
-        elif expected is int and not (is_number and isinstance(value, int)):
+        elif expected is int and not is_integer(value):
             raise _bad(where, value, f"is not a valid {key} (an integer)")
         elif expected not in (float, int) and not isinstance(value, expected):
             raise _bad(where, value, f"is not a valid {key} ({expected.__name__})")
-        elif expected is float and not is_number:
+        elif expected is float and not is_real(value):
             raise _bad(where, value, f"is not a valid {key} (a number)")
     try:
         model = dataclasses.replace(base, **overrides)
@@ -211,7 +211,7 @@ def _parse_links(raw: Any, n: int, where: str) -> dict[tuple[int, int], LinkKind
         pair = entry.get("gpus") if isinstance(entry, dict) else None
         kind = entry.get("kind") if isinstance(entry, dict) else None
         if (not isinstance(pair, list) or len(pair) != 2
-                or not all(isinstance(i, int) and not isinstance(i, bool) for i in pair)):
+                or not all(is_integer(i) for i in pair)):
             raise _bad(where, entry, "is not a link {gpus = [i, j], kind = \"...\"}")
         i, j = sorted(pair)
         if i == j or i < 0 or j >= n:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from ecolaunch import config
 from ecolaunch.config import LaunchOptions
 from ecolaunch.errors import ConfigError
+from ecolaunch.validate import number_or_none
 
 #: ecolaunch's own launch options: (flags, env var, takes a value, help)
 ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
@@ -231,6 +232,6 @@ def _number(raw: str | None, flag: str, env_var: str, *, low: float) -> float | 
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{flag} (or {env_var}) must be a number, got {raw!r}") from None
-    if not value >= low or value == float("inf"):
+    if number_or_none(value, lo=low) is None:
         raise ConfigError(f"{flag} (or {env_var}) must be a finite number >= {low:g}, got {raw!r}")
     return value

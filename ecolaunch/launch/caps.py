@@ -195,7 +195,7 @@ class JobCaps:
     def _await_budget(self) -> bool:
         """Wait (up to ``budget_wait_s``) until this job's GPUs and those its placement lowered show limits within
         their ceilings; False (logged) when they did not in time."""
-        if not (self._agent or may_set_caps(self._session.backend)):
+        if not (self._agent or self._session.backend.privileged):
             return True  # no cap is applied here, nor by an agent: nothing to wait for
         watch = set(self._gpus) | set(self._placement.decision.recaps_w)
         ceilings = {u: c for u, c in budget_ceilings(self._session.store.read_unlocked(), self._session.rules).items()
@@ -303,7 +303,7 @@ class JobCaps:
 
     def _pass(self) -> bool:
         """One keeper pass as this launcher (its guard started first); False when caps may not be set here."""
-        if self._refused or not may_set_caps(self._session.backend):
+        if self._refused or not self._session.backend.privileged:
             return False
         if self._guard is None:
             try:
@@ -346,18 +346,11 @@ def _targets(placement: Placement) -> dict[str, float | None]:
     return targets
 
 
-def may_set_caps(backend) -> bool:
-    """Whether this process may set power limits on ``backend`` at all: root on real GPUs (NVML refuses anyone
-    else), the simulated backend's own privilege. Asked before a guard is started, or a keeper made, for nothing."""
-    privileged = getattr(backend, "privileged", None)
-    return os.geteuid() == 0 if privileged is None else bool(privileged)
-
-
 def orphan_keeper(backend, rules, state_dir: Path) -> CapKeeper | None:
     """A keeper that makes this process's transactions privileged (``Session(cap_keeper=...)``): each one restores
     the caps a dead launcher left lowered. Only for a root process that may set caps where no cap agent serves
     the state directory (the agent restores them itself); None otherwise."""
-    if os.geteuid() != 0 or not may_set_caps(backend) or agent_alive(Path(state_dir)):
+    if os.geteuid() != 0 or not backend.privileged or agent_alive(Path(state_dir)):
         return None
     return CapKeeper(backend, Path(state_dir), rules, host=backend.hostname())
 

@@ -282,17 +282,14 @@ class Session:
             )
 
     def _attach(self, job: Job, request: JobRequest) -> None:
-        # The simulated backend has no real processes to see: tell it the launcher now uses these GPUs.
-        attach = getattr(self.backend, "attach", None)
-        if attach is None:
-            return
+        # A simulated backend has no real processes to see: tell it the launcher now uses these GPUs.
         profile = request.profile or {}
         if not (profile.get("sm_util_pct") or profile.get("mem_bw_util_pct")):
             # measured to use nothing of the GPU (a CPU job on simulated GPUs): it holds memory and adds no load, so
             # the GPUs read as they did when it was profiled (an "active" floor would read twice the idle power)
             profile = {}
         for uuid in job.gpus:
-            attach(
+            self.backend.attach(
                 uuid,
                 job.launcher_pid,
                 int(request.memory_mib or 0),
@@ -302,6 +299,5 @@ class Session:
             )
 
     def _detach(self, job: Job | None) -> None:
-        detach = getattr(self.backend, "detach", None)
-        if job is not None and detach is not None and job.state is JobState.RUNNING:
-            detach(job.launcher_pid)
+        if job is not None and job.state is JobState.RUNNING:
+            self.backend.detach(job.launcher_pid)

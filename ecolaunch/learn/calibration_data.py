@@ -41,6 +41,7 @@ from ecolaunch.learn.history_data import MAX_THROUGHPUT_LABEL, profile_job
 from ecolaunch.profile.history import Profile
 from ecolaunch.profile.powercap import CapPoint
 from ecolaunch.state.graph import WHATIF_UUID, GpuNode
+from ecolaunch.validate import number_or_none
 
 __all__ = ["SIMULATED_SOURCE", "SOURCE", "CalibrationData", "calibration_samples", "document_samples"]
 
@@ -114,12 +115,14 @@ def document_samples(doc: Mapping[str, Any], *, weight: float = 3.0, into: Calib
 
 def _board(gpu: Mapping[str, Any]) -> GpuNode | None:
     """The calibrated GPU as the file describes it (what the driver reported), as a what-if graph's GPU."""
-    top, low = _number(gpu.get("power_limit_max_w")), _number(gpu.get("power_limit_min_w"))
-    memory = _number(gpu.get("memory_total_mib"))
+    top = number_or_none(gpu.get("power_limit_max_w"), positive=True)
+    low = number_or_none(gpu.get("power_limit_min_w"), positive=True)
+    memory = number_or_none(gpu.get("memory_total_mib"), positive=True)
     if top is None or memory is None or not isinstance(gpu.get("name"), str):
         return None
+    default = number_or_none(gpu.get("power_limit_default_w"), positive=True)
     return GpuNode(uuid=WHATIF_UUID, index=0, name=gpu["name"], memory_total_mib=int(memory), power_limit_min_w=low,
-                   power_limit_default_w=_number(gpu.get("power_limit_default_w")), power_limit_max_w=top)
+                   power_limit_default_w=default, power_limit_max_w=top)
 
 
 def _curves(alone: Sequence[Any], skipped: Counter) -> dict[str, list[dict[str, Any]]]:
@@ -132,7 +135,7 @@ def _curves(alone: Sequence[Any], skipped: Counter) -> dict[str, list[dict[str, 
         if e.get("disturbed_by"):
             skipped["measured beside someone else's work"] += 1
             continue
-        cap, it, power = (_number(e.get(k)) for k in ("power_cap_w", "iter_time_s", "power_w"))
+        cap, it, power = (number_or_none(e.get(k), positive=True) for k in ("power_cap_w", "iter_time_s", "power_w"))
         if cap is None or it is None or power is None:
             skipped["no cap, iteration time or power"] += 1
             continue
@@ -145,7 +148,7 @@ def _profile(points: Sequence[Mapping[str, Any]]) -> Profile:
     top = points[0]
     caps = tuple(CapPoint(float(p["power_cap_w"]), float(p["iter_time_s"]), float(p["power_w"]),
                           int(p.get("iters") or 0), _bounded(p.get("iter_time_cv_pct"), 1000.0)) for p in points)
-    memory = _number(top.get("memory_used_mib"))
+    memory = number_or_none(top.get("memory_used_mib"), positive=True)
     return Profile(float(top["iter_time_s"]), _bounded(top.get("sm_util_pct"), 100.0),
                    _bounded(top.get("mem_util_pct"), 100.0),
                    None if memory is None else int(memory), float(top["power_w"]), caps)
@@ -176,8 +179,9 @@ def _pair_sample(board: GpuNode, pair: Any, profiles: Mapping[str, Profile], ski
     if any(n not in profiles for n in names):
         skipped["pair of a workload not measured alone"] += 1
         return None
-    thr = tuple(_number(j.get("normalized_throughput")) for j in pair["jobs"])
-    cap, power = _number(pair.get("power_cap_w")), _number(pair.get("power_w"))
+    thr = tuple(number_or_none(j.get("normalized_throughput"), positive=True) for j in pair["jobs"])
+    cap = number_or_none(pair.get("power_cap_w"), positive=True)
+    power = number_or_none(pair.get("power_w"), positive=True)
     if all(t is None for t in thr) and power is None:
         skipped["pair without throughput or power"] += 1
         return None
@@ -188,15 +192,7 @@ def _pair_sample(board: GpuNode, pair: Any, profiles: Mapping[str, Profile], ski
     return graph, labels, None if power is None else min(1.0, power / board.power_limit_max_w)
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if value == value and abs(value) != float("inf") and value > 0 else None
-
-
 def _bounded(value: Any, hi: float) -> float | None:
     """A number >= 0 clipped to ``hi`` (utilization: 100 %, a spread: 1000 %), or None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e9:
-        return None
-    return min(hi, float(value))
+    value = number_or_none(value, lo=0.0, hi=1e9)
+    return None if value is None else min(hi, value)

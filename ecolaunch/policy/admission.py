@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 
 from collections.abc import Collection
 
@@ -40,6 +39,7 @@ from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.candidates import user_quota_left
 from ecolaunch.state.graph import StateGraph
 from ecolaunch.state.reconcile import account_groups
+from ecolaunch.validate import is_number
 
 __all__ = ["admit", "refusal", "unadmitted_bookings"]
 
@@ -137,7 +137,7 @@ def _clipped_caps(state: StateGraph, job: JobRequest, rules: Rules, decision: De
         if watts is None or state.jobs_on(u):
             caps[u] = None  # no cap, or a newcomer's on a GPU someone else already uses
             continue
-        if isinstance(watts, bool) or not isinstance(watts, (int, float)) or not math.isfinite(watts) or watts <= 0:
+        if not is_number(watts) or watts <= 0:
             caps[u] = None
             continue
         if not has_cap_range(gpu):

@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ecolaunch.admin.budget import (EPS_W, GpuDemand, Newcomer, allocate, bounds_or_none, budgeted_on_host,
-                                    curve_at, host_demands, may_cap, positive_number, rebalance)
+                                    curve_at, host_demands, may_cap, rebalance)
 from ecolaunch.admin.rules import Rules
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.state.graph import Host, StateGraph
+from ecolaunch.validate import number_or_none
 
 __all__ = ["BudgetedPolicy", "book_budget", "fit_budget"]
 
@@ -33,7 +34,8 @@ def book_budget(state: StateGraph, decision: Decision) -> dict[str, float]:
     caps.update(decision.recaps_w)
     budget = decision.predicted.get("budget") if isinstance(decision.predicted, dict) else None
     if isinstance(budget, dict) and isinstance(budget.get("caps_w"), dict):
-        caps.update({u: float(w) for u, w in budget["caps_w"].items() if positive_number(w) is not None})
+        caps.update({u: float(w) for u, w in budget["caps_w"].items()
+                     if number_or_none(w, positive=True) is not None})
     state.budget_caps_w = caps
     return caps
 
@@ -76,7 +78,8 @@ def fit_budget(state: StateGraph, job: JobRequest, rules: Rules, decision: Decis
     host = state.hosts.get(job.host)
     if budget is None or host is None or any(u not in host.gpus for u in decision.gpus):
         return decision  # admission refuses a decision naming GPUs the host lacks
-    asked = [w for w in (positive_number(decision.power_caps_w.get(u)) for u in decision.gpus) if w is not None]
+    asked = [w for w in (number_or_none(decision.power_caps_w.get(u), positive=True) for u in decision.gpus)
+             if w is not None]
     newcomer = Newcomer(job.id, tuple(decision.gpus), max(asked) if asked else None, job.profile,
                         job.allowed_slowdown_pct)
     demands = host_demands(state, host, rules, newcomer)
@@ -112,7 +115,7 @@ def fit_budget(state: StateGraph, job: JobRequest, rules: Rules, decision: Decis
 
 
 def _changed(before: Any, after: float) -> bool:
-    watts = positive_number(before)
+    watts = number_or_none(before, positive=True)
     return watts is None or abs(watts - after) > 0.05
 
 

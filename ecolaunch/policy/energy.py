@@ -14,9 +14,9 @@ error asks for; the oracle passes its own, from the truth); a set that shares a 
 newcomer does not change the power of a colleague's GPU); a job whose iteration time or power is unknown is never
 capped. Sets are ranked by their slowest link, then by how many of their GPUs are shared; of the sets nobody uses only
 the best-linked one is kept (a worse link only slows a synchronous job, by an amount no predictor here knows: the GNN
-was never trained on link effects, and a learned power difference once bought 4-GPU jobs sets across sockets, 30 %
-slower on average in ``benchmarks/energy.py``'s ``workstation-topology``); at most ``max_sets`` are kept. Past
-``MAX_COMBINATIONS`` sets (a 4-GPU job on a 64-GPU host) a few good sets are built greedily instead.
+was never trained on link effects, and a learned power difference once bought 4-GPU jobs sets across sockets,
+much slower in ``benchmarks/energy.py``'s ``workstation-topology``: see docs/benchmarks.md); at most ``max_sets``
+are kept. Past ``MAX_COMBINATIONS`` sets (a 4-GPU job on a 64-GPU host) a few good sets are built greedily instead.
 
 **Objective** (per unit of the new job's work, so that fast and slow candidates compare fairly)::
 
@@ -59,7 +59,7 @@ from ecolaunch.state.graph import GpuNode, StateGraph
 
 OBJECTIVES = ("node", "gpu", "job")
 #: the grid caps are chosen on (``capchoice.CHOICE_STEP_W``): finer than Zeus's 25 W stride, since NVML takes
-#: any limit within the board's range; on a 10 % bound the 25 W grid left jobs 3-8 % slow where 9-10 % was allowed
+#: any limit within the board's range; the 25 W grid left jobs well short of the slowdown their bound allowed
 DECISION_CAP_STEP_W = CHOICE_STEP_W
 #: candidates whose cost is within this many watts per unit of work (or this fraction) of the least are
 #: ties, decided by predicted speed (e.g. caps that cannot bind a job drawing little power)
@@ -67,9 +67,9 @@ TIE_W, TIE_FRACTION = 0.1, 0.001
 #: above this many GPU sets a few good ones are built greedily instead of ranking them all
 MAX_COMBINATIONS = 2000
 #: standard deviations of a learned throughput kept back: the 95th percentile of (predicted - measured) / sd on
-#: Gavel pairs of job types the model never saw (all 5 folds of ``benchmarks/pair_prediction.py``: 2.00; cross-fitted
-#: on the other folds it covered 94.5 % of each fold's values, 87.7-98.3 % per fold), i.e. a bound is kept with
-#: about 95 % confidence where the model's errors look like those
+#: Gavel pairs of job types the model never saw (all folds of ``benchmarks/pair_prediction.py``, which prints it and
+#: the coverage cross-fitted on the other folds; docs/gnn.md), i.e. a bound is kept with about 95 %
+#: confidence where the model's errors look like those
 SD_Z = 2.0
 #: the least standard deviation a learned throughput is taken to have (normalized throughput)
 MIN_SD = 0.005

@@ -53,6 +53,7 @@ from ecolaunch.devices.base import LinkKind
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.estimate import measured_curve, profile_curve
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
+from ecolaunch.validate import number_or_none
 
 ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper")
 CAP_REFERENCE_FRACS = (0.6, 0.8)
@@ -135,15 +136,9 @@ def _get(profile: Any, key: str) -> Any:
     return profile.get(key) if isinstance(profile, Mapping) else getattr(profile, key, None)
 
 
-def _num(value: Any) -> float | None:
-    """A finite float, else None (None, bools, strings, NaN and infinities are not numbers here)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
-
-
 def job_demand(profile: Any) -> float:
     """``max(sm_util_pct, mem_bw_util_pct) / 100`` in [0, 1]; 1.0 when neither is known."""
-    known = [v for v in (_num(_get(profile, k)) for k in ("sm_util_pct", "mem_bw_util_pct")) if v is not None]
+    known = [v for v in (number_or_none(_get(profile, k)) for k in ("sm_util_pct", "mem_bw_util_pct")) if v is not None]
     return min(1.0, max(0.0, max(known) / 100.0)) if known else 1.0
 
 
@@ -153,11 +148,11 @@ def _cap_features(profile: Any, max_w: float) -> list[float]:
     for p in _get(profile, "cap_points") or ():
         vals = [_get(p, k) for k in ("power_cap_w", "iter_time_s", "power_w")] if isinstance(p, Mapping) else \
             (list(p) if isinstance(p, (list, tuple)) and len(p) == 3 else [None] * 3)
-        point = tuple(_num(v) for v in vals)
+        point = tuple(number_or_none(v) for v in vals)
         if all(v is not None and v > 0 for v in point):
             points.append(point)
     points.sort()
-    t_ref = _num(_get(profile, "iter_time_s")) or (points[-1][1] if points else None)
+    t_ref = number_or_none(_get(profile, "iter_time_s")) or (points[-1][1] if points else None)
     out: list[float] = []
     for cap in (frac * max_w for frac in CAP_REFERENCE_FRACS):
         if not points or not t_ref or cap < points[0][0] - 1e-9:
@@ -173,7 +168,7 @@ def alone_at_cap(profile: Any, cap_w: float, max_w: float) -> list[float]:
     """The ``alone_*``, ``anchored`` and ``uncapped`` columns: the job alone at ``cap_w`` on a board whose max
     limit is ``max_w`` (see the module docstring)."""
     uncapped = cap_w >= max_w - 1e-6
-    power = _num(_get(profile, "power_w"))
+    power = number_or_none(_get(profile, "power_w"))
     curve = profile_curve(profile if isinstance(profile, Mapping) else _as_dict(profile), max_w)
     if curve is None and power is not None and power > 0:  # its uncapped power alone: the prior's ratios from it
         curve = measured_curve((), max_w, 1.0, power)  # (a placeholder time: only ratios are read)
@@ -195,10 +190,10 @@ def job_row(profile: Any, *, memory_mib: float | None, allowed_slowdown_pct: flo
             gpu_memory_mib: float, gpu_max_power_w: float, cap_w: float | None = None) -> list[float]:
     """The :data:`JOB_FEATURES` of one job on GPUs with this (smallest) memory and (mean) max power limit, at the
     (lowest) cap ``cap_w`` of its GPUs (None: uncapped)."""
-    t, sm, bw = (_num(_get(profile, k)) for k in ("iter_time_s", "sm_util_pct", "mem_bw_util_pct"))
-    power = _num(_get(profile, "power_w"))
-    mem = memory_mib if memory_mib is not None else _num(_get(profile, "memory_mib"))
-    slow = _num(allowed_slowdown_pct)
+    t, sm, bw = (number_or_none(_get(profile, k)) for k in ("iter_time_s", "sm_util_pct", "mem_bw_util_pct"))
+    power = number_or_none(_get(profile, "power_w"))
+    mem = memory_mib if memory_mib is not None else number_or_none(_get(profile, "memory_mib"))
+    slow = number_or_none(allowed_slowdown_pct)
     return [
         math.log10(t / 0.1) if t and t > 0 else 0.0, float(not (t and t > 0)),
         (sm or 0.0) / 100.0, float(sm is None), (bw or 0.0) / 100.0, float(bw is None), job_demand(profile),
@@ -273,8 +268,8 @@ class StateEncoding:
         places = [p if isinstance(p, Placement) else Placement(tuple(p[0]), dict(p[1] or {})) for p in placements]
         c_n, ng, nj = len(places), len(base.gpu_uuids), len(base.job_ids)
         profile = getattr(job, "profile", None)
-        memory = _num(getattr(job, "memory_mib", None))
-        memory = memory if memory is not None else _num(_get(profile, "memory_mib"))
+        memory = number_or_none(getattr(job, "memory_mib", None))
+        memory = memory if memory is not None else number_or_none(_get(profile, "memory_mib"))
         flat_c, flat_g, caps, rows = [], [], [], []
         row_cache: dict[tuple[float, float, int], list[float]] = {}
         for c, p in enumerate(places):
@@ -287,7 +282,7 @@ class StateEncoding:
                 raise ConfigError(f"placement {p.gpus!r} names a GPU twice or none", hint="list each GPU once")
             flat_c += [c] * len(idx)
             flat_g += idx
-            given = [_num(p.power_caps_w.get(u)) for u in p.gpus]
+            given = [number_or_none(p.power_caps_w.get(u)) for u in p.gpus]
             caps += given
             cap = min(w if w is not None else self._cap_w[i] for w, i in zip(given, idx))
             key = (min(self._mem[i] for i in idx), sum(self._max_w[i] for i in idx) / len(idx), len(idx), cap)
@@ -432,7 +427,7 @@ def scenario_graph(gpu: GpuNode, power_cap_w: float | None, jobs: Sequence[Mappi
     (:meth:`GpuNode.from_model` of a catalogue board, or a calibrated GPU as its file describes it) at
     ``power_cap_w`` (None: uncapped, i.e. the max limit)."""
     node = dataclasses.replace(gpu, power_limit_w=gpu.power_limit_max_w if power_cap_w is None else float(power_cap_w),
-                               memory_used_mib=int(sum(_num(j.get("memory_mib")) or 0 for j in jobs)))
+                               memory_used_mib=int(sum(number_or_none(j.get("memory_mib")) or 0 for j in jobs)))
     state = StateGraph(hosts={"whatif": Host(name="whatif", gpus={node.uuid: node})})
     for seq, j in enumerate(jobs):
         jid = str(j.get("id", f"job{seq}"))

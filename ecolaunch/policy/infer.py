@@ -33,9 +33,9 @@ Why a second implementation: ``import torch_geometric`` costs about 1.2 s on top
 **Outputs** (:meth:`PlainModel.predict`). For every job: its normalized throughput (1.0 = as fast as alone on its
 GPU(s), uncapped; a multi-GPU job runs at the speed of its slowest GPU), clamped to at most 1, and its standard
 deviation. For every GPU: its board power in watts at its cap with all its jobs, at most the cap (unless that is
-its only job's measured curve there: boards overshoot their limit by a few percent, 2 % on the H200). Inputs are
-:class:`~ecolaunch.policy.features.HeteroGraph` from :mod:`.features`, one or a batch; a batch of candidates is
-scored in one forward pass.
+its only job's measured curve there: boards overshoot their limit by a few percent, as in
+``sim/data/h200_cap_sweep.csv``). Inputs are :class:`~ecolaunch.policy.features.HeteroGraph` from :mod:`.features`,
+one or a batch; a batch of candidates is scored in one forward pass.
 
 Speed: on 2 loaded CPU cores torch's thread pool can cost more than the work; the launcher should call
 ``torch.set_num_threads(1)`` before scoring (not done here: it is process-wide).

@@ -1,4 +1,4 @@
-"""The placement policies by name: :func:`get_policy` and :func:`policy_names`.
+"""The placement policies by name: :func:`get_policy`, :func:`policy_names` and :func:`policy_summaries`.
 
 What lives here: the one registry of the placement policies (``--policy``, ``ecolaunch simulate``, the launcher).
 What does not: the policies themselves (:mod:`.baselines`, :mod:`.packing`, :mod:`.zeus`, :mod:`.curve`,
@@ -16,7 +16,7 @@ from ecolaunch.policy.gnn import gnn_policy
 from ecolaunch.policy.packing import EacoPolicy, FirstFitPolicy, LucidPolicy
 from ecolaunch.policy.zeus import ZeusPolicy
 
-__all__ = ["get_policy", "policy_names"]
+__all__ = ["get_policy", "policy_names", "policy_summaries"]
 
 
 def _registry() -> dict:
@@ -28,6 +28,33 @@ def _registry() -> dict:
 
 def policy_names() -> list[str]:
     return sorted(_registry())
+
+
+def policy_summaries() -> dict[str, str]:
+    """Every registered policy's one-line description, in the order the README's table lists them."""
+    return dict(_SUMMARIES)
+
+
+#: what each registered policy does, one line each (the README's policy table is generated from it)
+_SUMMARIES = {
+    "curve": "energy-aware placement from the job's own measurements: the best-linked GPUs nobody uses, each capped "
+             "where the job's measured curve says it spends the least energy within its bound (the profiler's and "
+             "the closed loop's one cap choice, with its margin); never shares a GPU; imports neither torch nor the "
+             "GNN (`ecolaunch/policy/curve.py`)",
+    "gnn": "the same, plus sharing a GPU where the GNN predicts, sure enough, that every job stays within its bound "
+           "([docs/gnn.md](docs/gnn.md)). Not the default: [docs/benchmarks.md](docs/benchmarks.md) says when it "
+           "shares",
+    "exclusive": "what a careful person does by hand: GPUs nobody else uses (no ecolaunch job, no foreign process), "
+                 "least loaded first; a multi-GPU job gets the set with the fastest links (an NVLink island before "
+                 "PCIe pairs); default power",
+    "first-fit": "shares a GPU whenever memory fits (with the admin's margin), lowest index first",
+    "lucid": "shares only when every job on the GPU keeps a predicted speed ≥ 0.95 (Lucid, ASPLOS '23)",
+    "eaco": "the busiest GPU under a utilization (summed demand ≤ 100 %) and memory (≤ 90 %) threshold, within every "
+            "job's bound (EaCO, arXiv 2412.08294; the paper does not publish thresholds, these are ours); in the "
+            "simulator its early-epoch check undoes a shared placement that breaks a job's bound",
+    "zeus": "exclusive, plus each job's energy-optimal power cap under its slowdown bound (Zeus, NSDI '23), from the "
+            "job's profile",
+}
 
 
 def get_policy(name: str, *, gnn_weights=None):

@@ -45,18 +45,17 @@ class CapChoice:
 #: one-sided normal quantile of the margin: the bound is kept with ~99 % confidence given what was measured
 MARGIN_Z = 2.33
 #: held-out slowdown error of the curve model, in percentage points per unit of ``u`` (cap / uncapped power)
-#: between a cap and the nearest measured cap. Replaying the Zeus traces leave-one-workload-out, the robust
-#: sigma (1.4826 x MAD) of predicted minus true slowdown at held-out caps was 1.0 / 1.2 / 1.5 / 1.3 / 2.3 /
-#: 2.8 / 2.2 / 2.5 / 2.9 points at 0.05 ... 0.45 ``u`` from the nearest profiled cap (those include the traces'
-#: own noise: non-binding caps of the same curve deviate with a robust sigma of 3.9 %); 6 points per ``u``
-#: follows that line. Below the lowest measured cap the curve is extrapolated: the same replay gave robust
-#: sigmas of 4-6 points at any distance, hence the floor.
+#: between a cap and the nearest measured cap. Replaying the Zeus traces leave-one-workload-out gives the robust
+#: sigma (1.4826 x MAD) of predicted minus true slowdown at held-out caps by distance from the nearest profiled
+#: cap (``benchmarks/powercap_accuracy.py``; those include the traces' own noise, seen on non-binding caps of the
+#: same curve); 6 points per ``u`` follows that line. Below the lowest measured cap the curve is extrapolated: the
+#: same replay gave robust sigmas of a few points at any distance, hence the floor.
 MODEL_ERROR_PP_PER_U = 6.0
 EXTRAPOLATION_ERROR_PP = 5.0
 #: the least margin, whatever was measured: a first run's whole-run slowdown also counts its profiling iterations
-#: at lower caps, 0.3-1.7 points over the 2,000-iteration runs of ``benchmarks/cap_control.py`` (the most on
-#: steep curves, whose lowest profiled cap runs 25-45 % slower). With no measurement noise (no other margin) this
-#: floor halved the first runs breaking a 10 % bound there (4.8 to 2.4 %), for 0.2 points of saving.
+#: at lower caps, up to a few points over the 2,000-iteration runs of ``benchmarks/cap_control.py`` (the most on
+#: steep curves, whose lowest profiled cap runs much slower). With no measurement noise (no other margin) this
+#: floor halved the first runs breaking their bound there, for a fraction of a point of saving (as that run prints).
 MIN_MARGIN_PP = 0.5
 #: a cap that saves less than this (% of energy per iteration against the top cap) is not worth setting
 MIN_SAVING_PCT = 0.5

@@ -49,6 +49,7 @@ from pathlib import Path
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.safefs import RefusedFile, open_dir, shared_dir_mode, write_at
+from ecolaunch.validate import integer
 
 logger = logging.getLogger(__name__)
 
@@ -260,8 +261,7 @@ def iteration_times(stamps: Sequence[float], warmup: int) -> list[float]:
     ``n`` stamps give ``n - 1`` intervals; the first ``warmup`` intervals are dropped. Non-positive
     intervals (a clock that did not advance) are dropped too.
     """
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ConfigError(f"warm-up iterations must be an integer >= 0, got {warmup!r}")
+    integer(warmup, what="warm-up iterations", lo=0)
     out = []
     for a, b in zip(stamps[warmup:], stamps[warmup + 1:]):
         if b > a:
@@ -278,8 +278,7 @@ class StepReader:
     """
 
     def __init__(self, directory: Path | str, keep: int = 20_000) -> None:
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 2:
-            raise ConfigError(f"StepReader must keep at least 2 stamps, got {keep!r}")
+        integer(keep, what="the stamps a StepReader keeps", lo=2)
         self._dir = Path(directory)
         self._keep = keep
         self._offsets: dict[int, int] = {}

@@ -7,8 +7,8 @@ from a job's profile and bounds). What does not: when a run has a loop (the run 
 cap owner), the curve itself (:mod:`ecolaunch.profile.powercap`).
 
 **Why a loop.** A cap chosen before the run rests on a few measured caps and a curve model between them; on a
-real H200 a cap predicted 9.3 % slower ran 10.5 % slower, and the one-shot early check could only jump back to
-uncapped, losing the saving. The controller keeps measuring instead.
+real H200 a cap predicted within the bound ran past it (docs/profiling.md), and the one-shot early check could
+only jump back to uncapped, losing the saving. The controller keeps measuring instead.
 
 **How.** Iteration times at the current cap (after ``settle_iters`` following a change) go into a rolling
 buffer of at most ``recent_iters``; every ``window_iters`` the buffer's robust mean
@@ -62,6 +62,7 @@ from ecolaunch.profile.channel import StepReader, iteration_times
 from ecolaunch.profile.history import Profile
 from ecolaunch.profile.powercap import CapPoint, CapPrior, fit_cap_model
 from ecolaunch.profile.sampler import Sampler, cap_seen_s
+from ecolaunch.validate import integer
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +81,7 @@ class ControlSettings:
 
     def __post_init__(self) -> None:
         for name in ("settle_iters", "window_iters", "recent_iters", "max_down_moves"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ConfigError(f"cap control {name} must be an integer >= 0, got {v!r}")
+            integer(getattr(self, name), what=f"cap control {name}", lo=0)
         if self.window_iters < 5 or self.recent_iters < self.window_iters:
             raise ConfigError(f"cap control needs window_iters >= 5 and recent_iters >= window_iters, got "
                               f"{self.window_iters} and {self.recent_iters}")

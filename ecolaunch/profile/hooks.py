@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.validate import is_integer, is_number
 
 TYPE_CHECKING = False  # typing costs ~9 ms to import; annotations are strings (PEP 563) and need it only here
 if TYPE_CHECKING:
@@ -78,13 +79,10 @@ class JobHints:
                  memory_mib: int | None = None, profile_safe: bool = False) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ConfigError(f"job name must be a non-empty string, got {name!r}")
-        if max_slowdown_pct is not None and (isinstance(max_slowdown_pct, bool)
-                                             or not isinstance(max_slowdown_pct, (int, float))
-                                             or not 0 <= max_slowdown_pct < float("inf")):
+        if max_slowdown_pct is not None and (not is_number(max_slowdown_pct) or max_slowdown_pct < 0):
             raise ConfigError(f"max_slowdown_pct must be a percentage >= 0, got {max_slowdown_pct!r}",
                               hint="e.g. max_slowdown_pct=10 allows the job to run 10 % slower")
-        if memory_mib is not None and (isinstance(memory_mib, bool) or not isinstance(memory_mib, int)
-                                       or memory_mib <= 0):
+        if memory_mib is not None and (not is_integer(memory_mib) or memory_mib <= 0):
             raise ConfigError(f"memory_mib must be a positive integer (MiB), got {memory_mib!r}")
         if not isinstance(profile_safe, bool):
             raise ConfigError(f"profile_safe must be True or False, got {profile_safe!r}")

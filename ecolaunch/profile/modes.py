@@ -32,13 +32,13 @@ never runs user code twice unless the user asked (``--profile pre``) or the same
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile.channel import ENV_PROFILE_STEPS, ENV_PROFILING
 from ecolaunch.profile.powercap import DEFAULT_MEASURED_ITERS_PER_CAP, DEFAULT_WARMUP_ITERS_PER_CAP
+from ecolaunch.validate import integer, is_number
 
 if TYPE_CHECKING:  # kept out of the import: the launch's argument parser imports this module
     from ecolaunch.profile.history import Profile, ProfileEntry
@@ -129,14 +129,11 @@ class ProfilerSettings:
 
     def __post_init__(self) -> None:
         for name in ("warmup_iters", "settle_iters", "max_caps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ConfigError(f"profiling {name} must be an integer >= 0, got {v!r}")
-        if isinstance(self.measured_iters, bool) or not isinstance(self.measured_iters, int) or self.measured_iters < 1:
-            raise ConfigError(f"profiling measured_iters must be an integer >= 1, got {self.measured_iters!r}")
+            integer(getattr(self, name), what=f"profiling {name}", lo=0)
+        integer(self.measured_iters, what="profiling measured_iters", lo=1)
         for name in ("uninstrumented_after_s", "window_warmup_s", "window_measure_s", "max_time_s"):
             v = getattr(self, name)
-            if v is not None and not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
+            if v is not None and not (is_number(v) and v >= 0):
                 raise ConfigError(f"profiling {name} must be >= 0 seconds, got {v!r}")
         if self.window_measure_s <= 0:
             raise ConfigError(f"profiling window_measure_s must be > 0, got {self.window_measure_s!r}")

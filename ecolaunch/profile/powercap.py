@@ -36,11 +36,10 @@ the job. Fractions of the job's own power, not of the board's maximum, because t
 cap / P0``: at ``u = 0.85`` a 10 % slowdown bound usually binds, so the model has a measurement where the cap
 choice is made, and ``u = 0.65`` gives the slope below it without paying for the slowest caps. Fractions of the
 maximum (the first design: ~65 % and ~45 % of it) never bound a job drawing half the board's power, whose cap
-was then chosen by extrapolating the prior (in simulation, on the A100 model, a 10 % bound broken by up to 16
-points). On the Zeus traces (leave-one-workload-out) the change cut the
-bound violations of the cap choice from 5.3 % to 3.8 % of curves, put the chosen cap within one 25 W step of the
-true optimum on 82.7 % of curves (was 81.2 %) and the held-out time error at 4.66 % (was 4.75 %), for 2 % more
-profiling iterations (low-power jobs now get a binding cap); power error rose from 1.93 % to 2.45 %. The price
+was then chosen by extrapolating the prior (in simulation, on the A100 model, the bound broken by many points).
+On the Zeus traces (leave-one-workload-out) the change cut the bound violations of the cap choice, put the chosen
+cap within one 25 W step of the true optimum on more curves and lowered the held-out time error, for a few more
+profiling iterations (low-power jobs now get a binding cap); the power error rose a little. The price
 is paid far below the lowest measured cap (~65 % of the job's power, where a 10 % bound never reaches), which
 is now an extrapolation: the model's slowdown there keeps rising from the measured one, but may err by tens of
 percent. These fractions were chosen by looking at the same Zeus traces the accuracy benchmark replays (the
@@ -57,6 +56,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.validate import is_number
 
 # A cap at least this many times the job's uncapped power does not bind it. Zeus traces: at cap/power >= 1.3
 # the median board-power ratio is >= 0.99 on all four GPUs and the time ratio is 1.00 within noise.
@@ -363,7 +363,7 @@ def _clean(points: Sequence[CapPoint], strict: bool = False) -> list[CapPoint]:
     for p in points:
         for name in ("power_cap_w", "iter_time_s", "power_w"):
             v = getattr(p, name)
-            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+            if not (is_number(v) and v > 0):
                 raise ConfigError(f"cap point {name} must be a positive finite number, got {v!r}",
                                   hint="drop failed or empty measurements before fitting")
         by_cap.setdefault(float(p.power_cap_w), []).append(p)

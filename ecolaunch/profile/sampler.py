@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from ecolaunch.clock import Clock
 from ecolaunch.devices.base import GpuBackend, GpuSnapshot
 from ecolaunch.errors import ConfigError, EcolaunchError
+from ecolaunch.validate import integer, is_number
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +90,9 @@ class Sampler:
 
     def __init__(self, backend: GpuBackend, gpu_uuids: Sequence[str], *, clock: Clock,
                  interval_s: float = DEFAULT_INTERVAL_S, max_samples: int = DEFAULT_MAX_SAMPLES) -> None:
-        if not (isinstance(interval_s, (int, float)) and interval_s > 0 and math.isfinite(interval_s)):
+        if not (is_number(interval_s) and interval_s > 0):
             raise ConfigError(f"sampling interval must be a positive number of seconds, got {interval_s!r}")
-        if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 4:
-            raise ConfigError(f"max_samples must be an integer >= 4, got {max_samples!r}")
+        integer(max_samples, what="max_samples", lo=4)
         if not gpu_uuids:
             raise ConfigError("the sampler needs at least one GPU", hint="pass the job's GPU UUIDs")
         self._backend = backend

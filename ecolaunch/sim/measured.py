@@ -172,9 +172,9 @@ def job_kinds(gavel_gpu: str = GAVEL_GPU) -> Mapping[str, JobKind]:
 class Noise:
     """Relative standard deviations of what is read (fractions), and of utilization (percentage points).
 
-    Defaults: a profiled point's mean iteration time 1 % and its power 2 % (ecolaunch's profiler on an H200, same
-    day as the reference sweep: 0.2-1.9 % off in time, 1-3 % in power, ``data/h200-2026-11-30``); one iteration
-    3 %; utilization 5 points (an assumption)."""
+    Defaults: a profiled point's mean iteration time 1 % and its power 2 % (about what ecolaunch's profiler on an
+    H200 was off from the reference sweep of the same day, ``data/h200-2026-11-30``); one iteration 3 %; utilization
+    5 points (an assumption)."""
 
     time: float = 0.01
     power: float = 0.02

@@ -1,6 +1,8 @@
 """Traces for the measured world (:mod:`ecolaunch.sim.measured`): every job a Gavel V100 job type, by user.
 
-What lives here: :data:`MEASURED_TRACES` (name -> description) and :func:`measured_trace`. A job's ``kind`` is its
+What lives here: the measured traces' recipes and :func:`measured_trace`, :func:`measured_machine` and
+:func:`measured_simulation` (their names and one-line descriptions are registered in
+:mod:`ecolaunch.sim.trace_registry`). A job's ``kind`` is its
 Gavel type (its truth in the measured world) and its ``user`` who launches it: a user launching a type again
 arrives with the history of the first launch, so each trace mixes first launches (profiled inline) and repeats.
 
@@ -37,7 +39,6 @@ times to reach the offered load). Same name, machine and seed -> the same trace.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 import numpy as np
 
@@ -49,8 +50,9 @@ from ecolaunch.sim.measured import job_kinds
 from ecolaunch.sim.models import JobProfile
 from ecolaunch.sim.traces import MAX_RUNTIME_S, MIN_RUNTIME_S, _machine_facts, _window
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB, alibaba_pods, gavel_vc, sample_runtimes
+from ecolaunch.validate import is_integer
 
-__all__ = ["ECOLAUNCH_POLICIES", "MEASURED_TRACES", "POWER_BUDGET_W", "measured_machine", "measured_rules",
+__all__ = ["ECOLAUNCH_POLICIES", "POWER_BUDGET_W", "measured_machine", "measured_rules",
            "measured_simulation", "measured_trace"]
 
 #: the ``power-budget`` trace's budget on 4 V100 PCIe boards (100-250 W each): 70 % of what they can draw
@@ -58,15 +60,6 @@ POWER_BUDGET_W = 700.0
 USERS = 8
 WORKING_SET = 4
 
-MEASURED_TRACES: Mapping[str, str] = {
-    "workstation-mixed": "Alibaba 2023 pod mix (39% fractional GPUs) on a 4-GPU workstation, load 1.0, Gavel "
-                         "types by measured pair loss, 8 users",
-    "power-budget": "Philly VC 6214e9 arrivals, Gavel types, load 0.9, under a 700 W budget on 4 V100s",
-    "workstation-measured": "Philly VC 6214e9 arrivals, Gavel types, load 0.9 (power-budget without the budget)",
-    "workstation-topology": "Philly VC 0e4a51 arrivals (1-8 GPU jobs), Gavel types, load 0.9, on 8 V100s in "
-                            "NVLink pairs, PCIe within a socket",
-    "workstation-mixed-models": "Philly VC 6214e9 arrivals, Gavel types, load 0.9, on 2 V100s and 2 P100s",
-}
 _LOADS = {"workstation-mixed": 1.0, "power-budget": 0.9, "workstation-measured": 0.9, "workstation-topology": 0.9,
           "workstation-mixed-models": 0.9}
 _JOBS = {"workstation-mixed": 400, "power-budget": 300, "workstation-measured": 300, "workstation-topology": 300,
@@ -123,11 +116,11 @@ def measured_machine(name: str) -> MachineSpec:
 
 def measured_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | None = None,
                    allowed_slowdown_pct: float = 10.0) -> Trace:
-    """A trace of :data:`MEASURED_TRACES` for ``machine`` (see the module docstring)."""
-    if name not in MEASURED_TRACES:
-        raise ConfigError(f"unknown measured trace {name!r}", hint=f"use one of {', '.join(MEASURED_TRACES)}")
+    """A measured trace for ``machine`` (see the module docstring)."""
+    if name not in _JOBS:
+        raise ConfigError(f"unknown measured trace {name!r}", hint=f"use one of {', '.join(_JOBS)}")
     n = _JOBS[name] if jobs is None else jobs
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not is_integer(n) or n < 1:
         raise ConfigError(f"trace {name!r}: jobs={n!r} is not a job count", hint="give an integer >= 1")
     total_gpus, per_host, _ = _machine_facts(machine)
     rng = np.random.default_rng(seed)
@@ -179,4 +172,4 @@ def measured_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int 
     out.sort(key=lambda t: (t.arrival_s, t.id))
     if not math.isfinite(out[-1].arrival_s):
         raise ConfigError(f"trace {name!r}: arrival times overflowed")
-    return Trace(name, tuple(out), f"{MEASURED_TRACES[name]}; {n} jobs on {total_gpus} GPUs, seed {seed}")
+    return Trace(name, tuple(out), f"{n} jobs on {total_gpus} GPUs, seed {seed}")

@@ -5,8 +5,13 @@ from __future__ import annotations
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.registry import get_policy, policy_names
 
+#: the ablations the simulator runs besides the policies (``no-gnn``: the gnn policy without its learned part, which
+#: is the curve policy under another name)
+ABLATIONS = ("no-gnn",)
+
 
 def sim_policy_names() -> list[str]:
+    """Every launcher policy and the oracle (not the :data:`ABLATIONS`)."""
     return sorted([*policy_names(), "oracle"])
 
 
@@ -24,7 +29,8 @@ def get_sim_policy(name: str, *, gnn_weights=None):
     try:
         return get_policy(name, gnn_weights=gnn_weights)
     except ConfigError:
-        raise ConfigError(f"unknown policy {name!r}", hint=f"choose from: {', '.join(sim_policy_names())}") from None
+        raise ConfigError(f"unknown policy {name!r}",
+                          hint=f"choose from: {', '.join([*sim_policy_names(), *ABLATIONS])}") from None
 
 
 class WithMargin:

@@ -32,6 +32,7 @@ from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError, DeviceError
 from ecolaunch.job.gpu import GpuModel
 from ecolaunch.sim.truth import TruthCurve
+from ecolaunch.validate import is_real
 
 __all__ = ["MIN_TIME_FACTOR", "CapCall", "ReplayBackend", "ReplayGpu", "ReplayJob"]
 
@@ -131,6 +132,17 @@ class ReplayBackend:
 
     # --- GpuBackend ------------------------------------------------------------------------------------
 
+    @property
+    def privileged(self) -> bool:
+        return True  # virtual boards: whoever drives the replay sets their limits
+
+    def attach(self, uuid: str, pid: int, memory_mib: int, *, util_gpu_pct: float | None = None,
+               util_mem_pct: float | None = None, power_w: float | None = None) -> bool:
+        return False  # a board plays its ReplayJob, not a process's declared load
+
+    def detach(self, pid: int) -> int:
+        return 0
+
     def hostname(self) -> str:
         return self._host
 
@@ -147,7 +159,7 @@ class ReplayBackend:
     def set_power_limit(self, uuid: str, power_w: float) -> None:
         g = self.gpu(uuid)
         lo, hi = g.model.power_limit_min_w, g.model.power_limit_max_w
-        if isinstance(power_w, bool) or not isinstance(power_w, (int, float)) or not lo <= power_w <= hi:
+        if not is_real(power_w) or not lo <= power_w <= hi:
             raise DeviceError(f"power limit {power_w!r} W for GPU {uuid} ({g.model.name}) is outside its range "
                               f"[{lo:g}, {hi:g}] W", hint=f"choose a power limit between {lo:g} and {hi:g} W")
         now = self.clock.now()

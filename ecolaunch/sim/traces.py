@@ -1,9 +1,10 @@
 """Job traces for the simulator: the standard traces, and traces read from a user's JSON or CSV file.
 
-What lives here: :data:`STANDARD_TRACES` (name -> one-line description), :func:`build_trace` (a standard trace
-for a machine, seeded), :func:`load_trace_file` (a user's file), :func:`resolve_trace` (either, as the CLI's
-``--trace NAME|FILE`` takes it) and :func:`offered_load`. The workload profiles and the population data
-come from :mod:`ecolaunch.sim.workloads`; the event loop that runs a trace is :mod:`ecolaunch.sim.engine`.
+What lives here: the standard traces' recipes, :func:`build_trace` (a standard trace for a machine, seeded),
+:func:`load_trace_file` (a user's file) and :func:`offered_load`. Their names and one-line descriptions are
+registered in :mod:`ecolaunch.sim.trace_registry`, which also resolves the CLI's ``--trace NAME|FILE``. The
+workload profiles and the population data come from :mod:`ecolaunch.sim.workloads`; the event loop that runs a
+trace is :mod:`ecolaunch.sim.engine`.
 
 **Standard traces.** Each is a window of consecutive jobs of a measured arrival trace, starting at a seeded
 offset (wrapping around to the start, shifted by one period, when more jobs are asked for than the trace has):
@@ -76,6 +77,7 @@ from ecolaunch.job.gpu import GpuModel
 from ecolaunch.sim.engine import Trace, TraceJob
 from ecolaunch.sim.models import JobProfile
 from ecolaunch.sim.workloads import alibaba_pods, gavel_vc, sample_runtimes, workload_profile, workload_profiles
+from ecolaunch.validate import is_integer, is_number, is_real, number_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -91,23 +93,15 @@ class _Recipe:
     source: str  # a Gavel VC name, or "alibaba"
     load: float
     jobs: int
-    description: str
 
 
 _RECIPES: Mapping[str, _Recipe] = {
-    "workstation-light": _Recipe("6214e9", LIGHT_LOAD, 300, "workstation, offered load 0.4: Philly VC 6214e9 "
-                                 "arrivals (96% 1-GPU jobs), Gavel job types, Philly run times"),
-    "workstation-heavy": _Recipe("6214e9", HEAVY_LOAD, 300, "workstation, offered load 0.9: Philly VC 6214e9 "
-                                 "arrivals (96% 1-GPU jobs), Gavel job types, Philly run times"),
-    "cluster-light": _Recipe("0e4a51", LIGHT_LOAD, 1000, "small cluster, offered load 0.4: Philly VC 0e4a51 "
-                             "arrivals (1-8 GPU jobs), Gavel job types, Philly run times"),
-    "cluster-heavy": _Recipe("0e4a51", HEAVY_LOAD, 1000, "small cluster, offered load 0.9: Philly VC 0e4a51 "
-                             "arrivals (1-8 GPU jobs), Gavel job types, Philly run times"),
-    "alibaba-share": _Recipe("alibaba", HEAVY_LOAD, 1000, "Alibaba 2023 GPU pods (39% ask a GPU fraction, "
-                             "demand = gpu_milli), offered load 0.9 in whole GPUs"),
+    "workstation-light": _Recipe("6214e9", LIGHT_LOAD, 300),
+    "workstation-heavy": _Recipe("6214e9", HEAVY_LOAD, 300),
+    "cluster-light": _Recipe("0e4a51", LIGHT_LOAD, 1000),
+    "cluster-heavy": _Recipe("0e4a51", HEAVY_LOAD, 1000),
+    "alibaba-share": _Recipe("alibaba", HEAVY_LOAD, 1000),
 }
-#: The standard traces: name -> one-line description.
-STANDARD_TRACES: Mapping[str, str] = {name: r.description for name, r in _RECIPES.items()}
 
 
 def build_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | None = None,
@@ -115,7 +109,7 @@ def build_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | N
     """A standard trace (see the module docstring) for ``machine``.
 
     Args:
-        name: one of :data:`STANDARD_TRACES`.
+        name: a standard trace (a model-world name of :data:`ecolaunch.sim.trace_registry.TRACES`).
         machine: the simulated machine; sets the GPU total for the load, the size clip and the board.
         seed: selects the window and the run times; same arguments -> the same trace.
         jobs: number of jobs (default per trace: 300 workstation, 1,000 cluster and alibaba-share).
@@ -127,13 +121,12 @@ def build_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | N
     """
     recipe = _RECIPES.get(name)
     if recipe is None:
-        raise ConfigError(f"unknown trace {name!r}",
-                          hint=f"use one of {', '.join(STANDARD_TRACES)}, or the path of a .json or .csv file")
+        raise ConfigError(f"unknown trace {name!r}", hint=f"use one of {', '.join(_RECIPES)}")
     n = recipe.jobs if jobs is None else jobs
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not is_integer(n) or n < 1:
         raise ConfigError(f"trace {name!r}: jobs={n!r} is not a job count", hint="give an integer >= 1")
     target = recipe.load if load is None else load
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < math.inf:
+    if not is_number(target) or target <= 0:
         raise ConfigError(f"trace {name!r}: load={target!r} is not an offered load", hint="give a number > 0")
     _check_slowdown(allowed_slowdown_pct, f"trace {name!r}")
     total_gpus, per_host, board = _machine_facts(machine)
@@ -157,7 +150,7 @@ def build_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | N
                  allowed_slowdown_pct=float(allowed_slowdown_pct), kind=kind)
         for i, (a, (_, k, w, p, kind)) in enumerate(zip(arrivals, raw))
     )
-    return Trace(name, out, f"{recipe.description}; {n} jobs on {total_gpus} GPUs, seed {seed}")
+    return Trace(name, out, f"{n} jobs on {total_gpus} GPUs, seed {seed}")
 
 
 def _window(length: int, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -232,18 +225,6 @@ _FORMAT_HINT = ("a trace file is JSON {\"jobs\": [{\"id\", \"arrival_s\", \"npro
                 "profile fields, \"allowed_slowdown_pct\"}, ...]} or a CSV with those columns")
 
 
-def resolve_trace(name_or_path: str, machine: MachineSpec, *, seed: int = 0, jobs: int | None = None,
-                  load: float | None = None) -> Trace:
-    """A standard trace by name, else the trace file at that path (``seed``/``jobs``/``load`` ignored)."""
-    if name_or_path in STANDARD_TRACES:
-        return build_trace(name_or_path, machine, seed=seed, jobs=jobs, load=load)
-    path = Path(name_or_path).expanduser()
-    if path.suffix.lower() in (".json", ".csv") or path.is_file():
-        return load_trace_file(path, machine)
-    raise ConfigError(f"unknown trace {name_or_path!r}",
-                      hint=f"use one of {', '.join(STANDARD_TRACES)}, or the path of a .json or .csv file")
-
-
 def load_trace_file(path: str | Path, machine: MachineSpec) -> Trace:
     """Read a user's trace (format in the module docstring); workload profiles are scaled to ``machine``'s board.
 
@@ -308,7 +289,7 @@ def _parse_job(row: Any, i: int, label: str, per_host: int, board: GpuModel) -> 
         if required not in row:
             raise ConfigError(f"{where}: field {required!r} is missing", hint=_FORMAT_HINT)
     arrival = _number(row, "arrival_s", where, minimum=0.0)
-    work = _number(row, "work_s", where, minimum=0.0, strict=True)
+    work = _number(row, "work_s", where, minimum=0.0, positive=True)
     nproc = _integer(row, "nproc", where, default=1)
     if nproc > per_host:
         raise ConfigError(f"{where}: field 'nproc' = {nproc} exceeds the {per_host} GPUs of the machine's "
@@ -326,7 +307,7 @@ def _parse_job(row: Any, i: int, label: str, per_host: int, board: GpuModel) -> 
         if f in row:
             fields[f] = (_integer(row, f, where, minimum=1) if f == "memory_mib" else
                          _number(row, f, where, minimum=0.0, maximum=100.0 if f.endswith("_pct") else None,
-                                 strict=f in ("iter_time_s", "power_w")))
+                                 positive=f in ("iter_time_s", "power_w")))
     slowdown = _number(row, "allowed_slowdown_pct", where, minimum=0.0) if "allowed_slowdown_pct" in row \
         else DEFAULT_ALLOWED_SLOWDOWN_PCT
     return TraceJob(id=jid, arrival_s=arrival, nproc=nproc, work_s=work, profile=JobProfile(**fields),
@@ -335,17 +316,18 @@ def _parse_job(row: Any, i: int, label: str, per_host: int, board: GpuModel) -> 
 
 
 def _number(row: Mapping[str, Any], field: str, where: str, *, minimum: float | None = None,
-            maximum: float | None = None, strict: bool = False) -> float:
+            maximum: float | None = None, positive: bool = False) -> float:
+    """A number field; a string (a CSV cell, or a JSON string) is parsed first."""
     value = row[field]
     try:
-        if isinstance(value, bool):
-            raise ValueError
-        out = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: field {field!r} = {value!r} is not a number", hint=_FORMAT_HINT) from None
-    low_ok = minimum is None or (out > minimum if strict else out >= minimum)
-    if not math.isfinite(out) or not low_ok or (maximum is not None and out > maximum):
-        bound = (f"> {minimum:g}" if strict else f">= {minimum:g}") if minimum is not None else "finite"
+        parsed = float(value) if isinstance(value, str) else value
+    except ValueError:
+        parsed = None
+    if not is_real(parsed):
+        raise ConfigError(f"{where}: field {field!r} = {value!r} is not a number", hint=_FORMAT_HINT)
+    out = number_or_none(parsed, lo=minimum, hi=maximum, positive=positive)
+    if out is None:
+        bound = ("> 0" if positive else f">= {minimum:g}") if minimum is not None else "finite"
         bound += f" and <= {maximum:g}" if maximum is not None else ""
         raise ConfigError(f"{where}: field {field!r} = {value!r} is out of range", hint=f"{field} must be {bound}")
     return out
@@ -365,11 +347,11 @@ def _integer(row: Mapping[str, Any], field: str, where: str, *, default: int | N
 
 
 def _check_slowdown(value: Any, where: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+    if not is_number(value) or value < 0:
         raise ConfigError(f"{where}: allowed_slowdown_pct={value!r} is not a percentage >= 0",
                           hint="give a number such as 10")
 
 
 __all__ = ["DEFAULT_ALLOWED_SLOWDOWN_PCT", "HEAVY_LOAD", "LIGHT_LOAD", "MAX_RUNTIME_S", "MIN_RUNTIME_S",
-           "STANDARD_TRACES", "build_trace", "load_trace_file", "offered_load", "resolve_trace"]
+           "build_trace", "load_trace_file", "offered_load"]
 

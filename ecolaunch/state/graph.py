@@ -39,6 +39,7 @@ from typing import Any
 
 from ecolaunch.devices.base import GpuSnapshot, LinkKind, pair_key
 from ecolaunch.job.gpu import GpuModel
+from ecolaunch.validate import is_integer, is_number
 
 SCHEMA = "ecolaunch.state"
 VERSION = 1
@@ -313,7 +314,7 @@ class StateGraph:
         _expect(isinstance(budget, dict) and len(budget) <= MAX_NPROC, "budget_caps_w",
                 f"an object of at most {MAX_NPROC} caps")
         for u, w in budget.items():
-            _expect(len(u) <= MAX_NAME_CHARS and _is_number(w) and math.isfinite(w) and 0 < w <= MAX_POWER_W,
+            _expect(len(u) <= MAX_NAME_CHARS and is_number(w) and 0 < w <= MAX_POWER_W,
                     f"budget_caps_w.{u}", f"a finite power in watts above 0 and at most {MAX_POWER_W:g}")
         graph.budget_caps_w = {str(u): float(w) for u, w in budget.items()}
         return graph
@@ -392,12 +393,12 @@ def job_from_dict(jid: str, raw: Any) -> Job:
     fields = {k: raw[k] for k in _JOB_TYPES}
     _expect(len(raw["power_caps_w"]) <= MAX_NPROC, f"jobs.{jid}.power_caps_w", f"at most {MAX_NPROC} caps")
     for u, w in raw["power_caps_w"].items():
-        _expect(_is_number(w) and math.isfinite(w) and 0 < w <= MAX_POWER_W, f"jobs.{jid}.power_caps_w.{u}",
+        _expect(is_number(w) and 0 < w <= MAX_POWER_W, f"jobs.{jid}.power_caps_w.{u}",
                 f"a finite power in watts above 0 and at most {MAX_POWER_W:g}")
     caps = {str(u): float(w) for u, w in raw["power_caps_w"].items()}
     for key in ("started_at", "heartbeat_at"):
         value = raw.get(key)
-        _expect(value is None or (_is_number(value) and math.isfinite(value)), f"jobs.{jid}.{key}", "a finite number or null")
+        _expect(value is None or is_number(value), f"jobs.{jid}.{key}", "a finite number or null")
     if state is JobState.QUEUED:
         # a queued job holds nothing yet: GPUs, caps or a start time in a queued job are a forgery or a bug
         _expect(not gpus and not caps and raw.get("started_at") is None, f"jobs.{jid}",
@@ -487,11 +488,11 @@ def _gpu_from_dict(where: str, uuid: str, g: Any) -> GpuNode:
     _expect(isinstance(node.uuid, str) and node.uuid == uuid and isinstance(node.name, str), where, "a GPU record")
     for key in _GPU_INTS:
         value = getattr(node, key)
-        _expect(isinstance(value, int) and not isinstance(value, bool) and value >= 0, f"{where}.{key}", "a whole number >= 0")
+        _expect(is_integer(value) and value >= 0, f"{where}.{key}", "a whole number >= 0")
     for key in _GPU_OPTIONAL_FLOATS:
         value = getattr(node, key)
-        _expect(value is None or (_is_number(value) and math.isfinite(value)), f"{where}.{key}", "a finite number or null")
-    _expect(isinstance(node.foreign_pids, list) and all(isinstance(p, int) and not isinstance(p, bool) for p in node.foreign_pids),
+        _expect(value is None or is_number(value), f"{where}.{key}", "a finite number or null")
+    _expect(isinstance(node.foreign_pids, list) and all(is_integer(p) for p in node.foreign_pids),
             f"{where}.foreign_pids", "a list of pids")
     return node
 
@@ -502,7 +503,7 @@ def _is_number(value: Any) -> bool:
 
 def _int(doc: dict[str, Any], key: str) -> int:
     value = doc.get(key)
-    _expect(isinstance(value, int) and not isinstance(value, bool) and value >= 0, key, "a non-negative integer")
+    _expect(is_integer(value) and value >= 0, key, "a non-negative integer")
     return value
 
 

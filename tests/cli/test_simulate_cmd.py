@@ -40,3 +40,12 @@ def test_the_model_world_still_takes_a_machine_spec():
 def test_an_unknown_policy_names_the_known_ones():
     result = CliRunner().invoke(simulate, ["--trace", "workstation-mixed", "--policy", "magic"])
     assert result.exit_code != 0 and "unknown policy 'magic'" in result.output
+
+
+def test_help_lists_every_trace_and_policy_of_the_registries() -> None:
+    from ecolaunch.sim.policies import ABLATIONS, sim_policy_names
+    from ecolaunch.sim.trace_registry import trace_names
+
+    text = " ".join(CliRunner().invoke(simulate, ["--help"]).output.split()).replace("- ", "-")
+    for name in [*trace_names(), *sim_policy_names(), *ABLATIONS]:
+        assert name in text, name

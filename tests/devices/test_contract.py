@@ -204,3 +204,13 @@ def test_energy_counter_is_monotonic(backend):
 def test_unknown_uuid_is_a_device_error(backend):
     with pytest.raises(DeviceError):
         backend.energy_j("GPU-00000000-0000-0000-0000-000000000000")
+
+
+def test_privilege_attach_and_detach_are_protocol_members(backend):
+    assert backend.privileged is (os.geteuid() == 0 if backend.kind == "nvml" else True)
+    pid, uuid = os.getpid(), backend.gpus()[-1].uuid
+    shown = backend.attach(uuid, pid, 16)
+    assert shown is (backend.kind == "simulated")  # a real driver sees the process itself
+    assert (pid in {p.pid for p in backend.gpus()[-1].processes}) is shown or backend.kind == "nvml"
+    assert backend.detach(pid) == (len({backend.gpus()[0].uuid, uuid}) if shown else 0)
+    assert pid not in {p.pid for g in backend.gpus() for p in g.processes} or backend.kind == "nvml"

@@ -127,6 +127,7 @@ def test_set_power_limit_validates_range_and_privilege(tmp_path):
         assert repr(bad) in str(info.value) and "[100, 400] W" in str(info.value)
     assert _gpu(b).power_limit_w == 250.5
     unprivileged = _backend(tmp_path, privileged=False)
+    assert unprivileged.privileged is False
     with pytest.raises(PermissionDenied) as info:
         unprivileged.set_power_limit(uuid, 300)
     assert info.value.hint

@@ -9,9 +9,10 @@ from ecolaunch.devices.spec import parse_spec
 from ecolaunch.policy.base import Decision
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
 from ecolaunch.sim.measured import BOARD, FOLDS, MeasuredWorld, Noise, _pairs, job_kinds, measured_oracle
-from ecolaunch.sim.measured_traces import MEASURED_TRACES, measured_trace
+from ecolaunch.sim.measured_traces import measured_trace
 from ecolaunch.sim.models import JobProfile, gavel_pairs
 from ecolaunch.sim.policies import FoldedPolicy, get_sim_policy
+from ecolaunch.sim.trace_registry import MEASURED, trace_names
 from ecolaunch.sim.truth import true_slowdown_pct
 
 LIGHT, HEAVY = "ResNet-18 (batch size 16)", "ResNet-50 (batch size 64)"
@@ -142,7 +143,7 @@ def test_folded_policy_asks_the_fold_of_the_new_job():
     assert asked == [("a", 1), ("b", 0)]
 
 
-@pytest.mark.parametrize("name", list(MEASURED_TRACES))
+@pytest.mark.parametrize("name", trace_names(MEASURED))
 def test_measured_traces_are_seeded_and_use_measured_types(name):
     machine = parse_spec(f"4x{BOARD}", hostname="node0")
     t1, t2 = measured_trace(name, machine, jobs=60), measured_trace(name, machine, jobs=60)

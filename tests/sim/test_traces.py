@@ -12,13 +12,8 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.sim.engine import Simulation
 from ecolaunch.sim.models import JobProfile
-from ecolaunch.sim.traces import (
-    STANDARD_TRACES,
-    build_trace,
-    load_trace_file,
-    offered_load,
-    resolve_trace,
-)
+from ecolaunch.sim.trace_registry import MEASURED, MODEL, TRACES, lookup, trace_names
+from ecolaunch.sim.traces import build_trace, load_trace_file, offered_load
 from ecolaunch.sim.workloads import workload_names, workload_profiles
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -38,10 +33,26 @@ def machine_for(name: str, workstation, cluster):
     return workstation if name.startswith("workstation") else cluster
 
 
-def test_standard_traces_are_named_and_described() -> None:
-    assert set(STANDARD_TRACES) == {"workstation-light", "workstation-heavy", "cluster-light", "cluster-heavy",
-                                    "alibaba-share"}
-    assert all(isinstance(d, str) and d for d in STANDARD_TRACES.values())
+STANDARD_TRACES = trace_names(MODEL)
+
+
+def test_the_registry_names_and_describes_every_trace(workstation) -> None:
+    assert STANDARD_TRACES == ["workstation-light", "workstation-heavy", "cluster-light", "cluster-heavy",
+                               "alibaba-share"]
+    assert trace_names(MEASURED) == ["workstation-mixed", "power-budget", "workstation-measured",
+                                     "workstation-topology", "workstation-mixed-models"]
+    assert trace_names() == STANDARD_TRACES + trace_names(MEASURED)
+    assert all(e.description and e.world in (MODEL, MEASURED) for e in TRACES.values())
+    trace = TRACES["workstation-light"].build(workstation, seed=3, jobs=20)
+    assert trace.jobs == build_trace("workstation-light", workstation, seed=3, jobs=20).jobs
+    assert trace.description.startswith(TRACES["workstation-light"].description + "; 20 jobs on 4 GPUs")
+
+
+def test_a_model_trace_runs_on_the_given_machine_a_measured_one_on_its_own() -> None:
+    assert [h.name for h in TRACES["cluster-light"].machine("2xA100-SXM4-80GB", 3).hosts] == ["node0", "node1",
+                                                                                              "node2"]
+    own = TRACES["workstation-mixed-models"].machine("8xA100-SXM4-80GB", 3)
+    assert [g.name for g in own.hosts[0].gpus] == ["V100-PCIE-16GB"] * 2 + ["P100-PCIE-16GB"] * 2
 
 
 @pytest.mark.parametrize("name", list(STANDARD_TRACES))
@@ -127,8 +138,9 @@ def test_unknown_trace_name(workstation) -> None:
     with pytest.raises(ConfigError, match="unknown trace 'philly'") as e:
         build_trace("philly", workstation)
     assert "workstation-light" in e.value.hint
-    with pytest.raises(ConfigError, match="unknown trace 'philly'"):
-        resolve_trace("philly", workstation)
+    with pytest.raises(ConfigError, match="unknown trace 'philly'") as e:
+        lookup("philly")
+    assert all(name in e.value.hint for name in trace_names())
 
 
 # --- trace files -----------------------------------------------------------------------------------------
@@ -144,7 +156,7 @@ def test_trace_file_parses(fixture: str, workstation) -> None:
     assert (custom.nproc, custom.allowed_slowdown_pct) == (1, 25.0)
     assert lm.arrival_s == 120.5 and lm.profile.memory_mib == 3000  # the override wins over the workload
     assert lm.profile.iter_time_s == workload_profiles()["LM (batch size 20)"].iter_time_s
-    assert resolve_trace(str(DATA / fixture), workstation) == trace
+    assert lookup(str(DATA / fixture)).build(workstation, seed=5, jobs=1) == trace
 
 
 def test_json_and_csv_fixtures_agree(workstation) -> None:

@@ -1,0 +1,91 @@
+"""The README's lists, generated from the registries: the policy table and the trace list.
+
+``python -m ecolaunch.cli.doclists`` rewrites each region of README.md between ``<!-- NAME:begin -->`` and
+``<!-- NAME:end -->`` (``policies``: :func:`~ecolaunch.policy.registry.policy_summaries`, the default from
+:data:`ecolaunch.config.DEFAULT_PLACEMENT_POLICY`; ``traces``: :data:`ecolaunch.sim.trace_registry.TRACES`);
+``--check`` changes nothing and exits 1 naming the regions that differ (a test runs it, so a list typed by hand
+fails the suite). What is not generated: the prose around the regions.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ecolaunch.config import DEFAULT_PLACEMENT_POLICY
+from ecolaunch.policy.registry import policy_summaries
+from ecolaunch.sim.trace_registry import MEASURED, MODEL, trace_names
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+#: prose lines of the README wrap at this width
+WIDTH = 115
+
+
+def policy_table() -> str:
+    """The policy table: the default first, then the registry's order."""
+    summaries = policy_summaries()
+    order = [DEFAULT_PLACEMENT_POLICY, *(n for n in summaries if n != DEFAULT_PLACEMENT_POLICY)]
+    rows = [f"| `{n}`{' (default)' if n == DEFAULT_PLACEMENT_POLICY else ''} | {summaries[n]} |" for n in order]
+    return "\n".join(["| policy | what it does |", "|---|---|", *rows])
+
+
+def trace_list() -> str:
+    """The traces of each world, and the trace file, as one paragraph."""
+    def names(world: str) -> str:
+        return ", ".join(f"`{n}`" for n in trace_names(world))
+
+    text = (f"Traces of the model world (on `--gpus`): {names(MODEL)}; of the measured world (on their own "
+            f"machine): {names(MEASURED)}; or a JSON/CSV trace file (format in `ecolaunch/sim/traces.py`).")
+    return textwrap.fill(text, WIDTH, break_on_hyphens=False, break_long_words=False)
+
+
+#: region name -> its generator
+REGIONS: dict[str, Callable[[], str]] = {"policies": policy_table, "traces": trace_list}
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- {name}:begin -->\n)(.*?)(<!-- {name}:end -->)", re.DOTALL)
+
+
+def regenerate(text: str) -> tuple[str, list[str]]:
+    """``text`` with every region regenerated, and the names of the regions that changed.
+
+    Raises:
+        ValueError: a region's markers are missing (or appear twice).
+    """
+    changed = []
+    for name, generate in REGIONS.items():
+        pattern = _pattern(name)
+        found = pattern.findall(text)
+        if len(found) != 1:
+            raise ValueError(f"README: expected one <!-- {name}:begin --> ... <!-- {name}:end --> region, "
+                             f"found {len(found)}")
+        body = generate() + "\n"
+        if found[0][1] != body:
+            changed.append(name)
+            text = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(3), text)
+    return text, changed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    check = "--check" in args
+    paths = [a for a in args if a != "--check"]
+    path = Path(paths[0]) if paths else README
+    text, changed = regenerate(path.read_text(encoding="utf-8"))
+    if check:
+        if changed:
+            print(f"{path}: regions {', '.join(changed)} differ from the registries; run "
+                  "`python -m ecolaunch.cli.doclists`", file=sys.stderr)
+        return 1 if changed else 0
+    if changed:
+        path.write_text(text, encoding="utf-8")
+        print(f"{path}: regenerated {', '.join(changed)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

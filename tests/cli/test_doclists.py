@@ -1,0 +1,50 @@
+"""The README's policy table and trace list are what the registries generate (ecolaunch.cli.doclists)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ecolaunch.cli.doclists import README, policy_table, regenerate, trace_list
+from ecolaunch.config import DEFAULT_PLACEMENT_POLICY
+from ecolaunch.policy.registry import policy_names, policy_summaries
+from ecolaunch.sim.trace_registry import trace_names
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_readme_lists_are_the_generated_ones() -> None:
+    out = subprocess.run([sys.executable, "-m", "ecolaunch.cli.doclists", "--check"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    _, changed = regenerate(README.read_text(encoding="utf-8"))
+    assert changed == []
+
+
+def test_a_list_typed_by_hand_is_found_and_regenerated(tmp_path: Path) -> None:
+    text = README.read_text(encoding="utf-8").replace("| `lucid` |", "| `lucid-by-hand` |")
+    assert "lucid-by-hand" in text
+    stale = tmp_path / "README.md"
+    stale.write_text(text, encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "ecolaunch.cli.doclists", "--check", str(stale)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=False)
+    said = f"{stale}: regions policies differ from the registries; run `python -m ecolaunch.cli.doclists`\n"
+    assert (out.returncode, out.stderr) == (1, said)
+    assert regenerate(text) == (README.read_text(encoding="utf-8"), ["policies"])
+
+
+def test_a_missing_region_is_an_error() -> None:
+    with pytest.raises(ValueError, match="expected one <!-- traces:begin -->"):
+        regenerate("<!-- policies:begin -->\n<!-- policies:end -->\n")
+
+
+def test_every_registered_policy_and_trace_is_listed() -> None:
+    assert sorted(policy_summaries()) == policy_names()
+    table = policy_table()
+    assert table.splitlines()[2].startswith(f"| `{DEFAULT_PLACEMENT_POLICY}` (default) |")
+    assert all(f"| `{name}`" in table for name in policy_names())
+    text = " ".join(trace_list().split())
+    assert all(f"`{name}`" in text for name in trace_names())
