@@ -13,7 +13,13 @@ profiling run. All are no-ops outside an ecolaunch launch.
 
 from __future__ import annotations
 
-from ecolaunch.profile.hooks import JobHints, is_profiling, job, job_hints, step, track, train_step
+import importlib
+
+# The job-model package ``ecolaunch.job`` is loaded before the ``@job`` decorator is bound below: loaded later, it
+# would rebind ``ecolaunch.job`` (the public decorator) to the package.
+importlib.import_module("ecolaunch.job")
+
+from ecolaunch.profile.hooks import JobHints, is_profiling, job, job_hints, step, track, train_step  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -39,9 +39,10 @@ from ecolaunch.launch.closedloop import ClosedLoop
 from ecolaunch.profile import channel
 from ecolaunch.profile.control import CapController, ControlSettings
 from ecolaunch.profile.energy import attribute, demand_weight, intervals_from_samples
-from ecolaunch.profile.history import History, JobRecord, Profile, launch_hints
+from ecolaunch.job.profile import Profile
+from ecolaunch.profile.history import History, JobRecord, launch_hints
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, job_cap_bounds, pre_run_env
-from ecolaunch.profile.powercap import CapPoint, merge_points
+from ecolaunch.profile.powercap import merge_points
 from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult, check_early
 from ecolaunch.profile.sampler import DEFAULT_INTERVAL_S, Sampler, downsample
 
@@ -340,9 +341,7 @@ class RunObserver:
                 and self._bounds is not None) or shared:
             return False
         lo, hi = self._bounds
-        points = self.profile.cap_points
-        if not points and self.profile.iter_time_s and self.profile.power_w:
-            points = (CapPoint(hi, self.profile.iter_time_s, self.profile.power_w),)  # uncapped only: the prior's shape
+        points = self.profile.curve_points(hi)
         if not points:
             return False
         cap = hi if cap_w is None else min(max(cap_w, lo), hi)

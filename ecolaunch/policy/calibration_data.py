@@ -38,8 +38,7 @@ from typing import Any
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.policy.history_data import MAX_THROUGHPUT_LABEL, profile_job
-from ecolaunch.profile.history import Profile
-from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.job.profile import CapPoint, Profile
 
 __all__ = ["SIMULATED_SOURCE", "SOURCE", "CalibrationData", "calibration_samples", "document_samples"]
 

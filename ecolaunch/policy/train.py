@@ -68,6 +68,7 @@ from torch import Tensor
 from ecolaunch.devices.catalogue import CATALOGUE, GpuModel
 from ecolaunch.devices.spec import default_links
 from ecolaunch.errors import ConfigError
+from ecolaunch.job.profile import CapPoint, Profile
 from ecolaunch.policy.features import HeteroGraph, batch, encode_state, scenario_graph
 from ecolaunch.sim.interference import GavelFit, InterferenceModel, _impute_held_type, fit_gavel, gavel_set
 from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
@@ -176,7 +177,7 @@ def gavel_pairs_set(select: np.ndarray, demands: Mapping[tuple[str, str], float]
     graphs, da, db = [], [], []
     for k in idx:
         ka, kb = data.keys[data.a[k]], data.keys[data.b[k]]
-        jobs = [{"id": f"{side}", "iter_time_s": float(data.iter_time_s[i]), "sm_util_pct": 100.0 * demands[key]}
+        jobs = [{"id": f"{side}", "iter_time_s": float(data.iter_time_s[i]), "sm_util_pct": 100.0 * float(demands[key])}
                 for side, i, key in (("a", data.a[k], ka), ("b", data.b[k], kb))]
         graphs.append(scenario_graph(GAVEL_BOARDS[ka[0]], None, jobs))
         da.append(demands[ka])
@@ -285,10 +286,10 @@ def _profile(rng: np.random.Generator, model: GpuModel, floor_w: float) -> dict[
 
 
 def _cap_points(rng: np.random.Generator, prof: dict[str, Any], model: GpuModel, power: PowerCapModel
-                ) -> list[list[float]]:
+                ) -> tuple[CapPoint, ...]:
     caps = sorted({float(model.power_limit_max_w), *rng.uniform(model.power_limit_min_w, model.power_limit_max_w, 2)})
     points = [power.predict(prof["power_w"], c, model, prof["iter_time_s"]) for c in caps]
-    return [[p.power_cap_w, p.iter_time_s, p.power_w] for p in points]
+    return tuple(CapPoint(p.power_cap_w, p.iter_time_s, p.power_w) for p in points)
 
 
 def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
@@ -324,7 +325,8 @@ def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
             prof["cap_points"] = _cap_points(rng, prof, model, power)
         state.jobs[f"j{k}"] = Job(id=f"j{k}", uid=0, user="u", host=host.name, launcher_pid=1, launcher_start_time=0.0,
                                   nproc=want, name="x", seq=k, submitted_at=0.0, state=JobState.RUNNING, gpus=gpus,
-                                  request={"allowed_slowdown_pct": float(rng.uniform(0.0, 30.0))}, profile=prof)
+                                  request={"allowed_slowdown_pct": float(rng.uniform(0.0, 30.0))},
+                                  profile=Profile(**prof))
         for u in gpus:
             jobs_on[u].append(f"j{k}")
     speed: dict[str, float] = {}

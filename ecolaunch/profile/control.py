@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, iteration_stats,
                                          model_cap_choice, reference_se_pct)
-from ecolaunch.profile.powercap import CapPoint, CapPrior, fit_cap_model
+from ecolaunch.job.profile import CapPoint
+from ecolaunch.profile.powercap import CapPrior, fit_cap_model
 
 logger = logging.getLogger(__name__)
 

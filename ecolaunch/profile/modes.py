@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # kept out of the import: the launch's argument parser import
 
     from ecolaunch.admin.rules import Rules
     from ecolaunch.devices.base import GpuSnapshot
-    from ecolaunch.profile.history import Profile, ProfileEntry
+    from ecolaunch.job.profile import Profile
+    from ecolaunch.profile.history import ProfileEntry
 
 DEFAULT_MODE = "auto"
 DEFAULT_WARMUP_ITERS = 10  # the job's own start-up (allocator, cudnn autotune, data workers); Zeus waits 10 too

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from ecolaunch.job.profile import Profile
 from ecolaunch.sim.models import DATA_DIR
 
 logger = logging.getLogger(__name__)
@@ -67,8 +68,7 @@ def measured_reading(model, power_limit_w: float, loads: Sequence) -> Any:
     from ecolaunch.sim.node import shared_gpu
 
     active = [p for p in loads if p.util_gpu_pct is not None or p.power_w is not None]
-    profiles = [{"sm_util_pct": p.util_gpu_pct, "mem_bw_util_pct": p.util_mem_pct, "power_w": p.power_w}
-                for p in active]
+    profiles = [Profile(sm_util_pct=p.util_gpu_pct, mem_bw_util_pct=p.util_mem_pct, power_w=p.power_w) for p in active]
     cap = power_limit_w if power_limit_w < model.power_limit_max_w else None
     board = shared_gpu(profiles, model, cap)
     return Reading(

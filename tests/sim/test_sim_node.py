@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from ecolaunch.sim import node
-from ecolaunch.sim.models import JobProfile
+from ecolaunch.job.profile import Profile
 from ecolaunch.sim.power import GpuPowerSpec
 
 V100 = GpuPowerSpec("Tesla V100-PCIE-32GB", 100.0, 250.0, 30.0, 32768, "Volta")
 
 
-def job(util: float, power_w: float, iter_time_s: float = 0.3) -> JobProfile:
-    return JobProfile(iter_time_s=iter_time_s, sm_util_pct=util, power_w=power_w, memory_mib=4000)
+def job(util: float, power_w: float, iter_time_s: float = 0.3) -> Profile:
+    return Profile(iter_time_s=iter_time_s, sm_util_pct=util, power_w=power_w, memory_mib=4000)
 
 
 def test_empty_gpu_draws_idle_power() -> None:
