@@ -46,7 +46,7 @@ from ecolaunch.policy.base import JobRequest  # noqa: E402
 from ecolaunch.policy.gnn import gnn_policy  # noqa: E402
 from ecolaunch.profile import channel  # noqa: E402
 from ecolaunch.profile.history import History  # noqa: E402
-from ecolaunch.profile.powercap import CapPoint  # noqa: E402
+from ecolaunch.job.profile import CapPoint  # noqa: E402
 from ecolaunch.sim.replay import ReplayBackend, ReplayJob  # noqa: E402
 from ecolaunch.sim.truth import TruthCurve, h200_truths, oracle_cap, zeus_truths  # noqa: E402
 from ecolaunch.state.graph import GpuNode, Host, StateGraph  # noqa: E402
@@ -131,7 +131,7 @@ def decide(backend: ReplayBackend, profile, bound: float) -> float | None:
     node = dataclasses.replace(GpuNode.from_snapshot(snap), memory_used_mib=0, util_gpu_pct=0.0, util_mem_pct=0.0)
     graph = StateGraph(hosts={backend.hostname(): Host(backend.hostname(), {snap.uuid: node})})
     request = JobRequest(id="repeat", user="bench", host=backend.hostname(), nproc=1, memory_mib=1000,
-                         allowed_slowdown_pct=bound, profile=profile.to_dict() if profile else None)
+                         allowed_slowdown_pct=bound, profile=profile)
     decision = gnn_policy().decide(graph, request, Rules())
     return None if decision is None else decision.power_caps_w.get(snap.uuid)
 

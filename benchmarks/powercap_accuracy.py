@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ecolaunch.job.profile import CapPoint  # noqa: E402
 from ecolaunch.profile import capchoice as cc  # noqa: E402
 from ecolaunch.profile import powercap as pc  # noqa: E402
 from ecolaunch.profile import zeus_data as zd  # noqa: E402
@@ -82,7 +83,7 @@ class Result:
         }
 
 
-def evaluate(curves: list[zd.ZeusCurve], prior_for, *, slowdown_pct: float, eta: float,
+def evaluate(curves: list[zd.ZeusSweep], prior_for, *, slowdown_pct: float, eta: float,
              iters_per_cap: int) -> Result:
     res = Result([], [], [], [], [], [], [], [], 0, 0)
     for curve in curves:
@@ -120,7 +121,7 @@ def evaluate(curves: list[zd.ZeusCurve], prior_for, *, slowdown_pct: float, eta:
     return res
 
 
-def _true_optimum(pts: dict[float, pc.CapPoint], slowdown_pct: float, eta: float, hi: float) -> float:
+def _true_optimum(pts: dict[float, CapPoint], slowdown_pct: float, eta: float, hi: float) -> float:
     t_ref = pts[hi].iter_time_s
     feasible = [c for c in sorted(pts) if pts[c].iter_time_s <= (1 + slowdown_pct / 100) * t_ref * (1 + 1e-9)]
     cost = {c: eta * pts[c].iter_time_s * pts[c].power_w + (1 - eta) * hi * pts[c].iter_time_s for c in feasible}
@@ -128,13 +129,13 @@ def _true_optimum(pts: dict[float, pc.CapPoint], slowdown_pct: float, eta: float
     return min(c for c in feasible if cost[c] <= best * (1 + 1e-9))
 
 
-def prior_factory(train: list[zd.ZeusCurve], holdout: str):
+def prior_factory(train: list[zd.ZeusSweep], holdout: str):
     cache: dict[str, pc.CapPrior] = {}
 
     def network(workload: str) -> str:
         return workload.split("/")[-1]
 
-    def prior_for(curve: zd.ZeusCurve) -> pc.CapPrior:
+    def prior_for(curve: zd.ZeusSweep) -> pc.CapPrior:
         if holdout == "workload":
             key = network(WINDOW_WORKLOAD.get(curve.workload, curve.workload))
             keep = [c for c in train if network(c.workload) != key]

@@ -82,9 +82,10 @@ from typing import Any
 
 from ecolaunch.admin.rules import Rules, job_cap_bounds, may_manage_gpu
 from ecolaunch.errors import EcolaunchError
-from ecolaunch.job.gpu import clip_w
+from ecolaunch.jobmodel.gpu import clip_w
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
-from ecolaunch.profile.powercap import CapPoint, as_cap_points, cap_grid, fit_cap_model
+from ecolaunch.profile.powercap import cap_grid, fit_cap_model
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 from ecolaunch.validate import number_or_none
 
@@ -228,18 +229,6 @@ def job_curve(points: tuple[CapPoint, ...], bounds_w: tuple[float, float],
     return JobCurve(floor, tuple((c, s, e) for c, s, _, e in rows))
 
 
-def profile_points(profile: Mapping[str, Any] | None, top_w: float) -> tuple[CapPoint, ...]:
-    """A job's measured curve from its profile: its cap points, else its uncapped time and power as one point at
-    ``top_w`` (the prior's shape, which the margin keeps from lowering far); empty without an iteration time."""
-    profile = profile or {}
-    try:
-        points = as_cap_points(profile.get("cap_points"))
-    except EcolaunchError:
-        points = []
-    if not points and profile.get("iter_time_s") and profile.get("power_w"):
-        points = [CapPoint(top_w, float(profile["iter_time_s"]), float(profile["power_w"]))]
-    return tuple(points)
-
 
 def job_floor_w(job: Job, nodes: Sequence[GpuNode], rules: Rules) -> float | None:
     """The lowest cap at which running ``job`` stays within its bound: by its own curve (margin included), else, without
@@ -247,13 +236,13 @@ def job_floor_w(job: Job, nodes: Sequence[GpuNode], rules: Rules) -> float | Non
     return profile_floor_w(job.profile, _bound_pct(job, rules), nodes, rules)
 
 
-def profile_floor_w(profile: Mapping[str, Any] | None, allowed_slowdown_pct: float, nodes: Sequence[Any],
+def profile_floor_w(profile: Profile | None, allowed_slowdown_pct: float, nodes: Sequence[Any],
                     rules: Rules) -> float | None:
     """:func:`job_floor_w` for a job known by its profile and bound (a newcomer not booked yet)."""
     bounds = bounds_or_none(rules, nodes)
     if bounds is None:
         return None
-    curve = job_curve(profile_points(profile, bounds[1]), bounds, float(allowed_slowdown_pct))
+    curve = job_curve(profile.curve_points(bounds[1]) if profile else (), bounds, float(allowed_slowdown_pct))
     return no_curve_floor_w(rules, nodes) if curve is None else curve.floor_w
 
 
@@ -279,14 +268,14 @@ class Newcomer:
     job_id: str
     gpus: tuple[str, ...]
     wanted_w: float | None
-    profile: Mapping[str, Any] | None
+    profile: Profile | None
     allowed_slowdown_pct: float
 
 
 def host_demands(state: StateGraph, host: Host, rules: Rules, newcomer: Newcomer | None = None) -> list[GpuDemand]:
     """Every GPU of ``host`` as the budget sees it (module docstring), with ``newcomer`` placed as it asks."""
     holders: dict[str, list[str]] = {}
-    units: dict[str, tuple[tuple[str, ...], float | None, Mapping[str, Any] | None, float, Job | None]] = {}
+    units: dict[str, tuple[tuple[str, ...], float | None, Profile | None, float, Job | None]] = {}
     for job in state.running_jobs():
         if job.host != host.name:
             continue
@@ -314,7 +303,7 @@ def host_demands(state: StateGraph, host: Host, rules: Rules, newcomer: Newcomer
             limits = [g.power_limit_w for g in nodes if g.power_limit_w is not None]
             wanted = min(hi, max(limits)) if limits else hi
         wanted = clip_w(wanted, bounds)
-        curve = job_curve(profile_points(profile, hi), bounds, float(bound))
+        curve = job_curve(profile.curve_points(hi) if profile else (), bounds, float(bound))
         floor = min(curve.floor_w, wanted) if curve is not None else wanted
         for u in gpus:
             out[u] = GpuDemand(u, wanted, floor, job_id, curve.rows if curve is not None else (), job_id)

@@ -50,7 +50,7 @@ from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu, may_use_g
 from ecolaunch.admin.safety import identity_of_uid, require_launcher_privilege
 from ecolaunch.devices.base import GpuBackend, GpuSnapshot
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
-from ecolaunch.job.gpu import clip_w
+from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.admin.budget import budget_ceilings, job_floor_w
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
@@ -529,7 +529,7 @@ def clip_cap_w(rules: Rules, gpu: Any, watts: float) -> tuple[float, tuple[float
     """``watts`` inside what the admin policy allows on ``gpu`` (a GpuNode or a snapshot with a power-limit range),
     and those bounds. The one place a cap is clipped on one GPU: admission, the agent, root launchers, the guard,
     :class:`~ecolaunch.launch.caps.JobCaps` (the profiler, the closed loop, calibration) and the advice of an
-    unprivileged launcher all go through it (:func:`~ecolaunch.job.gpu.clip_w`, the clamp itself)."""
+    unprivileged launcher all go through it (:func:`~ecolaunch.jobmodel.gpu.clip_w`, the clamp itself)."""
     bounds = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
     return clip_w(watts, bounds), bounds
 

@@ -3,7 +3,7 @@
 What lives here: :class:`Rules` (defaults = behaviour without a policy file), :func:`load_rules` /
 :func:`parse_rules` (TOML file or text → rules + the source of each value), and the helpers that apply
 the policy over a user's request: :func:`clip_slowdown`, :func:`job_bound_pct` (the one resolution of a job's
-slowdown bound), :func:`cap_bounds_w`, :func:`ecolaunch.job.gpu.clip_w` (the one clamp of a cap), :func:`job_cap_bounds` (one job's
+slowdown bound), :func:`cap_bounds_w`, :func:`ecolaunch.jobmodel.gpu.clip_w` (the one clamp of a cap), :func:`job_cap_bounds` (one job's
 GPUs together), :func:`profiler_settings`, :func:`may_use_gpu`, :func:`user_gpu_limit`. Key checking and line finding live in
 :mod:`ecolaunch.admin.schema`; what the policy *means* for a placement is applied by ``ecolaunch.policy``.
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import psutil
 
 from ecolaunch.errors import EcolaunchError
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import Decision
 from ecolaunch.state.graph import GpuNode, Job, JobState, StateGraph
@@ -126,8 +127,8 @@ def book(session: Session, gpu_uuid: str, launcher: Launcher, *, force: bool) ->
                          launcher_start_time=launcher.start_time)
         graph.jobs[job.id] = job
         # every unit and all memory busy: what the policies see, so that nothing is packed beside a calibration
-        profile = {"iter_time_s": None, "sm_util_pct": 100.0, "mem_bw_util_pct": 100.0,
-                   "memory_mib": gpu.memory_total_mib, "power_w": gpu.power_limit_max_w}
+        profile = Profile(sm_util_pct=100.0, mem_bw_util_pct=100.0, memory_mib=gpu.memory_total_mib,
+                          power_w=gpu.power_limit_max_w)
         decision_doc = {"policy": JOB_NAME, "gpus": [gpu_uuid]}
         graph.book(job.id, [gpu_uuid], {}, decision_doc, profile, time.time())
         decision = Decision(policy=JOB_NAME, gpus=(gpu_uuid,), power_caps_w={}, colocated_with={},

@@ -12,6 +12,7 @@ import click
 from ecolaunch.cli.command import Command
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
 from ecolaunch.errors import StateError, with_hint
+from ecolaunch.jobmodel.codec import to_json
 
 DEFAULT_LIMIT = 20
 
@@ -102,7 +103,7 @@ def history(as_json: bool, limit: int) -> None:
     if as_json:
         docs = []
         for rec in records:
-            doc = rec.to_dict()
+            doc = to_json(rec)
             doc.pop("samples", None)
             docs.append(doc)
         click.echo(json.dumps(docs, indent=2, sort_keys=True))

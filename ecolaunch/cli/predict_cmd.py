@@ -44,7 +44,7 @@ import click
 from ecolaunch.cli.command import Command
 from ecolaunch.config import Environment
 from ecolaunch.errors import ConfigError
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.state.graph import GpuNode
 from ecolaunch.validate import number_or_none
 

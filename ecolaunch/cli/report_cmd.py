@@ -10,6 +10,7 @@ import click
 from ecolaunch.cli.command import Command, Failed
 from ecolaunch.cli.history_cmd import fmt_duration, fmt_energy, fmt_time, open_history
 from ecolaunch.config import ENV_STATE_DIR
+from ecolaunch.jobmodel.codec import to_json
 
 PLOT_HINT = "pip install matplotlib (or pip install 'ecolaunch[plot]')"
 
@@ -154,7 +155,7 @@ def report(job: str, as_json: bool, plot_path: Path | None) -> None:
     store, state_dir = open_history()
     rec = _find(store, job)
     if as_json:
-        click.echo(json.dumps(rec.to_dict(), indent=2, sort_keys=True))
+        click.echo(json.dumps(to_json(rec), indent=2, sort_keys=True))
     else:
         click.echo(render(rec))
     if plot_path is not None:

@@ -1,7 +1,7 @@
 """A catalogue of common NVIDIA GPUs, keyed by the names users type in ``ECOLAUNCH_SIMULATE``: :data:`CATALOGUE` and
 :func:`lookup`.
 
-Each row is a :class:`~ecolaunch.job.gpu.GpuModel` (the one static description of a board), carrying what a
+Each row is a :class:`~ecolaunch.jobmodel.gpu.GpuModel` (the one static description of a board), carrying what a
 simulated GPU needs to look like the real board: the name NVML reports, memory, the board's power-limit range as
 NVML exposes it (min / default / max), whether the part is NVLink-connected in its usual server (SXM boards), an
 idle power, and a ``source`` citation.
@@ -21,7 +21,7 @@ Where the numbers come from:
   persistence mode on. No stored measurement backs it; the simulator uses it only as the floor of its
   power reading.
 
-What lives elsewhere: the :class:`~ecolaunch.job.gpu.GpuModel` type and its checks (:mod:`ecolaunch.job.gpu`),
+What lives elsewhere: the :class:`~ecolaunch.jobmodel.gpu.GpuModel` type and its checks (:mod:`ecolaunch.jobmodel.gpu`),
 parsing machine specs (:mod:`ecolaunch.devices.spec`), the simulated device state
 (:mod:`ecolaunch.devices.simulated`), performance and power models (``ecolaunch.sim``).
 """
@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
 
 __all__ = ["CATALOGUE", "lookup", "model_names"]
 

@@ -47,7 +47,7 @@ import psutil
 from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
 from ecolaunch.devices.spec import HostSpec
 from ecolaunch.errors import DeviceError, PermissionDenied
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.safefs import RefusedFile, read_at
 from ecolaunch.validate import is_integer, is_real
 

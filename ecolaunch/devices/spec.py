@@ -10,7 +10,7 @@ describes one or more hosts::
     links = [{gpus = [2, 3], kind = "nvlink"}]    # optional; overrides the default for that pair
 
 A table in ``gpus`` takes ``model`` (a catalogue name), ``count`` (default 1) and any
-:class:`~ecolaunch.job.gpu.GpuModel` field to override. Link kinds: ``nvlink``,
+:class:`~ecolaunch.jobmodel.gpu.GpuModel` field to override. Link kinds: ``nvlink``,
 ``pcie_switch`` (``pix``), ``pcie_host`` (``phb``, ``node``), ``system`` (``sys``).
 
 Default topology of a host: GPUs of the same NVLink-capable model (SXM boards) are all-pairs NVLINK;
@@ -40,7 +40,7 @@ from typing import Any
 from ecolaunch.devices.base import LinkKind
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.validate import is_integer, is_real
 
 if sys.version_info >= (3, 11):

@@ -50,7 +50,8 @@ from ecolaunch.launch.earlycheck import EarlyCheck
 from ecolaunch.launch.monitor import RunMonitor
 from ecolaunch.launch.record import RunRecorder, RunSpan
 from ecolaunch.profile import channel
-from ecolaunch.profile.history import History, JobRecord, Profile, launch_hints
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.profile.history import History, JobRecord, launch_hints
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, pre_run_env
 from ecolaunch.profile.powercap import merge_points
 from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult

@@ -172,7 +172,6 @@ class _Run:
         from ecolaunch.launch.caps import JobCaps
         from ecolaunch.launch.observe import ObserveConfig, RunObserver
         from ecolaunch.launch.torchrun import run_workers
-        from ecolaunch.profile.history import Profile
         from ecolaunch.profile.modes import ProfileAction
 
         session, parsed, ui, pre = self.session, self.parsed, self.ui, action is ProfileAction.PRE
@@ -192,7 +191,7 @@ class _Run:
             config = ObserveConfig(
                 job.id, placement.decision.gpus, self.state_dir, mode=action, fingerprint=self.fp, rules=self.rules,
                 allowed_slowdown_pct=request.allowed_slowdown_pct, user=request.user, name=name,
-                profile=Profile.from_dict(request.profile) if request.profile else None,
+                profile=request.profile,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
                 profile_source=profile_source)
             observer = RunObserver(config, session.backend, clock=SystemClock(), history=self.history,
@@ -234,7 +233,7 @@ def _with_profile(request: JobRequest, profile) -> JobRequest:
     """The request with a known profile (history or a profiling run): the policy places with full knowledge."""
     if profile is None:
         return request
-    return dataclasses.replace(request, profile=profile.to_dict(), memory_mib=request.memory_mib or profile.memory_mib)
+    return dataclasses.replace(request, profile=profile, memory_mib=request.memory_mib or profile.memory_mib)
 
 
 def _stop_workers() -> None:

@@ -35,6 +35,7 @@ from ecolaunch.admin.rules import Rules, budget_range_w, user_gpu_limit
 from ecolaunch.clock import Clock, SystemClock
 from ecolaunch.devices.base import GpuBackend
 from ecolaunch.errors import NeverFits, NoPlacement, PermissionDenied, StateError, WaitTimeout
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.policy.admission import unadmitted_bookings
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.candidates import eligible_gpus
@@ -217,7 +218,7 @@ class Session:
                 logger.warning("job %s was missing from the state graph (rebuilt?); registering it again", job.id)
                 graph.jobs[job.id] = current = job
             current.heartbeat_at = time.time()
-            return {u: {j.id: (j.profile or {}).get("power_w") for j in graph.jobs_on(u) if j.id != job.id}
+            return {u: {j.id: j.profile.power_w if j.profile else None for j in graph.jobs_on(u) if j.id != job.id}
                     for u in job.gpus}
 
     def release(self, job_id: str) -> Job | None:
@@ -283,19 +284,19 @@ class Session:
 
     def _attach(self, job: Job, request: JobRequest) -> None:
         # A simulated backend has no real processes to see: tell it the launcher now uses these GPUs.
-        profile = request.profile or {}
-        if not (profile.get("sm_util_pct") or profile.get("mem_bw_util_pct")):
+        profile = request.profile or Profile()
+        if not (profile.sm_util_pct or profile.mem_bw_util_pct):
             # measured to use nothing of the GPU (a CPU job on simulated GPUs): it holds memory and adds no load, so
             # the GPUs read as they did when it was profiled (an "active" floor would read twice the idle power)
-            profile = {}
+            profile = Profile()
         for uuid in job.gpus:
             self.backend.attach(
                 uuid,
                 job.launcher_pid,
                 int(request.memory_mib or 0),
-                util_gpu_pct=profile.get("sm_util_pct"),
-                util_mem_pct=profile.get("mem_bw_util_pct"),
-                power_w=profile.get("power_w"),
+                util_gpu_pct=profile.sm_util_pct,
+                util_mem_pct=profile.mem_bw_util_pct,
+                power_w=profile.power_w,
             )
 
     def _detach(self, job: Job | None) -> None:

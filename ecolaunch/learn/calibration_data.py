@@ -38,8 +38,7 @@ from typing import Any
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.learn.history_data import MAX_THROUGHPUT_LABEL, profile_job
-from ecolaunch.profile.history import Profile
-from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.state.graph import WHATIF_UUID, GpuNode
 from ecolaunch.validate import number_or_none
 

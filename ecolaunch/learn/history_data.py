@@ -37,9 +37,11 @@ from typing import Any
 
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.policy.features import scenario_graph
-from ecolaunch.profile.history import History, JobRecord, Profile
+from ecolaunch.jobmodel.codec import profile_to_json
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.profile.history import History, JobRecord
 from ecolaunch.state.graph import GpuNode
 
 #: profiling actions whose run was placed from a profile it already had (no profiling inside the run)
@@ -107,8 +109,7 @@ def _gpu_model(rec: JobRecord, skipped: Counter) -> GpuModel | None:
 def profile_job(profile: Profile, job_id: str, cap_points: Sequence[Any] | None = None) -> dict[str, Any]:
     """A measured profile as one job of :func:`~ecolaunch.policy.features.scenario_graph` (``cap_points``: the
     measured caps it carries instead of its own)."""
-    d = profile.to_dict()
-    d["id"] = job_id
+    d = {**profile_to_json(profile), "id": job_id}
     if cap_points is not None:
         d["cap_points"] = list(cap_points)
     return d

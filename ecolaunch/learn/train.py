@@ -68,7 +68,8 @@ from torch import Tensor
 from ecolaunch.devices.catalogue import CATALOGUE
 from ecolaunch.devices.spec import default_links
 from ecolaunch.errors import ConfigError
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.features import HeteroGraph, batch, encode_state, scenario_graph
 from ecolaunch.sim.interference import GavelFit, InterferenceModel, impute_held_type, fit_gavel, gavel_set
 from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
@@ -177,7 +178,7 @@ def gavel_pairs_set(select: np.ndarray, demands: Mapping[tuple[str, str], float]
     graphs, da, db = [], [], []
     for k in idx:
         ka, kb = data.keys[data.a[k]], data.keys[data.b[k]]
-        jobs = [{"id": f"{side}", "iter_time_s": float(data.iter_time_s[i]), "sm_util_pct": 100.0 * demands[key]}
+        jobs = [{"id": f"{side}", "iter_time_s": float(data.iter_time_s[i]), "sm_util_pct": 100.0 * float(demands[key])}
                 for side, i, key in (("a", data.a[k], ka), ("b", data.b[k], kb))]
         graphs.append(scenario_graph(GpuNode.from_model(GAVEL_BOARDS[ka[0]]), None, jobs))
         da.append(demands[ka])
@@ -280,10 +281,10 @@ def _profile(rng: np.random.Generator, model: GpuModel, floor_w: float) -> dict[
 
 
 def _cap_points(rng: np.random.Generator, prof: dict[str, Any], model: GpuModel, power: PowerCapModel
-                ) -> list[list[float]]:
+                ) -> tuple[CapPoint, ...]:
     caps = sorted({float(model.power_limit_max_w), *rng.uniform(model.power_limit_min_w, model.power_limit_max_w, 2)})
     points = [power.predict(prof["power_w"], c, model, prof["iter_time_s"]) for c in caps]
-    return [[p.power_cap_w, p.iter_time_s, p.power_w] for p in points]
+    return tuple(CapPoint(p.power_cap_w, p.iter_time_s, p.power_w) for p in points)
 
 
 def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
@@ -319,7 +320,7 @@ def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
             prof["cap_points"] = _cap_points(rng, prof, model, power)
         state.jobs[f"j{k}"] = Job.queued(f"j{k}", user="u", host=host.name, nproc=want, seq=k, submitted_at=0.0,
                                          request={"allowed_slowdown_pct": float(rng.uniform(0.0, 30.0))}, name="x")
-        state.book(f"j{k}", gpus, {}, {}, prof, 0.0)
+        state.book(f"j{k}", gpus, {}, {}, Profile(**prof), 0.0)
         for u in gpus:
             jobs_on[u].append(f"j{k}")
     speed: dict[str, float] = {}

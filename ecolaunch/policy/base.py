@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ecolaunch.admin.rules import Rules
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.state.graph import StateGraph
 
 
@@ -29,8 +30,8 @@ class JobRequest:
     memory_mib: int | None = None
     #: the job's slowdown bound in percent, already clipped to the admin policy
     allowed_slowdown_pct: float = 10.0
-    #: the job profile (:class:`ecolaunch.profile.history.Profile` as a dict) when known
-    profile: dict[str, Any] | None = None
+    #: the job's profile when known
+    profile: Profile | None = None
     #: restrict placement to these GPU UUIDs (e.g. an allocation given through CUDA_VISIBLE_DEVICES)
     allowed_gpus: tuple[str, ...] | None = None
     #: the user's Unix groups (for GPUs the admin reserved for a group)

@@ -1,8 +1,8 @@
 """``curve`` (the default): energy-aware placement from the job's own measurements, on GPUs of its own.
 
-What lives here: :class:`MeasuredCurve` (the new job's measured cap curve on a candidate's GPUs: its speed and
-power there; shared with the GNN's scorer, :mod:`ecolaunch.policy.gnn`, which takes these answers where they
-decide), :class:`CurvePredictor` and :func:`curve_policy`.
+What lives here: :class:`AloneOnCandidate` (the new job alone on a candidate's GPUs, read off its fitted curve: its
+speed and power there; shared with the GNN's scorer, :mod:`ecolaunch.policy.gnn`, which takes these answers where
+they decide), :class:`CurvePredictor` and :func:`curve_policy`.
 
 **What it does.** :class:`~ecolaunch.policy.energy.EnergyAwarePolicy` without a learned part: GPU sets nobody
 uses (the best-linked one; reservations, quotas and memory as every policy), each with the one cap the job's
@@ -26,21 +26,21 @@ from dataclasses import replace
 
 from ecolaunch.admin.rules import Rules
 from ecolaunch.policy.base import Decision, JobRequest
-from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome, job_points, knows_power
+from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.state.graph import StateGraph
 
 
-class MeasuredCurve:
-    """The new job's measured cap curve, fitted once per GPU maximum, read on a candidate's GPUs."""
+class AloneOnCandidate:
+    """The new job alone on a candidate's GPUs: its cap curve (fitted once per GPU maximum) read there."""
 
     def __init__(self, state: StateGraph, job: JobRequest) -> None:
         self._state, self._job = state, job
         self._fit = None
-        if job_points(job, 1.0):
+        if job.profile and job.profile.curve_points(1.0):
             from ecolaunch.profile.powercap import fit_cap_model
 
             def fit(max_w: float):
-                points = job_points(job, max_w)
+                points = job.profile.curve_points(max_w)
                 return fit_cap_model(points) if points else None
 
             self._fit = functools.lru_cache(maxsize=8)(fit)
@@ -89,7 +89,7 @@ class CurvePredictor:
 class _CurveScorer:
     def __init__(self, state: StateGraph, job: JobRequest) -> None:
         self._state, self._job = state, job
-        self._curve = MeasuredCurve(state, job)
+        self._curve = AloneOnCandidate(state, job)
 
     def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
         host = self._state.hosts[self._job.host]
@@ -121,7 +121,7 @@ class CurvePolicy(EnergyAwarePolicy):
 
     def decide(self, state: StateGraph, job: JobRequest, rules: Rules) -> Decision | None:
         decision = super().decide(state, job, replace(rules, allow_colocation=False))
-        if decision is None or knows_power(job) or job.elastic:
+        if decision is None or (job.profile and job.profile.knows_power) or job.elastic:
             return decision
         gpus = state.hosts[job.host].gpus
         idx = ",".join(str(gpus[u].index) for u in decision.gpus)

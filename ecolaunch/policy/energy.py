@@ -54,7 +54,6 @@ from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import best_set, eligible_gpus, worst_link
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, CapChoice, job_cap_choice
-from ecolaunch.profile.powercap import CapPoint, as_cap_points
 from ecolaunch.state.graph import GpuNode, StateGraph
 
 OBJECTIVES = ("node", "gpu", "job")
@@ -140,21 +139,6 @@ def usable_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[GpuNod
     return out
 
 
-def knows_power(job: JobRequest) -> bool:
-    """Whether the job's power is known (measured uncapped, or at caps)."""
-    return bool(job.profile and (job.profile.get("power_w") or job.profile.get("cap_points")))
-
-
-def job_points(job: JobRequest, top_cap_w: float) -> list[CapPoint]:
-    """The job's measured cap curve: its cap points, else its uncapped iteration time and power as one point at
-    ``top_cap_w``; empty when its iteration time is not known (an uninstrumented job is never capped blind)."""
-    profile = job.profile or {}
-    points = as_cap_points(profile.get("cap_points"))
-    if not points and profile.get("iter_time_s") and profile.get("power_w"):
-        points = [CapPoint(top_cap_w, float(profile["iter_time_s"]), float(profile["power_w"]))]
-    return points
-
-
 def alone_choice(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> CapChoice | None:
     """The one objective's choice for the job alone on ``gpus`` from its measured curve
     (:func:`~ecolaunch.profile.capchoice.job_cap_choice`, as the profiler and the closed loop choose); None without
@@ -162,7 +146,8 @@ def alone_choice(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> CapC
     bounds = job_cap_bounds(rules, gpus)  # one cap for the job: every GPU's admin bounds intersected
     if bounds is None:
         return None
-    return job_cap_choice(job_points(job, bounds[1]), bounds, job.allowed_slowdown_pct, rules.eta)
+    points = job.profile.curve_points(bounds[1]) if job.profile else ()
+    return job_cap_choice(points, bounds, job.allowed_slowdown_pct, rules.eta)
 
 
 def alone_cap(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> tuple[float | None, str | None]:
@@ -216,7 +201,7 @@ def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, ma
         if len(sets) >= max_sets:
             break
     out = []
-    by_curve = bool(job_points(job, 1.0))
+    by_curve = bool(job.profile and job.profile.curve_points(1.0))
     for combo in sets:
         uuids = tuple(g.uuid for g in combo)
         if any(state.jobs_on(u) for u in uuids):  # sharing keeps the GPUs' caps: a newcomer takes them as found
@@ -376,7 +361,7 @@ def _energy_text(cost_w: float, job: JobRequest) -> str:
     power its work adds."""
     if cost_w < 0.5:
         return "next to no energy added (its GPUs draw about what they would idle)"
-    t0 = (job.profile or {}).get("iter_time_s")
+    t0 = job.profile.iter_time_s if job.profile else None
     if t0:
         return f"{cost_w * float(t0):.3g} J added per iteration"
     return f"{cost_w:.0f} W added at its full speed"

@@ -36,39 +36,27 @@ from __future__ import annotations
 
 import bisect
 import functools
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from ecolaunch.profile.powercap import DEFAULT_PRIOR, CapModel, CapPoint, as_cap_points, fit_cap_model
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.profile.powercap import DEFAULT_PRIOR, CapModel, fit_cap_model
 
-UNKNOWN_DEMAND = 1.0
 #: caps within this many watts of a measured cap count as that cap
 _CAP_TOLERANCE_W = 1e-6
 
 
-def demand(profile: Mapping[str, Any] | None) -> float:
-    if not profile:
-        return UNKNOWN_DEMAND
-    values = [v for v in (profile.get("sm_util_pct"), profile.get("mem_bw_util_pct")) if v is not None]
-    return min(1.0, max(values) / 100.0) if values else UNKNOWN_DEMAND
-
-
-def shared_speeds(profiles: Sequence[Mapping[str, Any] | None]) -> list[float]:
+def shared_speeds(profiles: Sequence[Profile]) -> list[float]:
     """Normalized speed of each job on one GPU by the utilization-sum rule."""
-    total = sum(demand(p) for p in profiles)
+    total = sum(p.demand for p in profiles)
     x = 1.0 / total if total > 1.0 else 1.0
     return [x] * len(profiles)
 
 
-def cap_model(profile: Mapping[str, Any] | None, max_power_w: float) -> CapModel | None:
-    """The job's cap curve: its measured cap points, else its uncapped power with the prior; None if unknown."""
-    if not profile:
-        return None
-    points = as_cap_points(profile.get("cap_points"))
-    if not points and profile.get("power_w"):
-        points = [CapPoint(max_power_w, float(profile.get("iter_time_s") or 1.0), float(profile["power_w"]))]
+def cap_model(profile: Profile | None, max_power_w: float) -> CapModel | None:
+    """The job's cap curve: its measured cap points, else its uncapped power with the prior (an unknown iteration
+    time read as 1 s: only ratios are read); None if unknown."""
+    points = profile.curve_points(max_power_w, unknown_time_s=1.0) if profile else ()
     return fit_cap_model(points) if points else None
 
 
@@ -108,11 +96,11 @@ class MeasuredCurve:
 def measured_curve(points: Iterable[Sequence[float]], max_w: float, iter_time_s: float | None = None,
                    power_w: float | None = None) -> MeasuredCurve | None:
     """The job's curve on a board whose max limit is ``max_w``, from ``(power_cap_w, iter_time_s, power_w)``
-    triples (invalid ones skipped) and its uncapped ``iter_time_s`` / ``power_w``; None when nothing was measured
-    (no valid point, and not both uncapped values)."""
+    triples (those not above 0 skipped) and its uncapped ``iter_time_s`` / ``power_w``; None when nothing was
+    measured (no valid point, and not both uncapped values)."""
     by_cap: dict[float, list[tuple[float, float]]] = {}
     for cap, t, p in points:
-        if all(_finite(v) is not None and v > 0 for v in (cap, t, p)):
+        if all(v > 0 for v in (cap, t, p)):
             by_cap.setdefault(float(cap), []).append((float(t), float(p)))
     if not max_w > 0:
         return None
@@ -163,22 +151,9 @@ def _curve_at(caps: tuple[float, ...], times: tuple[float, ...], powers: tuple[f
     return times[i] + (times[i - 1] - times[i]) * w_t, powers[i - 1] + (powers[i] - powers[i - 1]) * w_p
 
 
-def profile_curve(profile: Mapping[str, Any] | None, max_w: float) -> MeasuredCurve | None:
-    """:func:`measured_curve` from a profile dict (``cap_points`` as triples or objects, ``iter_time_s``,
-    ``power_w``); malformed points are skipped (this reads stored profiles, it does not validate them)."""
-    if not profile:
+def profile_curve(profile: Profile | None, max_w: float) -> MeasuredCurve | None:
+    """:func:`measured_curve` from a profile (its cap points, uncapped ``iter_time_s`` and ``power_w``)."""
+    if profile is None:
         return None
-    triples = []
-    for p in profile.get("cap_points") or ():
-        if isinstance(p, Mapping):
-            triples.append(tuple(p.get(k) for k in ("power_cap_w", "iter_time_s", "power_w")))
-        elif isinstance(p, CapPoint):
-            triples.append((p.power_cap_w, p.iter_time_s, p.power_w))
-        elif isinstance(p, (list, tuple)) and len(p) >= 3:
-            triples.append(tuple(p[:3]))
-    return measured_curve(triples, max_w, _finite(profile.get("iter_time_s")), _finite(profile.get("power_w")))
-
-
-def _finite(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
+    return measured_curve([(p.power_cap_w, p.iter_time_s, p.power_w) for p in profile.cap_points], max_w,
+                          profile.iter_time_s, profile.power_w)

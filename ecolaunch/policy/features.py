@@ -51,6 +51,8 @@ from torch import Tensor
 
 from ecolaunch.devices.base import LinkKind
 from ecolaunch.errors import ConfigError
+from ecolaunch.jobmodel.codec import profile_from_json
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.policy.estimate import measured_curve, profile_curve
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
 from ecolaunch.validate import number_or_none
@@ -59,6 +61,7 @@ ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ad
 CAP_REFERENCE_FRACS = (0.6, 0.8)
 #: used to scale a job's power when neither NVML nor the catalogue knows the board's max limit (an assumption)
 FALLBACK_MAX_POWER_W = 300.0
+_UNKNOWN = Profile()  # a job nothing is known of
 JOB_FEATURES = ("iter_time", "iter_time_missing", "sm_util", "sm_util_missing", "mem_bw_util",
                 "mem_bw_util_missing", "demand", "memory", "memory_missing", "power", "power_missing",
                 "allowed_slowdown", "gpus", "cap60_slowdown", "cap60_power", "cap60_missing",
@@ -132,27 +135,10 @@ def batch(graphs: Sequence[HeteroGraph]) -> HeteroGraph:
 
 
 # --- reading profiles and boards ------------------------------------------------------------------------------
-def _get(profile: Any, key: str) -> Any:
-    return profile.get(key) if isinstance(profile, Mapping) else getattr(profile, key, None)
-
-
-def job_demand(profile: Any) -> float:
-    """``max(sm_util_pct, mem_bw_util_pct) / 100`` in [0, 1]; 1.0 when neither is known."""
-    known = [v for v in (number_or_none(_get(profile, k)) for k in ("sm_util_pct", "mem_bw_util_pct")) if v is not None]
-    return min(1.0, max(0.0, max(known) / 100.0)) if known else 1.0
-
-
-def _cap_features(profile: Any, max_w: float) -> list[float]:
-    """The cap60/cap80 columns from measured ``(power_cap_w, iter_time_s, power_w)`` triples or objects."""
-    points = []
-    for p in _get(profile, "cap_points") or ():
-        vals = [_get(p, k) for k in ("power_cap_w", "iter_time_s", "power_w")] if isinstance(p, Mapping) else \
-            (list(p) if isinstance(p, (list, tuple)) and len(p) == 3 else [None] * 3)
-        point = tuple(number_or_none(v) for v in vals)
-        if all(v is not None and v > 0 for v in point):
-            points.append(point)
-    points.sort()
-    t_ref = number_or_none(_get(profile, "iter_time_s")) or (points[-1][1] if points else None)
+def _cap_features(profile: Profile, max_w: float) -> list[float]:
+    """The cap60/cap80 columns from the measured cap points."""
+    points = sorted((p.power_cap_w, p.iter_time_s, p.power_w) for p in profile.cap_points)
+    t_ref = profile.iter_time_s or (points[-1][1] if points else None)
     out: list[float] = []
     for cap in (frac * max_w for frac in CAP_REFERENCE_FRACS):
         if not points or not t_ref or cap < points[0][0] - 1e-9:
@@ -164,12 +150,12 @@ def _cap_features(profile: Any, max_w: float) -> list[float]:
     return out
 
 
-def alone_at_cap(profile: Any, cap_w: float, max_w: float) -> list[float]:
+def alone_at_cap(profile: Profile | None, cap_w: float, max_w: float) -> list[float]:
     """The ``alone_*``, ``anchored`` and ``uncapped`` columns: the job alone at ``cap_w`` on a board whose max
     limit is ``max_w`` (see the module docstring)."""
     uncapped = cap_w >= max_w - 1e-6
-    power = number_or_none(_get(profile, "power_w"))
-    curve = profile_curve(profile if isinstance(profile, Mapping) else _as_dict(profile), max_w)
+    power = profile.power_w if profile else None
+    curve = profile_curve(profile, max_w)
     if curve is None and power is not None and power > 0:  # its uncapped power alone: the prior's ratios from it
         curve = measured_curve((), max_w, 1.0, power)  # (a placeholder time: only ratios are read)
     known = curve is not None
@@ -180,23 +166,17 @@ def alone_at_cap(profile: Any, cap_w: float, max_w: float) -> list[float]:
     return [speed, min(2.0, watts / max_w), float(not known), float(known and curve.anchored(cap_w)), float(uncapped)]
 
 
-def _as_dict(profile: Any) -> dict[str, Any] | None:
-    if profile is None:
-        return None
-    return {k: _get(profile, k) for k in ("cap_points", "iter_time_s", "power_w")}
-
-
-def job_row(profile: Any, *, memory_mib: float | None, allowed_slowdown_pct: float | None, n_gpus: int,
+def job_row(profile: Profile | None, *, memory_mib: float | None, allowed_slowdown_pct: float | None, n_gpus: int,
             gpu_memory_mib: float, gpu_max_power_w: float, cap_w: float | None = None) -> list[float]:
     """The :data:`JOB_FEATURES` of one job on GPUs with this (smallest) memory and (mean) max power limit, at the
     (lowest) cap ``cap_w`` of its GPUs (None: uncapped)."""
-    t, sm, bw = (number_or_none(_get(profile, k)) for k in ("iter_time_s", "sm_util_pct", "mem_bw_util_pct"))
-    power = number_or_none(_get(profile, "power_w"))
-    mem = memory_mib if memory_mib is not None else number_or_none(_get(profile, "memory_mib"))
+    profile = profile or _UNKNOWN
+    t, sm, bw, power = profile.iter_time_s, profile.sm_util_pct, profile.mem_bw_util_pct, profile.power_w
+    mem = memory_mib if memory_mib is not None else profile.memory_mib
     slow = number_or_none(allowed_slowdown_pct)
     return [
         math.log10(t / 0.1) if t and t > 0 else 0.0, float(not (t and t > 0)),
-        (sm or 0.0) / 100.0, float(sm is None), (bw or 0.0) / 100.0, float(bw is None), job_demand(profile),
+        (sm or 0.0) / 100.0, float(sm is None), (bw or 0.0) / 100.0, float(bw is None), profile.demand,
         min(4.0, (mem or 0.0) / max(gpu_memory_mib, 1.0)), float(mem is None),
         min(2.0, (power or 0.0) / gpu_max_power_w), float(power is None),
         (slow if slow is not None else 10.0) / 100.0, math.log2(max(n_gpus, 1)) / 3.0,
@@ -269,7 +249,7 @@ class StateEncoding:
         c_n, ng, nj = len(places), len(base.gpu_uuids), len(base.job_ids)
         profile = getattr(job, "profile", None)
         memory = number_or_none(getattr(job, "memory_mib", None))
-        memory = memory if memory is not None else number_or_none(_get(profile, "memory_mib"))
+        memory = memory if memory is not None else (profile.memory_mib if profile else None)
         flat_c, flat_g, caps, rows = [], [], [], []
         row_cache: dict[tuple[float, float, int], list[float]] = {}
         for c, p in enumerate(places):
@@ -299,7 +279,7 @@ class StateEncoding:
         gpu_x[:, _G["memory_used"]] = (used / total).clamp(max=2.0)
         gpu_x[:, _G["overcommitted"]] = (used > total).float()
         gpu_x[at, _G["jobs"]] += 0.25
-        gpu_x[at, _G["demand_sum"]] += job_demand(profile)
+        gpu_x[at, _G["demand_sum"]] += (profile or _UNKNOWN).demand
         cap_w = base.gpu_cap_w.repeat(c_n)
         given = torch.tensor([w is not None for w in caps], dtype=torch.bool)
         if bool(given.any()):
@@ -339,7 +319,7 @@ def encode_state(state: StateGraph, hosts: Sequence[str] | None = None) -> State
     for j, on in jobs:
         for i in on:
             n_jobs[i] += 1
-            demand[i] += job_demand(j.profile)
+            demand[i] += (j.profile or _UNKNOWN).demand
             job_mem[i] += j.memory_mib
     max_w = [g.power_limit_max_w or board_facts(g.name)[2] or FALLBACK_MAX_POWER_W for g in nodes]
     cap_w = [g.power_limit_w or g.power_limit_default_w or m for g, m in zip(nodes, max_w)]
@@ -423,15 +403,17 @@ def build_graph(state: StateGraph, job: Any = None, placement: Placement | tuple
 
 
 def scenario_graph(gpu: GpuNode, power_cap_w: float | None, jobs: Sequence[Mapping[str, Any]]) -> HeteroGraph:
-    """The what-if of ``ecolaunch predict``: ``jobs`` (profile dicts with an ``id``) all on one GPU ``gpu``
-    (:meth:`GpuNode.from_model` of a catalogue board, or a calibrated GPU as its file describes it) at
-    ``power_cap_w`` (None: uncapped, i.e. the max limit)."""
+    """The what-if of ``ecolaunch predict``: ``jobs`` (profiles in their JSON form, :mod:`ecolaunch.jobmodel.codec`,
+    with an ``id`` and optionally an ``allowed_slowdown_pct``) all on one GPU ``gpu`` (:meth:`GpuNode.from_model`
+    of a catalogue board, or a calibrated GPU as its file describes it) at ``power_cap_w`` (None: uncapped, i.e. the
+    max limit). Raises ConfigError naming a job's bad field."""
+    ids = [str(j.get("id", f"job{seq}")) for seq, j in enumerate(jobs)]
+    profiles = [profile_from_json(j, where=f"job {jid}") for jid, j in zip(ids, jobs)]
     node = dataclasses.replace(gpu, power_limit_w=gpu.power_limit_max_w if power_cap_w is None else float(power_cap_w),
-                               memory_used_mib=int(sum(number_or_none(j.get("memory_mib")) or 0 for j in jobs)))
+                               memory_used_mib=int(sum(p.memory_mib or 0 for p in profiles)))
     state = StateGraph(hosts={"whatif": Host(name="whatif", gpus={node.uuid: node})})
-    for seq, j in enumerate(jobs):
-        jid = str(j.get("id", f"job{seq}"))
+    for seq, (jid, j, profile) in enumerate(zip(ids, jobs, profiles)):
         state.jobs[jid] = Job.queued(jid, user="whatif", host="whatif", nproc=1, seq=seq, submitted_at=0.0,
                                      request={"allowed_slowdown_pct": j.get("allowed_slowdown_pct")})
-        state.book(jid, [node.uuid], {}, {}, j, 0.0)
+        state.book(jid, [node.uuid], {}, {}, profile, 0.0)
     return encode_state(state).graph()

@@ -82,9 +82,9 @@ class _GnnScorer:
     def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
         job = self._job
         if self._curve is None:
-            from ecolaunch.policy.curve import MeasuredCurve
+            from ecolaunch.policy.curve import AloneOnCandidate
 
-            self._curve = MeasuredCurve(self._state, job)
+            self._curve = AloneOnCandidate(self._state, job)
         measured = [self._curve.on(c) for c in candidates]
         # the GNN scores only the candidates the job's own measurements cannot decide alone
         scored = iter(self._scored([c for c, m in zip(candidates, measured) if not m[2]]))

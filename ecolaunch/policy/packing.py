@@ -22,7 +22,8 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import eligible_gpus
-from ecolaunch.policy.estimate import demand, shared_speeds
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.policy.estimate import shared_speeds
 from ecolaunch.state.graph import GpuNode, StateGraph
 
 LUCID_SAFE_SPEED = 0.95
@@ -43,8 +44,8 @@ def shareable_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[Gpu
     return out
 
 
-def _profiles_on(state: StateGraph, gpu: GpuNode) -> list[dict | None]:
-    return [j.profile or {"sm_util_pct": None} for j in state.jobs_on(gpu.uuid)]
+def _profiles_on(state: StateGraph, gpu: GpuNode) -> list[Profile]:
+    return [j.profile or Profile() for j in state.jobs_on(gpu.uuid)]
 
 
 def _decide(
@@ -99,7 +100,7 @@ class LucidPolicy:
 
     def decide(self, state: StateGraph, job: JobRequest, rules: Rules) -> Decision | None:
         def safe(s: StateGraph, g: GpuNode) -> bool:
-            return min(shared_speeds([*_profiles_on(s, g), job.profile])) >= LUCID_SAFE_SPEED
+            return min(shared_speeds([*_profiles_on(s, g), job.profile or Profile()])) >= LUCID_SAFE_SPEED
 
         return _decide(self.name, state, job, rules, safe, lambda g: g.index,
                        f"predicted speed of every job >= {LUCID_SAFE_SPEED}")
@@ -117,8 +118,8 @@ class EacoPolicy:
 
     def decide(self, state: StateGraph, job: JobRequest, rules: Rules) -> Decision | None:
         def fits(s: StateGraph, g: GpuNode) -> bool:
-            profiles = [*_profiles_on(s, g), job.profile]
-            load = sum(demand(p) for p in profiles)
+            profiles = [*_profiles_on(s, g), job.profile or Profile()]
+            load = sum(p.demand for p in profiles)
             memory = g.memory_used_mib + (job.memory_mib or 0)
             if load > EACO_MAX_DEMAND or memory > EACO_MAX_MEMORY_FRACTION * g.memory_total_mib:
                 return False
@@ -127,7 +128,7 @@ class EacoPolicy:
             return all(100.0 * (1.0 / x - 1.0) <= b for x, b in zip(speeds, [*bounds, job.allowed_slowdown_pct]))
 
         def busiest(g: GpuNode) -> tuple:
-            return (-sum(demand(p) for p in _profiles_on(state, g)), g.index)
+            return (-sum(p.demand for p in _profiles_on(state, g)), g.index)
 
         return _decide(self.name, state, job, rules, fits, busiest,
                        f"busiest GPU under {EACO_MAX_DEMAND:.0%} demand and {EACO_MAX_MEMORY_FRACTION:.0%} memory")

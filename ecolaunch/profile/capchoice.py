@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.profile.powercap import (DEFAULT_PRIOR, NON_BINDING_RATIO, CapModel, CapPoint, CapPrior, cap_grid,
-                                        fit_cap_model)
+from ecolaunch.jobmodel.profile import CapPoint
+from ecolaunch.profile.powercap import DEFAULT_PRIOR, NON_BINDING_RATIO, CapModel, CapPrior, cap_grid, fit_cap_model
 
 _EPS = 1e-9
 

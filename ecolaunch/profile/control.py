@@ -55,12 +55,12 @@ from dataclasses import dataclass
 
 from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
-from ecolaunch.job.gpu import clip_w
+from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.profile.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, iteration_stats,
                                          model_cap_choice, reference_se_pct)
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.channel import StepReader, iteration_times
-from ecolaunch.profile.history import Profile
-from ecolaunch.profile.powercap import CapPoint, CapPrior, fit_cap_model
+from ecolaunch.profile.powercap import CapPrior, fit_cap_model
 from ecolaunch.profile.sampler import Sampler, cap_seen_s
 from ecolaunch.validate import integer
 
@@ -328,9 +328,7 @@ def start_loop(profile: Profile, bounds_w: tuple[float, float], allowed_slowdown
     """A closed loop that starts at ``cap_w`` (None: the top of ``bounds_w``) from stamp ``from_index`` on, with the
     curve of ``profile``; None when the profile has no curve to follow."""
     hi = bounds_w[1]
-    points = profile.cap_points
-    if not points and profile.iter_time_s and profile.power_w:
-        points = (CapPoint(hi, profile.iter_time_s, profile.power_w),)  # uncapped only: the prior's shape
+    points = profile.curve_points(hi)  # uncapped only: one point, the prior's shape
     if not points:
         return None
     cap = hi if cap_w is None else clip_w(cap_w, bounds_w)

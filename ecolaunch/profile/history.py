@@ -1,8 +1,8 @@
 """Job history in the state directory: finished-job records and the latest profile of each job fingerprint.
 
-What lives here: :class:`Profile` (what profiling or history knows about a job),
-:class:`ProfileEntry` (a stored profile and what came with it), :class:`JobRecord` (one finished job),
-:func:`fingerprint`, and :class:`History` (the files).
+What lives here: :class:`ProfileEntry` (a stored profile, :class:`ecolaunch.jobmodel.profile.Profile`, and what came
+with it), :class:`JobRecord` (one finished job), :func:`fingerprint`, and :class:`History` (the files). Their JSON
+form, its versions and its validation are :mod:`ecolaunch.jobmodel.codec`'s: a record of an older version is migrated.
 
 **Layout** (under ``<state dir>/history/``, sticky; one directory per user, ``0755``, that only its user writes)::
 
@@ -35,29 +35,34 @@ then goes unnoticed).
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+from msgspec import Meta
 
 from ecolaunch.errors import ConfigError, StateError, with_hint
-from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.jobmodel import codec
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.state.userdirs import UserTree, account_name
 
 logger = logging.getLogger(__name__)
+_R = TypeVar("_R", "ProfileEntry", "JobRecord")
 
 HISTORY_DIR = "history"
 #: records and profiles larger than this are refused unread (a link to /dev/zero must not fill memory)
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 MAX_PROFILE_BYTES = 1024 * 1024
-_JOB_FORMAT, _PROFILE_FORMAT, _VERSION = "ecolaunch-job", "ecolaunch-profile", 1
+_JOB_FORMAT, _PROFILE_FORMAT = "ecolaunch-job", "ecolaunch-profile"
 _FINGERPRINT_VERSION = 1
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _FINGERPRINT = re.compile(r"^[0-9a-f]{64}$")
@@ -66,100 +71,11 @@ SQUAT_HINT = ("ask the lab admin to run `sudo ecolaunch init-state`: it moves th
               "fresh one")
 
 
-# --- validation helpers ----------------------------------------------------------------------------
-def _num(d: Mapping[str, Any], key: str, *, optional: bool = True, lo: float | None = 0.0,
-         hi: float | None = None, positive: bool = False) -> float | None:
-    v = d.get(key)
-    if v is None and optional:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-            or (lo is not None and v < lo) or (hi is not None and v > hi) or (positive and v <= 0):
-        raise ConfigError(f"{key} = {v!r} is not a valid number" + (f" in [{lo}, {hi}]" if hi is not None else ""))
-    return float(v)
-
-
-def _int(d: Mapping[str, Any], key: str, *, optional: bool = True) -> int | None:
-    v = d.get(key)
-    if v is None and optional:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(f"{key} = {v!r} is not an integer")
-    return v
-
-
-def _str(d: Mapping[str, Any], key: str, *, optional: bool = False) -> str | None:
-    v = d.get(key)
-    if v is None and optional:
-        return None
-    if not isinstance(v, str):
-        raise ConfigError(f"{key} = {v!r} is not a string")
-    return v
-
-
 # --- records ---------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Profile:
-    """What a job is, measured alone: the job profile policies, the GNN and ``ecolaunch predict`` read. ``None``:
-    not measured.
-
-    ``iter_time_s`` and ``power_w`` are at the highest cap profiled (the admin's maximum: "uncapped");
-    ``sm_util_pct``/``mem_bw_util_pct`` are NVML ``utilization.gpu``/``.memory`` means there; ``memory_mib``
-    is the peak per GPU; ``cap_points`` the caps measured. ``instrumented`` is False for a job profiled by
-    time windows only (no iteration time, no cap points).
-    """
-
-    iter_time_s: float | None
-    sm_util_pct: float | None
-    mem_bw_util_pct: float | None
-    memory_mib: int | None
-    power_w: float | None
-    cap_points: tuple[CapPoint, ...] = ()
-    instrumented: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "iter_time_s": self.iter_time_s, "sm_util_pct": self.sm_util_pct,
-            "mem_bw_util_pct": self.mem_bw_util_pct, "memory_mib": self.memory_mib, "power_w": self.power_w,
-            "cap_points": [_point_to_dict(p) for p in self.cap_points],
-            "instrumented": self.instrumented,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Profile:
-        """Validate and build; raises ConfigError naming the bad field."""
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"a profile must be a JSON object, got {type(d).__name__}")
-        memory = _int(d, "memory_mib")
-        if memory is not None and memory < 0:
-            raise ConfigError(f"memory_mib = {memory!r} is negative")
-        raw_points = d.get("cap_points", [])
-        if not isinstance(raw_points, list):
-            raise ConfigError(f"cap_points = {raw_points!r} is not a list")
-        points = []
-        for p in raw_points:
-            if not isinstance(p, Mapping):
-                raise ConfigError(f"cap point {p!r} is not an object")
-            iterations = _int(p, "iterations") or 0
-            if iterations < 0:
-                raise ConfigError(f"cap point iterations = {iterations!r} is negative")
-            points.append(CapPoint(*(_num(p, k, optional=False, positive=True)  # type: ignore[arg-type]
-                                     for k in ("power_cap_w", "iter_time_s", "power_w")),
-                                   iterations, _num(p, "iter_time_cv_pct", hi=1000.0)))
-        instrumented = d.get("instrumented", True)
-        if not isinstance(instrumented, bool):
-            raise ConfigError(f"instrumented = {instrumented!r} is not true/false")
-        return cls(_num(d, "iter_time_s", positive=True), _num(d, "sm_util_pct", hi=100.0),
-                   _num(d, "mem_bw_util_pct", hi=100.0), memory, _num(d, "power_w"), tuple(points), instrumented)
-
-
-def _point_to_dict(p: CapPoint) -> dict[str, Any]:
-    """A cap point's JSON form; how well it was measured only when known (older records have neither)."""
-    d: dict[str, Any] = {"power_cap_w": p.power_cap_w, "iter_time_s": p.iter_time_s, "power_w": p.power_w}
-    if p.iterations:
-        d["iterations"] = p.iterations
-    if p.iter_time_cv_pct is not None:
-        d["iter_time_cv_pct"] = p.iter_time_cv_pct
-    return d
+JobId = Annotated[str, Meta(pattern=_SAFE_ID.pattern)]
+Seconds = Annotated[float, Meta(ge=0)]
+Joules = Annotated[float, Meta(ge=0)]
+Watts = Annotated[float, Meta(ge=0)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +90,13 @@ class ProfileEntry:
     profile: Profile | None
     profile_safe: bool = False
     job_id: str | None = None
-    updated_at: float = 0.0
+    updated_at: Seconds = 0.0
     #: what the script declared with ``@ecolaunch.job`` (:func:`launch_hints`): the next launch asks for it
     hints: dict[str, Any] = field(default_factory=dict)
+
+
+_HINTS: dict[str, Any] = {"max_slowdown_pct": Annotated[float, Meta(ge=0, le=1000)],
+                          "memory_mib": Annotated[int, Meta(ge=0, le=2 ** 31)]}
 
 
 def launch_hints(raw: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -184,11 +104,12 @@ def launch_hints(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     number >= 0) of ``@ecolaunch.job``; anything else, or a value of the wrong kind, is left out."""
     out: dict[str, Any] = {}
     raw = raw if isinstance(raw, Mapping) else {}
-    slow, memory = raw.get("max_slowdown_pct"), raw.get("memory_mib")
-    if isinstance(slow, (int, float)) and not isinstance(slow, bool) and math.isfinite(slow) and 0 <= slow <= 1000:
-        out["max_slowdown_pct"] = float(slow)
-    if isinstance(memory, int) and not isinstance(memory, bool) and 0 <= memory <= 2 ** 31:
-        out["memory_mib"] = memory
+    for key, kind in _HINTS.items():
+        if key in raw:
+            try:
+                out[key] = msgspec.convert(raw[key], kind)
+            except msgspec.ValidationError:
+                continue
     return out
 
 
@@ -203,77 +124,29 @@ class JobRecord:
     ``iterations`` counts step marks (``track()`` marks one per item it yields, as ``step()`` once per iteration).
     """
 
-    job_id: str
+    job_id: JobId
     user: str
     name: str
     fingerprint: str | None
-    started: float
-    ended: float
-    duration_s: float
+    started: Seconds
+    ended: Seconds
+    duration_s: Seconds
     exit_code: int | None
     gpus: tuple[str, ...]
     gpu_names: tuple[str, ...]
-    power_caps_w: dict[str, float | None] = field(default_factory=dict)
+    power_caps_w: dict[str, Watts | None] = field(default_factory=dict)
     colocated_with: dict[str, list[str]] = field(default_factory=dict)
-    energy_j: float | None = None
-    gpu_energy_j: float | None = None
-    profiling_energy_j: float | None = None
+    energy_j: Joules | None = None
+    gpu_energy_j: Joules | None = None
+    profiling_energy_j: Joules | None = None
     iterations: int | None = None
-    iter_time_s: float | None = None
+    iter_time_s: Seconds | None = None
     profile: Profile | None = None
     profile_action: str | None = None
-    recommended_cap_w: float | None = None
+    recommended_cap_w: Watts | None = None
     recommendation: str | None = None
     findings: tuple[str, ...] = ()
-    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
-        d.update(gpus=list(self.gpus), gpu_names=list(self.gpu_names), findings=list(self.findings),
-                 profile=None if self.profile is None else self.profile.to_dict())
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> JobRecord:
-        """Validate and build; raises ConfigError naming the bad field."""
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"a job record must be a JSON object, got {type(d).__name__}")
-        job_id = _str(d, "job_id")
-        if not _SAFE_ID.match(job_id or ""):
-            raise ConfigError(f"job_id = {job_id!r} is not a job id")
-        lists = {}
-        for key in ("gpus", "gpu_names", "findings"):
-            v = d.get(key, [])
-            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-                raise ConfigError(f"{key} = {v!r} is not a list of strings")
-            lists[key] = tuple(v)
-        caps = d.get("power_caps_w", {})
-        if not isinstance(caps, Mapping):
-            raise ConfigError(f"power_caps_w = {caps!r} is not an object")
-        caps = {str(k): _num(caps, k) for k in caps}
-        coloc = d.get("colocated_with", {})
-        if not isinstance(coloc, Mapping) or not all(isinstance(v, list) for v in coloc.values()):
-            raise ConfigError(f"colocated_with = {coloc!r} is not an object of lists")
-        samples = d.get("samples", {})
-        if not isinstance(samples, Mapping) or not all(isinstance(v, list) for v in samples.values()):
-            raise ConfigError("samples is not an object of lists")
-        profile = d.get("profile")
-        exit_code = _int(d, "exit_code")
-        return cls(
-            job_id=job_id, user=_str(d, "user"), name=_str(d, "name"),  # type: ignore[arg-type]
-            fingerprint=_str(d, "fingerprint", optional=True),
-            started=_num(d, "started", optional=False), ended=_num(d, "ended", optional=False),  # type: ignore[arg-type]
-            duration_s=_num(d, "duration_s", optional=False),  # type: ignore[arg-type]
-            exit_code=exit_code, gpus=lists["gpus"], gpu_names=lists["gpu_names"], power_caps_w=caps,
-            colocated_with={str(k): [str(j) for j in v] for k, v in coloc.items()},
-            energy_j=_num(d, "energy_j"), gpu_energy_j=_num(d, "gpu_energy_j"),
-            profiling_energy_j=_num(d, "profiling_energy_j"),
-            iterations=_int(d, "iterations"), iter_time_s=_num(d, "iter_time_s"),
-            profile=None if profile is None else Profile.from_dict(profile),
-            profile_action=_str(d, "profile_action", optional=True),
-            recommended_cap_w=_num(d, "recommended_cap_w"), recommendation=_str(d, "recommendation", optional=True),
-            findings=lists["findings"], samples={str(k): list(v) for k, v in samples.items()},
-        )
+    samples: dict[str, list[Any]] = field(default_factory=dict)
 
 
 # --- fingerprint -----------------------------------------------------------------------------------
@@ -319,20 +192,8 @@ class History:
             raise ConfigError(f"fingerprint {fp!r} is not 64 hex digits", hint="use history.fingerprint(...)")
         if self.own_dir_problem() is not None:
             return None  # said once: nothing of this user's can be there
-        doc = self._read(self._tree.user, self._tree.uid, "profiles", f"{fp}.json", _PROFILE_FORMAT)
-        if doc is None:
-            return None
-        try:
-            safe = doc.get("profile_safe", False)
-            if not isinstance(safe, bool):
-                raise ConfigError(f"profile_safe = {safe!r} is not true/false")
-            raw = doc.get("profile")
-            return ProfileEntry(fp, None if raw is None else Profile.from_dict(raw), safe,
-                                _str(doc, "job_id", optional=True), _num(doc, "updated_at") or 0.0,
-                                launch_hints(doc.get("hints")))
-        except ConfigError as e:
-            logger.warning("ignoring history profile %s: %s", self.profiles_dir / f"{fp}.json", e)
-            return None
+        entry = self._read(self._tree.user, self._tree.uid, "profiles", f"{fp}.json", _PROFILE_FORMAT, ProfileEntry)
+        return None if entry is None else dataclasses.replace(entry, fingerprint=fp, hints=launch_hints(entry.hints))
 
     def lookup_profile(self, fp: str) -> Profile | None:
         entry = self.lookup(fp)
@@ -344,17 +205,16 @@ class History:
         cannot be written."""
         if not _FINGERPRINT.match(fp):
             raise ConfigError(f"fingerprint {fp!r} is not 64 hex digits", hint="use history.fingerprint(...)")
-        doc = {"format": _PROFILE_FORMAT, "version": _VERSION, "fingerprint": fp, "profile": None if profile is None else profile.to_dict(),
-               "profile_safe": bool(profile_safe), "job_id": job_id, "updated_at": time.time() if now is None else now,
-               "hints": launch_hints(hints)}
-        return self._write("profiles", f"{fp}.json", doc)
+        entry = ProfileEntry(fp, profile, bool(profile_safe), job_id, time.time() if now is None else now,
+                             launch_hints(hints))
+        return self._write("profiles", f"{fp}.json", _PROFILE_FORMAT, entry)
 
     # --- job records -------------------------------------------------------------------------------
     def record(self, rec: JobRecord) -> Path:
         """Store a finished job's record. Raises StateError when the directory cannot be written."""
         if not _SAFE_ID.match(rec.job_id):
             raise ConfigError(f"job id {rec.job_id!r} cannot name a file", hint="use letters, digits, '_', '.', '-'")
-        return self._write("jobs", f"{rec.job_id}.json", {"format": _JOB_FORMAT, "version": _VERSION, **rec.to_dict()})
+        return self._write("jobs", f"{rec.job_id}.json", _JOB_FORMAT, rec)
 
     def get(self, job_id: str) -> JobRecord | None:
         """The record of ``job_id`` (this user's first, then any user's), or None (missing, or unreadable: warned)."""
@@ -412,22 +272,19 @@ class History:
 
     # --- internals ---------------------------------------------------------------------------------
     def _parse_record(self, user: str, uid: int, name: str) -> JobRecord | None:
-        doc = self._read(user, uid, "jobs", name, _JOB_FORMAT)
-        if doc is None:
+        rec = self._read(user, uid, "jobs", name, _JOB_FORMAT, JobRecord)
+        if rec is None:
             return None
         where = self.root / user / "jobs" / name
-        try:
-            rec = JobRecord.from_dict(doc)
-        except ConfigError as e:
-            logger.warning("ignoring history record %s: %s", where, e)
-            return None
         if uid != 0 and rec.user not in (user, account_name(uid)):
             # root's launcher may record a job for anyone; a user only for themselves
             logger.warning("ignoring history record %s: it names user %r but belongs to %s", where, rec.user, user)
             return None
         return rec
 
-    def _read(self, user: str, uid: int, kind: str, name: str, fmt: str) -> dict[str, Any] | None:
+    def _read(self, user: str, uid: int, kind: str, name: str, fmt: str, type_: type[_R]) -> _R | None:
+        """The record in ``<user>/<kind>/<name>``, decoded by :func:`ecolaunch.jobmodel.codec.decode_record`; None when
+        missing, refused (a link, a FIFO, a device, too large, not this user's) or not a valid record: warned."""
         where = self.root / user / kind / name
         try:
             raw = self._tree.read(user, uid, kind, name, MAX_RECORD_BYTES if kind == "jobs" else MAX_PROFILE_BYTES)
@@ -437,22 +294,14 @@ class History:
             logger.warning("ignoring history file %s: %s", where, getattr(e, "why", None) or e.strerror or e)
             return None
         try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            logger.warning("ignoring history file %s: not valid JSON (%s)", where, e)
+            return codec.decode_record(raw, fmt, type_, where=str(where))
+        except ConfigError as e:
+            logger.warning("ignoring history file %s", e)
             return None
-        if not isinstance(doc, dict) or doc.get("format") != fmt or doc.get("version") != _VERSION:
-            logger.warning("ignoring history file %s: not an %s document of version %d", where, fmt, _VERSION)
-            return None
-        return doc
 
-    def _write(self, kind: str, name: str, doc: Mapping[str, Any]) -> Path:
+    def _write(self, kind: str, name: str, fmt: str, record: ProfileEntry | JobRecord) -> Path:
         path = self._tree.own_dir(kind) / name
-        try:
-            data = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-        except ValueError as e:
-            raise ConfigError(f"history document for {name} holds a non-finite number: {e}",
-                              hint="this is an ecolaunch bug: NaN must never reach a record") from e
+        data = codec.encode_record(fmt, record)
         if len(data) > (MAX_RECORD_BYTES if kind == "jobs" else MAX_PROFILE_BYTES):
             raise ConfigError(f"history document for {name} is {len(data)} bytes, over the limit readers accept",
                               hint="this is an ecolaunch bug: records keep short series only")

@@ -41,7 +41,8 @@ from ecolaunch.profile.powercap import DEFAULT_MEASURED_ITERS_PER_CAP, DEFAULT_W
 from ecolaunch.validate import integer, is_number
 
 if TYPE_CHECKING:  # kept out of the import: the launch's argument parser imports this module
-    from ecolaunch.profile.history import Profile, ProfileEntry
+    from ecolaunch.jobmodel.profile import Profile
+    from ecolaunch.profile.history import ProfileEntry
 
 DEFAULT_MODE = "auto"
 DEFAULT_WARMUP_ITERS = 10  # the job's own start-up (allocator, cudnn autotune, data workers); Zeus waits 10 too

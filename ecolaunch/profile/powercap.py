@@ -2,7 +2,6 @@
 
 What lives here:
 
-- :class:`CapPoint`, one measurement ``(power_cap_w, iter_time_s, power_w)``;
 - :class:`CapPrior`, the normalized shape of cap curves learned from the Zeus traces (You et al., NSDI '23: the
   summary curves shipped in ``ecolaunch/sim/data``, see its SOURCE.md), and :data:`DEFAULT_PRIOR`, fitted on all
   of them;
@@ -57,6 +56,7 @@ from dataclasses import dataclass
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.validate import is_number
+from ecolaunch.jobmodel.profile import CapPoint
 
 # A cap at least this many times the job's uncapped power does not bind it. Zeus traces: at cap/power >= 1.3
 # the median board-power ratio is >= 0.99 on all four GPUs and the time ratio is 1.00 within noise.
@@ -74,28 +74,6 @@ ZEUS_MEASURED_ITERS_PER_CAP = 40
 
 _MIN_EXCESS = 0.02  # prior time excess below which a measured point says nothing about the time scale
 _EPS = 1e-9
-
-
-@dataclass(frozen=True, slots=True)
-class CapPoint:
-    """One job measured at one power cap: mean iteration time and mean board power.
-
-    ``iterations`` and ``iter_time_cv_pct`` say how well it was measured: how many iterations the mean is over
-    and their spread (robust coefficient of variation, %); 0 and None when not known (a trace, a simulation).
-    """
-
-    power_cap_w: float
-    iter_time_s: float
-    power_w: float
-    iterations: int = 0
-    iter_time_cv_pct: float | None = None
-
-    @property
-    def se_pct(self) -> float:
-        """Standard error of ``iter_time_s`` in % of it (0 when the spread is not known)."""
-        if self.iter_time_cv_pct is None or self.iterations <= 0:
-            return 0.0
-        return self.iter_time_cv_pct / math.sqrt(self.iterations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,31 +189,6 @@ class CapModel:
                  + _interp(self.knots_w, self.time_offset, cap_w))
         power = _interp(self.knots_w, self.power_scale, cap_w) * self.prior.power_at(u) / self.prior.power_at(u_ref)
         return CapPoint(cap_w, self.reference_iter_time_s * ratio, self.reference_power_w * power)
-
-
-def as_cap_points(raw: Iterable) -> list[CapPoint]:
-    """Cap points from either JSON form a profile may hold: ``[cap, time, power]`` triples (the simulator's) or
-    ``{"power_cap_w", "iter_time_s", "power_w"}`` objects (history's, ``ecolaunch predict``'s); CapPoints pass.
-
-    Raises ConfigError naming the bad point.
-    """
-    out = []
-    for point in raw or ():
-        try:
-            if isinstance(point, CapPoint):
-                out.append(point)
-            elif isinstance(point, dict):
-                cv = point.get("iter_time_cv_pct")
-                out.append(CapPoint(float(point["power_cap_w"]), float(point["iter_time_s"]), float(point["power_w"]),
-                                    int(point.get("iterations") or 0), None if cv is None else float(cv)))
-            else:
-                cap, t, p, *quality = point
-                n, cv = (list(quality) + [0, None])[:2]
-                out.append(CapPoint(float(cap), float(t), float(p), int(n or 0), None if cv is None else float(cv)))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"cap point {point!r} is not (power_cap_w, iter_time_s, power_w)",
-                              hint="give [cap, time, power] or an object with those three keys") from e
-    return out
 
 
 def fit_cap_model(points: Sequence[CapPoint], prior: CapPrior = DEFAULT_PRIOR) -> CapModel:

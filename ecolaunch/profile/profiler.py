@@ -40,11 +40,11 @@ from typing import Protocol
 
 from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
-from ecolaunch.profile.history import Profile
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.channel import iteration_times
 from ecolaunch.profile.capchoice import CapChoice, iteration_stats, job_cap_choice
-from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, NON_BINDING_RATIO, CapPoint, cap_grid, fit_cap_model, profile_caps
+from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, NON_BINDING_RATIO, cap_grid, fit_cap_model, profile_caps
 from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import GpuSample, WindowStats, cap_seen_s
 

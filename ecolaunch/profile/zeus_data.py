@@ -1,4 +1,4 @@
-"""Loaders for the Zeus (NSDI '23) power-limit traces, as :class:`~ecolaunch.profile.powercap.CapPoint` curves.
+"""Loaders for the Zeus (NSDI '23) power-limit traces, as :class:`~ecolaunch.jobmodel.profile.CapPoint` curves.
 
 The full traces are not shipped in the package (its summary curves are, in ``ecolaunch/sim/data``: see its
 SOURCE.md). They are the files under ``examples/research_reproducibility/zeus_nsdi23/trace/`` (and
@@ -10,7 +10,7 @@ Two kinds of file:
 - ``summary_power_<gpu>.csv``: one row per (workload, batch size, optimizer, power limit) with
   ``time_per_epoch`` (s) and ``average_power`` (W). :func:`load_power_traces` keeps, for each workload, the
   optimizer that ``summary_train.csv`` pairs with it (so V100's extra ``adam`` rows for cifar100 are
-  dropped and every GPU uses the same optimizer per workload), and returns one :class:`ZeusCurve` per
+  dropped and every GPU uses the same optimizer per workload), and returns one :class:`ZeusSweep` per
   (GPU, workload, batch size). **Unit:** a curve's ``CapPoint.iter_time_s`` holds *seconds per epoch*
   (``time_unit == "epoch"``): each epoch is the same amount of work, so time ratios, energy ratios and
   the cap choice are the same as per iteration.
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.jobmodel.profile import CapPoint
 
 # the development checkout's copy of the full traces (module docstring); an installed package has none
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "zeus-nsdi23"
@@ -43,8 +43,9 @@ _WINDOW_NAME = re.compile(r"__GlobalPowerLimitOptimizer_(\d+)$")
 
 
 @dataclass(frozen=True, slots=True)
-class ZeusCurve:
-    """One measured cap curve: ``points`` ascending by cap; see the module docstring for ``time_unit``."""
+class ZeusSweep:
+    """One Zeus power-limit sweep (data, not a curve model): ``points`` ascending by cap; see the module docstring
+    for ``time_unit``."""
 
     gpu: str
     workload: str  # "<dataset>/<network>", e.g. "imagenet/resnet50"
@@ -81,11 +82,11 @@ def workload_optimizers(data_dir: Path = DEFAULT_DATA_DIR) -> dict[str, str]:
     return {w: sorted(opts)[0] for w, opts in seen.items()}
 
 
-def load_power_traces(data_dir: Path = DEFAULT_DATA_DIR, gpus: tuple[str, ...] = POWER_TRACE_GPUS) -> list[ZeusCurve]:
+def load_power_traces(data_dir: Path = DEFAULT_DATA_DIR, gpus: tuple[str, ...] = POWER_TRACE_GPUS) -> list[ZeusSweep]:
     """Every (GPU, workload, batch size) curve of ``summary_power_<gpu>.csv``, one point per power limit."""
     data_dir = Path(data_dir)
     optimizers = workload_optimizers(data_dir)
-    curves: list[ZeusCurve] = []
+    curves: list[ZeusSweep] = []
     for gpu in gpus:
         groups: dict[tuple[str, int, str], dict[float, CapPoint]] = defaultdict(dict)
         for row in _read_rows(data_dir / f"summary_power_{gpu}.csv"):
@@ -101,15 +102,15 @@ def load_power_traces(data_dir: Path = DEFAULT_DATA_DIR, gpus: tuple[str, ...] =
                 raise ConfigError(f"bad row in summary_power_{gpu}.csv: {row!r}") from e
             groups[key][cap] = point
         for (workload, bs, opt), pts in sorted(groups.items()):
-            curves.append(ZeusCurve(gpu.upper(), workload, bs, opt, "epoch",
+            curves.append(ZeusSweep(gpu.upper(), workload, bs, opt, "epoch",
                                     tuple(pts[c] for c in sorted(pts))))
     return curves
 
 
-def load_profile_windows(data_dir: Path = DEFAULT_DATA_DIR) -> list[ZeusCurve]:
+def load_profile_windows(data_dir: Path = DEFAULT_DATA_DIR) -> list[ZeusSweep]:
     """Every ``profile_windows/*.csv`` as a curve (per-GPU mean power; time per assumed 40-iteration window)."""
     folder = _require(Path(data_dir) / "profile_windows")
-    curves: list[ZeusCurve] = []
+    curves: list[ZeusSweep] = []
     for path in sorted(folder.glob("*.csv")):
         gpu, model, ids = path.stem.split("+")
         num_gpus = len(ids.removeprefix("gpu").split(","))
@@ -123,6 +124,6 @@ def load_profile_windows(data_dir: Path = DEFAULT_DATA_DIR) -> list[ZeusCurve]:
             power_w = sum(energies) / len(energies) / elapsed_s
             cap = float(m.group(1))
             points[cap] = CapPoint(cap, elapsed_s / ZEUS_WINDOW_ITERS, power_w)
-        curves.append(ZeusCurve(gpu, model, None, None, "iteration",
+        curves.append(ZeusSweep(gpu, model, None, None, "iteration",
                                 tuple(points[c] for c in sorted(points)), num_gpus))
     return curves

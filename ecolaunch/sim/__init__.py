@@ -21,10 +21,8 @@ from ecolaunch.sim.interference import (
     InterferenceModel,
     colocate,
     default_interference_model,
-    demand,
     predict,
 )
-from ecolaunch.sim.models import JobProfile, as_profile
 from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, SharedGpu, reproduce_eaco, shared_gpu
 from ecolaunch.sim.power import (
     CapPrediction,
@@ -40,14 +38,11 @@ __all__ = [
     "EnergyReport",
     "GpuLoad",
     "InterferenceModel",
-    "JobProfile",
     "PowerCapModel",
     "SharedGpu",
-    "as_profile",
     "colocate",
     "default_interference_model",
     "default_power_model",
-    "demand",
     "energy_optimal_cap",
     "predict",
     "reproduce_eaco",

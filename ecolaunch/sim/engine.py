@@ -49,12 +49,11 @@ from dataclasses import dataclass, field, replace
 
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.spec import MachineSpec
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.place import place
 from ecolaunch.profile.powercap import profile_caps
-from ecolaunch.sim.interference import demand
-from ecolaunch.sim.models import JobProfile
 from ecolaunch.sim.power import default_power_model
 from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, shared_gpu
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
@@ -72,21 +71,10 @@ class TraceJob:
     arrival_s: float
     nproc: int
     work_s: float
-    profile: JobProfile
+    profile: Profile
     allowed_slowdown_pct: float = 10.0
     user: str = "sim"
     kind: str = ""
-
-    def profile_dict(self) -> dict:
-        p = self.profile
-        return {
-            "iter_time_s": p.iter_time_s,
-            "sm_util_pct": p.sm_util_pct,
-            "mem_bw_util_pct": p.mem_bw_util_pct,
-            "memory_mib": p.memory_mib,
-            "power_w": p.power_w,
-            "cap_points": [list(c) for c in p.cap_points],
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +335,7 @@ class Simulation:
         for host in hosts:
             request = JobRequest(
                 id=job.id, user=job.user, host=host.name, nproc=job.nproc,
-                memory_mib=(profile or {}).get("memory_mib"), allowed_slowdown_pct=job.allowed_slowdown_pct,
+                memory_mib=profile.memory_mib if profile else None, allowed_slowdown_pct=job.allowed_slowdown_pct,
                 profile=profile,
             )
             self.graph.jobs[job.id] = Job.queued(
@@ -362,9 +350,9 @@ class Simulation:
         return None
 
     # --- the measured world: what policies read, profiling and the closed loop, budgets ------------------
-    def _request_profile(self, job: TraceJob) -> dict | None:
+    def _request_profile(self, job: TraceJob) -> Profile | None:
         if self.world is None:
-            return job.profile_dict()
+            return job.profile
         if self.omniscient:
             return self.world.true_profile(job.kind, self._board)
         if self._board is None:  # mixed GPU models: the launcher knows no profile before it knows the model
@@ -475,9 +463,9 @@ class Simulation:
                                for j, x in zip(jobs, throughputs)]
                 loads[u] = GpuLoad(power_w, floor_w, dict(zip(jobs, dyn)))
                 node.power_w = power_w
-                seen = [self.graph.jobs[j].profile or {} for j in jobs]
-                node.memory_used_mib = sum(int(p.get("memory_mib") or 0) for p in seen)
-                node.util_gpu_pct = min(100.0, sum(float(p.get("sm_util_pct") or 100.0) for p in seen))
+                seen = [self.graph.jobs[j].profile or Profile() for j in jobs]
+                node.memory_used_mib = sum(int(p.memory_mib or 0) for p in seen)
+                node.util_gpu_pct = min(100.0, sum(float(p.sm_util_pct or 100.0) for p in seen))
                 node.util_mem_pct = 0.0
                 for j, x in zip(jobs, throughputs):
                     speeds[(u, j)] = x
@@ -547,14 +535,14 @@ def _with_cap_points(job: TraceJob, gpu: GpuModel) -> TraceJob:
     power_w = p.power_w
     if power_w is None:
         floor_w, _ = model.active_idle_power_w(gpu)
-        power_w = floor_w + demand(p) * (gpu.power_limit_max_w - floor_w)
+        power_w = floor_w + p.demand * (gpu.power_limit_max_w - floor_w)
     t0 = p.iter_time_s or 1.0
     points = []
     for cap in profile_caps(gpu.power_limit_min_w, gpu.power_limit_max_w, power_w):
         pred = model.predict(power_w, cap, gpu)
-        points.append((cap, t0 * pred.time_ratio, pred.power_w))
+        points.append(CapPoint(cap, t0 * pred.time_ratio, pred.power_w))
     # profiling measures the uncapped power too (the point at the maximum cap)
-    return replace(job, profile=replace(p, cap_points=tuple(points), power_w=p.power_w or points[0][2]))
+    return replace(job, profile=replace(p, cap_points=tuple(points), power_w=p.power_w or points[0].power_w))
 
 
 def _merge(reports: Sequence[EnergyReport]) -> EnergyReport:

@@ -1,6 +1,6 @@
 """Co-location interference: each job's normalized throughput when several jobs share one GPU.
 
-What lives here: :func:`demand` (a job's GPU demand from its solo profile), :func:`predict` and
+What lives here (a job's GPU demand is :attr:`ecolaunch.jobmodel.profile.Profile.demand`): :func:`predict` and
 :func:`colocate` (1..N jobs on one GPU), :class:`InterferenceModel` and its calibration on Gavel's measured
 pairs (:func:`fit_gavel`, :func:`holdout_errors`). Power of a shared GPU and of the node is in
 :mod:`ecolaunch.sim.node`.
@@ -47,20 +47,18 @@ import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.jobmodel.gpu import GpuModel
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim import fitted
-from ecolaunch.job.gpu import GpuModel
-from ecolaunch.sim.models import GAVEL_GPUS, JobProfile, as_profile, gavel_pairs, gavel_solo, least_squares
+from ecolaunch.sim.models import GAVEL_GPUS, gavel_pairs, gavel_solo, least_squares
 
 logger = logging.getLogger(__name__)
 
 SUSPECT_POLICIES = ("values", "pairs", "keep")
-#: a job whose utilization is unknown is assumed to keep the GPU busy (the cautious choice for packing)
-UNKNOWN_DEMAND = 1.0
 _START_DEMAND = 0.6
 _START_DELTA_S = 0.01
 
@@ -73,19 +71,18 @@ class InterferenceModel:
     #: used for a job whose ``iter_time_s`` is unknown: the median solo iteration time of Gavel's job types
     default_iter_time_s: float
 
-    def predict(self, profiles: Sequence[JobProfile | Mapping[str, Any]]) -> list[float]:
+    def predict(self, profiles: Sequence[Profile]) -> list[float]:
         """Normalized throughput of each job (1.0 = as fast as alone) when all share one GPU."""
         n = len(profiles)
         if n == 0:
             return []
-        profs = [as_profile(p) for p in profiles]
         if n == 1:
             return [1.0]
-        total = sum(demand(p) for p in profs)
+        total = sum(p.demand for p in profiles)
         stretch = total if total > 1.0 else 1.0
         extra = self.switch_overhead_s * (n - 1)
         out = []
-        for p in profs:
+        for p in profiles:
             t = p.iter_time_s if p.iter_time_s and p.iter_time_s > 0 else self.default_iter_time_s
             out.append(t / (t * stretch + extra))
         return out
@@ -117,16 +114,6 @@ class Colocation:
         return sum(self.throughputs)
 
 
-def demand(profile: JobProfile | Mapping[str, Any]) -> float:
-    """Fraction of time the job keeps the GPU busy alone: ``max(sm_util_pct, mem_bw_util_pct) / 100`` in
-    [0, 1]; :data:`UNKNOWN_DEMAND` when neither is known."""
-    p = as_profile(profile)
-    known = [v for v in (p.sm_util_pct, p.mem_bw_util_pct) if v is not None]
-    if not known:
-        return UNKNOWN_DEMAND
-    return min(1.0, max(0.0, max(known) / 100.0))
-
-
 @functools.lru_cache(maxsize=1)
 def default_interference_model() -> InterferenceModel:
     """The model calibrated on all of Gavel's single-GPU pairs (suspect values dropped): the shipped fit
@@ -139,7 +126,7 @@ def default_interference_model() -> InterferenceModel:
     return fit.model
 
 
-def predict(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: str | GpuModel | None = None,
+def predict(profiles: Sequence[Profile], gpu: str | GpuModel | None = None,
             model: InterferenceModel | None = None) -> list[float]:
     """Normalized throughput of each of 1..N jobs sharing one GPU (see the module docstring).
 
@@ -149,20 +136,19 @@ def predict(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: str | GpuMo
     return (model or default_interference_model()).predict(profiles)
 
 
-def colocate(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: str | GpuModel | None = None,
+def colocate(profiles: Sequence[Profile], gpu: str | GpuModel | None = None,
              model: InterferenceModel | None = None) -> Colocation:
     """:func:`predict` plus demands, saturation, memory fit and the extrapolation flag for ``gpu``.
 
     ``gpu`` is a board name or a GPU model (whose memory the jobs' must fit in).
     """
-    profs = [as_profile(p) for p in profiles]
-    demands = tuple(demand(p) for p in profs)
-    mems = [p.memory_mib for p in profs]
+    demands = tuple(p.demand for p in profiles)
+    mems = [p.memory_mib for p in profiles]
     memory = None if any(m is None for m in mems) else sum(mems)  # type: ignore[misc]
     name = gpu if gpu is None or isinstance(gpu, str) else gpu.name
     capacity = None if gpu is None or isinstance(gpu, str) else gpu.memory_mib
     return Colocation(
-        throughputs=tuple(predict(profs, gpu, model)),
+        throughputs=tuple(predict(profiles, gpu, model)),
         demands=demands,
         saturated=sum(demands) > 1.0,
         memory_mib=memory,

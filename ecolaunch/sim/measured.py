@@ -65,12 +65,13 @@ import numpy as np
 from ecolaunch.admin.rules import Rules, job_cap_bounds
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
 from ecolaunch.profile.control import CapController
-from ecolaunch.profile.powercap import CapPoint, cap_grid, merge_points, profile_caps
+from ecolaunch.profile.powercap import cap_grid, merge_points, profile_caps
 from ecolaunch.sim.models import gavel_pairs, gavel_solo
 from ecolaunch.sim.truth import TruthCurve, zeus_truths
 from ecolaunch.state.graph import GpuNode, StateGraph
@@ -325,24 +326,23 @@ class MeasuredWorld:
         return [xi / ratio for xi in x], total, idle, dyn
 
     # --- what the policies see ---------------------------------------------------------------------------
-    def request_profile(self, user: str, kind: str, board: str | None = None) -> dict | None:
+    def request_profile(self, user: str, kind: str, board: str | None = None) -> Profile | None:
         """The profile a launch arrives with: history's for a repeat on ``board``, None for a first launch (history is
         per board model, as the launcher's fingerprints are)."""
         known = self._history.get((user, kind, board or self.board))
         if known is None:
             return None
-        return {"iter_time_s": known.iter_time_s, "sm_util_pct": known.util_pct, "mem_bw_util_pct": None,
-                "memory_mib": _memory_mib(kind), "power_w": known.power_w,
-                "cap_points": [[p.power_cap_w, p.iter_time_s, p.power_w] for p in known.points]}
+        # the points as a policy reads them from history: how well each was measured is the closed loop's alone
+        return Profile(known.iter_time_s, known.util_pct, None, _memory_mib(kind), known.power_w,
+                       tuple(CapPoint(p.power_cap_w, p.iter_time_s, p.power_w) for p in known.points))
 
-    def true_profile(self, kind: str, board: str | None = None) -> dict:
+    def true_profile(self, kind: str, board: str | None = None) -> Profile:
         """The type's profile on ``board`` as the truth has it (what only the oracle may read)."""
         m, table, _ = self._board(board)
         j = table[kind]
-        points = [[c, j.iter_time_s * j.time_ratio(c), j.curve.power_w(min(c, j.curve.max_cap_w))]
-                  for c in cap_grid(m.power_limit_min_w, m.power_limit_max_w, 25.0)]
-        return {"iter_time_s": j.iter_time_s, "sm_util_pct": None, "mem_bw_util_pct": None,
-                "memory_mib": _memory_mib(kind), "power_w": j.power_w, "cap_points": points}
+        points = tuple(CapPoint(c, j.iter_time_s * j.time_ratio(c), j.curve.power_w(min(c, j.curve.max_cap_w)))
+                       for c in cap_grid(m.power_limit_min_w, m.power_limit_max_w, 25.0))
+        return Profile(j.iter_time_s, None, None, _memory_mib(kind), j.power_w, points)
 
     def is_first(self, user: str, kind: str, board: str | None = None) -> bool:
         return (user, kind, board or self.board) not in self._history
@@ -350,7 +350,7 @@ class MeasuredWorld:
     def _noisy(self, value: float, sd: float) -> float:
         return value * (1.0 + sd * float(self._rng.standard_normal())) if sd > 0 else value
 
-    def profile_inline(self, user: str, kind: str, board: str | None = None) -> dict:
+    def profile_inline(self, user: str, kind: str, board: str | None = None) -> Profile | None:
         """A first launch's inline profile on ``board`` (three caps, noisy), stored in history; returns it."""
         m, table, _ = self._board(board)
         j = table[kind]
@@ -365,7 +365,7 @@ class MeasuredWorld:
         self._history[(user, kind, board or self.board)] = _Known(points, util, points[0].power_w,
                                                                   points[0].iter_time_s)
         self.first_launches += 1
-        return self.request_profile(user, kind, board) or {}
+        return self.request_profile(user, kind, board)
 
     def settle_cap(self, user: str, kind: str, cap_w: float | None, rules: Rules, gpus: Sequence[GpuNode],
                    bound_pct: float, board: str | None = None) -> float | None:

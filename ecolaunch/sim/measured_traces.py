@@ -47,7 +47,7 @@ from ecolaunch.devices.spec import MachineSpec
 from ecolaunch.errors import ConfigError
 from ecolaunch.sim.engine import Trace, TraceJob
 from ecolaunch.sim.measured import job_kinds
-from ecolaunch.sim.models import JobProfile
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.traces import MAX_RUNTIME_S, MIN_RUNTIME_S, _machine_facts, _window
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB, alibaba_pods, gavel_vc, sample_runtimes
 from ecolaunch.validate import is_integer
@@ -165,7 +165,7 @@ def measured_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int 
     for i, (a, (_, k, w, kind, user, bound)) in enumerate(zip(arrivals, raw)):
         j = kinds[kind]
         # what the trace carries besides the truth: a label-only profile (policies read the world's readings)
-        profile = JobProfile(iter_time_s=j.iter_time_s, memory_mib=ASSUMED_MEMORY_MIB[kind])
+        profile = Profile(iter_time_s=j.iter_time_s, memory_mib=ASSUMED_MEMORY_MIB[kind])
         out.append(TraceJob(id=f"j{i:0{width}d}", arrival_s=float(a), nproc=int(k), work_s=float(w),
                             profile=profile, allowed_slowdown_pct=float(bound),
                             user=f"user{user}", kind=kind))

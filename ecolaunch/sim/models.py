@@ -1,18 +1,15 @@
-"""Shared pieces of the simulator's measured models: the job profile, the vendored data, a small fitter.
+"""Shared pieces of the simulator's measured models: the vendored data and a small fitter.
 
 What lives here:
 
-- :class:`JobProfile`, the solo profile (:class:`ecolaunch.profile.history.Profile`: ``iter_time_s``, ``sm_util_pct``,
-  ``mem_bw_util_pct``, ``memory_mib``, ``power_w``, optional measured cap points) and :func:`as_profile`,
-  which also accepts the plain ``dict`` form that state and history store;
 - cached loaders of the measured data vendored in ``ecolaunch/sim/data`` (see its ``SOURCE.md``): the Zeus
   power-limit sweeps, Gavel's single-GPU pair throughputs and EaCO's Tables 1-4. Each file is read once per
   process, on first use, never at import;
 - :func:`least_squares`, a bounded Levenberg-Marquardt solver in plain numpy (numpy is the only numeric
   dependency of the simulator; no scipy, no torch).
 
-What does not: the models themselves (:mod:`ecolaunch.sim.power`, :mod:`ecolaunch.sim.interference`,
-:mod:`ecolaunch.sim.node`).
+What does not: the job's profile (:class:`ecolaunch.jobmodel.profile.Profile`), the models themselves
+(:mod:`ecolaunch.sim.power`, :mod:`ecolaunch.sim.interference`, :mod:`ecolaunch.sim.node`).
 """
 
 from __future__ import annotations
@@ -23,12 +20,10 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.profile.powercap import as_cap_points
 
 logger = logging.getLogger(__name__)
 
@@ -38,55 +33,6 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 ZEUS_GPUS: Mapping[str, float] = {"v100": 250.0, "a40": 300.0, "p100": 250.0, "rtx6000": 260.0}
 #: GPU types with Gavel single-GPU pair measurements.
 GAVEL_GPUS: tuple[str, ...] = ("v100", "p100", "k80")
-
-
-@dataclass(frozen=True, slots=True)
-class JobProfile:
-    """A job's solo profile (as :class:`ecolaunch.profile.history.Profile`). ``None`` = not measured.
-
-    ``cap_points`` holds measured ``(power_cap_w, iter_time_s, power_w)`` triples when profiling measured them.
-    """
-
-    iter_time_s: float | None = None
-    sm_util_pct: float | None = None
-    mem_bw_util_pct: float | None = None
-    memory_mib: int | None = None
-    power_w: float | None = None
-    cap_points: tuple[tuple[float, float, float], ...] = ()
-
-    @classmethod
-    def from_mapping(cls, doc: Mapping[str, Any]) -> JobProfile:
-        """Build from the dict form stored in state and history; unknown keys are ignored."""
-        try:
-            points = tuple((c.power_cap_w, c.iter_time_s, c.power_w) for c in as_cap_points(doc.get("cap_points")))
-            return cls(
-                iter_time_s=_opt_float(doc.get("iter_time_s")),
-                sm_util_pct=_opt_float(doc.get("sm_util_pct")),
-                mem_bw_util_pct=_opt_float(doc.get("mem_bw_util_pct")),
-                memory_mib=None if doc.get("memory_mib") is None else int(doc["memory_mib"]),
-                power_w=_opt_float(doc.get("power_w")),
-                cap_points=points,
-            )
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"job profile {dict(doc)!r} is malformed: {e}",
-                              hint="profiles hold numbers or null for iter_time_s, sm_util_pct, "
-                                   "mem_bw_util_pct, memory_mib, power_w") from e
-
-
-def as_profile(profile: JobProfile | Mapping[str, Any]) -> JobProfile:
-    """``profile`` itself when it is a :class:`JobProfile`, else :meth:`JobProfile.from_mapping`."""
-    if isinstance(profile, JobProfile):
-        return profile
-    return JobProfile.from_mapping(profile)
-
-
-def _opt_float(value: Any) -> float | None:
-    if value is None:
-        return None
-    out = float(value)
-    if out != out:  # NaN must never reach a decision (STYLE rule 6)
-        return None
-    return out
 
 
 # --- vendored data ---------------------------------------------------------------------------------------

@@ -41,11 +41,11 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from ecolaunch.job.gpu import GpuModel
-from ecolaunch.sim.interference import InterferenceModel, default_interference_model, demand
-from ecolaunch.sim.models import JobProfile, as_profile, eaco_tables
+from ecolaunch.jobmodel.gpu import GpuModel
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.sim.interference import InterferenceModel, default_interference_model
+from ecolaunch.sim.models import eaco_tables
 from ecolaunch.sim.power import PowerCapModel, default_power_model
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class SharedGpu:
     extrapolated: bool
 
 
-def shared_gpu(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: GpuModel, power_cap_w: float | None = None,
+def shared_gpu(profiles: Sequence[Profile], gpu: GpuModel, power_cap_w: float | None = None,
                *, interference: InterferenceModel | None = None, power: PowerCapModel | None = None) -> SharedGpu:
     """Throughputs and board power of 1..N jobs on ``gpu`` at ``power_cap_w``.
 
@@ -78,14 +78,14 @@ def shared_gpu(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: GpuModel
     (an assumption: dynamic power proportional to busy time).
     """
     power = power or default_power_model()
-    profs = [as_profile(p) for p in profiles]
+    profs = list(profiles)
     floor_w, extrapolated = power.active_idle_power_w(gpu)
     if not profs:
         return SharedGpu((), gpu.idle_power_w, gpu.idle_power_w, (), 1.0, False, extrapolated)
     x = (interference or default_interference_model()).predict(profs)
     dyn = []
     for p, xi in zip(profs, x):
-        solo_w = p.power_w if p.power_w is not None else floor_w + demand(p) * (gpu.power_limit_max_w - floor_w)
+        solo_w = p.power_w if p.power_w is not None else floor_w + p.demand * (gpu.power_limit_max_w - floor_w)
         dyn.append(max(0.0, solo_w - floor_w) * xi)
     total = floor_w + sum(dyn)
     ratio = 1.0
@@ -95,7 +95,7 @@ def shared_gpu(profiles: Sequence[JobProfile | Mapping[str, Any]], gpu: GpuModel
         scale = max(0.0, pred.power_w - floor_w) / sum(dyn)
         dyn = [d * scale for d in dyn]
         total = floor_w + sum(dyn)
-    saturated = sum(demand(p) for p in profs) > 1.0
+    saturated = sum(p.demand for p in profs) > 1.0
     return SharedGpu(tuple(xi / ratio for xi in x), total, floor_w, tuple(dyn), ratio, saturated, extrapolated)
 
 
@@ -176,7 +176,7 @@ class EacoJob:
     node_power_w: float
     energy_kwh: float
     jct_h: float
-    profile: JobProfile
+    profile: Profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +211,7 @@ def eaco_jobs() -> dict[str, EacoJob]:
     exclusive, _ = eaco_tables()
     out = {}
     for r in exclusive:
-        profile = JobProfile(
+        profile = Profile(
             iter_time_s=float(r["avg_epoch_time_h"]) * 3600.0 / EACO_ITERATIONS_PER_EPOCH,
             sm_util_pct=float(r["avg_gpu_util_pct"]),
             mem_bw_util_pct=float(r["avg_mem_util_pct"]),

@@ -10,17 +10,16 @@ launcher could run: it knows the machine's response in advance.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Sequence
 
 from ecolaunch.admin.rules import Rules, job_cap_bounds
 from ecolaunch.devices.catalogue import lookup
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome, knows_power
+from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT
 from ecolaunch.profile.powercap import cap_grid
-from ecolaunch.sim.models import JobProfile, as_profile
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.node import shared_gpu
 from ecolaunch.state.graph import GpuNode, StateGraph
 
@@ -43,7 +42,7 @@ class TrueModelPredictor:
         return _TrueScorer(self, state, job)
 
     def predict(self, state: StateGraph, job: JobRequest, candidates: Sequence[Candidate]) -> list[Outcome]:
-        new = as_profile(job.profile or {})
+        new = job.profile or Profile()
         return [self._outcome(state, job.host, cand.gpus, cand.caps_w, (job.id, new)) for cand in candidates]
 
     def current(self, state: StateGraph, gpus: Sequence[str]) -> Outcome:
@@ -57,14 +56,14 @@ class TrueModelPredictor:
         return merged
 
     def _outcome(self, state: StateGraph, host: str, gpus: Sequence[str], caps: Sequence[float | None],
-                 new: tuple[str, JobProfile] | None) -> Outcome:
+                 new: tuple[str, Profile] | None) -> Outcome:
         throughput: dict[str, float] = {}
         power: dict[str, float] = {}
         for u, cap in zip(gpus, caps):
             node: GpuNode = state.hosts[host].gpus[u]
             jobs = state.jobs_on(u)
             ids = [j.id for j in jobs]
-            profiles = [as_profile(j.profile or {}) for j in jobs]
+            profiles = [j.profile or Profile() for j in jobs]
             if new is not None:
                 ids.append(new[0])
                 profiles.append(new[1])
@@ -86,15 +85,15 @@ class _TrueScorer:
         """The one objective with the truth instead of the job's curve: the least true energy per unit of work
         within the bound (no margin: nothing is unknown), on the same grid; (None, None) when no cap saves enough."""
         bounds = job_cap_bounds(rules, gpus)
-        if bounds is None or not knows_power(job):
+        if bounds is None or not (job.profile and job.profile.knows_power):
             return None, None
-        key = (tuple(g.name for g in gpus), json.dumps(job.profile, sort_keys=True), bounds, job.allowed_slowdown_pct)
+        key = (tuple(g.name for g in gpus), job.profile, bounds, job.allowed_slowdown_pct)
         if key not in self._p.cap_cache:
             self._p.cap_cache[key] = self._best_cap(job, gpus, bounds)
         return self._p.cap_cache[key], None
 
     def _best_cap(self, job: JobRequest, gpus: Sequence[GpuNode], bounds: tuple[float, float]) -> float | None:
-        new = (job.id, as_profile(job.profile or {}))
+        new = (job.id, job.profile or Profile())
         uuids = tuple(g.uuid for g in gpus)
         host = self._job.host
         top = self._p._outcome(self._state, host, uuids, (bounds[1],) * len(uuids), new)

@@ -48,7 +48,7 @@ import numpy as np
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.sim import fitted
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.sim.models import ZEUS_GPUS, least_squares, zeus_rows
 
 logger = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ecolaunch.devices.simulated import Reading
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.node import shared_gpu
 
 
@@ -20,8 +21,7 @@ def measured_reading(model, power_limit_w: float, loads: Sequence) -> Reading:
     memory; utilization the summed demand, at most 100 %. A process attached without a load only holds memory.
     """
     active = [p for p in loads if p.util_gpu_pct is not None or p.power_w is not None]
-    profiles = [{"sm_util_pct": p.util_gpu_pct, "mem_bw_util_pct": p.util_mem_pct, "power_w": p.power_w}
-                for p in active]
+    profiles = [Profile(sm_util_pct=p.util_gpu_pct, mem_bw_util_pct=p.util_mem_pct, power_w=p.power_w) for p in active]
     cap = power_limit_w if power_limit_w < model.power_limit_max_w else None
     board = shared_gpu(profiles, model, cap)
     return Reading(

@@ -30,7 +30,7 @@ from ecolaunch.clock import VirtualClock
 from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError, DeviceError
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.sim.truth import TruthCurve
 from ecolaunch.validate import is_real
 

@@ -73,9 +73,9 @@ import numpy as np
 
 from ecolaunch.devices.spec import MachineSpec
 from ecolaunch.errors import ConfigError
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.sim.engine import Trace, TraceJob
-from ecolaunch.sim.models import JobProfile
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.workloads import alibaba_pods, gavel_vc, sample_runtimes, workload_profile, workload_profiles
 from ecolaunch.validate import is_integer, is_number, is_real, number_or_none
 
@@ -184,7 +184,7 @@ def _alibaba_jobs(rng: np.random.Generator, n: int, per_host: int, board: GpuMod
     for i, w, b in zip(idx, wraps, borrowed):
         pod, job_type = pods[i], types[b].job_type
         base = profiles[job_type]
-        profile = JobProfile(iter_time_s=base.iter_time_s, sm_util_pct=pod.gpu_milli / 10.0,
+        profile = Profile(iter_time_s=base.iter_time_s, sm_util_pct=pod.gpu_milli / 10.0,
                              memory_mib=base.memory_mib)
         out.append((pod.creation_s + w * period, min(pod.num_gpu, per_host), min(pod.lifetime_s, MAX_RUNTIME_S),
                     profile, f"alibaba {pod.gpu_milli}m ({job_type})"))
@@ -295,7 +295,7 @@ def _parse_job(row: Any, i: int, label: str, per_host: int, board: GpuModel) -> 
         raise ConfigError(f"{where}: field 'nproc' = {nproc} exceeds the {per_host} GPUs of the machine's "
                           "largest host", hint="lower nproc or simulate a machine with more GPUs per host")
     workload = row.get("workload")
-    base = JobProfile()
+    base = Profile()
     if workload not in (None, ""):
         try:
             base = workload_profile(str(workload), board)
@@ -310,7 +310,7 @@ def _parse_job(row: Any, i: int, label: str, per_host: int, board: GpuModel) -> 
                                  positive=f in ("iter_time_s", "power_w")))
     slowdown = _number(row, "allowed_slowdown_pct", where, minimum=0.0) if "allowed_slowdown_pct" in row \
         else DEFAULT_ALLOWED_SLOWDOWN_PCT
-    return TraceJob(id=jid, arrival_s=arrival, nproc=nproc, work_s=work, profile=JobProfile(**fields),
+    return TraceJob(id=jid, arrival_s=arrival, nproc=nproc, work_s=work, profile=Profile(**fields),
                     allowed_slowdown_pct=slowdown, user=str(row.get("user", "sim")),
                     kind=str(row.get("kind", workload or "")))
 

@@ -38,7 +38,8 @@ from pathlib import Path
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile import zeus_data
-from ecolaunch.profile.powercap import CapPoint, cap_grid
+from ecolaunch.jobmodel.profile import CapPoint
+from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.sim.models import read_data_csv, zeus_rows
 
 __all__ = ["OracleCap", "TruthCurve", "h200_truths", "oracle_cap", "true_energy_per_iter", "true_slowdown_pct",
@@ -145,7 +146,7 @@ def h200_truths(*, include_mlp: bool = False) -> list[TruthCurve]:
     return out
 
 
-def vendored_zeus_curves() -> list[zeus_data.ZeusCurve]:
+def vendored_zeus_curves() -> list[zeus_data.ZeusSweep]:
     """:func:`ecolaunch.profile.zeus_data.load_power_traces` on the vendored copies, in the same order.
 
     That loader pairs each workload with the optimizer of ``summary_train.csv``, which is not vendored; here the
@@ -169,7 +170,7 @@ def vendored_zeus_curves() -> list[zeus_data.ZeusCurve]:
                 groups[(r.workload, r.batch_size, r.optimizer)][r.power_limit_w] = CapPoint(
                     r.power_limit_w, r.time_per_epoch_s, r.power_w)
         for (workload, bs, opt), pts in sorted(groups.items()):
-            curves.append(zeus_data.ZeusCurve(gpu.upper(), workload, bs, opt, "epoch",
+            curves.append(zeus_data.ZeusSweep(gpu.upper(), workload, bs, opt, "epoch",
                                               tuple(pts[c] for c in sorted(pts))))
     return curves
 

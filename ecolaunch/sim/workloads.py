@@ -3,7 +3,7 @@
 What lives here:
 
 - :func:`workload_catalogue` / :func:`workload_profiles` / :func:`workload_names`: one
-  :class:`~ecolaunch.sim.models.JobProfile` per Gavel job type (26 types: ResNet-18/CIFAR-10 at batch 16-256,
+  :class:`~ecolaunch.jobmodel.profile.Profile` per Gavel job type (26 types: ResNet-18/CIFAR-10 at batch 16-256,
   ResNet-50/ImageNet at 16-128, Transformer/Multi30k at 16-256, LM/Wikitext-2 at 5-80, Recommendation/ML-20M
   at 512-8192, A3C/Pong, CycleGAN/monet2photo);
 - cached loaders of the population data vendored in ``ecolaunch/sim/data`` (see its ``SOURCE.md``): Gavel's
@@ -53,8 +53,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.job.gpu import GpuModel
-from ecolaunch.sim.models import ZEUS_GPUS, JobProfile, gavel_solo, read_data_csv, zeus_rows
+from ecolaunch.jobmodel.gpu import GpuModel
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.sim.models import ZEUS_GPUS, gavel_solo, read_data_csv, zeus_rows
 
 logger = logging.getLogger(__name__)
 
@@ -99,10 +100,10 @@ class Workload:
     #: ASSUMPTION (see :data:`ASSUMED_MEMORY_MIB`)
     memory_mib: int
 
-    def profile(self, power_limit_max_w: float = ZEUS_GPUS[_ZEUS_GPU]) -> JobProfile:
+    def profile(self, power_limit_max_w: float = ZEUS_GPUS[_ZEUS_GPU]) -> Profile:
         """The solo profile, with ``power_w`` scaled to a board of maximum power limit ``power_limit_max_w``."""
         power = None if self.power_frac is None else self.power_frac * power_limit_max_w
-        return JobProfile(iter_time_s=1.0 / self.solo_throughput, sm_util_pct=100.0 * self.demand,
+        return Profile(iter_time_s=1.0 / self.solo_throughput, sm_util_pct=100.0 * self.demand,
                           mem_bw_util_pct=None, memory_mib=self.memory_mib, power_w=power)
 
 
@@ -138,7 +139,7 @@ def workload_names() -> tuple[str, ...]:
     return tuple(w.name for w in workload_catalogue())
 
 
-def workload_profiles(gpu: GpuModel | None = None) -> dict[str, JobProfile]:
+def workload_profiles(gpu: GpuModel | None = None) -> dict[str, Profile]:
     """Workload name -> solo profile (a new dict each call; the profiles are immutable).
 
     Args:
@@ -150,7 +151,7 @@ def workload_profiles(gpu: GpuModel | None = None) -> dict[str, JobProfile]:
     return {w.name: w.profile(p_max) for w in workload_catalogue()}
 
 
-def workload_profile(name: str, gpu: GpuModel | None = None) -> JobProfile:
+def workload_profile(name: str, gpu: GpuModel | None = None) -> Profile:
     """One workload's profile; ConfigError naming the close matches for an unknown name."""
     profiles = workload_profiles(gpu)
     if name not in profiles:

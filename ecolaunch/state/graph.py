@@ -38,7 +38,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ecolaunch.devices.base import GpuSnapshot, LinkKind, pair_key
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.errors import ConfigError
+from ecolaunch.jobmodel.codec import profile_from_json, profile_to_json
+from ecolaunch.jobmodel.gpu import GpuModel
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.validate import is_integer, is_number
 
 SCHEMA = "ecolaunch.state"
@@ -155,7 +158,7 @@ class Job:
     heartbeat_at: float | None = None
     request: dict[str, Any] = field(default_factory=dict)
     decision: dict[str, Any] = field(default_factory=dict)
-    profile: dict[str, Any] | None = None
+    profile: Profile | None = None
 
     @classmethod
     def queued(cls, id: str, *, user: str, host: str, nproc: int, seq: int, submitted_at: float,
@@ -172,8 +175,8 @@ class Job:
     @property
     def memory_mib(self) -> int:
         """Memory the job needs per GPU: its profile's peak, else the request's estimate, else 0."""
-        if self.profile and self.profile.get("memory_mib") is not None:
-            return int(self.profile["memory_mib"])  # finite and whole: checked by job_from_dict
+        if self.profile is not None and self.profile.memory_mib is not None:
+            return int(self.profile.memory_mib)
         return int(self.request.get("memory_mib") or 0)
 
 
@@ -234,7 +237,7 @@ class StateGraph:
         return seq
 
     def book(self, job_id: str, gpus: list[str], power_caps_w: dict[str, float | None], decision: dict[str, Any],
-             profile: dict[str, Any] | None, now: float) -> Job:
+             profile: Profile | None, now: float) -> Job:
         """Grant a queued job its placement: RUNNING on ``gpus`` with the decided caps (None: the GPU's current
         limit, not recorded) and what is known of it (``profile``), so that every later decision sees the jobs
         already on a GPU as what they are. The one way a job starts running, for the launcher and the simulator
@@ -244,7 +247,7 @@ class StateGraph:
         job.gpus = list(gpus)
         job.power_caps_w = {u: float(w) for u, w in power_caps_w.items() if w is not None}
         job.decision = dict(decision)
-        job.profile = dict(profile) if profile else None
+        job.profile = profile
         job.started_at = job.heartbeat_at = now
         return job
 
@@ -338,6 +341,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     d["state"] = job.state.value
     d["gpus"] = list(job.gpus)
     d["power_caps_w"] = dict(job.power_caps_w)
+    d["profile"] = None if job.profile is None else profile_to_json(job.profile)
     return d
 
 
@@ -405,9 +409,11 @@ def job_from_dict(jid: str, raw: Any) -> Job:
                 "a queued job without GPUs, caps or a start time")
     _check_request(f"jobs.{jid}.request", raw["request"])
     profile = raw.get("profile")
-    _expect(profile is None or isinstance(profile, dict), f"jobs.{jid}.profile", "an object or null")
     if profile is not None:
-        _check_profile(f"jobs.{jid}.profile", profile)
+        try:
+            profile = profile_from_json(profile, where=f"jobs.{jid}.profile")
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
     fields.update(
         state=state,
         power_caps_w=caps,
@@ -427,7 +433,6 @@ MAX_MEMORY_MIB = 1 << 30  # 1 PiB per GPU
 MAX_POWER_W = 100_000.0
 MAX_SLOWDOWN_PCT = 1000.0
 MAX_NAME_CHARS = 256
-MAX_CAP_POINTS = 256
 _JOB_INT_RANGES = {
     "uid": (0, 2**32 - 2),
     "launcher_pid": (1, 2**31 - 1),
@@ -443,35 +448,6 @@ def _check_request(where: str, request: dict[str, Any]) -> None:
     _expect(memory is None or (isinstance(memory, int) and not isinstance(memory, bool) and 0 <= memory <= MAX_MEMORY_MIB),
             f"{where}.memory_mib", f"null or a whole number of MiB from 0 to {MAX_MEMORY_MIB}")
     _check_number(f"{where}.allowed_slowdown_pct", request.get("allowed_slowdown_pct"), 0.0, MAX_SLOWDOWN_PCT)
-
-
-def _check_profile(where: str, profile: dict[str, Any]) -> None:
-    """The job profile (:class:`ecolaunch.profile.history.Profile` as a dict) as policies read it: every measurement null or finite and in range."""
-    memory = profile.get("memory_mib")
-    _expect(memory is None or (_is_number(memory) and math.isfinite(memory) and 0 <= memory <= MAX_MEMORY_MIB
-                               and float(memory).is_integer()),
-            f"{where}.memory_mib", f"null or a whole number of MiB from 0 to {MAX_MEMORY_MIB}")
-    _check_number(f"{where}.iter_time_s", profile.get("iter_time_s"), 0.0, 1e9, positive=True)
-    _check_number(f"{where}.sm_util_pct", profile.get("sm_util_pct"), 0.0, 100.0)
-    _check_number(f"{where}.mem_bw_util_pct", profile.get("mem_bw_util_pct"), 0.0, 100.0)
-    _check_number(f"{where}.power_w", profile.get("power_w"), 0.0, MAX_POWER_W)
-    _expect(isinstance(profile.get("instrumented", True), bool), f"{where}.instrumented", "true or false")
-    points = profile.get("cap_points")
-    _expect(points is None or (isinstance(points, list) and len(points) <= MAX_CAP_POINTS), f"{where}.cap_points",
-            f"null or a list of at most {MAX_CAP_POINTS} points")
-    for i, point in enumerate(points or ()):
-        at = f"{where}.cap_points[{i}]"
-        if isinstance(point, dict):
-            values = [point.get(k) for k in ("power_cap_w", "iter_time_s", "power_w")]
-            extra = [point.get("iterations"), point.get("iter_time_cv_pct")]
-        else:
-            _expect(isinstance(point, list) and 3 <= len(point) <= 5, at, "[cap, time, power] or an object")
-            values, extra = point[:3], (point[3:] + [None, None])[:2]
-        for value in values:
-            _expect(_is_number(value) and math.isfinite(value) and 0 < value <= 1e9, at, "three finite numbers above 0")
-        _expect(extra[0] is None or (isinstance(extra[0], int) and not isinstance(extra[0], bool) and 0 <= extra[0] <= 2**53),
-                f"{at}.iterations", "null or a whole number >= 0")
-        _check_number(f"{at}.iter_time_cv_pct", extra[1], 0.0, 1e6)
 
 
 def _check_number(where: str, value: Any, lo: float, hi: float, *, positive: bool = False) -> None:

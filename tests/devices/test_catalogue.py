@@ -9,7 +9,7 @@ import pytest
 
 from ecolaunch.devices.catalogue import CATALOGUE, lookup, model_names
 from ecolaunch.errors import ConfigError
-from ecolaunch.job.gpu import GpuModel
+from ecolaunch.jobmodel.gpu import GpuModel
 
 REQUIRED = [
     "A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIE-40GB", "A100-PCIE-80GB", "H100-SXM5-80GB",

@@ -11,8 +11,8 @@ from pathlib import Path
 from ecolaunch.devices.select import SIM_STATE_FILE
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
-from ecolaunch.profile.history import History, Profile, fingerprint
-from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.job.profile import CapPoint, Profile
+from ecolaunch.profile.history import History, fingerprint
 from ecolaunch.runtime import current_user
 from tests.conftest import BIN, REPO, ecolaunch_cmd
 

@@ -18,6 +18,7 @@ from ecolaunch.clock import VirtualClock
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.errors import NeverFits
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.launch.caps import JobCaps
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
@@ -28,8 +29,8 @@ from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
 
 #: 6 % slower at 300 W, 18 % at 250 W; its floor under a 10 % bound is 285 W (tests/policy/test_budget.py)
-STEEP = {"iter_time_s": 0.1, "power_w": 330.0, "memory_mib": 1000,
-         "cap_points": [[400.0, 0.1, 330.0], [300.0, 0.106, 285.0], [250.0, 0.118, 242.0]]}
+STEEP = Profile(iter_time_s=0.1, power_w=330.0, memory_mib=1000,
+                cap_points=(CapPoint(400.0, 0.1, 330.0), CapPoint(300.0, 0.106, 285.0), CapPoint(250.0, 0.118, 242.0)))
 #: two A100s (100-400 W): a job alone counts 400 + 100 W (the idle GPU); two jobs must come down to 300 W each
 BUDGET = Rules(power_max_total_w=600.0)
 

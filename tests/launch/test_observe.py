@@ -11,7 +11,8 @@ import pytest
 from ecolaunch.admin.rules import Rules
 from ecolaunch.launch.observe import ObserveConfig, RunObserver, format_summary
 from ecolaunch.profile import channel
-from ecolaunch.profile.history import History, Profile
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.profile.history import History
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, resolve_mode
 from tests.profile.conftest import iter_time_at
 

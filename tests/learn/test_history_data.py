@@ -15,9 +15,10 @@ from ecolaunch.devices.catalogue import lookup
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.learn.history_data import history_samples
 from ecolaunch.policy.infer import load_model, score
+from ecolaunch.jobmodel.codec import profile_to_json
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.learn.train import train
-from ecolaunch.profile.history import History, JobRecord, Profile
-from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.profile.history import History, JobRecord
 from ecolaunch.state.graph import GpuNode
 from tests.conftest import clean_env, ecolaunch_cmd
 
@@ -106,7 +107,8 @@ def test_training_on_the_history_moves_the_model_towards_the_lab_measurements(tm
     torch.set_num_threads(1)
     history = stored(tmp_path / "state", *(record(f"j{i}", fingerprint=f"{i:064x}") for i in range(3)))
     data = history_samples(history)
-    job = {"id": "a", **PROFILE.to_dict(), "cap_points": [[400.0, 0.10, 300.0]]}  # known at launch: uncapped only
+    job = {"id": "a", **profile_to_json(PROFILE),  # known at launch: uncapped only
+           "cap_points": [{"power_cap_w": 400.0, "iter_time_s": 0.10, "power_w": 300.0}]}
     graphs = [scenario_graph(GpuNode.from_model(lookup(A100)), p.power_cap_w, [job]) for p in STEEP[1:]]
     truth = torch.tensor([0.10 / p.iter_time_s for p in STEEP[1:]])
 
@@ -134,7 +136,9 @@ def test_policy_train_writes_weights_that_launches_and_predict_use(tmp_path: Pat
     assert manifest["history"]["samples"] == 8 and manifest["data"]["history_samples"] == 8
     assert json.loads((out.parent / "manifest.json").read_text())["history"]["cap_points"] == 4
     load_model(out)  # a valid weight file
-    job = {k: v for k, v in SMALL.to_dict().items() if k != "instrumented"}
+    job = {k: v for k, v in profile_to_json(SMALL).items() if k not in ("instrumented", "version")}
+    job["cap_points"] = [{k: getattr(p, k) for k in ("power_cap_w", "iter_time_s", "power_w")}
+                         for p in SMALL.cap_points]
     scenario = json.dumps({"gpu": A100, "power_cap_w": 200, "jobs": [{"id": "a", **job}]})
     mine = subprocess.run(ecolaunch_cmd("predict", "--json"), input=scenario, capture_output=True, text=True,
                           env={**env, "ECOLAUNCH_GNN_WEIGHTS": str(out)}, timeout=120)

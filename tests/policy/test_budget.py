@@ -12,8 +12,9 @@ from ecolaunch.admin.budget import (GRID_W, GpuDemand, allocate, budget_ceilings
                                     rebalance)
 from ecolaunch.policy.budget import BudgetedPolicy, book_budget
 from ecolaunch.policy.registry import get_policy, policy_names
+from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.profile.capchoice import cap_margin_pct
-from ecolaunch.profile.powercap import as_cap_points, fit_cap_model
+from ecolaunch.profile.powercap import fit_cap_model
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
 #: a compute-bound job: 6 % slower at 300 W, 18 % at 250 W (of 330 W drawn uncapped)
@@ -36,7 +37,8 @@ def machine(n: int = 4) -> StateGraph:
 
 
 def request(jid: str, profile: dict | None = STEEP, nproc: int = 1, bound: float = 10.0) -> JobRequest:
-    return JobRequest(jid, "u", "h", nproc, memory_mib=1000, allowed_slowdown_pct=bound, profile=profile)
+    return JobRequest(jid, "u", "h", nproc, memory_mib=1000, allowed_slowdown_pct=bound,
+                      profile=None if profile is None else profile_from_json(profile, where="test"))
 
 
 def place(graph: StateGraph, policy, req: JobRequest, rules: Rules) -> Decision | None:
@@ -60,7 +62,7 @@ def total_w(graph: StateGraph, rules: Rules) -> float:
 
 def within_bound(profile: dict, cap_w: float, bound: float) -> bool:
     """The job's predicted slowdown at ``cap_w`` plus capchoice's margin, computed here from its points."""
-    model = fit_cap_model(as_cap_points(profile["cap_points"]))
+    model = fit_cap_model(profile_from_json(profile, where="test").cap_points)
     slow = 100.0 * (model.predict(cap_w).iter_time_s / model.predict(400.0).iter_time_s - 1.0)
     return slow + (cap_margin_pct(model, cap_w) if cap_w < 400.0 else 0.0) <= bound + 1e-6
 

@@ -7,6 +7,8 @@ import sys
 
 from ecolaunch.admin.rules import Rules
 from ecolaunch.config import DEFAULT_PLACEMENT_POLICY
+from ecolaunch.jobmodel.codec import profile_from_json
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.energy import alone_cap
@@ -27,13 +29,13 @@ def _state(n: int = 2, busy: int = 0) -> StateGraph:
         state.jobs[f"r{i}"] = Job(id=f"r{i}", uid=0, user="u", host="h", launcher_pid=1, launcher_start_time=0.0,
                                   nproc=1, name="x", seq=i, submitted_at=0.0, state=JobState.RUNNING,
                                   gpus=[f"GPU-{i}"], request={"memory_mib": 1000},
-                                  profile={"memory_mib": 1000, "sm_util_pct": 5.0})
+                                  profile=Profile(memory_mib=1000, sm_util_pct=5.0))
     return state
 
 
 def _job(profile=None, nproc: int = 1) -> JobRequest:
     return JobRequest(id="new", user="u", host="h", nproc=nproc, memory_mib=1000, allowed_slowdown_pct=10.0,
-                      profile=profile)
+                      profile=None if profile is None else profile_from_json(profile, where="test"))
 
 
 def test_curve_is_the_default_and_caps_by_the_measured_curve():

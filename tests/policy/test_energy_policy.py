@@ -10,11 +10,11 @@ from ecolaunch.devices.spec import parse_spec
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.energy import DECISION_CAP_STEP_W, enumerate_candidates
 from ecolaunch.policy.gnn import gnn_policy
+from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.profile.capchoice import job_cap_choice
-from ecolaunch.profile.powercap import as_cap_points
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
 from ecolaunch.sim.metrics import summarize
-from ecolaunch.sim.models import JobProfile
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.sim.oracle import oracle_policy
 from ecolaunch.state.graph import GpuNode, Host, StateGraph
@@ -36,14 +36,15 @@ def idle_host(n: int = 2) -> StateGraph:
 
 def request(profile: dict | None) -> JobRequest:
     return JobRequest(id="new", user="u", host="h", nproc=1, memory_mib=8000, allowed_slowdown_pct=10.0,
-                      profile=profile)
+                      profile=None if profile is None else profile_from_json(profile, where="test"))
 
 
 def test_an_idle_set_gets_the_cap_its_curve_chooses_on_the_5w_grid() -> None:
     state = idle_host()
     job = request(PROFILE)
     (cand,) = enumerate_candidates(state, job, Rules())  # two interchangeable idle GPUs: the best one is kept
-    choice = job_cap_choice(as_cap_points(PROFILE["cap_points"]), (A100.power_limit_min_w, A100.power_limit_max_w),
+    points = profile_from_json(PROFILE, where="test").cap_points
+    choice = job_cap_choice(points, (A100.power_limit_min_w, A100.power_limit_max_w),
                             10.0, 1.0)
     assert cand.by_curve and cand.caps_w == (choice.cap_w,) and choice.cap_w % DECISION_CAP_STEP_W == 0
     assert choice.cap_w < A100.power_limit_max_w and choice.slowdown_pct + choice.margin_pct <= 10.0 + 1e-9
@@ -61,7 +62,7 @@ def test_a_job_whose_power_is_unknown_is_never_capped() -> None:
 def trace() -> Trace:
     jobs = []
     for i, (util, power) in enumerate([(95, 380.0), (80, 300.0), (60, 250.0), (90, 340.0), (40, 200.0), (70, 280.0)]):
-        jobs.append(TraceJob(f"j{i}", 1800.0 * i, 1, 3600.0, JobProfile(iter_time_s=0.2, sm_util_pct=util,
+        jobs.append(TraceJob(f"j{i}", 1800.0 * i, 1, 3600.0, Profile(iter_time_s=0.2, sm_util_pct=util,
                              mem_bw_util_pct=util / 2, memory_mib=8000, power_w=power)))
     return Trace("caps", tuple(jobs))
 

@@ -22,6 +22,7 @@ from ecolaunch.policy.features import (
     job_row,
     scenario_graph,
 )
+from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.policy.infer import message_edges
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
 
@@ -42,7 +43,8 @@ def gpu(host: str, i: int, cap: float | None = None) -> GpuNode:
 def job(jid: str, gpus: list[str], seq: int, profile: dict | None = PROFILE, host: str = "h",
         state: JobState = JobState.RUNNING) -> Job:
     return Job(id=jid, uid=0, user="u", host=host, launcher_pid=1, launcher_start_time=0.0, nproc=len(gpus),
-               name=jid, seq=seq, submitted_at=0.0, state=state, gpus=gpus, profile=profile,
+               name=jid, seq=seq, submitted_at=0.0, state=state, gpus=gpus,
+               profile=None if profile is None else profile_from_json(profile, where="test"),
                request={"allowed_slowdown_pct": 10.0})
 
 
@@ -91,7 +93,7 @@ def test_small_state_has_exact_nodes_and_edges() -> None:
 
 def test_features_are_finite_with_missing_flags() -> None:
     state = small_state()
-    state.jobs["j1"].profile = {**PROFILE, "sm_util_pct": float("nan"), "power_w": None}
+    state.jobs["j1"].profile = profile_from_json({**PROFILE, "sm_util_pct": None, "power_w": None}, where="test")
     g = encode_state(state).graph()
     col = {name: i for i, name in enumerate(JOB_FEATURES)}
     assert all(torch.isfinite(x).all() for x in g.x.values())
@@ -108,7 +110,7 @@ def test_features_are_finite_with_missing_flags() -> None:
 def test_candidates_equal_the_state_with_the_job_added() -> None:
     state = small_state()
     request = JobRequest(id="new", user="u", host="h", nproc=2, memory_mib=30000, allowed_slowdown_pct=15.0,
-                         profile={**PROFILE, "memory_mib": 30000})
+                         profile=profile_from_json({**PROFILE, "memory_mib": 30000}, where="test"))
     places = [Placement(("h-G0",)), Placement(("h-G2", "h-G3"), {"h-G3": 250.0}),
               Placement(("h-G1",), {"h-G1": None})]
     cands = encode_state(state).candidates(request, places)
@@ -155,13 +157,15 @@ def test_two_hosts_are_peers_and_hosts_can_be_restricted() -> None:
 def test_cap_points_are_interpolated_at_the_reference_caps() -> None:
     profile = {"iter_time_s": 0.1, "cap_points": [{"power_cap_w": 200, "iter_time_s": 0.15, "power_w": 180},
                                                   [400, 0.1, 300]]}
-    row = dict(zip(JOB_FEATURES, job_row(profile, memory_mib=None, allowed_slowdown_pct=None, n_gpus=1,
+    row = dict(zip(JOB_FEATURES, job_row(profile_from_json(profile, where="test"), memory_mib=None,
+                                         allowed_slowdown_pct=None, n_gpus=1,
                                          gpu_memory_mib=81920, gpu_max_power_w=400.0)))
     assert row["cap60_slowdown"] == pytest.approx(0.4) and row["cap60_power"] == pytest.approx(204 / 400)
     assert row["cap80_slowdown"] == pytest.approx(0.2) and row["cap80_power"] == pytest.approx(252 / 400)
     assert row["cap60_missing"] == row["cap80_missing"] == 0
     high = {"iter_time_s": 0.1, "cap_points": [[300, 0.11, 250], [400, 0.1, 300]]}
-    row = dict(zip(JOB_FEATURES, job_row(high, memory_mib=None, allowed_slowdown_pct=None, n_gpus=1,
+    row = dict(zip(JOB_FEATURES, job_row(profile_from_json(high, where="test"), memory_mib=None,
+                                         allowed_slowdown_pct=None, n_gpus=1,
                                          gpu_memory_mib=81920, gpu_max_power_w=400.0)))
     assert row["cap60_missing"] == 1 and row["cap80_missing"] == 0  # 240 W lies below the lowest measured cap
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ecolaunch.devices.catalogue import lookup
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.estimate import measured_curve, profile_curve
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.policy.infer import ModelConfig, PlainModel, load_default_model, physics_prior, score_sd
@@ -47,12 +48,12 @@ def test_the_curve_is_the_measurement_at_measured_caps_and_monotone_between() ->
 
 
 def test_the_uncapped_profile_is_the_point_at_the_max_limit() -> None:
-    curve = profile_curve({"iter_time_s": 0.3, "power_w": 250.0, "cap_points": [[200.0, 0.34, 195.0]]}, 300.0)
+    point = CapPoint(200.0, 0.34, 195.0)
+    curve = profile_curve(Profile(iter_time_s=0.3, power_w=250.0, cap_points=(point,)), 300.0)
     assert curve.caps_w == (200.0, 300.0) and curve.speed(300.0) == 1.0 and curve.speed(200.0) == 0.3 / 0.34
-    no_power = profile_curve({"iter_time_s": 0.3, "cap_points": [{"power_cap_w": 200, "iter_time_s": 0.34,
-                                                                   "power_w": 195}]}, 300.0)
+    no_power = profile_curve(Profile(iter_time_s=0.3, cap_points=(point,)), 300.0)
     assert no_power.speed(200.0) == 0.3 / 0.34 and no_power.anchored(200.0) and not no_power.anchored(250.0)
-    assert profile_curve({"iter_time_s": 0.3}, 300.0) is None and profile_curve(None, 300.0) is None
+    assert profile_curve(Profile(iter_time_s=0.3), 300.0) is None and profile_curve(None, 300.0) is None
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ from ecolaunch.policy.model import HierarchicalGNN, load_gnn
 from ecolaunch.learn.train import gavel_pairs_set, synthetic_state
 from ecolaunch.sim.interference import fit_gavel, gavel_set, pair_throughputs
 from tests.conftest import REPO, clean_env
+from ecolaunch.jobmodel.codec import profile_from_json
 from tests.policy.test_features import A100_NODE, PROFILE, small_state
 
 
@@ -37,7 +38,7 @@ def graphs():
     model = fit_gavel().model
     out = [synthetic_state(rng, model).graph for _ in range(20)]
     state = small_state(("h", "k"))  # two hosts: the host-peer level is exercised
-    request = JobRequest(id="new", user="u", host="h", nproc=1, profile=PROFILE)
+    request = JobRequest(id="new", user="u", host="h", nproc=1, profile=profile_from_json(PROFILE, where="test"))
     out.append(encode_state(state).candidates(request, [Placement(("h-G3",), {"h-G3": 200.0}), (("h-G0",), None)]))
     return out
 

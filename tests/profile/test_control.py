@@ -10,7 +10,7 @@ import pytest
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile.control import CapController, ControlSettings
 from ecolaunch.profile.capchoice import job_cap_choice
-from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.jobmodel.profile import CapPoint
 
 BOUNDS = (100.0, 400.0)
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.errors import ConfigError, StateError
-from ecolaunch.profile.history import History, JobRecord, Profile, ProfileEntry, fingerprint
-from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.jobmodel.codec import decode_record, encode_record, profile_from_json, profile_to_json
+from ecolaunch.jobmodel.profile import CapPoint, Profile
+from ecolaunch.profile.history import History, JobRecord, ProfileEntry, fingerprint
 from ecolaunch.state.userdirs import user_dir_name
 
 FP = "ab" * 32
@@ -31,15 +32,15 @@ def make_record(job_id: str = "j1", ended: float = 1_700_000_100.0, **kw) -> Job
 
 
 def test_profile_round_trip_and_validation() -> None:
-    assert Profile.from_dict(PROFILE.to_dict()) == PROFILE
-    assert Profile.from_dict(json.loads(json.dumps(PROFILE.to_dict()))) == PROFILE
+    assert profile_from_json(profile_to_json(PROFILE), where="p") == PROFILE
+    assert profile_from_json(json.loads(json.dumps(profile_to_json(PROFILE))), where="p") == PROFILE
     empty = Profile(None, None, None, None, None, (), instrumented=False)
-    assert Profile.from_dict(empty.to_dict()) == empty
+    assert profile_from_json(profile_to_json(empty), where="p") == empty
     for key, bad in [("iter_time_s", 0.0), ("sm_util_pct", 101.0), ("memory_mib", -1), ("memory_mib", 1.5),
                      ("power_w", "300"), ("cap_points", [{"power_cap_w": 300, "iter_time_s": 0.1}]),
                      ("cap_points", "x"), ("instrumented", "yes")]:
         with pytest.raises(ConfigError):
-            Profile.from_dict({**PROFILE.to_dict(), key: bad})
+            profile_from_json({**profile_to_json(PROFILE), key: bad}, where="p")
 
 
 def test_record_round_trip(tmp_path: Path) -> None:
@@ -48,7 +49,7 @@ def test_record_round_trip(tmp_path: Path) -> None:
     path = history.record(rec)
     assert path == tmp_path / "history" / user_dir_name(os.geteuid()) / "jobs" / "j1.json"  # this user's own directory
     assert history.get("j1") == rec
-    assert JobRecord.from_dict(rec.to_dict()) == rec
+    assert decode_record(encode_record("ecolaunch-job", rec), "ecolaunch-job", JobRecord, where="r") == rec
     assert history.get("nope") is None
     assert history.get("../etc/passwd") is None
 
@@ -83,7 +84,7 @@ def test_list_is_newest_first_and_limited(tmp_path: Path) -> None:
     b"\x00\xff garbage",
     b'{"format": "something-else", "version": 1}',
     b'[1, 2]',
-    json.dumps({"format": "ecolaunch-job", "version": 1, **make_record("j9", energy_j=-5.0).to_dict()}).encode(),
+    encode_record("ecolaunch-job", make_record("j9", energy_j=-5.0)),
 ])
 def test_unreadable_records_are_skipped_with_a_warning(tmp_path: Path, caplog, content: bytes) -> None:
     history = History(tmp_path)

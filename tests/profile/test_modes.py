@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.profile.history import Profile, ProfileEntry
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.profile.history import ProfileEntry
 from ecolaunch.profile.modes import (ProfileAction, ProfileMode, ProfilerSettings, parse_mode, pre_run_env,
                                      pre_run_steps, resolve_mode)
 

@@ -60,7 +60,7 @@ def test_first_run_and_repeat_run_choose_the_same_cap(backend, vclock, noise: fl
         assert first.margin_pct > 0  # the measured spread is kept back
     profile = profiler.result.profile
     request = JobRequest(id="again", user="u", host="h", nproc=2, memory_mib=profile.memory_mib,
-                         allowed_slowdown_pct=10.0, profile=profile.to_dict())
+                         allowed_slowdown_pct=10.0, profile=profile)
     repeat = gnn_policy().decide(idle_graph(backend), request, rules)
     # the policy records no cap for "the top of the bounds" (the GPU keeps its limit): the same choice
     assert set(repeat.power_caps_w.values()) == {None if first.cap_w >= 400.0 else first.cap_w}

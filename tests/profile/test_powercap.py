@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.profile import capchoice as cc
 from ecolaunch.profile import powercap as pc
 from ecolaunch.profile import zeus_data as zd
@@ -16,16 +17,16 @@ needs_zeus = pytest.mark.skipif(not (zd.DEFAULT_DATA_DIR / "summary_power_v100.c
                                 reason="Zeus traces not found next to the repository (../shared/data/zeus-nsdi23)")
 
 
-def synthetic(p_free_w: float, exponent: float, caps: list[float], t0_s: float = 0.5) -> dict[float, pc.CapPoint]:
+def synthetic(p_free_w: float, exponent: float, caps: list[float], t0_s: float = 0.5) -> dict[float, CapPoint]:
     """A DVFS-like job independent of the prior: power follows 0.95 x cap below its free draw, time ~ 1/power^b."""
     out = {}
     for c in caps:
         p = min(p_free_w, 0.95 * c)
-        out[c] = pc.CapPoint(c, t0_s * (p_free_w / p) ** exponent, p)
+        out[c] = CapPoint(c, t0_s * (p_free_w / p) ** exponent, p)
     return out
 
 
-def fit_from_profile(truth: dict[float, pc.CapPoint],
+def fit_from_profile(truth: dict[float, CapPoint],
                      prior: pc.CapPrior = pc.DEFAULT_PRIOR) -> tuple[pc.CapModel, list[float]]:
     caps = sorted(truth)
     wanted = pc.profile_caps(caps[0], caps[-1], uncapped_power_w=truth[caps[-1]].power_w)
@@ -33,18 +34,18 @@ def fit_from_profile(truth: dict[float, pc.CapPoint],
     return pc.fit_cap_model([truth[c] for c in profiled], prior), profiled
 
 
-def mape(model: pc.CapModel, truth: dict[float, pc.CapPoint], skip: list[float]) -> tuple[float, float]:
+def mape(model: pc.CapModel, truth: dict[float, CapPoint], skip: list[float]) -> tuple[float, float]:
     caps = [c for c in truth if c not in skip]
     t = statistics.fmean(abs(model.predict(c).iter_time_s / truth[c].iter_time_s - 1) for c in caps)
     p = statistics.fmean(abs(model.predict(c).power_w / truth[c].power_w - 1) for c in caps)
     return 100 * t, 100 * p
 
 
-def measured_range(truth: dict[float, pc.CapPoint], profiled: list[float]) -> dict[float, pc.CapPoint]:
+def measured_range(truth: dict[float, CapPoint], profiled: list[float]) -> dict[float, CapPoint]:
     return {c: p for c, p in truth.items() if c >= min(profiled)}
 
 
-def assert_extrapolation_is_monotone(model: pc.CapModel, truth: dict[float, pc.CapPoint],
+def assert_extrapolation_is_monotone(model: pc.CapModel, truth: dict[float, CapPoint],
                                      profiled: list[float]) -> None:
     """Below the lowest measured cap (the slowest caps, ~65 % of the job's power and less) the model
     extrapolates and may err by tens of percent; it still never predicts less slowdown than it measured at
@@ -55,7 +56,7 @@ def assert_extrapolation_is_monotone(model: pc.CapModel, truth: dict[float, pc.C
     assert all(b >= a * (1 - 1e-9) for a, b in zip(times, times[1:]))
 
 
-def true_optimum(truth: dict[float, pc.CapPoint], bound_pct: float) -> float:
+def true_optimum(truth: dict[float, CapPoint], bound_pct: float) -> float:
     hi = max(truth)
     ok = [c for c in truth if truth[c].iter_time_s <= (1 + bound_pct / 100) * truth[hi].iter_time_s]
     return min(ok, key=lambda c: (truth[c].iter_time_s * truth[c].power_w, c))
@@ -96,7 +97,7 @@ def test_flat_job_needs_one_cap_and_is_left_uncapped() -> None:
 
 
 def test_non_binding_replicates_are_averaged() -> None:
-    points = [pc.CapPoint(250, 1.0, 50), pc.CapPoint(175, 1.1, 52), pc.CapPoint(100, 0.9, 48)]
+    points = [CapPoint(250, 1.0, 50), CapPoint(175, 1.1, 52), CapPoint(100, 0.9, 48)]
     model = pc.fit_cap_model(points)
     assert model.reference_iter_time_s == pytest.approx(1.0)
     assert model.reference_power_w == pytest.approx(50)
@@ -104,7 +105,7 @@ def test_non_binding_replicates_are_averaged() -> None:
 
 
 def test_duplicate_caps_are_averaged() -> None:
-    model = pc.fit_cap_model([pc.CapPoint(250, 1.0, 200), pc.CapPoint(250, 1.2, 220)])
+    model = pc.fit_cap_model([CapPoint(250, 1.0, 200), CapPoint(250, 1.2, 220)])
     assert model.reference_iter_time_s == pytest.approx(1.1)
     assert model.reference_power_w == pytest.approx(210)
 
@@ -214,10 +215,10 @@ def test_profile_caps(lo: float, hi: float, power: float | None, expected: list[
 
 
 @pytest.mark.parametrize("points", [
-    [], [pc.CapPoint(250, -1.0, 200)], [pc.CapPoint(250, 1.0, 0.0)], [pc.CapPoint(float("nan"), 1.0, 200)],
-    [pc.CapPoint(250, math.inf, 200)],
+    [], [CapPoint(250, -1.0, 200)], [CapPoint(250, 1.0, 0.0)], [CapPoint(float("nan"), 1.0, 200)],
+    [CapPoint(250, math.inf, 200)],
 ])
-def test_fit_rejects_bad_points(points: list[pc.CapPoint]) -> None:
+def test_fit_rejects_bad_points(points: list[CapPoint]) -> None:
     with pytest.raises(ConfigError):
         pc.fit_cap_model(points)
 
@@ -260,22 +261,22 @@ def test_iteration_stats_ignore_a_stall_and_measure_the_spread() -> None:
 
 
 def test_the_margin_comes_from_what_was_measured() -> None:
-    exact = pc.fit_cap_model([pc.CapPoint(400, 0.1, 300), pc.CapPoint(250, 0.114, 250), pc.CapPoint(200, 0.13, 200)])
+    exact = pc.fit_cap_model([CapPoint(400, 0.1, 300), CapPoint(250, 0.114, 250), CapPoint(200, 0.13, 200)])
     assert cc.cap_margin_pct(exact, 250) == cc.MIN_MARGIN_PP  # a measured cap, measured without noise: the floor
     between = [cc.cap_margin_pct(exact, c) for c in (265, 275, 290)]
     assert cc.MIN_MARGIN_PP < between[0] < between[1] < between[2]  # grows with the distance from a measured cap
     assert cc.cap_margin_pct(exact, 150) >= cc.MARGIN_Z * cc.EXTRAPOLATION_ERROR_PP  # below the lowest measured
-    noisy = pc.fit_cap_model([pc.CapPoint(400, 0.1, 300, 15, 3.0), pc.CapPoint(250, 0.114, 250, 15, 3.0),
-                              pc.CapPoint(200, 0.13, 200, 15, 3.0)])
+    noisy = pc.fit_cap_model([CapPoint(400, 0.1, 300, 15, 3.0), CapPoint(250, 0.114, 250, 15, 3.0),
+                              CapPoint(200, 0.13, 200, 15, 3.0)])
     assert cc.cap_margin_pct(noisy, 250) == pytest.approx(cc.MARGIN_Z * (2 * 9.0 / 15) ** 0.5)
-    more = pc.fit_cap_model([pc.CapPoint(400, 0.1, 300, 600, 3.0), pc.CapPoint(250, 0.114, 250, 600, 3.0)])
+    more = pc.fit_cap_model([CapPoint(400, 0.1, 300, 600, 3.0), CapPoint(250, 0.114, 250, 600, 3.0)])
     assert cc.cap_margin_pct(more, 250) < cc.cap_margin_pct(noisy, 250) / 3  # more iterations, less margin
 
 
 def test_the_choice_keeps_its_margin_and_noisier_profiles_choose_higher_caps() -> None:
-    points = [pc.CapPoint(400, 0.1, 300), pc.CapPoint(250, 0.114, 250), pc.CapPoint(200, 0.13, 200)]
+    points = [CapPoint(400, 0.1, 300), CapPoint(250, 0.114, 250), CapPoint(200, 0.13, 200)]
     exact = cc.job_cap_choice(points, (100, 400), 10.0)
-    noisy = cc.job_cap_choice([pc.CapPoint(p.power_cap_w, p.iter_time_s, p.power_w, 15, 3.0) for p in points],
+    noisy = cc.job_cap_choice([CapPoint(p.power_cap_w, p.iter_time_s, p.power_w, 15, 3.0) for p in points],
                               (100, 400), 10.0)
     for choice in (exact, noisy):
         assert choice.slowdown_pct + choice.margin_pct <= 10.0 + 1e-9 and choice.cap_w % cc.CHOICE_STEP_W == 0
@@ -285,11 +286,8 @@ def test_the_choice_keeps_its_margin_and_noisier_profiles_choose_higher_caps() -
 
 
 def test_points_at_one_cap_pool_by_iterations() -> None:
-    merged = pc.merge_points([pc.CapPoint(250, 0.11, 250, 15, 3.0), pc.CapPoint(250, 0.12, 240, 585, 1.0),
-                              pc.CapPoint(400, 0.1, 300)])
+    merged = pc.merge_points([CapPoint(250, 0.11, 250, 15, 3.0), CapPoint(250, 0.12, 240, 585, 1.0),
+                              CapPoint(400, 0.1, 300)])
     assert [p.power_cap_w for p in merged] == [250, 400]
     assert merged[0].iterations == 600 and merged[0].iter_time_s == pytest.approx((15 * 0.11 + 585 * 0.12) / 600)
     assert merged[0].iter_time_cv_pct == pytest.approx(((15 * 9 + 585 * 1) / 600) ** 0.5)
-    assert pc.as_cap_points([[250, 0.11, 250, 15, 3.0], {"power_cap_w": 250, "iter_time_s": 0.11, "power_w": 250,
-                                                         "iterations": 15, "iter_time_cv_pct": 3.0}]) == \
-        [pc.CapPoint(250, 0.11, 250, 15, 3.0)] * 2

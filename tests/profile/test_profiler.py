@@ -11,7 +11,7 @@ import pytest
 from ecolaunch.admin.rules import CapBounds, Rules, job_cap_bounds, profiler_settings
 from ecolaunch.devices.base import GpuSnapshot
 from ecolaunch.errors import ConfigError, PermissionDenied
-from ecolaunch.profile.history import Profile
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.profiler import Phase, Profiler, check_early
 from ecolaunch.profile.runcaps import RunCaps

@@ -11,13 +11,13 @@ from ecolaunch.devices.spec import parse_spec
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
 from ecolaunch.sim.metrics import summarize
-from ecolaunch.sim.models import JobProfile
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.oracle import oracle_policy
 
 
 def job(i: int, arrival: float, work: float, util: float, nproc: int = 1, power=None, bound: float = 10.0) -> TraceJob:
     return TraceJob(f"j{i}", arrival, nproc, work,
-                    JobProfile(iter_time_s=0.2, sm_util_pct=util, mem_bw_util_pct=util / 2, memory_mib=8000,
+                    Profile(iter_time_s=0.2, sm_util_pct=util, mem_bw_util_pct=util / 2, memory_mib=8000,
                                power_w=power), allowed_slowdown_pct=bound)
 
 
@@ -73,7 +73,7 @@ def test_first_fit_shares_whenever_memory_fits_lucid_only_when_safe() -> None:
 def test_eaco_undoes_a_shared_placement_that_breaks_the_bound() -> None:
     # two short-iteration jobs whose estimated demands fit (EaCO's rule) but whose switching cost does not
     fast = tuple(
-        TraceJob(f"j{i}", float(i), 1, 2000.0, JobProfile(iter_time_s=0.01, sm_util_pct=40.0, memory_mib=4000),
+        TraceJob(f"j{i}", float(i), 1, 2000.0, Profile(iter_time_s=0.01, sm_util_pct=40.0, memory_mib=4000),
                  allowed_slowdown_pct=5.0)
         for i in range(6)
     )

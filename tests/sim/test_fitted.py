@@ -11,6 +11,7 @@ import pytest
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.devices.simulated import ProcessLoad, SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.learn.refit import fit
 from ecolaunch.sim import fitted
 from ecolaunch.sim.node import shared_gpu
@@ -38,8 +39,8 @@ def test_measured_reading_is_the_shared_gpu_model() -> None:
     loads = [ProcessLoad(1, 8000, util_gpu_pct=40.0, util_mem_pct=20.0, power_w=220.0),
              ProcessLoad(2, 4000, util_gpu_pct=30.0, power_w=180.0), ProcessLoad(3, 1000)]
     reading = measured_reading(a100, a100.power_limit_max_w, loads)
-    expected = shared_gpu([{"sm_util_pct": 40.0, "mem_bw_util_pct": 20.0, "power_w": 220.0},
-                           {"sm_util_pct": 30.0, "power_w": 180.0}], a100, None)
+    expected = shared_gpu([Profile(sm_util_pct=40.0, mem_bw_util_pct=20.0, power_w=220.0),
+                           Profile(sm_util_pct=30.0, power_w=180.0)], a100, None)
     assert reading.power_w == pytest.approx(expected.power_w)
     assert reading.memory_used_mib == 13000 and reading.util_gpu_pct == 70.0
     capped = measured_reading(a100, 250.0, loads)
@@ -56,6 +57,6 @@ def test_a_simulated_backend_with_the_measured_reading(tmp_path: Path) -> None:
     uuid = backend.gpus()[0].uuid
     backend.attach(uuid, os.getpid(), 8000, util_gpu_pct=90.0, power_w=360.0)
     busy, idle = backend.gpus()
-    assert busy.power_w == pytest.approx(shared_gpu([{"sm_util_pct": 90.0, "power_w": 360.0}],
+    assert busy.power_w == pytest.approx(shared_gpu([Profile(sm_util_pct=90.0, power_w=360.0)],
                                                     lookup("A100-SXM4-80GB")).power_w)
     assert idle.power_w == pytest.approx(lookup("A100-SXM4-80GB").idle_power_w)

@@ -9,8 +9,9 @@ from ecolaunch.devices.spec import parse_spec
 from ecolaunch.policy.base import Decision
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
 from ecolaunch.sim.measured import BOARD, FOLDS, MeasuredWorld, Noise, _pairs, job_kinds, measured_oracle
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.measured_traces import measured_trace
-from ecolaunch.sim.models import JobProfile, gavel_pairs
+from ecolaunch.sim.models import gavel_pairs
 from ecolaunch.sim.policies import FoldedPolicy, get_sim_policy
 from ecolaunch.sim.trace_registry import MEASURED, trace_names
 from ecolaunch.sim.truth import true_slowdown_pct
@@ -59,14 +60,14 @@ def test_first_launch_is_unknown_then_history_is_noisy_measurement():
     prof = world.profile_inline("ann", HEAVY)
     assert world.request_profile("bob", HEAVY) is None  # history is per user
     kind = job_kinds()[HEAVY]
-    caps = [c for c, _, _ in prof["cap_points"]]
+    caps = [p.power_cap_w for p in prof.cap_points]
     assert 3 >= len(caps) >= 2 and max(caps) == world.model.power_limit_max_w
-    times = [t / kind.iter_time_s for _, t, _ in prof["cap_points"]]
+    times = [p.iter_time_s / kind.iter_time_s for p in prof.cap_points]
     truth = [kind.time_ratio(c) for c in caps]
     assert times != truth  # readings carry noise ...
     assert times == pytest.approx(truth, rel=0.06)  # ... around the truth
     exact = MeasuredWorld(seed=1, noise=Noise(0.0, 0.0, 0.0, 0.0)).profile_inline("ann", HEAVY)
-    assert [t / kind.iter_time_s for _, t, _ in exact["cap_points"]] == pytest.approx(truth)
+    assert [p.iter_time_s / kind.iter_time_s for p in exact.cap_points] == pytest.approx(truth)
 
 
 def test_closed_loop_settles_within_the_bound_without_noise():
@@ -81,7 +82,7 @@ def test_closed_loop_settles_within_the_bound_without_noise():
 
 
 def _job(i: str, t: float, kind: str, user: str = "ann", work_s: float = 3600.0, bound: float = 10.0) -> TraceJob:
-    return TraceJob(i, t, 1, work_s, JobProfile(iter_time_s=0.1, memory_mib=1000), bound, user, kind)
+    return TraceJob(i, t, 1, work_s, Profile(iter_time_s=0.1, memory_mib=1000), bound, user, kind)
 
 
 class _ShareAll:

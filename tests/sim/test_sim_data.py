@@ -47,15 +47,6 @@ def test_eaco_tables_are_vendored() -> None:
     assert len(colocated) == 6
 
 
-def test_profile_from_mapping() -> None:
-    p = models.JobProfile.from_mapping({"iter_time_s": "0.25", "sm_util_pct": 40, "memory_mib": 1024.0,
-                                        "power_w": float("nan"), "cap_points": [[200, 0.3, 180]], "other": 1})
-    assert p == models.JobProfile(0.25, 40.0, None, 1024, None, ((200.0, 0.3, 180.0),))
-    assert models.as_profile(p) is p
-    with pytest.raises(ConfigError):
-        models.JobProfile.from_mapping({"iter_time_s": [1, 2]})
-
-
 def test_unknown_zeus_gpu_raises() -> None:
     with pytest.raises(ConfigError):
         models.zeus_rows("h100")

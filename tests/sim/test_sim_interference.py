@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.sim import interference as itf
-from ecolaunch.sim.models import JobProfile
+from ecolaunch.jobmodel.profile import UNKNOWN_DEMAND, Profile
 
 
-def job(util: float, iter_time_s: float = 0.2, memory_mib: int | None = 4000) -> JobProfile:
-    return JobProfile(iter_time_s=iter_time_s, sm_util_pct=util, mem_bw_util_pct=util / 2, memory_mib=memory_mib)
+def job(util: float, iter_time_s: float = 0.2, memory_mib: int | None = 4000) -> Profile:
+    return Profile(iter_time_s=iter_time_s, sm_util_pct=util, mem_bw_util_pct=util / 2, memory_mib=memory_mib)
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +59,12 @@ def test_more_co_runners_slow_everyone_by_composition() -> None:
     assert 1.0 > two > three > four
 
 
-def test_profile_dicts_and_unknown_fields_are_accepted(model: itf.InterferenceModel) -> None:
-    as_dicts = itf.predict([{"iter_time_s": 0.2, "sm_util_pct": 30}, {"sm_util_pct": None}], "A100")
+def test_unknown_fields_count_as_a_busy_job_of_median_speed(model: itf.InterferenceModel) -> None:
+    speeds = itf.predict([Profile(iter_time_s=0.2, sm_util_pct=30), Profile()], "A100")
     # unknown utilization counts as a busy job (demand 1), unknown iteration time as Gavel's median
-    assert itf.demand({"sm_util_pct": None}) == itf.UNKNOWN_DEMAND
+    assert Profile().demand == UNKNOWN_DEMAND
     t = model.default_iter_time_s
-    assert as_dicts[1] == pytest.approx(t / (t * 1.3 + model.switch_overhead_s))
-    with pytest.raises(ConfigError):
-        itf.predict([{"sm_util_pct": "lots"}], "V100")
+    assert speeds[1] == pytest.approx(t / (t * 1.3 + model.switch_overhead_s))
 
 
 def test_colocate_reports_memory_and_extrapolation() -> None:

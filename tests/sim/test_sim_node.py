@@ -6,13 +6,13 @@ import pytest
 
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.sim import node
-from ecolaunch.sim.models import JobProfile
+from ecolaunch.jobmodel.profile import Profile
 
 V100 = lookup("V100-PCIE-32GB")  # 100-250 W, idle 30 W
 
 
-def job(util: float, power_w: float, iter_time_s: float = 0.3) -> JobProfile:
-    return JobProfile(iter_time_s=iter_time_s, sm_util_pct=util, power_w=power_w, memory_mib=4000)
+def job(util: float, power_w: float, iter_time_s: float = 0.3) -> Profile:
+    return Profile(iter_time_s=iter_time_s, sm_util_pct=util, power_w=power_w, memory_mib=4000)
 
 
 def test_empty_gpu_draws_idle_power() -> None:

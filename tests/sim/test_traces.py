@@ -11,7 +11,7 @@ from ecolaunch.devices.spec import parse_spec
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.sim.engine import Simulation
-from ecolaunch.sim.models import JobProfile
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.trace_registry import MEASURED, MODEL, TRACES, lookup, trace_names
 from ecolaunch.sim.traces import build_trace, load_trace_file, offered_load
 from ecolaunch.sim.workloads import workload_names, workload_profiles
@@ -88,7 +88,7 @@ def test_jobs_are_sized_for_the_machine_and_valid(name: str, workstation, cluste
         assert 120.0 <= j.work_s <= 48 * 3600.0
         assert j.allowed_slowdown_pct == 10.0
         p = j.profile
-        assert isinstance(p, JobProfile) and JobProfile.from_mapping(j.profile_dict()) == p
+        assert isinstance(p, Profile)
         assert p.iter_time_s is not None and p.iter_time_s > 0
         assert p.sm_util_pct is not None and 0 < p.sm_util_pct <= 100
         assert p.memory_mib is not None and p.memory_mib > 0
@@ -152,7 +152,7 @@ def test_trace_file_parses(fixture: str, workstation) -> None:
     resnet, custom, lm = trace.jobs
     assert (resnet.nproc, resnet.work_s, resnet.kind) == (2, 3600.0, "ResNet-50 (batch size 64)")
     assert resnet.profile == workload_profiles(workstation.hosts[0].gpus[0])["ResNet-50 (batch size 64)"]
-    assert custom.profile == JobProfile(iter_time_s=0.05, sm_util_pct=35.0, memory_mib=6000, power_w=180.0)
+    assert custom.profile == Profile(iter_time_s=0.05, sm_util_pct=35.0, memory_mib=6000, power_w=180.0)
     assert (custom.nproc, custom.allowed_slowdown_pct) == (1, 25.0)
     assert lm.arrival_s == 120.5 and lm.profile.memory_mib == 3000  # the override wins over the workload
     assert lm.profile.iter_time_s == workload_profiles()["LM (batch size 20)"].iter_time_s

@@ -10,7 +10,7 @@ import pytest
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile import zeus_data
-from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.sim import truth as tr
 from ecolaunch.sim.models import DATA_DIR
 

@@ -10,7 +10,8 @@ import pytest
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.sim.interference import fit_gavel
-from ecolaunch.sim.models import DATA_DIR, JobProfile, gavel_solo
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.sim.models import DATA_DIR, gavel_solo
 from ecolaunch.sim.workloads import (
     ASSUMED_MEMORY_MIB,
     alibaba_pods,
@@ -71,7 +72,7 @@ def test_profiles_are_valid_and_fresh_dicts() -> None:
     a, b = workload_profiles(), workload_profiles()
     assert a == b and a is not b
     for p in a.values():
-        assert isinstance(p, JobProfile)
+        assert isinstance(p, Profile)
         assert p.iter_time_s is not None and math.isfinite(p.iter_time_s) and p.iter_time_s > 0
 
 
