@@ -87,7 +87,7 @@ from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
 from ecolaunch.profile.powercap import cap_grid, fit_cap_model
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
-from ecolaunch.validate import number_or_none
+from ecolaunch.validate import is_number, number_or_none
 
 __all__ = ["EPS_W", "GRID_W", "NO_CURVE_FLOOR_SHARE", "GpuDemand", "Newcomer", "allocate", "bounds_or_none",
            "budget_ceilings", "budgeted_gpus", "budgeted_on_host", "curve_at", "host_demands", "job_floor_w",
@@ -370,7 +370,7 @@ def may_cap(rules: Rules, gpu: GpuNode) -> bool:
 def _bound_pct(job: Job, rules: Rules) -> float:
     """A running job's slowdown bound: its request's (0 included), else the policy's default."""
     value = job.request.get("allowed_slowdown_pct")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if not is_number(value) or value < 0:
         return rules.default_slowdown_pct
     return float(value)
 

@@ -29,6 +29,7 @@ import msgspec
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.validate import is_integer
 
 VERSION = 2
 
@@ -77,8 +78,8 @@ _MIGRATIONS: dict[str, dict[int, Callable[[Any], Any]]] = {
 
 
 def _migrate(kind: str, doc: dict[str, Any], version: Any, where: str) -> dict[str, Any]:
-    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= VERSION:
-        newer = isinstance(version, int) and not isinstance(version, bool) and version > VERSION
+    if not is_integer(version) or not 1 <= version <= VERSION:
+        newer = is_integer(version) and version > VERSION
         raise ConfigError(f"{where}: version = {json.dumps(version)} is not a version this ecolaunch reads "
                           f"(1 to {VERSION})", hint="a newer ecolaunch wrote it: upgrade ecolaunch" if newer else None)
     while version < VERSION:
@@ -149,7 +150,7 @@ def profile_from_json(doc: Any, *, where: str) -> Profile:
 def profile_to_json(profile: Profile) -> dict[str, Any]:
     """A profile's JSON form inside another document, with its version."""
     doc = msgspec.to_builtins(profile)
-    return {"version": VERSION, **doc, "cap_points": list(doc["cap_points"])}
+    return {"version": VERSION, **doc, "cap_points": list(doc.get("cap_points", ()))}
 
 
 def to_json(record: Any) -> Any:

@@ -54,6 +54,7 @@ from ecolaunch.errors import ConfigError, StateError, with_hint
 from ecolaunch.jobmodel import codec
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.state.userdirs import UserTree, account_name
+from ecolaunch.validate import is_integer
 
 logger = logging.getLogger(__name__)
 _R = TypeVar("_R", "ProfileEntry", "JobRecord")
@@ -235,7 +236,7 @@ class History:
 
         With ``limit``, only the newest files (by modification time) are read until ``limit`` records parse.
         """
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        if limit is not None and (not is_integer(limit) or limit < 0):
             raise ConfigError(f"limit must be an integer >= 0, got {limit!r}")
         entries = [e for e in self._tree.entries("jobs") if _SAFE_ID.match(e.name[: -len(".json")])]
         entries.sort(key=lambda e: (e.mtime, e.name), reverse=True)

@@ -445,13 +445,13 @@ _JOB_INT_RANGES = {
 def _check_request(where: str, request: dict[str, Any]) -> None:
     """The request fields that policies read: the memory estimate and the slowdown bound."""
     memory = request.get("memory_mib")
-    _expect(memory is None or (isinstance(memory, int) and not isinstance(memory, bool) and 0 <= memory <= MAX_MEMORY_MIB),
+    _expect(memory is None or (is_integer(memory) and 0 <= memory <= MAX_MEMORY_MIB),
             f"{where}.memory_mib", f"null or a whole number of MiB from 0 to {MAX_MEMORY_MIB}")
     _check_number(f"{where}.allowed_slowdown_pct", request.get("allowed_slowdown_pct"), 0.0, MAX_SLOWDOWN_PCT)
 
 
 def _check_number(where: str, value: Any, lo: float, hi: float, *, positive: bool = False) -> None:
-    _expect(value is None or (_is_number(value) and math.isfinite(value) and lo <= value <= hi and (value > 0 or not positive)),
+    _expect(value is None or (is_number(value) and lo <= value <= hi and (value > 0 or not positive)),
             where, f"null or a finite number from {lo:g} to {hi:g}" + (" above 0" if positive else ""))
 
 
@@ -471,10 +471,6 @@ def _gpu_from_dict(where: str, uuid: str, g: Any) -> GpuNode:
     _expect(isinstance(node.foreign_pids, list) and all(is_integer(p) for p in node.foreign_pids),
             f"{where}.foreign_pids", "a list of pids")
     return node
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _int(doc: dict[str, Any], key: str) -> int:

@@ -57,10 +57,12 @@ for line in sys.stdin:
                               launcher_start_time=start, nproc=len(spec["gpus"]), name="x", seq=spec.get("seq", 0),
                               submitted_at=0.0, state=JobState.RUNNING, gpus=spec["gpus"],
                               power_caps_w=spec.get("caps", {}), started_at=1.0, decision=spec.get("decision", {}),
-                              profile=spec.get("profile"), request={"allowed_slowdown_pct": 10.0})
+                              profile=profile_from_json(spec["profile"], where=jid) if "profile" in spec else None,
+                              request={"allowed_slowdown_pct": 10.0})
     print("ok", flush=True)
 """
 IMPORTS = """
+from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.state.graph import Job, JobState
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore

@@ -6,6 +6,7 @@ from ecolaunch.devices.base import LinkKind
 from ecolaunch.devices.catalogue import CATALOGUE
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
+from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.state.graph import (
     WHATIF_UUID,
     GpuNode,
@@ -126,7 +127,7 @@ def test_a_queued_job_holds_nothing_and_survives_the_job_file_check() -> None:
     assert job_from_dict("j9", job_to_dict(job)) == job
     graph = make_graph()
     graph.jobs[job.id] = job
-    graph.book("j9", ["GPU-0"], {"GPU-0": 300.0, "GPU-1": None}, {"policy": "x"}, {"memory_mib": 500}, 7.0)
+    graph.book("j9", ["GPU-0"], {"GPU-0": 300.0, "GPU-1": None}, {"policy": "x"}, Profile(memory_mib=500), 7.0)
     assert job_from_dict("j9", job_to_dict(job)) == job
     assert (job.state, job.power_caps_w, job.started_at, job.memory_mib) == (
         JobState.RUNNING, {"GPU-0": 300.0}, 7.0, 500)
