@@ -67,7 +67,7 @@ def test_pre_run_of_two_ddp_workers_stops_together_and_stores_a_profile(sim, tmp
         obs.set_exit_code(proc.returncode)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "profiling True" in proc.stdout and "done:" not in proc.stdout  # stopped early, cleanly
-    assert obs.reader.count() == int(env["ECOLAUNCH_PROFILE_STEPS"])  # both ranks, same step
+    assert obs.monitor.reader.count() == int(env["ECOLAUNCH_PROFILE_STEPS"])  # both ranks, same step
     entry = History(state).lookup(fp)
     assert entry is not None and entry.profile_safe  # the example's @ecolaunch.job(profile_safe=True)
     assert entry.profile.iter_time_s > 0 and entry.profile.power_w == pytest.approx(250.0, rel=0.05)
