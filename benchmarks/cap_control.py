@@ -46,7 +46,7 @@ from ecolaunch.policy.base import JobRequest  # noqa: E402
 from ecolaunch.policy.gnn import gnn_policy  # noqa: E402
 from ecolaunch.profile import channel  # noqa: E402
 from ecolaunch.profile.history import History  # noqa: E402
-from ecolaunch.job.profile import CapPoint  # noqa: E402
+from ecolaunch.jobmodel.profile import CapPoint  # noqa: E402
 from ecolaunch.sim.replay import ReplayBackend, ReplayJob  # noqa: E402
 from ecolaunch.sim.truth import TruthCurve, h200_truths, oracle_cap, zeus_truths  # noqa: E402
 from ecolaunch.state.graph import GpuNode, Host, StateGraph  # noqa: E402

@@ -11,7 +11,7 @@ from pathlib import Path
 from ecolaunch.devices.select import SIM_STATE_FILE
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
-from ecolaunch.job.profile import CapPoint, Profile
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.history import History, fingerprint
 from ecolaunch.runtime import current_user
 from tests.conftest import BIN, REPO, ecolaunch_cmd
