@@ -32,6 +32,7 @@ __all__ = [
 
 def lightning_callback():
     """A PyTorch Lightning callback marking one iteration per batch (see ``ecolaunch.profile.integrations``)."""
+    # lazy: `import ecolaunch` loads only the hooks; the integrations load when a callback is asked for
     from ecolaunch.profile.integrations import lightning_callback as make
 
     return make()
@@ -39,6 +40,7 @@ def lightning_callback():
 
 def hf_callback():
     """A Hugging Face ``TrainerCallback`` marking one iteration per step (see ``ecolaunch.profile.integrations``)."""
+    # lazy: as in lightning_callback: `import ecolaunch` loads only the hooks
     from ecolaunch.profile.integrations import hf_callback as make
 
     return make()

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
+from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR, Environment, default_state_dir
 
 __all__ = ["HELPER_CWD", "add_settings_options", "helper_argv", "helper_env", "interpreter_warning",
            "package_root", "settings_argv", "settings_env", "unsafe_paths"]
@@ -87,8 +87,8 @@ def settings_argv(env: Mapping[str, str], state_dir: str | os.PathLike[str] | No
     if state_dir is None and values.get(ENV_STATE_DIR):
         state_dir = values[ENV_STATE_DIR]
     if state_dir is None:
+        # lazy: only a helper given no state dir reads the policy file; the modules importing this one stay light
         from ecolaunch.admin.rules import load_rules
-        from ecolaunch.config import Environment, default_state_dir
 
         # the simulated spec as given: a simulated machine's directory is named after it
         rules, _ = load_rules(Environment.from_env({**env, **values}).policy_file)

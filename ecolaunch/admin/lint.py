@@ -24,12 +24,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ecolaunch.admin.rules import Rules, budget_range_w, cap_bounds_w
 from ecolaunch.admin.schema import dotted, normalize_model, render
 from ecolaunch.devices.catalogue import CATALOGUE, lookup
 from ecolaunch.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ecolaunch.admin.rules import Rules
     from ecolaunch.devices.base import GpuSnapshot
 
 __all__ = ["PolicyWarning", "check_power_budget", "policy_warnings"]
@@ -69,8 +69,6 @@ def policy_warnings(
 def check_power_budget(rules: Rules, sources: dict[str, str], host_gpus: Sequence[GpuSnapshot]) -> None:
     """Raise ConfigError (``<file>:<line>: power.max_total_w = ...: ...`` with a hint) when the budget can never be
     met on this host, or can never bind; nothing when it is unset or fits. ``host_gpus``: this host's GPUs."""
-    from ecolaunch.admin.rules import budget_range_w
-
     budget = rules.power_max_total_w
     if budget is None or not host_gpus:
         return
@@ -107,8 +105,6 @@ def _one_job_extra_w(rules: Rules, host_gpus: Sequence[GpuSnapshot]) -> tuple[fl
 
 
 def _cap_floor_w(rules: Rules, gpu: GpuSnapshot) -> float | None:
-    from ecolaunch.admin.rules import cap_bounds_w
-
     a, b = gpu.power_limit_min_w, gpu.power_limit_max_w
     if a is None or b is None or not (0 <= a <= b < float("inf")):
         return None

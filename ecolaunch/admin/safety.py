@@ -95,6 +95,7 @@ def warn_unsafe_interpreter(euid: int | None = None) -> bool:
     """Log one warning, with the fix, when this process runs as root from an interpreter or package a non-root
     user can write (:func:`ecolaunch.admin.interpreter.interpreter_warning`); returns whether it did. Called once
     at the start of the long-running root commands (the agent, ``calibrate``)."""
+    # lazy: interpreter loads argparse; only root commands call this, while every session (status too) loads safety
     from ecolaunch.admin.interpreter import interpreter_warning
 
     warning = interpreter_warning(euid)

@@ -26,6 +26,7 @@ from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import Decision
 from ecolaunch.state.graph import GpuNode, Job, JobState, StateGraph
+from ecolaunch.state.userdirs import account_name
 
 __all__ = ["JOB_NAME", "GpuBusy", "Occupant", "book", "occupants", "still_alone"]
 
@@ -98,7 +99,6 @@ def _process_owner(pid: int) -> tuple[str | None, str | None]:
     except (psutil.Error, KeyError):
         pass
     try:  # hidepid: the /proc directory still belongs to the process's uid
-        from ecolaunch.state.userdirs import account_name
 
         return account_name(os.stat(f"/proc/{pid}").st_uid), name
     except OSError:

@@ -192,6 +192,7 @@ def _timed(step, seconds: float) -> dict[str, Any]:
 def serve(device: str, out: IO[str], settings: Mapping[str, str] | None = None) -> int:
     """The worker's loop (see the module docstring); returns the exit status. ``settings``: the ecolaunch settings
     it was given (``ECOLAUNCH_STATE_DIR``, ...), which its GPU is opened with beside this process's environment."""
+    # lazy: only the worker process runs the workloads; the calibrator imports this module for Worker alone
     from ecolaunch.calibrate import canned
 
     def answer(doc: dict[str, Any]) -> None:

@@ -30,12 +30,12 @@ def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, ver
     (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command. SIGTERM or
     Ctrl-C restores every GPU it changed, then exits.
     """
+    # lazy: registering the subcommands loads every cli module; the agent's load only when `ecolaunch agent` runs
     from ecolaunch.admin.agent import CapAgent
-    from ecolaunch.admin.safety import require_cap_privilege, warn_unsafe_interpreter
-    from ecolaunch.runtime import resolve
-    from ecolaunch.cli.logs import stderr_logging
-    from ecolaunch.runtime import open_gpus
-    from ecolaunch.state.store import StateStore
+    from ecolaunch.admin.safety import require_cap_privilege, warn_unsafe_interpreter  # lazy: as above
+    from ecolaunch.runtime import open_gpus, resolve  # lazy: as above
+    from ecolaunch.cli.logs import stderr_logging  # lazy: as above
+    from ecolaunch.state.store import StateStore  # lazy: as above
 
     restore_logging = stderr_logging("ecolaunch agent", verbose)
     warn_unsafe_interpreter()  # root runs from files another uid can write: say so once, with the fix

@@ -68,8 +68,11 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
     (ECOLAUNCH_SIMULATE) the workloads run CPU stand-ins: the figures are not measurements. With the defaults one
     GPU model takes at most about 10 minutes.
     """
-    from ecolaunch.calibrate.plan import Settings
-    from ecolaunch.runtime import resolve
+    # lazy: registering the subcommands loads every cli module; the calibrator's load when `ecolaunch calibrate` runs
+    from ecolaunch.admin.safety import warn_unsafe_interpreter
+    from ecolaunch.calibrate.plan import Settings  # lazy: as above
+    from ecolaunch.cli.logs import stderr_logging  # lazy: as above
+    from ecolaunch.runtime import resolve  # lazy: as above
 
     environment, rules = resolve()
     if show:
@@ -80,11 +83,7 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
                             settle_s=settle_s, budget_s=budget_s, caps=not no_caps, mps=not no_mps, force=force)
     except ConfigError as e:
         raise click.BadParameter(str(e), param_hint="'--workloads'") from None
-    from ecolaunch.cli.logs import stderr_logging
-
     restore = stderr_logging("ecolaunch calibrate", verbose)
-    from ecolaunch.admin.safety import warn_unsafe_interpreter
-
     warn_unsafe_interpreter()  # once: when root's imports are not root's alone, isolating its workers cannot help
     saved = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -98,6 +97,7 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
                    "written for it", err=True)
         raise click.exceptions.Exit(exitcodes.from_signal(signal.SIGINT)) from None
     except EcolaunchError as e:
+        # lazy: the booking (psutil) loads here only when the run failed, to tell a busy GPU from other errors
         from ecolaunch.calibrate.booking import GpuBusy
 
         if verbose:
@@ -125,16 +125,17 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
 
 
 def _run(environment, rules, settings, selectors: tuple[str, ...]) -> list[tuple[Any, dict]]:
+    # lazy: as in calibrate(): the calibrator, its booking and the session load when `ecolaunch calibrate` runs
     from ecolaunch.calibrate.booking import GpuBusy, occupants
-    from ecolaunch.calibrate.results import write_result
-    from ecolaunch.calibrate.plan import cap_access, choose_gpus
-    from ecolaunch.calibrate.run import SIMULATED_NOTE, calibrate_gpu
-    from ecolaunch.runtime import current_user, open_gpus
-    from ecolaunch.launch.caps import orphan_keeper
-    from ecolaunch.launch.session import Launcher, Session
-    from ecolaunch.policy.baselines import ExclusivePolicy
-    from ecolaunch.state.reconcile import process_start_time
-    from ecolaunch.state.store import StateStore
+    from ecolaunch.calibrate.results import write_result  # lazy: as above
+    from ecolaunch.calibrate.plan import cap_access, choose_gpus  # lazy: as above
+    from ecolaunch.calibrate.run import SIMULATED_NOTE, calibrate_gpu  # lazy: as above
+    from ecolaunch.runtime import current_user, open_gpus  # lazy: as above
+    from ecolaunch.launch.caps import orphan_keeper  # lazy: as above
+    from ecolaunch.launch.session import Launcher, Session  # lazy: as above
+    from ecolaunch.policy.baselines import ExclusivePolicy  # lazy: as above
+    from ecolaunch.state.reconcile import process_start_time  # lazy: as above
+    from ecolaunch.state.store import StateStore  # lazy: as above
 
     backend = open_gpus(environment)
     store = StateStore(environment.state_dir, group=rules.state_group)
@@ -202,6 +203,7 @@ def _summary(doc: dict) -> str:
 
 
 def _show(state_dir, as_json: bool) -> None:
+    # lazy: registering the subcommands loads every cli module; the results load only when `calibrate --show` runs
     from ecolaunch.calibrate.results import read_results
 
     stored = read_results(state_dir)

@@ -5,7 +5,16 @@ from __future__ import annotations
 import click
 
 from ecolaunch._version import __version__
+from ecolaunch.cli.agent_cmd import agent
+from ecolaunch.cli.calibrate_cmd import calibrate
 from ecolaunch.cli.command import Group
+from ecolaunch.cli.history_cmd import history
+from ecolaunch.cli.init_state_cmd import init_state
+from ecolaunch.cli.policy_cmd import policy
+from ecolaunch.cli.predict_cmd import predict
+from ecolaunch.cli.report_cmd import report
+from ecolaunch.cli.simulate_cmd import simulate
+from ecolaunch.cli.status_cmd import status
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,16 +25,6 @@ def cli() -> None:
 
 def register() -> click.Group:
     """Add every subcommand to the group; returns it."""
-    from ecolaunch.cli.agent_cmd import agent
-    from ecolaunch.cli.calibrate_cmd import calibrate
-    from ecolaunch.cli.history_cmd import history
-    from ecolaunch.cli.init_state_cmd import init_state
-    from ecolaunch.cli.policy_cmd import policy
-    from ecolaunch.cli.predict_cmd import predict
-    from ecolaunch.cli.report_cmd import report
-    from ecolaunch.cli.simulate_cmd import simulate
-    from ecolaunch.cli.status_cmd import status
-
     for command in (status, policy, simulate, agent, predict, history, report, init_state, calibrate):
         cli.add_command(command)
     return cli

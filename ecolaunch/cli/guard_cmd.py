@@ -14,11 +14,17 @@ import logging
 import signal
 import sys
 
+from ecolaunch.admin.interpreter import add_settings_options, settings_env
+from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
+from ecolaunch.errors import EcolaunchError, with_hint
+from ecolaunch.launch.guard import LOCK_TIMEOUT_S, READY, restore_after, wait_for_launcher, wait_gone
+from ecolaunch.runtime import open_gpus, resolve
+from ecolaunch.state.store import StateStore
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ecolaunch.cli.guard_cmd", description=__doc__.split("\n")[0])
     ap.add_argument("--launcher-pid", type=int, required=True)
-    from ecolaunch.admin.interpreter import add_settings_options, settings_env
 
     add_settings_options(ap)
     args = ap.parse_args(argv)
@@ -30,10 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
     root.propagate = False
-    from ecolaunch.runtime import open_gpus, resolve
-    from ecolaunch.errors import EcolaunchError, with_hint
-    from ecolaunch.launch.guard import LOCK_TIMEOUT_S, READY, restore_after, wait_for_launcher, wait_gone
-    from ecolaunch.state.store import StateStore
 
     try:  # everything that can fail is opened before the wait, so that the restore itself is quick
         environment, rules = resolve(settings_env(args))
@@ -56,7 +58,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(with_hint(f"ecolaunch guard: Error: launcher {args.launcher_pid} died and its power caps "
                                    f"could not be restored: {e}", e.hint or "run `sudo ecolaunch agent --once`") + "\n")
         return 1
-    from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 
     gpus = {g.uuid: g.index for g in backend.gpus()}
     for uuid, watts in report.restored.items():

@@ -52,8 +52,9 @@ def fmt_caps(caps: dict) -> str:
 def open_history():
     """The History of the resolved state directory (an EcolaunchError when it cannot be used: the command prints
     it as an ``Error:`` line, exit 1)."""
+    # lazy: registering the subcommands loads every cli module; the history loads only when a command reads it
     from ecolaunch.runtime import resolve
-    from ecolaunch.profile.history import History
+    from ecolaunch.profile.history import History  # lazy: as above
 
     environment, _ = resolve()
     store = History(environment.state_dir)

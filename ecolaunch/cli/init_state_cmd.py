@@ -38,9 +38,10 @@ def init_state(group: str | None, directory: Path | None) -> None:
     (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command; with
     ECOLAUNCH_SIMULATE it also creates the simulated GPUs' shared files.
     """
+    # lazy: registering the subcommands loads every cli module; the state layout loads when `init-state` runs
     from ecolaunch.runtime import open_gpus, resolve
-    from ecolaunch.state.init import parent_warnings
-    from ecolaunch.state.layout import init_state as make_layout
+    from ecolaunch.state.init import parent_warnings  # lazy: as above
+    from ecolaunch.state.layout import init_state as make_layout  # lazy: as above
 
     environment, rules = resolve()
     target = directory if directory is not None else environment.state_dir
@@ -75,6 +76,7 @@ def init_state(group: str | None, directory: Path | None) -> None:
 def _empty_ledger(environment, open_gpus) -> bytes:
     """An empty cap ledger for this host (``ecolaunch.admin.ledger`` owns the format): the simulated machine's host
     name with ECOLAUNCH_SIMULATE, else this host's (NVML's backend names the host so; it is not probed here)."""
+    # lazy: only a new state directory needs an empty ledger
     from ecolaunch.admin.ledger import empty_ledger
 
     host = socket.gethostname()

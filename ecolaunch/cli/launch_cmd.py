@@ -18,11 +18,14 @@ import sys
 import traceback
 from collections.abc import Mapping
 
-from ecolaunch.runtime import current_groups, current_user, resolve
+from ecolaunch.admin.interpreter import interpreter_warning
+from ecolaunch.runtime import current_groups, current_user, open_gpus, resolve
 from ecolaunch.errors import EcolaunchError, NoPlacement, WaitTimeout, with_hint
 from ecolaunch.launch import argv as launch_argv
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import ParsedLaunch
+from ecolaunch.launch.observe import format_summary
+from ecolaunch.launch.pipeline import LaunchCallbacks, LaunchContext, run_launch
 from ecolaunch.policy.base import Decision
 
 logger = logging.getLogger("ecolaunch")
@@ -71,10 +74,6 @@ def launch(argv: list[str], env: Mapping[str, str]) -> int:
 
 
 def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
-    from ecolaunch.runtime import open_gpus
-    from ecolaunch.launch.observe import format_summary
-    from ecolaunch.launch.pipeline import LaunchCallbacks, LaunchContext, run_launch
-
     environment, rules = resolve(env)
     ctx = LaunchContext(environment, rules, current_user(), current_groups(), functools.partial(open_gpus, environment))
     ui = LaunchCallbacks(
@@ -189,8 +188,6 @@ def _raise_interrupted(signum, frame) -> None:
 
 def _warn_unsafe_interpreter() -> None:
     """Once per launch, as root only: the interpreter or package runs from files another uid can write."""
-    from ecolaunch.admin.interpreter import interpreter_warning
-
     warning = interpreter_warning()
     if warning is not None:
         _echo(with_hint(f"ecolaunch: WARNING: {warning[0]}", warning[1]), err=True)

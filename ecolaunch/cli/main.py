@@ -26,10 +26,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and (args[0] in SUBCOMMANDS or args[0] == "--version" or _mistyped_subcommand(args[0])):
         # a mistyped name goes to click too, which answers "No such command 'statsu'. Did you mean 'status'?"
+        # lazy: click and the subcommands load only for a subcommand; the launch path must start as fast as torchrun
         from ecolaunch.cli.group import register
 
         register().main(args=args, prog_name="ecolaunch")
         return
+    # lazy: the launch path (torch's parser, the pipeline) loads only for a launch, not for a subcommand
     from ecolaunch.cli.launch_cmd import launch
 
     sys.exit(launch(args, os.environ))

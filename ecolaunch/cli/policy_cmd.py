@@ -31,8 +31,11 @@ from ecolaunch.config import (
     ENV_POLICY_FILE,
     ENV_STATE_DIR,
     Environment,
+    state_gnn_weights,
 )
-from ecolaunch.errors import EcolaunchError, with_hint
+from ecolaunch.errors import EcolaunchError, StateError, with_hint
+from ecolaunch.profile.modes import ProfilerSettings
+from ecolaunch.safefs import RefusedFile, open_dir
 
 
 @click.group("policy", cls=Group)
@@ -70,8 +73,6 @@ def show(file_: Path | None, as_json: bool) -> None:
 
 def _unset(field: str) -> str:
     """What an unset (None) policy value means, in words: the built-in behaviour, never "N/A"."""
-    from ecolaunch.profile.modes import ProfilerSettings  # light: no torch
-
     built_in = ProfilerSettings()
     return {
         "profiling_max_iterations": f"none (a full profile takes {built_in.planned_steps() - 1} iterations)",
@@ -127,6 +128,7 @@ def check(file: Path) -> None:
     GPUs can be read) is a warning on stderr; the file is still valid (exit 0). A ``[power] max_total_w`` below
     what this host's GPUs need to run one job (the sum of their minimum power limits) or above what they can draw
     (the sum of their maximum limits) is an error; without readable GPUs a note says it was not checked."""
+    # lazy: registering the subcommands loads every cli module; the linter loads only when `policy check` runs
     from ecolaunch.admin.lint import check_power_budget, policy_warnings
 
     rules, sources = load_rules(file, required=True)
@@ -148,6 +150,7 @@ def check(file: Path) -> None:
 
 def _host_gpus() -> tuple[list | None, str | None]:
     """This host's GPUs (simulated ones under ECOLAUNCH_SIMULATE), or None and why they cannot be read."""
+    # lazy: opening the GPUs loads a backend (pynvml); only `policy check` asks for this host's GPUs
     from ecolaunch.runtime import open_gpus
 
     try:
@@ -182,12 +185,12 @@ def train_cmd(out: Path | None, seed: int, epochs: int, synthetic: int, use_hist
     use that file (ECOLAUNCH_GNN_WEIGHTS overrides it). About a minute on 2 cores."""
     import torch
 
+    # lazy: the trainer loads torch, torch_geometric and the simulator's models; only `policy train` needs them
     from ecolaunch.runtime import resolve
-    from ecolaunch.config import state_gnn_weights
-    from ecolaunch.learn.calibration_data import CalibrationData, calibration_samples
-    from ecolaunch.learn.history_data import HistoryData, history_samples
-    from ecolaunch.learn.train import train
-    from ecolaunch.profile.history import History
+    from ecolaunch.learn.calibration_data import CalibrationData, calibration_samples  # lazy: as above
+    from ecolaunch.learn.history_data import HistoryData, history_samples  # lazy: as above
+    from ecolaunch.learn.train import train  # lazy: as above
+    from ecolaunch.profile.history import History  # lazy: as above
 
     try:
         environment, _ = resolve()
@@ -248,6 +251,7 @@ def _warn_untrusted_calibration(state_dir: Path) -> None:
     import os
     import stat
 
+    # lazy: only `policy train` reads calibration results
     from ecolaunch.calibrate.results import CALIBRATION_DIR
 
     directory = Path(state_dir) / CALIBRATION_DIR
@@ -272,8 +276,6 @@ def _train_into_state_dir(target: Path, run) -> dict:
     import shutil
     import tempfile
 
-    from ecolaunch.errors import StateError
-    from ecolaunch.safefs import RefusedFile, open_dir
 
     directory = target.parent
     try:

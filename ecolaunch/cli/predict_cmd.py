@@ -107,6 +107,7 @@ def _job(raw: Any, where: str) -> dict[str, Any]:
 
 def parse_scenario(raw: Any, where: str = "") -> tuple[GpuModel, float | None, list[dict[str, Any]]]:
     """Validate one scenario: (catalogue GPU model, cap or None, job dicts). Raises _Bad naming the field."""
+    # lazy: registering the subcommands loads every cli module; the catalogue loads only when a scenario is read
     from ecolaunch.devices.catalogue import lookup
 
     raw = _object(raw, where, _SCENARIO_FIELDS)
@@ -140,8 +141,9 @@ def predict_scenarios(scenarios: list[tuple[GpuModel, float | None, list[dict[st
     """Score every scenario in one forward pass of the GNN (``weights``: a weight file; None = shipped)."""
     import torch
 
+    # lazy: features and infer load torch, which registering the subcommands must not
     from ecolaunch.policy.features import scenario_graph
-    from ecolaunch.policy.infer import load_model_cached, score_sd
+    from ecolaunch.policy.infer import load_model_cached, score_sd  # lazy: as above
 
     torch.set_num_threads(1)  # a few tiny graphs: threads only add overhead on a shared machine
     graphs = [scenario_graph(GpuNode.from_model(gpu), cap, jobs) for gpu, cap, jobs in scenarios]
@@ -234,6 +236,7 @@ def predict(as_json: bool) -> None:
         raise click.ClickException("input: expected a scenario object or a non-empty array of them, got []")
     try:
         scenarios = [parse_scenario(s, f"[{i}]" if many else "") for i, s in enumerate(items)]
+        # lazy: infer loads torch, which registering the subcommands must not; here only after the input parsed
         from ecolaunch.policy.infer import chosen_weights
 
         results = predict_scenarios(scenarios, chosen_weights(Environment.from_env()))

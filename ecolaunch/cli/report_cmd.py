@@ -11,6 +11,7 @@ from ecolaunch.cli.command import Command, Failed
 from ecolaunch.cli.history_cmd import fmt_duration, fmt_energy, fmt_time, open_history
 from ecolaunch.config import ENV_STATE_DIR
 from ecolaunch.jobmodel.codec import to_json
+from ecolaunch.state.graph import StateGraph
 
 PLOT_HINT = "pip install matplotlib (or pip install 'ecolaunch[plot]')"
 
@@ -102,7 +103,7 @@ def plot_groups(rec, indices: dict[str, int]) -> list[tuple[str, dict[str, list]
 def gpu_indices(state_dir: Path) -> dict[str, int]:
     """UUID → NVML index of every GPU the state directory's graph knows; empty when it cannot be read. Read as
     a plain file, not through a store transaction: a report changes nothing and may run where it cannot write."""
-    from ecolaunch.state.graph import StateGraph
+    # lazy: the store loads filelock, which `ecolaunch report` needs only for a state directory's graph
     from ecolaunch.state.store import MAX_STATE_BYTES, STATE_FILE, read_regular_file
 
     try:

@@ -35,6 +35,7 @@ class _Listed(click.Option):
 
 
 def _trace_help() -> str:
+    # lazy: click builds this listing only when it shows the option's help; the simulator's registries load then
     from ecolaunch.sim.trace_registry import MEASURED, MODEL, trace_names
 
     return (f"a trace of the model world on --gpus ({', '.join(trace_names(MODEL))}), of the measured world on its "
@@ -42,6 +43,7 @@ def _trace_help() -> str:
 
 
 def _policy_help() -> str:
+    # lazy: click builds this listing only when it shows the option's help; the simulator's registries load then
     from ecolaunch.sim.policies import ABLATIONS, sim_policy_names
 
     return (f"a placement policy ({', '.join(sim_policy_names())}, or the ablation {', '.join(ABLATIONS)}); "
@@ -64,10 +66,10 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     """Run each policy on the same trace and machine, and print energy (node, GPU-only, job-attributed),
     mean and p95 job completion time, mean slowdown against running alone, QoS violations, makespan and GPU
     utilization. Deterministic: the same arguments give the same numbers."""
-    # imported here: the simulator loads numpy and its fitted models, which the other subcommands do not need
+    # lazy: the simulator loads numpy and its fitted models, which the other subcommands do not need
     from ecolaunch.sim.metrics import summarize
-    from ecolaunch.sim.policies import get_sim_policy
-    from ecolaunch.sim.trace_registry import gpus_label, lookup
+    from ecolaunch.sim.policies import get_sim_policy  # lazy: as above
+    from ecolaunch.sim.trace_registry import gpus_label, lookup  # lazy: as above
 
     entry = lookup(trace_name)
     machine = entry.machine(gpus, hosts)
@@ -76,6 +78,7 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     trace = entry.build(machine, seed=seed, jobs=jobs)
     weights = Environment.from_env().gnn_weights
     if weights is not None and any(p in ("gnn", "no-gnn") for p in policies):
+        # lazy: infer loads torch; only a simulation given gnn weights needs it
         from ecolaunch.policy.infer import chosen_weights
 
         weights = chosen_weights(Environment.from_env())

@@ -35,12 +35,12 @@ def _cap(gpu: dict) -> str:
 @click.command(cls=Command)
 @click.option("--json", "as_json", is_flag=True, help="print the state as JSON")
 def status(as_json: bool) -> None:
-    from ecolaunch.runtime import resolve
-    from ecolaunch.runtime import open_gpus
-    from ecolaunch.launch.caps import orphan_keeper, orphaned_caps
-    from ecolaunch.launch.session import Session
-    from ecolaunch.policy.baselines import ExclusivePolicy
-    from ecolaunch.state.store import StateStore
+    # lazy: registering the subcommands loads every cli module; the store, session and caps load when `status` runs
+    from ecolaunch.runtime import open_gpus, resolve
+    from ecolaunch.launch.caps import orphan_keeper, orphaned_caps  # lazy: as above
+    from ecolaunch.launch.session import Session  # lazy: as above
+    from ecolaunch.policy.baselines import ExclusivePolicy  # lazy: as above
+    from ecolaunch.state.store import StateStore  # lazy: as above
 
     environment, rules = resolve()
     backend = open_gpus(environment)

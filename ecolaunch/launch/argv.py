@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from ecolaunch import config
 from ecolaunch.config import LaunchOptions
 from ecolaunch.errors import ConfigError
+from ecolaunch.policy.registry import policy_names
+from ecolaunch.profile.modes import DEFAULT_MODE, parse_mode
 from ecolaunch.validate import number_or_none
 
 #: ecolaunch's own launch options: (flags, env var, takes a value, help)
@@ -206,7 +208,6 @@ def check_script(ns: argparse.Namespace) -> None:
 def _placement_policy(raw: str | None) -> str:
     if not raw:
         return config.DEFAULT_PLACEMENT_POLICY
-    from ecolaunch.policy.registry import policy_names  # only when asked: the launch imports it anyway
 
     names = policy_names()
     if raw not in names:
@@ -216,8 +217,6 @@ def _placement_policy(raw: str | None) -> str:
 
 
 def _profile_mode(raw: str | None) -> str:
-    from ecolaunch.profile.modes import DEFAULT_MODE, parse_mode  # light: no torch, no filelock
-
     return parse_mode(raw or DEFAULT_MODE).value
 
 

@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ecolaunch.admin.agent import agent_alive
-from ecolaunch.admin.caps import CapKeeper, apply_caps_as_launcher, cap_recommendation, clip_cap_w
+from ecolaunch.admin.caps import CapKeeper, apply_caps_as_launcher, cap_recommendation, clip_cap_w, desired_caps
 from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.errors import EcolaunchError, PermissionDenied, StateError
 from ecolaunch.launch.guard import Guard, start_guard
@@ -361,8 +361,6 @@ def orphaned_caps(graph, host: str, rules, state_dir: Path, processes) -> dict[s
     What ``ecolaunch status`` warns about: the ledger names the GPU, no live job wants a cap on it, and it is still
     below its original (a SIGKILLed launcher whose guard was killed too, with no agent and no root command since).
     """
-    from ecolaunch.admin.caps import desired_caps
-
     ledger = load_ledger(Path(state_dir) / LEDGER_FILE, host) or {}
     if not ledger:
         return {}

@@ -23,12 +23,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ContextManager
 
+from ecolaunch.admin.rules import job_bound_pct
+from ecolaunch.clock import SystemClock
 from ecolaunch.errors import DriverNotFound, EcolaunchError, StateError
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import ParsedLaunch
+from ecolaunch.launch.caps import JobCaps, orphan_keeper
+from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
+from ecolaunch.launch.torchrun import check_args, run_workers
 from ecolaunch.launch.workerenv import allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
+from ecolaunch.policy.registry import get_policy
+from ecolaunch.profile.history import History, fingerprint
+from ecolaunch.profile.modes import ProfileAction, resolve_mode
+from ecolaunch.state.reconcile import process_start_time
+from ecolaunch.state.store import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -93,13 +103,6 @@ def disk_error(e: OSError, state_dir: Any) -> StateError:
 
 
 def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext, ui: LaunchCallbacks) -> int:
-    from ecolaunch.launch.caps import orphan_keeper
-    from ecolaunch.launch.torchrun import check_args
-    from ecolaunch.policy.registry import get_policy
-    from ecolaunch.profile.history import History
-    from ecolaunch.profile.modes import ProfileAction
-    from ecolaunch.state.store import StateStore
-
     args, opts = parsed.torch_args, parsed.options
     extra_env = {"PYTHON_EXEC": parsed.python_exec} if parsed.python_exec else {}
     environment, rules = ctx.environment, ctx.rules
@@ -114,6 +117,7 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
         return _plain(parsed, extra_env, f"{e}{hint}; launching like torchrun without GPU placement", ui)
     weights = environment.gnn_weights
     if weights is not None and opts.placement_policy == "gnn":
+        # lazy: infer and its features load only for a gnn placement given weights
         from ecolaunch.policy.infer import chosen_weights
 
         weights = chosen_weights(environment)  # a bad weight file fails here, before anything is booked
@@ -168,12 +172,6 @@ class _Run:
 
     def __call__(self, request: JobRequest, action, *, profiling_energy_j: float | None = None,
                  profile_source: str | None = None):
-        from ecolaunch.clock import SystemClock
-        from ecolaunch.launch.caps import JobCaps
-        from ecolaunch.launch.observe import ObserveConfig, RunObserver
-        from ecolaunch.launch.torchrun import run_workers
-        from ecolaunch.profile.modes import ProfileAction
-
         session, parsed, ui, pre = self.session, self.parsed, self.ui, action is ProfileAction.PRE
         name = _job_name(parsed.torch_args)
         job = session.submit(request, self.launcher, name=name, info=_request_info(parsed, request))
@@ -215,9 +213,6 @@ def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history, host_g
     """The job's fingerprint, what ``--profile`` resolves to against its history, and its history entry
     (fingerprint None: the GPU model the job will get on ``allowed_gpus`` is not known before placement, on a host
     with mixed or no GPUs)."""
-    from ecolaunch.profile.history import fingerprint
-    from ecolaunch.profile.modes import resolve_mode
-
     args = parsed.torch_args
     gpus = [g for g in host_gpus if allowed_gpus is None or g.uuid in allowed_gpus]
     models = sorted({g.name for g in gpus})
@@ -247,8 +242,6 @@ def _stop_workers() -> None:
 
 
 def _plain(parsed: ParsedLaunch, extra_env: dict[str, str], why: str, ui: LaunchCallbacks) -> int:
-    from ecolaunch.launch.torchrun import run_workers
-
     ui.no_gpus(why, parsed.options.dry_run)
     if parsed.options.dry_run:
         return exitcodes.OK
@@ -270,8 +263,6 @@ def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed
     the command line, else what the script declared on an earlier run, kept in ``hints``, else the policy's
     default, never above the admin's maximum); the memory per GPU the script declared where the command line
     says nothing."""
-    from ecolaunch.admin.rules import job_bound_pct
-
     args, opts, rules = parsed.torch_args, parsed.options, ctx.rules
     elastic = args.nproc_per_node in ("gpu", "auto")
     nproc = 1 if elastic else _int_nproc(args.nproc_per_node)
@@ -364,6 +355,4 @@ def _job_name(args) -> str:
 
 
 def _own_start_time() -> float:
-    from ecolaunch.state.reconcile import process_start_time
-
     return process_start_time(os.getpid())

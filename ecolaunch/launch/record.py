@@ -147,9 +147,8 @@ class RunRecorder:
     def _idle(self, uuid: str) -> float | None:
         if uuid in self._idle_given:
             return self._idle_given[uuid]
-        from ecolaunch.devices.catalogue import (
-            lookup,  # not at import: the catalogue takes a tenth of a second
-        )
+        # lazy: the launch path loads the catalogue only for a GPU whose idle power it was not given
+        from ecolaunch.devices.catalogue import lookup
 
         try:
             return lookup(self.names.get(uuid, "")).idle_power_w  # an assumption of the catalogue

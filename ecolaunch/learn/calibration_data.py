@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ecolaunch.calibrate.results import read_results
 from ecolaunch.errors import ConfigError
+from ecolaunch.learn.train import LabelledState
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.learn.history_data import MAX_THROUGHPUT_LABEL, profile_job
 from ecolaunch.jobmodel.profile import CapPoint, Profile
@@ -69,8 +71,6 @@ class CalibrationData:
 def calibration_samples(state_dir: Path, *, simulated: bool, weight: float = 3.0) -> CalibrationData:
     """Training samples from every calibration file of ``state_dir`` made on the same kind of GPUs as
     ``simulated`` says this training is for (see the module docstring)."""
-    from ecolaunch.calibrate.results import read_results
-
     out = CalibrationData()
     for stored in read_results(state_dir):
         if stored.doc is None:
@@ -87,8 +87,6 @@ def calibration_samples(state_dir: Path, *, simulated: bool, weight: float = 3.0
 def document_samples(doc: Mapping[str, Any], *, weight: float = 3.0, into: CalibrationData | None = None
                      ) -> CalibrationData:
     """The samples of one calibration document (validated by :func:`ecolaunch.calibrate.results.validate`)."""
-    from ecolaunch.learn.train import LabelledState
-
     if not weight > 0:
         raise ConfigError(f"calibration sample weight must be > 0, got {weight!r}")
     out = CalibrationData() if into is None else into

@@ -38,6 +38,7 @@ from typing import Any
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import GpuModel
+from ecolaunch.learn.train import LabelledState
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.jobmodel.codec import profile_to_json
 from ecolaunch.jobmodel.profile import Profile
@@ -66,8 +67,6 @@ class HistoryData:
 def history_samples(history: History, *, weight: float = 3.0, min_iterations: int = 20,
                     min_overlap: float = 0.9) -> HistoryData:
     """Training samples from ``history`` (see the module docstring)."""
-    from ecolaunch.learn.train import LabelledState
-
     if not weight > 0:
         raise ConfigError(f"history sample weight must be > 0, got {weight!r}")
     recs = history.list()

@@ -71,6 +71,7 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.features import HeteroGraph, batch, encode_state, scenario_graph
+from ecolaunch.policy.infer import ModelConfig, write_weights
 from ecolaunch.sim.interference import GavelFit, InterferenceModel, impute_held_type, fit_gavel, gavel_set
 from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
 from ecolaunch.sim.node import shared_gpu
@@ -450,7 +451,7 @@ def train(seed: int = 0, out_path: Path | str | None = None, *, epochs: int = 60
     same arguments and torch thread count give the same weights. ``describe`` adds keys to the manifest (e.g.
     what the ``extra`` samples came from).
     """
-    from ecolaunch.policy.infer import ModelConfig, write_weights
+    # lazy: the model loads torch_geometric, which only training needs (learn.train's datasets are read without it)
     from ecolaunch.policy.model import HierarchicalGNN
 
     if fast:

@@ -27,6 +27,7 @@ from dataclasses import replace
 from ecolaunch.admin.rules import Rules
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
+from ecolaunch.profile.powercap import fit_cap_model
 from ecolaunch.state.graph import StateGraph
 
 
@@ -37,8 +38,6 @@ class AloneOnCandidate:
         self._state, self._job = state, job
         self._fit = None
         if job.profile and job.profile.curve_points(1.0):
-            from ecolaunch.profile.powercap import fit_cap_model
-
             def fit(max_w: float):
                 points = job.profile.curve_points(max_w)
                 return fit_cap_model(points) if points else None

@@ -50,6 +50,7 @@ import torch
 from torch import Tensor
 
 from ecolaunch.devices.base import LinkKind
+from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.jobmodel.profile import Profile
@@ -188,8 +189,6 @@ def job_row(profile: Profile | None, *, memory_mib: float | None, allowed_slowdo
 @functools.lru_cache(maxsize=256)
 def board_facts(name: str) -> tuple[int | None, float | None, float | None]:
     """(architecture index or None, catalogue idle power_w or None, catalogue max power_w or None) of a board."""
-    from ecolaunch.devices.catalogue import lookup
-
     try:
         model = lookup(name)
     except ConfigError:

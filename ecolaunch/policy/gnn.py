@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ecolaunch.policy.base import JobRequest
+from ecolaunch.policy.curve import AloneOnCandidate
 from ecolaunch.policy.energy import SD_Z, Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.state.graph import StateGraph
 
@@ -50,6 +51,7 @@ class GnnPredictor:
         return f"GnnPredictor(weights={None if self.weights is None else str(self.weights)!r})"
 
     def scorer(self, state: StateGraph, job: JobRequest) -> _GnnScorer:
+        # lazy: infer loads torch; the registry loads this module on every launch, and only a gnn decision needs torch
         from ecolaunch.policy.infer import load_default_model, load_model_cached
 
         model = load_default_model() if self.weights is None else load_model_cached(self.weights)
@@ -69,8 +71,9 @@ class _GnnScorer:
 
     def _base(self):
         if self._enc is None:
+            # lazy: features and infer load torch, which only a gnn decision needs (see scorer)
             from ecolaunch.policy.features import encode_state
-            from ecolaunch.policy.infer import score
+            from ecolaunch.policy.infer import score  # lazy: as above
 
             self._enc = encode_state(self._state, hosts=[self._job.host])
             with _one_thread():
@@ -82,8 +85,6 @@ class _GnnScorer:
     def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
         job = self._job
         if self._curve is None:
-            from ecolaunch.policy.curve import AloneOnCandidate
-
             self._curve = AloneOnCandidate(self._state, job)
         measured = [self._curve.on(c) for c in candidates]
         # the GNN scores only the candidates the job's own measurements cannot decide alone
@@ -102,8 +103,9 @@ class _GnnScorer:
 
     def _scored(self, candidates: Sequence[Candidate]) -> list[Outcome]:
         """The GNN's outcomes: the new job against solo uncapped, the others relative to how they run now."""
+        # lazy: features and infer load torch, which only a gnn decision needs (see scorer)
         from ecolaunch.policy.features import Placement
-        from ecolaunch.policy.infer import score_sd
+        from ecolaunch.policy.infer import score_sd  # lazy: as above
 
         if not candidates:
             return []

@@ -295,6 +295,7 @@ def job(name: str | Callable[..., Any] | None = None, max_slowdown_pct: float | 
         _state.hints = hints
         if _state.hook_dir is not None:
             try:
+                # lazy: `import ecolaunch` loads only the hooks; the channel loads only under a launch
                 from ecolaunch.profile.channel import write_hints
 
                 write_hints(_state.hook_dir, _state.rank, hints.as_dict())

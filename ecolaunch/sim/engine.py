@@ -47,15 +47,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass, field, replace
 
+from ecolaunch.admin.budget import budget_ceilings
 from ecolaunch.admin.rules import Rules
+from ecolaunch.devices.catalogue import lookup
 from ecolaunch.devices.spec import MachineSpec
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import Decision, JobRequest, Policy
+from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.place import place
 from ecolaunch.profile.powercap import profile_caps
 from ecolaunch.sim.power import default_power_model
-from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, shared_gpu
+from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, reproduce_eaco, shared_gpu
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
 logger = logging.getLogger(__name__)
@@ -385,7 +388,6 @@ class Simulation:
         caps = [decision.power_caps_w.get(u) for u in decision.gpus]
         cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct, board)
         if self.rules.power_max_total_w is not None:  # the closed loop never moves past the budget's ceiling
-            from ecolaunch.admin.budget import budget_ceilings
 
             ceiling = min((budget_ceilings(self.graph, self.rules).get(u, math.inf) for u in decision.gpus),
                           default=math.inf)
@@ -426,7 +428,6 @@ class Simulation:
         comes down to it. Returns the GPUs whose cap changed."""
         if self.rules.power_max_total_w is None:
             return set()
-        from ecolaunch.admin.budget import budget_ceilings
 
         lower = {}
         for u, ceiling in budget_ceilings(self.graph, self.rules).items():
@@ -501,7 +502,6 @@ class Simulation:
         worse than the best set of their size on the host (1.0 in the model world)."""
         if self.world is None or len(gpus) < 2:
             return 1.0
-        from ecolaunch.policy.candidates import best_link, worst_link
 
         h = self.graph.hosts[host]
         return self.world.link_factor(job.kind, len(gpus), worst_link(h, list(gpus)) <= best_link(h, len(gpus)))
@@ -564,9 +564,6 @@ def default_host_static_w() -> float:
     :func:`ecolaunch.sim.node.reproduce_eaco`) minus the 8 GPUs' idle power from the catalogue (an assumption,
     see ``ecolaunch/devices/catalogue.py``). Applied to every simulated host, workstations included: an
     assumption that they carry the same class of CPUs (2x Xeon Gold 6240)."""
-    from ecolaunch.devices.catalogue import lookup
-    from ecolaunch.sim.node import reproduce_eaco
-
     return reproduce_eaco().static_power_w - 8 * lookup("V100-SXM2-32GB").idle_power_w
 
 

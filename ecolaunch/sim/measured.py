@@ -68,12 +68,16 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import JobRequest
+from ecolaunch.policy.budget import BudgetedPolicy
+from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
 from ecolaunch.profile.control import CapController
 from ecolaunch.profile.powercap import cap_grid, merge_points, profile_caps
-from ecolaunch.sim.models import gavel_pairs, gavel_solo
+from ecolaunch.sim.interference import fit_gavel, gavel_set, impute_held_type
+from ecolaunch.sim.models import gavel_pairs, gavel_solo, read_data_csv
 from ecolaunch.sim.truth import TruthCurve, zeus_truths
+from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB
 from ecolaunch.state.graph import GpuNode, StateGraph
 
 __all__ = ["BOARD", "FOLDS", "JobKind", "MeasuredWorld", "Noise", "job_kinds", "measured_oracle", "zeus_key"]
@@ -130,8 +134,6 @@ def _pairs(gpu: str = GAVEL_GPU) -> Mapping[tuple[str, str], tuple[float, float]
 @functools.lru_cache(maxsize=1)
 def _multi_gpu() -> Mapping[tuple[str, int], tuple[float, float]]:
     """Gavel's V100 multi-GPU throughputs: (type, GPUs) -> (one server, spread over servers), iterations/s."""
-    from ecolaunch.sim.models import read_data_csv
-
     return {(r["job_type"], int(r["scale_factor"])): (float(r["consolidated"]), float(r["unconsolidated"]))
             for r in read_data_csv("gavel_multi_gpu.csv") if r["gpu"] == GAVEL_GPU}
 
@@ -244,8 +246,6 @@ class MeasuredWorld:
         """The type's demand fitted on Gavel pairs without its fold (its own interpolated)."""
         fold = self._fold_of[kind]
         if fold not in self._demand_cache:
-            from ecolaunch.sim.interference import impute_held_type, fit_gavel, gavel_set
-
             data = gavel_set()
             held_names = set(self.fold_types(fold))
             held = np.array([data.keys[i][1] in held_names or data.keys[j][1] in held_names
@@ -405,8 +405,6 @@ def zeus_key(curve: TruthCurve) -> str:
 
 
 def _memory_mib(kind: str) -> int:
-    from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB
-
     return ASSUMED_MEMORY_MIB[kind]
 
 
@@ -481,8 +479,6 @@ class _TruthScorer:
         return best, None
 
     def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
-        from ecolaunch.policy.candidates import best_link, worst_link
-
         out = []
         host = self._state.hosts[self._job.host]
         for c in candidates:
@@ -505,6 +501,4 @@ class _TruthScorer:
 def measured_oracle(world: MeasuredWorld, kind_of: Mapping[str, str]):
     """The oracle of the measured world: energy-aware placement predicting with the truth, no margin (under the
     admin's power budget, when there is one, like every policy)."""
-    from ecolaunch.policy.budget import BudgetedPolicy
-
     return BudgetedPolicy(EnergyAwarePolicy(MeasuredTruthPredictor(world, kind_of), name="oracle", margin_pct=0.0))

@@ -43,10 +43,11 @@ import math
 import numpy as np
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.devices.spec import MachineSpec
+from ecolaunch.devices.base import LinkKind
+from ecolaunch.devices.spec import MachineSpec, parse_spec
 from ecolaunch.errors import ConfigError
-from ecolaunch.sim.engine import Trace, TraceJob
-from ecolaunch.sim.measured import job_kinds
+from ecolaunch.sim.engine import Simulation, Trace, TraceJob
+from ecolaunch.sim.measured import BOARD, MeasuredWorld, job_kinds, measured_oracle
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.traces import MAX_RUNTIME_S, MIN_RUNTIME_S, _machine_facts, _window
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB, alibaba_pods, gavel_vc, sample_runtimes
@@ -84,9 +85,6 @@ def measured_simulation(name: str, machine: MachineSpec, trace: Trace, policy_na
     """A :class:`~ecolaunch.sim.engine.Simulation` of trace ``name`` in a fresh measured world (its own history
     and seeded noise) under the trace's rules. ``policy_name`` ``"oracle"`` builds the world's oracle (``policy``
     is then ignored); ecolaunch's own policies (:data:`ECOLAUNCH_POLICIES`) run under its closed loop."""
-    from ecolaunch.sim.engine import Simulation
-    from ecolaunch.sim.measured import MeasuredWorld, measured_oracle
-
     world = MeasuredWorld(seed=seed)
     if policy_name == "oracle":
         policy = measured_oracle(world, {j.id: j.kind for j in trace.jobs})
@@ -99,9 +97,6 @@ def measured_machine(name: str) -> MachineSpec:
     pairs, for ``workstation-mixed-models`` 2 V100s and 2 P100s (see the module docstring)."""
     from dataclasses import replace
 
-    from ecolaunch.devices.base import LinkKind
-    from ecolaunch.devices.spec import parse_spec
-    from ecolaunch.sim.measured import BOARD
 
     if name == "workstation-mixed-models":
         return parse_spec("2xV100-PCIE-16GB+2xP100-PCIE-16GB", hostname="node0")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.policy.budget import BudgetedPolicy
+from ecolaunch.policy.curve import CurvePolicy
 from ecolaunch.policy.registry import get_policy, policy_names
 
 #: the ablations the simulator runs besides the policies (``no-gnn``: the gnn policy without its learned part, which
@@ -18,13 +20,11 @@ def sim_policy_names() -> list[str]:
 def get_sim_policy(name: str, *, gnn_weights=None):
     """A policy by name: every launcher policy, ``oracle`` (the model world's) and the ablation ``no-gnn``."""
     if name == "oracle":
+        # lazy: `ecolaunch simulate --help` lists these names without loading the oracle and the catalogue
         from ecolaunch.sim.oracle import oracle_policy
 
         return oracle_policy()
     if name == "no-gnn":  # the gnn policy without its learned part: the curve policy
-        from ecolaunch.policy.budget import BudgetedPolicy
-        from ecolaunch.policy.curve import CurvePolicy
-
         return BudgetedPolicy(CurvePolicy(name="no-gnn"))
     try:
         return get_policy(name, gnn_weights=gnn_weights)
