@@ -133,14 +133,14 @@ def _policy(name: str, seed: int | None, trace, weights):
 def fold_weights(seed: int, cache: Path) -> dict:
     """One GNN per fold of job types, trained without them (cached in ``cache``): fold -> (types, weight file)."""
     from ecolaunch.learn.train import train
-    from ecolaunch.sim.measured import FOLDS, MeasuredWorld, zeus_key
+    from ecolaunch.sim.measured import FOLDS, MeasuredWorld, holdout_key
 
     world = MeasuredWorld(seed=seed)
     cache.mkdir(parents=True, exist_ok=True)
     out = {}
     for k in range(FOLDS):
         types = world.fold_types(k)
-        zeus = sorted(zeus_key(c) for c in world.fold_curves(k))
+        zeus = sorted(holdout_key(c) for c in world.fold_curves(k))
         tag = hashlib.sha256(json.dumps([types, zeus]).encode()).hexdigest()[:10]  # what it was trained without
         path = cache / f"gnn-fold{k}-seed{seed}-{tag}.pt"
         if not path.is_file():

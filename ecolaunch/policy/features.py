@@ -105,7 +105,7 @@ class HeteroGraph:
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class CandidatePlacement:
     """A candidate: the GPUs the new job would get and the cap per GPU (None or absent: leave it)."""
 
     gpus: tuple[str, ...]
@@ -239,12 +239,13 @@ class StateEncoding:
         """The state as it is (no new job)."""
         return self.base
 
-    def candidates(self, job: Any, placements: Sequence[Placement | tuple]) -> HeteroGraph:
+    def candidates(self, job: Any, placements: Sequence[CandidatePlacement | tuple]) -> HeteroGraph:
         """One graph per placement of the new ``job`` (a :class:`~ecolaunch.policy.base.JobRequest` or any object
         with ``id``, ``profile``, ``memory_mib``, ``allowed_slowdown_pct``), batched: the new job is the last job
         row of each graph. Raises ConfigError for a GPU UUID not in the state or named twice."""
         base = self.base
-        places = [p if isinstance(p, Placement) else Placement(tuple(p[0]), dict(p[1] or {})) for p in placements]
+        places = [p if isinstance(p, CandidatePlacement) else CandidatePlacement(tuple(p[0]), dict(p[1] or {}))
+                  for p in placements]
         c_n, ng, nj = len(places), len(base.gpu_uuids), len(base.job_ids)
         profile = getattr(job, "profile", None)
         memory = number_or_none(getattr(job, "memory_mib", None))
@@ -394,7 +395,7 @@ def _rows(rows: Sequence[Sequence[float]], names: Sequence[str]) -> Tensor:
     return torch.tensor(rows, dtype=torch.float32).reshape(-1, len(names))
 
 
-def build_graph(state: StateGraph, job: Any = None, placement: Placement | tuple | None = None,
+def build_graph(state: StateGraph, job: Any = None, placement: CandidatePlacement | tuple | None = None,
                 hosts: Sequence[str] | None = None) -> HeteroGraph:
     """One graph: the state, plus the new ``job`` on ``placement`` when given (see :meth:`StateEncoding.candidates`)."""
     enc = encode_state(state, hosts)

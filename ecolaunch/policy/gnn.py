@@ -104,14 +104,14 @@ class _GnnScorer:
     def _scored(self, candidates: Sequence[Candidate]) -> list[Outcome]:
         """The GNN's outcomes: the new job against solo uncapped, the others relative to how they run now."""
         # lazy: features and infer load torch, which only a gnn decision needs (see scorer)
-        from ecolaunch.policy.features import Placement
+        from ecolaunch.policy.features import CandidatePlacement
         from ecolaunch.policy.infer import score_sd  # lazy: as above
 
         if not candidates:
             return []
         job = self._job
         enc = self._base()
-        graphs = enc.candidates(job, [Placement(c.gpus, dict(zip(c.gpus, c.caps_w))) for c in candidates])
+        graphs = enc.candidates(job, [CandidatePlacement(c.gpus, dict(zip(c.gpus, c.caps_w))) for c in candidates])
         with _one_thread():
             thr, power, sd = score_sd(graphs, self._model)
         ids = (*enc.base.job_ids, job.id)

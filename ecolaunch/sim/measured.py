@@ -80,7 +80,7 @@ from ecolaunch.sim.truth import TruthCurve, zeus_truths
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB
 from ecolaunch.state.graph import GpuNode, StateGraph
 
-__all__ = ["BOARD", "FOLDS", "JobKind", "MeasuredWorld", "Noise", "job_kinds", "measured_oracle", "zeus_key"]
+__all__ = ["BOARD", "FOLDS", "JobKind", "MeasuredWorld", "Noise", "job_kinds", "holdout_key", "measured_oracle"]
 
 BOARD = "V100-PCIE-16GB"
 GAVEL_GPU = "v100"
@@ -397,7 +397,7 @@ class MeasuredWorld:
         return None if final >= bounds[1] - 1e-9 else final
 
 
-def zeus_key(curve: TruthCurve) -> str:
+def holdout_key(curve: TruthCurve) -> str:
     """The Zeus curve's key as :func:`ecolaunch.learn.train.train` takes it in ``holdout_zeus``
     (``"v100:imagenet/resnet50:64"``: GPU, dataset/network, batch size)."""
     gpu, workload, batch = curve.name.split(" ")

@@ -15,7 +15,7 @@ from ecolaunch.policy.features import (
     EDGE_TYPES,
     GPU_FEATURES,
     JOB_FEATURES,
-    Placement,
+    CandidatePlacement,
     batch,
     build_graph,
     encode_state,
@@ -111,8 +111,8 @@ def test_candidates_equal_the_state_with_the_job_added() -> None:
     state = small_state()
     request = JobRequest(id="new", user="u", host="h", nproc=2, memory_mib=30000, allowed_slowdown_pct=15.0,
                          profile=profile_from_json({**PROFILE, "memory_mib": 30000}, where="test"))
-    places = [Placement(("h-G0",)), Placement(("h-G2", "h-G3"), {"h-G3": 250.0}),
-              Placement(("h-G1",), {"h-G1": None})]
+    places = [CandidatePlacement(("h-G0",)), CandidatePlacement(("h-G2", "h-G3"), {"h-G3": 250.0}),
+              CandidatePlacement(("h-G1",), {"h-G1": None})]
     cands = encode_state(state).candidates(request, places)
     assert cands.num_graphs == 3
     singles = []

@@ -13,7 +13,7 @@ import torch
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.policy.features import Placement, batch, encode_state, scenario_graph
+from ecolaunch.policy.features import CandidatePlacement, batch, encode_state, scenario_graph
 from ecolaunch.policy.infer import (
     DEFAULT_WEIGHTS,
     ModelConfig,
@@ -39,7 +39,7 @@ def graphs():
     out = [synthetic_state(rng, model).graph for _ in range(20)]
     state = small_state(("h", "k"))  # two hosts: the host-peer level is exercised
     request = JobRequest(id="new", user="u", host="h", nproc=1, profile=profile_from_json(PROFILE, where="test"))
-    out.append(encode_state(state).candidates(request, [Placement(("h-G3",), {"h-G3": 200.0}), (("h-G0",), None)]))
+    out.append(encode_state(state).candidates(request, [CandidatePlacement(("h-G3",), {"h-G3": 200.0}), (("h-G0",), None)]))
     return out
 
 
