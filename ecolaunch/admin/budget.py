@@ -430,5 +430,5 @@ def budget_ceilings(state: StateGraph, rules: Rules, caps_w: Mapping[str, float]
         share = GRID_W * math.floor(max(0.0, budget - total) / max(1, len(booked)) / GRID_W + 1e-9)
         for u, w in booked.items():
             lo, hi = bounds_or_none(rules, [host.gpus[u]]) or (w, w)
-            out[u] = min(max(w + share, lo), max(hi, w))
+            out[u] = clip_w(w + share, (lo, max(hi, w)))
     return out
