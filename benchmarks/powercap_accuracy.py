@@ -4,7 +4,7 @@ For every (GPU, workload, batch size) curve of ``summary_power_<gpu>.csv`` (one 
 optimizer is the one ``summary_train.csv`` pairs with the workload), this takes the caps
 ``powercap.profile_caps`` would measure (max, then ~85 % and ~65 % of the job's uncapped power, minus caps that
 cannot bind the job) from
-the trace, fits ``powercap.fit_cap_model`` with a prior **fitted without the evaluated workload**
+the trace, fits ``jobmodel.curve.fit_curve`` with a prior **fitted without the evaluated workload**
 (leave-one-workload-out: the prior sees only curves of other networks, on all GPUs; squad and sentiment140
 share BERT and leave together; a leave-one-GPU-out row is printed too),
 predicts time and power at every other cap of the trace, and chooses a cap with ``capchoice.choose_cap``.
@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ecolaunch.jobmodel.profile import CapPoint  # noqa: E402
 from ecolaunch.profile import capchoice as cc  # noqa: E402
+from ecolaunch.jobmodel import curve as jc  # noqa: E402
 from ecolaunch.profile import powercap as pc  # noqa: E402
 from ecolaunch.profile import zeus_data as zd  # noqa: E402
 
@@ -94,7 +95,7 @@ def evaluate(curves: list[zd.ZeusSweep], prior_for, *, slowdown_pct: float, eta:
         lo, hi = caps[0], caps[-1]
         wanted = pc.profile_caps(lo, hi, uncapped_power_w=pts[hi].power_w)
         profiled = sorted({min(caps, key=lambda c: abs(c - w)) for w in wanted})
-        model = pc.fit_cap_model([pts[c] for c in profiled], prior_for(curve))
+        model = jc.fit_curve([pts[c] for c in profiled], prior_for(curve))
         for c in caps:
             pred, true = model.predict(c), pts[c]
             et = abs(pred.iter_time_s - true.iter_time_s) / true.iter_time_s
@@ -130,12 +131,12 @@ def _true_optimum(pts: dict[float, CapPoint], slowdown_pct: float, eta: float, h
 
 
 def prior_factory(train: list[zd.ZeusSweep], holdout: str):
-    cache: dict[str, pc.CapPrior] = {}
+    cache: dict[str, jc.CapPrior] = {}
 
     def network(workload: str) -> str:
         return workload.split("/")[-1]
 
-    def prior_for(curve: zd.ZeusSweep) -> pc.CapPrior:
+    def prior_for(curve: zd.ZeusSweep) -> jc.CapPrior:
         if holdout == "workload":
             key = network(WINDOW_WORKLOAD.get(curve.workload, curve.workload))
             keep = [c for c in train if network(c.workload) != key]
@@ -143,7 +144,7 @@ def prior_factory(train: list[zd.ZeusSweep], holdout: str):
             key = curve.gpu.upper()
             keep = [c for c in train if c.gpu.upper() != key]
         if key not in cache:
-            cache[key] = pc.CapPrior.fit([c.points for c in keep], source=f"without {key}")
+            cache[key] = jc.CapPrior.fit([c.points for c in keep], source=f"without {key}")
         return cache[key]
 
     return prior_for

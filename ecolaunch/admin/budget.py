@@ -85,7 +85,8 @@ from ecolaunch.errors import EcolaunchError
 from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
-from ecolaunch.profile.powercap import cap_grid, fit_cap_model
+from ecolaunch.jobmodel.curve import fit_curve
+from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 from ecolaunch.validate import is_number, number_or_none
 
@@ -192,25 +193,27 @@ def curve_at(curve: Sequence[tuple[float, float, float]], cap_w: float) -> tuple
     return s0 + f * (s1 - s0), e0 + f * (e1 - e0)
 
 
-# --- one job's curve under its bound -----------------------------------------------------------------------------
+# --- one job's curve, tabled on the grid under its bound --------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class JobCurve:
-    """The floor of one job (lowest grid cap within its bound, margin included) and its predicted curve."""
+class CapTable:
+    """The floor of one job (lowest grid cap within its bound, margin included) and its curve read on the grid:
+    rows of (cap, predicted slowdown %, predicted energy per iteration)."""
 
     floor_w: float
     rows: tuple[tuple[float, float, float], ...]
 
 
 @functools.lru_cache(maxsize=4096)
-def job_curve(points: tuple[CapPoint, ...], bounds_w: tuple[float, float],
-              allowed_slowdown_pct: float) -> JobCurve | None:
-    """The job's floor and curve on the :data:`GRID_W` grid within ``bounds_w``; None without points. Cached: the
+def cap_table(points: tuple[CapPoint, ...], bounds_w: tuple[float, float],
+              allowed_slowdown_pct: float) -> CapTable | None:
+    """The job's floor and its curve (:class:`~ecolaunch.jobmodel.curve.CapCurve`) read on the :data:`GRID_W` grid
+    within ``bounds_w``; None without points. Cached: the
     simulator asks for every running job at every arrival and departure."""
     if not points:
         return None
     lo, hi = bounds_w
     try:
-        model = fit_cap_model(points)
+        model = fit_curve(points)
         grid = cap_grid(lo, hi, GRID_W)
         ref = model.predict(hi).iter_time_s
         rows = []
@@ -226,7 +229,7 @@ def job_curve(points: tuple[CapPoint, ...], bounds_w: tuple[float, float],
         if kept > allowed_slowdown_pct + 1e-6:
             break
         floor = cap
-    return JobCurve(floor, tuple((c, s, e) for c, s, _, e in rows))
+    return CapTable(floor, tuple((c, s, e) for c, s, _, e in rows))
 
 
 
@@ -242,7 +245,7 @@ def profile_floor_w(profile: Profile | None, allowed_slowdown_pct: float, nodes:
     bounds = bounds_or_none(rules, nodes)
     if bounds is None:
         return None
-    curve = job_curve(profile.curve_points(bounds[1]) if profile else (), bounds, float(allowed_slowdown_pct))
+    curve = cap_table(profile.curve_points(bounds[1]) if profile else (), bounds, float(allowed_slowdown_pct))
     return no_curve_floor_w(rules, nodes) if curve is None else curve.floor_w
 
 
@@ -303,7 +306,7 @@ def host_demands(state: StateGraph, host: Host, rules: Rules, newcomer: Newcomer
             limits = [g.power_limit_w for g in nodes if g.power_limit_w is not None]
             wanted = min(hi, max(limits)) if limits else hi
         wanted = clip_w(wanted, bounds)
-        curve = job_curve(profile.curve_points(hi) if profile else (), bounds, float(bound))
+        curve = cap_table(profile.curve_points(hi) if profile else (), bounds, float(bound))
         floor = min(curve.floor_w, wanted) if curve is not None else wanted
         for u in gpus:
             out[u] = GpuDemand(u, wanted, floor, job_id, curve.rows if curve is not None else (), job_id)

@@ -20,11 +20,11 @@ curve is: boards overshoot their limit by a few percent); ``fits_memory`` whethe
 the board.
 
 **Measured caps are honoured.** A job's ``cap_points`` (plus its uncapped ``iter_time_s`` and ``power_w``, a point
-at the board's max limit) are its measured curve (:func:`ecolaunch.policy.estimate.measured_curve`, the one
+at the board's max limit) are its measured curve (:class:`ecolaunch.jobmodel.curve.CapCurve`, the one
 reading the placement policy uses too). Alone on the GPU at a measured cap, the answer *is* the measurement:
 ``normalized_throughput`` = its time at the max limit / its time at that cap, ``gpu_power_w`` its measured power
-(``throughput_sd`` 0). Between measured caps it moves monotonically from one measurement to the other; below the
-lowest it is extrapolated with the Zeus prior and the model's learned residual. Sharing the GPU multiplies the
+(``throughput_sd`` 0). Between measured caps it follows the curve (the Zeus prior's shape, corrected at each
+measurement); below the lowest it is extrapolated with the Zeus prior and the model's learned residual. Sharing the GPU multiplies the
 job's speed alone at that cap by the learned interference factor. Bad input: ``Error:`` naming the field, exit 1
 (including input nested deeper than :data:`MAX_DEPTH` and more than :data:`MAX_JOBS_PER_GPU` jobs on one GPU).
 Bad options: usage error, exit 2. More jobs on one GPU than the model was trained with

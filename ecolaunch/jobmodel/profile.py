@@ -89,11 +89,13 @@ class Profile:
         return bool(self.power_w or self.cap_points)
 
     def curve_points(self, top_cap_w: float, *, unknown_time_s: float | None = None) -> tuple[CapPoint, ...]:
-        """The job's measured curve: its cap points, else its uncapped iteration time and power as one point at
-        ``top_cap_w`` (the prior's shape then gives the rest); empty when its power or its iteration time is not
-        known (an uninstrumented job is never capped blind). ``unknown_time_s`` stands in for an unknown
-        iteration time, for a reader of ratios only."""
+        """The job's measured curve: its cap points, plus its uncapped iteration time and power as a point at
+        ``top_cap_w`` when none was measured that high (alone, that one point: the prior's shape then gives the
+        rest); empty when its power or its iteration time is not known (an uninstrumented job is never capped
+        blind). ``unknown_time_s`` stands in for an unknown iteration time, for a reader of ratios only."""
         if self.cap_points:
+            if self.iter_time_s and self.power_w and max(p.power_cap_w for p in self.cap_points) < top_cap_w - 1e-6:
+                return (*self.cap_points, CapPoint(top_cap_w, float(self.iter_time_s), float(self.power_w)))
             return self.cap_points
         time_s = self.iter_time_s or unknown_time_s
         if time_s and self.power_w:

@@ -37,7 +37,7 @@ name leaves out every pair involving it, on every GPU); ``holdout_zeus`` are Zeu
 ``"<gpu>:<network>:<batch_size>"`` as in :func:`zeus_keys` (e.g. ``"v100:resnet50:128"``: every dataset and
 optimizer of that network at that batch size on that board; ``"<gpu>:<dataset>/<network>:<batch_size>"`` names
 one dataset only). Unknown names raise ConfigError (a typo must not hold out nothing). Not refitted per fold: the
-cap-curve prior :data:`~ecolaunch.profile.powercap.DEFAULT_PRIOR` (medians over all 208 Zeus curves), which the
+cap-curve prior :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR` (medians over all 208 Zeus curves), which the
 features and the launch path use as fixed physics. ``fast=True`` trains a small model quickly (tests).
 
 **Determinism.** The same seed, data, holdouts and torch thread count give the same weights
@@ -75,7 +75,7 @@ from ecolaunch.policy.infer import ModelConfig, write_weights
 from ecolaunch.sim.interference import GavelFit, InterferenceModel, impute_held_type, fit_gavel, gavel_set
 from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
 from ecolaunch.sim.node import shared_gpu
-from ecolaunch.sim.power import CurveSet, PowerCapModel, default_power_model, fit_shape
+from ecolaunch.sim.power import ZeusRows, PowerCapModel, default_power_model, fit_shape
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
 logger = logging.getLogger(__name__)
@@ -260,7 +260,7 @@ def _power_model(held: Callable[[str, str, int], bool], holding: bool) -> PowerC
                 c.append(r.power_limit_w / p_max)
                 t.append(r.time_per_epoch_s / ref.time_per_epoch_s)
                 p.append(r.power_w / p_max)
-        shapes[gpu] = fit_shape([CurveSet(gpu, tuple(wl), np.array(u), np.array(c), np.array(t), np.array(p))])
+        shapes[gpu] = fit_shape([ZeusRows(gpu, tuple(wl), np.array(u), np.array(c), np.array(t), np.array(p))])
         idle[gpu] = min(p) if p else default_power_model().active_idle_frac[gpu]
     return PowerCapModel(shapes, idle)
 

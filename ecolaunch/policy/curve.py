@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ecolaunch.admin.rules import Rules
+from ecolaunch.jobmodel.curve import profile_curve
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
-from ecolaunch.profile.powercap import fit_cap_model
 from ecolaunch.state.graph import StateGraph
 
 
@@ -38,11 +38,7 @@ class AloneOnCandidate:
         self._state, self._job = state, job
         self._fit = None
         if job.profile and job.profile.curve_points(1.0):
-            def fit(max_w: float):
-                points = job.profile.curve_points(max_w)
-                return fit_cap_model(points) if points else None
-
-            self._fit = functools.lru_cache(maxsize=8)(fit)
+            self._fit = functools.lru_cache(maxsize=8)(functools.partial(profile_curve, job.profile))
 
     @property
     def known(self) -> bool:

@@ -11,10 +11,10 @@ its ``*_missing`` column 1, never NaN). *job*: ``iter_time`` = log10(solo uncapp
 ``sm_util``, ``mem_bw_util`` = NVML utilization.gpu / .memory alone / 100; ``demand`` = the larger (1.0 when
 both unknown, as in :mod:`ecolaunch.sim.interference`); ``memory`` = peak memory_mib / memory of its smallest
 GPU; ``power`` = solo power_w / mean max power limit of its GPUs; ``allowed_slowdown`` = bound in % / 100;
-``gpus`` = log2(GPU count) / 3; ``cap60_*``, ``cap80_*`` = from measured cap points, slowdown (time / uncapped
-time - 1) and power / max limit at caps of 60 % and 80 % of the max limit (interpolated; missing below the
-lowest point); the job alone at the cap its GPUs run at (the lowest of them), from its measured curve
-(:func:`ecolaunch.policy.estimate.measured_curve`, the one reading of measured caps): ``alone_speed`` (normalized
+``gpus`` = log2(GPU count) / 3; ``cap60_*``, ``cap80_*`` = from its measured curve (the one reading of measured
+caps, :class:`ecolaunch.jobmodel.curve.CapCurve`), slowdown (time / uncapped time - 1) and power / max limit at caps
+of 60 % and 80 % of the max limit (missing outside the measured caps); the job alone at the cap its GPUs run at (the
+lowest of them), from the same curve: ``alone_speed`` (normalized
 throughput), ``alone_power`` (/ mean max limit; missing when its power is unknown), ``anchored`` (1 when both are
 measured there or between measurements, not extrapolated) and ``uncapped`` (1 at the max limit, where
 ``alone_speed`` is 1.0 by definition). A job without a curve but with a known power gets the Zeus prior's ratios
@@ -45,7 +45,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -53,8 +52,8 @@ from ecolaunch.devices.base import LinkKind
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.codec import profile_from_json
-from ecolaunch.jobmodel.profile import Profile
-from ecolaunch.policy.estimate import measured_curve, profile_curve
+from ecolaunch.jobmodel.curve import fit_curve, profile_curve
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
 from ecolaunch.validate import number_or_none
 
@@ -137,17 +136,15 @@ def batch(graphs: Sequence[HeteroGraph]) -> HeteroGraph:
 
 # --- reading profiles and boards ------------------------------------------------------------------------------
 def _cap_features(profile: Profile, max_w: float) -> list[float]:
-    """The cap60/cap80 columns from the measured cap points."""
-    points = sorted((p.power_cap_w, p.iter_time_s, p.power_w) for p in profile.cap_points)
-    t_ref = profile.iter_time_s or (points[-1][1] if points else None)
+    """The cap60/cap80 columns: the job's curve at those caps where they lie within its measured caps."""
+    curve = profile_curve(profile, max_w)
     out: list[float] = []
     for cap in (frac * max_w for frac in CAP_REFERENCE_FRACS):
-        if not points or not t_ref or cap < points[0][0] - 1e-9:
+        if curve is None or not curve.anchored(cap):
             out += [0.0, 0.0, 1.0]
             continue
-        caps, ts, ws = zip(*points)
-        t, w = float(np.interp(cap, caps, ts)), float(np.interp(cap, caps, ws))
-        out += [min(3.0, max(0.0, t / t_ref - 1.0)), w / max_w, 0.0]
+        at, top = curve.at(cap), curve.at(max_w)
+        out += [min(3.0, max(0.0, at.iter_time_s / top.iter_time_s - 1.0)), at.power_w / max_w, 0.0]
     return out
 
 
@@ -155,16 +152,16 @@ def alone_at_cap(profile: Profile | None, cap_w: float, max_w: float) -> list[fl
     """The ``alone_*``, ``anchored`` and ``uncapped`` columns: the job alone at ``cap_w`` on a board whose max
     limit is ``max_w`` (see the module docstring)."""
     uncapped = cap_w >= max_w - 1e-6
-    power = profile.power_w if profile else None
-    curve = profile_curve(profile, max_w)
-    if curve is None and power is not None and power > 0:  # its uncapped power alone: the prior's ratios from it
-        curve = measured_curve((), max_w, 1.0, power)  # (a placeholder time: only ratios are read)
+    # its measured curve, else its uncapped power alone with the prior's ratios (a placeholder time: only ratios
+    # are read); nothing measured: a job drawing the max limit (the cautious choice for a cap)
+    curve = profile_curve(profile, max_w, unknown_time_s=1.0)
     known = curve is not None
-    if curve is None:  # nothing measured: a job drawing the max limit (the cautious choice for a cap)
-        curve = measured_curve((), max_w, 1.0, max_w)
-    speed = 1.0 if uncapped else min(1.0, curve.speed(cap_w))
-    watts = curve.at(cap_w)[1] if known else 0.0
-    return [speed, min(2.0, watts / max_w), float(not known), float(known and curve.anchored(cap_w)), float(uncapped)]
+    if curve is None:
+        curve = fit_curve([CapPoint(max_w, 1.0, max_w)])
+    speed = 1.0 if uncapped else min(1.0, curve.speed(cap_w, max_w))
+    watts = curve.at(min(cap_w, max_w)).power_w if known else 0.0
+    return [speed, min(2.0, watts / max_w), float(not known), float(known and curve.anchored(min(cap_w, max_w))),
+            float(uncapped)]
 
 
 def job_row(profile: Profile | None, *, memory_mib: float | None, allowed_slowdown_pct: float | None, n_gpus: int,

@@ -1,7 +1,7 @@
 """``zeus``: exclusive placement with each job's energy-optimal power cap under its slowdown bound.
 
 What Zeus's GlobalPowerLimitOptimizer does for one job (You et al., NSDI '23), placed like ``exclusive``: the
-job's cap curve comes from its profile (:func:`ecolaunch.policy.estimate.cap_model`: measured cap points, or its
+job's cap curve comes from its profile (:func:`ecolaunch.jobmodel.curve.profile_curve`: measured cap points, or its
 uncapped power with the prior learned from the Zeus traces), and the cap is the one with the least GPU energy per
 iteration (Zeus's ``eta = 1``) whose predicted slowdown stays within the job's bound, on a 25 W grid inside the
 admin policy's bounds. A job without a profile keeps the default power limit.
@@ -10,9 +10,9 @@ admin policy's bounds. A job without a profile keeps the default power limit.
 from __future__ import annotations
 
 from ecolaunch.admin.rules import Rules, cap_bounds_w
+from ecolaunch.jobmodel.curve import profile_curve
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
-from ecolaunch.policy.estimate import cap_model
 from ecolaunch.profile.capchoice import choose_cap
 from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid
 from ecolaunch.state.graph import StateGraph
@@ -42,7 +42,7 @@ class ZeusPolicy:
             if gpu.power_limit_max_w is None or gpu.power_limit_min_w is None:
                 caps[uuid] = None
                 continue
-            model = cap_model(job.profile, gpu.power_limit_max_w)
+            model = profile_curve(job.profile, gpu.power_limit_max_w, unknown_time_s=1.0)
             if model is None:
                 caps[uuid] = None
                 continue

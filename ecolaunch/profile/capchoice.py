@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.profile import CapPoint
-from ecolaunch.profile.powercap import DEFAULT_PRIOR, NON_BINDING_RATIO, CapModel, CapPrior, cap_grid, fit_cap_model
+from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, NON_BINDING_RATIO, CapCurve, CapPrior, fit_curve
+from ecolaunch.profile.powercap import cap_grid
 
 _EPS = 1e-9
 
@@ -95,7 +96,7 @@ def iteration_stats(times_s: Sequence[float]) -> IterationStats | None:
     return IterationStats(statistics.fmean(kept), 100.0 * 1.4826 * mad / med if med > 0 else 0.0, len(xs))
 
 
-def cap_margin_pct(model: CapModel, cap_w: float, z: float = MARGIN_Z) -> float:
+def cap_margin_pct(model: CapCurve, cap_w: float, z: float = MARGIN_Z) -> float:
     """Slowdown (percentage points) kept back from the bound at ``cap_w``: ``z`` standard errors of the
     predicted slowdown, from what was measured.
 
@@ -119,12 +120,12 @@ def cap_margin_pct(model: CapModel, cap_w: float, z: float = MARGIN_Z) -> float:
     return max(MIN_MARGIN_PP, z * math.sqrt(se_ref ** 2 + se_cap ** 2 + error ** 2))
 
 
-def _replicates(model: CapModel) -> list[CapPoint]:
+def _replicates(model: CapCurve) -> list[CapPoint]:
     top = model.points[-1]
     return [p for p in model.points if p is top or p.power_cap_w >= NON_BINDING_RATIO * model.reference_power_w]
 
 
-def reference_se_pct(model: CapModel) -> float:
+def reference_se_pct(model: CapCurve) -> float:
     """Standard error (% of it) of the job's uncapped reference time: its top point and non-binding replicates,
     pooled by iterations; 0 when their spread is not known."""
     replicates = _replicates(model)
@@ -135,7 +136,7 @@ def reference_se_pct(model: CapModel) -> float:
     return pooled_cv / math.sqrt(n_ref)
 
 
-def choose_cap(model: CapModel, caps_w: Sequence[float], allowed_slowdown_pct: float | None,
+def choose_cap(model: CapCurve, caps_w: Sequence[float], allowed_slowdown_pct: float | None,
                eta: float, max_power_w: float, *, z: float = MARGIN_Z,
                min_saving_pct: float = MIN_SAVING_PCT) -> CapChoice:
     """The one objective: least ``eta*E + (1-eta)*max_power_w*T`` per iteration over ``caps_w`` whose predicted
@@ -209,11 +210,11 @@ def job_cap_choice(points: Sequence[CapPoint], bounds_w: tuple[float, float], al
     """
     if not points:
         return None
-    return model_cap_choice(fit_cap_model(points, prior or DEFAULT_PRIOR), bounds_w, allowed_slowdown_pct, eta,
+    return model_cap_choice(fit_curve(points, prior or DEFAULT_PRIOR), bounds_w, allowed_slowdown_pct, eta,
                             step_w=step_w, z=z)
 
 
-def model_cap_choice(model: CapModel, bounds_w: tuple[float, float], allowed_slowdown_pct: float | None,
+def model_cap_choice(model: CapCurve, bounds_w: tuple[float, float], allowed_slowdown_pct: float | None,
                      eta: float = 1.0, *, step_w: float = CHOICE_STEP_W, z: float = MARGIN_Z) -> CapChoice:
     """:func:`job_cap_choice` on a curve already fitted (the closed loop fits it once per look)."""
     lo, hi = bounds_w

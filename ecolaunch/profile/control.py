@@ -60,7 +60,7 @@ from ecolaunch.profile.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP,
                                          model_cap_choice, reference_se_pct)
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.channel import StepReader, iteration_times
-from ecolaunch.profile.powercap import CapPrior, fit_cap_model
+from ecolaunch.jobmodel.curve import CapPrior, fit_curve
 from ecolaunch.profile.sampler import Sampler, cap_seen_s
 from ecolaunch.validate import integer
 
@@ -179,7 +179,7 @@ class CapController:
                                        stats.cv_pct)
         points = self.points()
         lo, hi = self._bounds
-        model = fit_cap_model(points, self._prior) if self._prior else fit_cap_model(points)
+        model = fit_curve(points, self._prior) if self._prior else fit_curve(points)
         ref = model.predict(hi).iter_time_s
         slow = 100.0 * (stats.mean_s / ref - 1.0)
         self.measured_slowdown_pct = slow

@@ -44,7 +44,8 @@ from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.channel import iteration_times
 from ecolaunch.profile.capchoice import CapChoice, iteration_stats, job_cap_choice
-from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, NON_BINDING_RATIO, cap_grid, fit_cap_model, profile_caps
+from ecolaunch.jobmodel.curve import NON_BINDING_RATIO, fit_curve
+from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid, profile_caps
 from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import GpuSample, WindowStats, cap_seen_s
 
@@ -314,7 +315,7 @@ class Profiler:
             advice = f"suggest a non-binding cap of {rec:.0f} W near the measured {power:.0f} W" if rec else "no advice"
             return ProfileResult(profile, None, rec, f"{why}: no iteration time, so no slowdown can be measured; "
                                  + advice, self._used, False)
-        model = fit_cap_model(self._points)
+        model = fit_curve(self._points)
         top_point = self._points[0]
         t0, p0 = top_point.iter_time_s, top_point.power_w
         choice = None

@@ -73,7 +73,8 @@ from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
 from ecolaunch.profile.control import CapController
-from ecolaunch.profile.powercap import cap_grid, merge_points, profile_caps
+from ecolaunch.jobmodel.curve import merge_points
+from ecolaunch.profile.powercap import cap_grid, profile_caps
 from ecolaunch.sim.interference import fit_gavel, gavel_set, impute_held_type
 from ecolaunch.sim.models import gavel_pairs, gavel_solo, read_data_csv
 from ecolaunch.sim.truth import TruthCurve, zeus_truths

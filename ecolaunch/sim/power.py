@@ -161,7 +161,7 @@ class CapPrediction:
 
 
 @dataclass(frozen=True, slots=True)
-class CurveSet:
+class ZeusRows:
     """The Zeus rows of one GPU as arrays: uncapped power and cap (both / P_max), measured ratios."""
 
     gpu: str
@@ -173,7 +173,7 @@ class CurveSet:
 
 
 @functools.lru_cache(maxsize=None)
-def zeus_curves(gpu: str) -> CurveSet:
+def zeus_curves(gpu: str) -> ZeusRows:
     """Zeus rows of ``gpu`` normalized: each (workload, batch, optimizer) curve relative to its highest cap."""
     p_max = ZEUS_GPUS[gpu]
     groups: dict[tuple[str, int, str], list] = defaultdict(list)
@@ -189,10 +189,10 @@ def zeus_curves(gpu: str) -> CurveSet:
             c.append(r.power_limit_w / p_max)
             t.append(r.time_per_epoch_s / ref.time_per_epoch_s)
             p.append(r.power_w / p_max)
-    return CurveSet(gpu, tuple(wl), np.array(u), np.array(c), np.array(t), np.array(p))
+    return ZeusRows(gpu, tuple(wl), np.array(u), np.array(c), np.array(t), np.array(p))
 
 
-def fit_shape(curves: Sequence[CurveSet], keep: Sequence[np.ndarray] | None = None, name: str = "") -> CapShape:
+def fit_shape(curves: Sequence[ZeusRows], keep: Sequence[np.ndarray] | None = None, name: str = "") -> CapShape:
     """Fit one :class:`CapShape` to the rows of ``curves`` (only rows where ``keep`` is True, when given),
     minimizing the squared relative errors of time and power."""
     keep = keep or [np.ones(cs.u.size, dtype=bool) for cs in curves]

@@ -19,7 +19,7 @@ from ecolaunch.profile import channel
 from ecolaunch.profile.control import start_loop
 from ecolaunch.profile.history import History, Profile
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings
-from ecolaunch.profile.powercap import CapPoint
+from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import Sampler
 

@@ -14,7 +14,7 @@ from ecolaunch.policy.budget import BudgetedPolicy, book_budget
 from ecolaunch.policy.registry import get_policy, policy_names
 from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.profile.capchoice import cap_margin_pct
-from ecolaunch.profile.powercap import fit_cap_model
+from ecolaunch.jobmodel.curve import fit_curve
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
 #: a compute-bound job: 6 % slower at 300 W, 18 % at 250 W (of 330 W drawn uncapped)
@@ -62,7 +62,7 @@ def total_w(graph: StateGraph, rules: Rules) -> float:
 
 def within_bound(profile: dict, cap_w: float, bound: float) -> bool:
     """The job's predicted slowdown at ``cap_w`` plus capchoice's margin, computed here from its points."""
-    model = fit_cap_model(profile_from_json(profile, where="test").cap_points)
+    model = fit_curve(profile_from_json(profile, where="test").cap_points)
     slow = 100.0 * (model.predict(cap_w).iter_time_s / model.predict(400.0).iter_time_s - 1.0)
     return slow + (cap_margin_pct(model, cap_w) if cap_w < 400.0 else 0.0) <= bound + 1e-6
 

@@ -23,6 +23,8 @@ from ecolaunch.policy.features import (
     scenario_graph,
 )
 from ecolaunch.jobmodel.codec import profile_from_json
+from ecolaunch.jobmodel.curve import fit_curve
+from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.policy.infer import message_edges
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
 
@@ -160,8 +162,11 @@ def test_cap_points_are_interpolated_at_the_reference_caps() -> None:
     row = dict(zip(JOB_FEATURES, job_row(profile_from_json(profile, where="test"), memory_mib=None,
                                          allowed_slowdown_pct=None, n_gpus=1,
                                          gpu_memory_mib=81920, gpu_max_power_w=400.0)))
-    assert row["cap60_slowdown"] == pytest.approx(0.4) and row["cap60_power"] == pytest.approx(204 / 400)
-    assert row["cap80_slowdown"] == pytest.approx(0.2) and row["cap80_power"] == pytest.approx(252 / 400)
+    curve = fit_curve([CapPoint(200, 0.15, 180), CapPoint(400, 0.1, 300)])  # the job's one curve, read there
+    for cap, name in ((240, "cap60"), (320, "cap80")):
+        at = curve.predict(cap)
+        assert row[f"{name}_slowdown"] == pytest.approx(at.iter_time_s / 0.1 - 1) and 0 < row[f"{name}_slowdown"] < 0.5
+        assert row[f"{name}_power"] == pytest.approx(at.power_w / 400) and 180 / 400 < row[f"{name}_power"] < 300 / 400
     assert row["cap60_missing"] == row["cap80_missing"] == 0
     high = {"iter_time_s": 0.1, "cap_points": [[300, 0.11, 250], [400, 0.1, 300]]}
     row = dict(zip(JOB_FEATURES, job_row(profile_from_json(high, where="test"), memory_mib=None,

@@ -1,5 +1,5 @@
-"""The GNN as a correction on measurements: the measured curve (exact at measured caps, monotone and between them
-in between), the model returning it for a job alone, sharing multiplying it, and the uncertainty it reports."""
+"""The GNN as a correction on measurements: the job's curve (exact at measured caps, anchored only within them), the
+model returning it for a job alone, sharing multiplying it, and the uncertainty it reports."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from ecolaunch.devices.catalogue import lookup
+from ecolaunch.jobmodel.curve import fit_curve, profile_curve
 from ecolaunch.jobmodel.profile import CapPoint, Profile
-from ecolaunch.policy.estimate import measured_curve, profile_curve
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.policy.infer import ModelConfig, PlainModel, load_default_model, physics_prior, score_sd
 from ecolaunch.policy.model import HierarchicalGNN
@@ -22,38 +22,44 @@ JOB = {"id": "a", "iter_time_s": 0.2, "sm_util_pct": 90.0, "mem_bw_util_pct": 45
        "power_w": 330.0, "cap_points": POINTS}
 
 
-def random_monotone_points(rng: np.random.Generator, n: int) -> list[list[float]]:
-    caps = np.sort(rng.choice(np.arange(100.0, 401.0, 5.0), n, replace=False))
-    times = np.sort(rng.uniform(0.1, 0.5, n))[::-1]
-    powers = np.sort(rng.uniform(60.0, 390.0, n))
-    return [[float(c), float(t), float(p)] for c, t, p in zip(caps, times, powers)]
-
-
-def test_the_curve_is_the_measurement_at_measured_caps_and_monotone_between() -> None:
+def test_the_curve_is_the_measurement_at_measured_caps_and_anchored_only_within_them() -> None:
     rng = np.random.default_rng(1)
     for _ in range(200):
-        points = random_monotone_points(rng, int(rng.integers(1, 5)))
-        curve = measured_curve(points, 400.0)
-        for cap, t, p in points:
-            assert curve.at(cap) == (t, p) and curve.anchored(cap)
-        grid = np.linspace(points[0][0], points[-1][0], 97)
-        at = np.array([curve.at(c) for c in grid])
-        assert np.all(np.diff(at[:, 0]) <= 1e-12) and np.all(np.diff(at[:, 1]) >= -1e-12)  # monotone
-        for (c0, t0, p0), (c1, t1, p1) in zip(points, points[1:]):  # between the two measurements around it
-            inside = at[(grid > c0) & (grid < c1)]
-            assert np.all((inside[:, 0] <= t0 + 1e-12) & (inside[:, 0] >= t1 - 1e-12))
-            assert np.all((inside[:, 1] >= p0 - 1e-12) & (inside[:, 1] <= p1 + 1e-12))
-        below = curve.at(points[0][0] - 20.0)
-        assert below[0] >= points[0][1] - 1e-12 and not curve.anchored(points[0][0] - 20.0)
+        top_w = float(rng.uniform(150.0, 400.0))
+        power = float(rng.uniform(0.6, 1.0)) * top_w  # drawn at the top cap; every lower cap can bind it
+        caps = np.sort(rng.uniform(0.4, 1.25, int(rng.integers(0, 4))) * power)
+        caps = caps[caps < top_w]
+        times = np.sort(rng.uniform(0.1, 0.5, caps.size + 1))[::-1]
+        points = [CapPoint(float(c), float(t), float(min(c, power) * rng.uniform(0.9, 1.0)))
+                  for c, t in zip(caps, times)] + [CapPoint(top_w, float(times[-1]), power)]
+        curve = fit_curve(points)
+        for p in points:
+            at = curve.predict(p.power_cap_w)
+            assert at.iter_time_s == pytest.approx(p.iter_time_s, rel=1e-9)
+            assert at.power_w == pytest.approx(p.power_w, rel=1e-9) and curve.anchored(p.power_cap_w)
+        assert not curve.anchored(points[0].power_cap_w - 20.0) and not curve.anchored(top_w + 20.0)
 
 
-def test_the_uncapped_profile_is_the_point_at_the_max_limit() -> None:
+def test_caps_that_cannot_bind_the_job_are_replicates_of_its_top() -> None:
+    top, loose = CapPoint(300.0, 0.20, 100.0), CapPoint(200.0, 0.22, 104.0)  # 200 W >= 1.3 x 102 W: not binding
+    curve = fit_curve([loose, top])
+    assert curve.is_flat and curve.predict(200.0).iter_time_s == pytest.approx(0.21)
+
+
+def test_the_profile_curve_is_its_cap_points_else_its_uncapped_point() -> None:
     point = CapPoint(200.0, 0.34, 195.0)
     curve = profile_curve(Profile(iter_time_s=0.3, power_w=250.0, cap_points=(point,)), 300.0)
-    assert curve.caps_w == (200.0, 300.0) and curve.speed(300.0) == 1.0 and curve.speed(200.0) == 0.3 / 0.34
+    assert curve.points == (point, CapPoint(300.0, 0.3, 250.0))  # the uncapped point where none was measured
+    assert curve.speed(200.0, 300.0) == pytest.approx(0.3 / 0.34) and curve.anchored(250.0)
     no_power = profile_curve(Profile(iter_time_s=0.3, cap_points=(point,)), 300.0)
-    assert no_power.speed(200.0) == 0.3 / 0.34 and no_power.anchored(200.0) and not no_power.anchored(250.0)
+    assert no_power.points == (point,) and not no_power.anchored(300.0)
+    assert no_power.speed(200.0, 300.0) < 1.0  # the prior's shape above its one measured cap
+    alone = profile_curve(Profile(iter_time_s=0.3, power_w=250.0), 300.0)
+    assert alone.points == (CapPoint(300.0, 0.3, 250.0),) and alone.speed(300.0, 300.0) == 1.0
+    assert alone.speed(150.0, 300.0) < 1.0 and not alone.anchored(150.0)  # the prior's shape below it
     assert profile_curve(Profile(iter_time_s=0.3), 300.0) is None and profile_curve(None, 300.0) is None
+    ratios = profile_curve(Profile(power_w=250.0), 300.0, unknown_time_s=1.0)
+    assert ratios.points == (CapPoint(300.0, 1.0, 250.0),)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pytest
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.profile import capchoice as cc
+from ecolaunch.jobmodel import curve as jc
 from ecolaunch.profile import powercap as pc
 from ecolaunch.profile import zeus_data as zd
 
@@ -27,14 +28,14 @@ def synthetic(p_free_w: float, exponent: float, caps: list[float], t0_s: float =
 
 
 def fit_from_profile(truth: dict[float, CapPoint],
-                     prior: pc.CapPrior = pc.DEFAULT_PRIOR) -> tuple[pc.CapModel, list[float]]:
+                     prior: jc.CapPrior = jc.DEFAULT_PRIOR) -> tuple[jc.CapCurve, list[float]]:
     caps = sorted(truth)
     wanted = pc.profile_caps(caps[0], caps[-1], uncapped_power_w=truth[caps[-1]].power_w)
     profiled = sorted({min(caps, key=lambda c: abs(c - w)) for w in wanted})
-    return pc.fit_cap_model([truth[c] for c in profiled], prior), profiled
+    return jc.fit_curve([truth[c] for c in profiled], prior), profiled
 
 
-def mape(model: pc.CapModel, truth: dict[float, CapPoint], skip: list[float]) -> tuple[float, float]:
+def mape(model: jc.CapCurve, truth: dict[float, CapPoint], skip: list[float]) -> tuple[float, float]:
     caps = [c for c in truth if c not in skip]
     t = statistics.fmean(abs(model.predict(c).iter_time_s / truth[c].iter_time_s - 1) for c in caps)
     p = statistics.fmean(abs(model.predict(c).power_w / truth[c].power_w - 1) for c in caps)
@@ -45,7 +46,7 @@ def measured_range(truth: dict[float, CapPoint], profiled: list[float]) -> dict[
     return {c: p for c, p in truth.items() if c >= min(profiled)}
 
 
-def assert_extrapolation_is_monotone(model: pc.CapModel, truth: dict[float, CapPoint],
+def assert_extrapolation_is_monotone(model: jc.CapCurve, truth: dict[float, CapPoint],
                                      profiled: list[float]) -> None:
     """Below the lowest measured cap (the slowest caps, ~65 % of the job's power and less) the model
     extrapolates and may err by tens of percent; it still never predicts less slowdown than it measured at
@@ -98,20 +99,20 @@ def test_flat_job_needs_one_cap_and_is_left_uncapped() -> None:
 
 def test_non_binding_replicates_are_averaged() -> None:
     points = [CapPoint(250, 1.0, 50), CapPoint(175, 1.1, 52), CapPoint(100, 0.9, 48)]
-    model = pc.fit_cap_model(points)
+    model = jc.fit_curve(points)
     assert model.reference_iter_time_s == pytest.approx(1.0)
     assert model.reference_power_w == pytest.approx(50)
     assert model.is_flat
 
 
 def test_duplicate_caps_are_averaged() -> None:
-    model = pc.fit_cap_model([CapPoint(250, 1.0, 200), CapPoint(250, 1.2, 220)])
+    model = jc.fit_curve([CapPoint(250, 1.0, 200), CapPoint(250, 1.2, 220)])
     assert model.reference_iter_time_s == pytest.approx(1.1)
     assert model.reference_power_w == pytest.approx(210)
 
 
 def test_prior_is_monotone_and_normalized() -> None:
-    prior = pc.DEFAULT_PRIOR
+    prior = jc.DEFAULT_PRIOR
     assert all(a >= b for a, b in zip(prior.time_ratio, prior.time_ratio[1:]))
     assert all(a <= b for a, b in zip(prior.power_ratio, prior.power_ratio[1:]))
     assert min(prior.time_ratio) >= 1.0
@@ -122,10 +123,10 @@ def test_prior_is_monotone_and_normalized() -> None:
 @needs_zeus
 def test_default_prior_matches_a_refit_from_the_traces() -> None:
     curves = zd.load_power_traces()
-    refit = pc.CapPrior.fit([c.points for c in curves])
-    assert refit.u_grid == pc.DEFAULT_PRIOR.u_grid
-    assert refit.time_ratio == pytest.approx(pc.DEFAULT_PRIOR.time_ratio, abs=1e-4)
-    assert refit.power_ratio == pytest.approx(pc.DEFAULT_PRIOR.power_ratio, abs=1e-4)
+    refit = jc.CapPrior.fit([c.points for c in curves])
+    assert refit.u_grid == jc.DEFAULT_PRIOR.u_grid
+    assert refit.time_ratio == pytest.approx(jc.DEFAULT_PRIOR.time_ratio, abs=1e-4)
+    assert refit.power_ratio == pytest.approx(jc.DEFAULT_PRIOR.power_ratio, abs=1e-4)
 
 
 @needs_zeus
@@ -137,7 +138,7 @@ def test_fit_on_real_zeus_rows(gpu: str, workload: str, batch_size: int) -> None
     curves = zd.load_power_traces()
     (curve,) = [c for c in curves if (c.gpu, c.workload, c.batch_size) == (gpu, workload, batch_size)]
     network = workload.split("/")[1]
-    prior = pc.CapPrior.fit([c.points for c in curves if c.workload.split("/")[1] != network])  # not trained on it
+    prior = jc.CapPrior.fit([c.points for c in curves if c.workload.split("/")[1] != network])  # not trained on it
     truth = {p.power_cap_w: p for p in curve.points}
     model, profiled = fit_from_profile(truth, prior)
     time_mape, power_mape = mape(model, measured_range(truth, profiled), profiled)
@@ -152,7 +153,7 @@ def test_fit_on_real_zeus_rows(gpu: str, workload: str, batch_size: int) -> None
 
 
 @pytest.fixture
-def bound_job() -> tuple[pc.CapModel, list[float]]:
+def bound_job() -> tuple[jc.CapCurve, list[float]]:
     truth = synthetic(240, 0.8, pc.cap_grid(100, 300))
     return fit_from_profile(truth)[0], sorted(truth)
 
@@ -220,7 +221,7 @@ def test_profile_caps(lo: float, hi: float, power: float | None, expected: list[
 ])
 def test_fit_rejects_bad_points(points: list[CapPoint]) -> None:
     with pytest.raises(ConfigError):
-        pc.fit_cap_model(points)
+        jc.fit_curve(points)
 
 
 def test_bad_choice_arguments(bound_job) -> None:
@@ -243,9 +244,9 @@ def test_bad_grid_and_plan_arguments() -> None:
     with pytest.raises(ConfigError):
         pc.profile_caps(100, 300, fractions=(1.0, 1.5))
     with pytest.raises(ConfigError):
-        pc.CapPrior((0.5, 0.4), (1.0, 1.0), (1.0, 1.0))
+        jc.CapPrior((0.5, 0.4), (1.0, 1.0), (1.0, 1.0))
     with pytest.raises(ConfigError):
-        pc.CapPrior.fit([])
+        jc.CapPrior.fit([])
 
 
 # --- what was measured: robust statistics, the margin, pooling -------------------------------------------------
@@ -261,15 +262,15 @@ def test_iteration_stats_ignore_a_stall_and_measure_the_spread() -> None:
 
 
 def test_the_margin_comes_from_what_was_measured() -> None:
-    exact = pc.fit_cap_model([CapPoint(400, 0.1, 300), CapPoint(250, 0.114, 250), CapPoint(200, 0.13, 200)])
+    exact = jc.fit_curve([CapPoint(400, 0.1, 300), CapPoint(250, 0.114, 250), CapPoint(200, 0.13, 200)])
     assert cc.cap_margin_pct(exact, 250) == cc.MIN_MARGIN_PP  # a measured cap, measured without noise: the floor
     between = [cc.cap_margin_pct(exact, c) for c in (265, 275, 290)]
     assert cc.MIN_MARGIN_PP < between[0] < between[1] < between[2]  # grows with the distance from a measured cap
     assert cc.cap_margin_pct(exact, 150) >= cc.MARGIN_Z * cc.EXTRAPOLATION_ERROR_PP  # below the lowest measured
-    noisy = pc.fit_cap_model([CapPoint(400, 0.1, 300, 15, 3.0), CapPoint(250, 0.114, 250, 15, 3.0),
+    noisy = jc.fit_curve([CapPoint(400, 0.1, 300, 15, 3.0), CapPoint(250, 0.114, 250, 15, 3.0),
                               CapPoint(200, 0.13, 200, 15, 3.0)])
     assert cc.cap_margin_pct(noisy, 250) == pytest.approx(cc.MARGIN_Z * (2 * 9.0 / 15) ** 0.5)
-    more = pc.fit_cap_model([CapPoint(400, 0.1, 300, 600, 3.0), CapPoint(250, 0.114, 250, 600, 3.0)])
+    more = jc.fit_curve([CapPoint(400, 0.1, 300, 600, 3.0), CapPoint(250, 0.114, 250, 600, 3.0)])
     assert cc.cap_margin_pct(more, 250) < cc.cap_margin_pct(noisy, 250) / 3  # more iterations, less margin
 
 
@@ -286,7 +287,7 @@ def test_the_choice_keeps_its_margin_and_noisier_profiles_choose_higher_caps() -
 
 
 def test_points_at_one_cap_pool_by_iterations() -> None:
-    merged = pc.merge_points([CapPoint(250, 0.11, 250, 15, 3.0), CapPoint(250, 0.12, 240, 585, 1.0),
+    merged = jc.merge_points([CapPoint(250, 0.11, 250, 15, 3.0), CapPoint(250, 0.12, 240, 585, 1.0),
                               CapPoint(400, 0.1, 300)])
     assert [p.power_cap_w for p in merged] == [250, 400]
     assert merged[0].iterations == 600 and merged[0].iter_time_s == pytest.approx((15 * 0.11 + 585 * 0.12) / 600)
