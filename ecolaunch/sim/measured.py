@@ -7,13 +7,21 @@ curve), :func:`job_kinds`, :class:`Noise`, :class:`MeasuredWorld` (the truth the
 
 **Rules of evidence.** A model is never scored against itself: nothing here calls the
 models a policy predicts with (:func:`ecolaunch.sim.node.shared_gpu`, the interference fit, the power model, the
-GNN). Every number the truth plays is a measured table, interpolated:
+GNN). Every number the truth plays is a measured table, interpolated, and no number it plays is one the tables
+hold as suspect:
 
 - *solo speed and sharing*: Gavel's measured throughputs on V100 (OSDI '20, ``gavel_solo_sf1.csv`` and
   ``gavel_pairs_sf1.csv``): a job type's solo iterations/s, and both jobs' iterations/s when two single-GPU jobs
   share one GPU (MPS). A pair Gavel marks ``[0, 0]`` (infeasible or not measured) cannot share: the newcomer fails
   after :data:`OOM_AFTER_S` and is queued again for GPUs of its own, as a real out-of-memory crash would go. Three
   or more jobs on a GPU were never measured, so the measured world allows at most two (``max_jobs_per_gpu``).
+- *suspect pairs*: a V100 value that equals the type's solo throughput to all 16 digits is a copy, not a
+  measurement (:class:`~ecolaunch.sim.interference.GavelSet` ``copy_a``/``copy_b``; training drops those values).
+  A pair holding a copy, in either job's value or both, is played as Gavel's ``[0, 0]``: it cannot share. Played
+  as measured, a copy is free sharing (the copied job loses nothing), which the oracle exploits. A conservative
+  stand-in (say the type's worst measured pair) would be a number the world invents and the oracle would read it
+  back; not sharing invents nothing, and where one value is a copy the other alone cannot say how the pair runs,
+  so the pair goes too. What this costs: fewer pairs the world lets share.
 - *power caps*: Zeus's measured V100 PCIe sweeps (NSDI '23, 58 curves, 100-250 W), interpolated by
   :class:`~ecolaunch.sim.truth.TruthCurve`.
 
@@ -75,7 +83,7 @@ from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_c
 from ecolaunch.profile.control import CapController
 from ecolaunch.profile.powercap import cap_grid, merge_points, profile_caps
 from ecolaunch.sim.interference import fit_gavel, gavel_set, impute_held_type
-from ecolaunch.sim.models import gavel_pairs, gavel_solo, read_data_csv
+from ecolaunch.sim.models import gavel_solo, read_data_csv
 from ecolaunch.sim.truth import TruthCurve, zeus_truths
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB
 from ecolaunch.state.graph import GpuNode, StateGraph
@@ -104,7 +112,7 @@ class JobKind:
     solo_its: float  # iterations/s alone on V100 (Gavel)
     curve: TruthCurve  # its cap curve (Zeus V100 PCIe)
     curve_source: str  # "same model family" or "rank-matched"
-    pair_loss: float  # 1 - mean normalized throughput over its measured pairs
+    pair_loss: float  # 1 - mean normalized throughput over the pairs the world plays (trustworthy values only)
 
     @property
     def iter_time_s(self) -> float:
@@ -122,12 +130,17 @@ class JobKind:
 
 @functools.lru_cache(maxsize=4)
 def _pairs(gpu: str = GAVEL_GPU) -> Mapping[tuple[str, str], tuple[float, float]]:
-    """Measured normalized throughputs of both jobs on Gavel's ``gpu``, by ordered pair of types (both orders)."""
+    """Measured normalized throughputs of both jobs on Gavel's ``gpu``, by ordered pair of types (both orders): only
+    the pairs whose two values are trustworthy (module docstring: a pair holding a copy of a solo throughput is not
+    played, as :meth:`GavelSet.usable <ecolaunch.sim.interference.GavelSet.usable>` marks copies for training)."""
+    data = gavel_set((gpu,))
+    use_a, use_b = data.usable("values")
     out = {}
-    for p in gavel_pairs(gpu):
-        xa, xb = p.shared_a / p.solo_a, p.shared_b / p.solo_b
-        out[(p.job_a, p.job_b)] = (xa, xb)
-        out[(p.job_b, p.job_a)] = (xb, xa)
+    for i, j, xa, xb, ok in zip(data.a, data.b, data.obs_a, data.obs_b, use_a & use_b):
+        if ok:
+            a, b = data.keys[i][1], data.keys[j][1]
+            out[(a, b)] = (float(xa), float(xb))
+            out[(b, a)] = (float(xb), float(xa))
     return out
 
 
