@@ -1,31 +1,43 @@
 """The measured world: a simulator truth built only from measured tables, and what the policies see of it.
 
-What lives here: :class:`JobKind` (a job type with its measured solo speed, measured pair speeds and measured cap
-curve), :func:`job_kinds`, :class:`Noise`, :class:`MeasuredWorld` (the truth the event loop of
-:mod:`ecolaunch.sim.engine` plays when given ``world=``, and the noisy readings the policies get) and
-:func:`measured_oracle` (the hindsight oracle on that truth).
+What lives here: :class:`JobKind` (a job type with its measured solo speed, its pair loss and its cap curve,
+measured or a stand-in, with the curve's source), :func:`job_kinds`, :class:`Noise`, :class:`MeasuredWorld` (the
+truth the event loop of :mod:`ecolaunch.sim.engine` plays when given ``world=``, and the noisy readings the
+policies get) and :func:`measured_oracle` (the hindsight oracle on that truth).
 
 **Rules of evidence.** A model is never scored against itself: nothing here calls the
 models a policy predicts with (:func:`ecolaunch.sim.node.shared_gpu`, the interference fit, the power model, the
-GNN). Every number the truth plays is a measured table, interpolated:
+GNN). Every number the truth plays is a measured table, interpolated, and no number it plays is one the tables
+hold as suspect:
 
 - *solo speed and sharing*: Gavel's measured throughputs on V100 (OSDI '20, ``gavel_solo_sf1.csv`` and
   ``gavel_pairs_sf1.csv``): a job type's solo iterations/s, and both jobs' iterations/s when two single-GPU jobs
   share one GPU (MPS). A pair Gavel marks ``[0, 0]`` (infeasible or not measured) cannot share: the newcomer fails
   after :data:`OOM_AFTER_S` and is queued again for GPUs of its own, as a real out-of-memory crash would go. Three
   or more jobs on a GPU were never measured, so the measured world allows at most two (``max_jobs_per_gpu``).
-- *power caps*: Zeus's measured V100 PCIe sweeps (NSDI '23, 58 curves, 100-250 W), interpolated by
-  :class:`~ecolaunch.sim.truth.TruthCurve`.
+- *suspect pairs*: a V100 value that equals the type's solo throughput to all 16 digits is a copy, not a
+  measurement (:class:`~ecolaunch.sim.interference.GavelSet` ``copy_a``/``copy_b``; training drops those values).
+  A pair holding a copy, in either job's value or both, is played as Gavel's ``[0, 0]``: it cannot share. Played
+  as measured, a copy is free sharing (the copied job loses nothing), which the oracle exploits. A conservative
+  stand-in (say the type's worst measured pair) would be a number the world invents and the oracle would read it
+  back; not sharing invents nothing, and where one value is a copy the other alone cannot say how the pair runs,
+  so the pair goes too. What this costs (fewer pairs the world lets share) is in ``docs/simulator.md``.
+- *power caps*: Zeus's measured V100 PCIe curves (NSDI '23: the 58 sweeps of ``summary_power_v100.csv`` and the
+  ResNet-18 profile window ``profile_windows/V100+resnet18+gpu0.csv``), 100-250 W, interpolated by
+  :class:`~ecolaunch.sim.truth.TruthCurve`. :attr:`JobKind.curve_source` says per type where its curve came from.
 
-**What had to be assumed** (no measurement joins the two tables; each choice is the plainest one):
+**What had to be assumed** is listed, each with its source and what would change if it were wrong, in
+``docs/simulator.md`` ("What the measured world assumes"). In short:
 
-- *Which curve a job type runs.* Gavel's and Zeus's models differ (only ResNet-50/ImageNet is in both, and keeps
-  its own curve at the same batch size). The other types get Zeus V100 curves by rank: types ordered by how much
-  they lose when sharing (the mean of their measured normalized throughput over their measured pairs: a heavy
-  job loses more) are matched to the curves ordered by their uncapped power over the board's limit (a heavy job
-  draws more), at the same quantile.
+- *Which curve a job type runs.* A type whose network Zeus measured on the board plays that measurement:
+  ResNet-50 its sweep at the same batch size; ResNet-18 (V100 only) the profile window, which records no batch
+  size, so all five batch sizes play the same curve (their speeds stay Gavel's per batch size). The other types
+  get a stand-in by rank: types ordered by how much they lose when sharing (the mean of their normalized
+  throughput over the pairs the world plays: a heavy job loses more) are matched to the remaining sweeps ordered by
+  their uncapped power over the board's limit (a heavy job draws more), at the same quantile.
 - *A shared GPU's power.* Each job's dynamic energy per iteration is its solo one: the board draws
   ``idle + sum_i (P_i - idle) * x_i`` (``x_i``: its measured normalized throughput in the pair), at most the limit.
+  So sharing cannot lower the energy of the work itself, and an idle GPU draws idle power either way.
 - *A cap on a shared GPU* slows both jobs by the time ratio of the job drawing the most, read on its own curve at
   the same fraction of its power as the cap is of the board's draw.
 - *Multi-GPU jobs* share each GPU as a single-GPU job of their type would (Gavel measured pairs of 1-GPU jobs),
@@ -76,8 +88,8 @@ from ecolaunch.profile.control import CapController
 from ecolaunch.jobmodel.curve import merge_points
 from ecolaunch.profile.powercap import cap_grid, profile_caps
 from ecolaunch.sim.interference import fit_gavel, gavel_set, impute_held_type
-from ecolaunch.sim.models import gavel_pairs, gavel_solo, read_data_csv
-from ecolaunch.sim.truth import TruthCurve, zeus_truths
+from ecolaunch.sim.models import gavel_solo, read_data_csv
+from ecolaunch.sim.truth import TruthCurve, zeus_truths, zeus_window_truths
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB
 from ecolaunch.state.graph import GpuNode, StateGraph
 
@@ -99,13 +111,13 @@ CONTROL_ITERS = 600
 
 @dataclass(frozen=True, slots=True)
 class JobKind:
-    """One Gavel job type with what was measured of it (see the module docstring)."""
+    """One Gavel job type with what was measured of it, and where its curve came from (see the module docstring)."""
 
     name: str
     solo_its: float  # iterations/s alone on V100 (Gavel)
-    curve: TruthCurve  # its cap curve (Zeus V100 PCIe)
-    curve_source: str  # "same model family" or "rank-matched"
-    pair_loss: float  # 1 - mean normalized throughput over its measured pairs
+    curve: TruthCurve  # its cap curve (Zeus, the board's)
+    curve_source: str  # where the curve came from: "measured: ..." or "rank-matched stand-in: ..."
+    pair_loss: float  # 1 - mean normalized throughput over the pairs the world plays (trustworthy values only)
 
     @property
     def iter_time_s(self) -> float:
@@ -123,12 +135,17 @@ class JobKind:
 
 @functools.lru_cache(maxsize=4)
 def _pairs(gpu: str = GAVEL_GPU) -> Mapping[tuple[str, str], tuple[float, float]]:
-    """Measured normalized throughputs of both jobs on Gavel's ``gpu``, by ordered pair of types (both orders)."""
+    """Measured normalized throughputs of both jobs on Gavel's ``gpu``, by ordered pair of types (both orders): only
+    the pairs whose two values are trustworthy (module docstring: a pair holding a copy of a solo throughput is not
+    played, as :meth:`GavelSet.usable <ecolaunch.sim.interference.GavelSet.usable>` marks copies for training)."""
+    data = gavel_set((gpu,))
+    use_a, use_b = data.usable("values")
     out = {}
-    for p in gavel_pairs(gpu):
-        xa, xb = p.shared_a / p.solo_a, p.shared_b / p.solo_b
-        out[(p.job_a, p.job_b)] = (xa, xb)
-        out[(p.job_b, p.job_a)] = (xb, xa)
+    for i, j, xa, xb, ok in zip(data.a, data.b, data.obs_a, data.obs_b, use_a & use_b):
+        if ok:
+            a, b = data.keys[i][1], data.keys[j][1]
+            out[(a, b)] = (float(xa), float(xb))
+            out[(b, a)] = (float(xb), float(xa))
     return out
 
 
@@ -139,10 +156,26 @@ def _multi_gpu() -> Mapping[tuple[str, int], tuple[float, float]]:
             for r in read_data_csv("gavel_multi_gpu.csv") if r["gpu"] == GAVEL_GPU}
 
 
+def _own_curve(name: str, board: str, summary: Mapping[str, TruthCurve], windows: Mapping[str, TruthCurve]
+               ) -> tuple[TruthCurve, str] | None:
+    """The measured curve of the type's own network on ``board`` (``"V100"``) and its source; None: Zeus has none."""
+    if name.startswith("ResNet-50 (batch size "):
+        batch = name.split("batch size ")[1].rstrip(")")
+        c = summary.get(f"{board} imagenet/resnet50 bs{batch}")
+        if c is not None:
+            return c, f"measured: Zeus sweep {c.name} (same network and batch size)"
+    if name.startswith("ResNet-18 (batch size "):
+        c = windows.get(f"{board} resnet18")
+        if c is not None:
+            return c, f"measured: Zeus profile window {c.name} (same network; batch size not recorded, every " \
+                      "batch size plays it)"
+    return None
+
+
 @functools.lru_cache(maxsize=4)
 def job_kinds(gavel_gpu: str = GAVEL_GPU) -> Mapping[str, JobKind]:
-    """Every Gavel job type on ``gavel_gpu`` (``v100``, ``p100``) with its measured curve on that board (module
-    docstring: same family, else rank-matched)."""
+    """Every Gavel job type on ``gavel_gpu`` (``v100``, ``p100``) with its cap curve on that board (module docstring:
+    its own network's measured curve, else a rank-matched stand-in); ``curve_source`` says which."""
     solo = {job: tp for (gpu, job), tp in gavel_solo().items() if gpu == gavel_gpu}
     pairs = _pairs(gavel_gpu)
     loss = {}
@@ -151,24 +184,19 @@ def job_kinds(gavel_gpu: str = GAVEL_GPU) -> Mapping[str, JobKind]:
         loss[name] = 1.0 - float(np.mean(own)) if own else 0.0
     prefix = gavel_gpu.upper()
     curves = [c for c in zeus_truths() if c.name.startswith(prefix + " ")]
-    by_name = {c.name: c for c in curves}
-    same: dict[str, TruthCurve] = {}
-    for name in solo:
-        if name.startswith("ResNet-50 (batch size "):
-            batch = name.split("batch size ")[1].rstrip(")")
-            c = by_name.get(f"{prefix} imagenet/resnet50 bs{batch}")
-            if c is not None:
-                same[name] = c
-    rest_types = sorted((n for n in solo if n not in same), key=lambda n: (loss[n], n))
-    rest_curves = sorted((c for c in curves if c not in same.values()),
+    windows = {c.name: c for c in zeus_window_truths()}
+    measured = {n: m for n in solo if (m := _own_curve(n, prefix, {c.name: c for c in curves}, windows))}
+    rest_types = sorted((n for n in solo if n not in measured), key=lambda n: (loss[n], n))
+    taken = {c for c, _ in measured.values()}
+    rest_curves = sorted((c for c in curves if c not in taken),
                          key=lambda c: (c.power_w(c.max_cap_w) / c.max_cap_w, c.name))
     out = {}
     for i, name in enumerate(rest_types):
-        q = i / max(1, len(rest_types) - 1)
-        out[name] = JobKind(name, solo[name], rest_curves[round(q * (len(rest_curves) - 1))], "rank-matched",
-                            loss[name])
-    for name, c in same.items():
-        out[name] = JobKind(name, solo[name], c, "same model family", loss[name])
+        c = rest_curves[round(i / max(1, len(rest_types) - 1) * (len(rest_curves) - 1))]
+        out[name] = JobKind(name, solo[name], c, f"rank-matched stand-in: Zeus sweep {c.name} (no {prefix} curve "
+                            "of its network; matched by pair loss to uncapped power)", loss[name])
+    for name, (c, source) in measured.items():
+        out[name] = JobKind(name, solo[name], c, source, loss[name])
     return {n: out[n] for n in solo}
 
 
@@ -236,8 +264,11 @@ class MeasuredWorld:
         return tuple(sorted(n for n, f in self._fold_of.items() if f == fold))
 
     def fold_curves(self, fold: int) -> tuple[TruthCurve, ...]:
-        """The measured curves the fold's types play, on every board."""
-        return tuple(table[n].curve for _, table in self._boards.values() for n in self.fold_types(fold))
+        """The Zeus sweeps the fold's types play, on every board: the curves training could see (it reads no
+        profile window, so the ResNet-18 window is in no training set and needs no hold-out)."""
+        sweeps = {c.name for c in zeus_truths()}
+        return tuple(table[n].curve for _, table in self._boards.values() for n in self.fold_types(fold)
+                     if table[n].curve.name in sweeps)
 
     def job_kind(self, kind: str, board: str | None = None) -> JobKind:
         """A type's measurements on ``board``."""

@@ -1,9 +1,10 @@
 """The measured truth of a replayed job: its power-cap curve, interpolated, and the hindsight oracle.
 
 What lives here: :class:`TruthCurve` and its loaders :func:`h200_truths` (ecolaunch's own H200 sweep,
-``data/h200_cap_sweep.csv``) and :func:`zeus_truths` (Zeus NSDI '23, ``data/summary_power_<gpu>.csv``; both in
-``data/SOURCE.md``); the hindsight oracle :func:`oracle_cap`, with :func:`true_slowdown_pct` and
-:func:`true_energy_per_iter`. The GPU and job that play a truth are in :mod:`ecolaunch.sim.replay`.
+``data/h200_cap_sweep.csv``), :func:`zeus_truths` (Zeus NSDI '23, ``data/summary_power_<gpu>.csv``) and
+:func:`zeus_window_truths` (Zeus's profiling windows, ``data/profile_windows/``; all in ``data/SOURCE.md``); the
+hindsight oracle :func:`oracle_cap`, with :func:`true_slowdown_pct` and :func:`true_energy_per_iter`. The GPU and
+job that play a truth are in :mod:`ecolaunch.sim.replay`.
 
 **Rules of evidence** (a model is never scored against itself). The truth is the measured table, interpolated, never fitted. Only scoring code
 (and :mod:`ecolaunch.sim.replay`, which plays it) may import this module: the profiler, observer and controller
@@ -18,13 +19,17 @@ Below the lowest, the job is taken as power-bound at the lowest point's energy p
 grows in proportion to the cap): that never invents a saving nor hides a slowdown. Every vendored curve is
 measured down to its board's minimum cap, so this only matters for hand-built curves.
 
-**Units.** H200 curves hold seconds per iteration, Zeus curves seconds per *epoch* (``time_unit == "epoch"``; every
-epoch is the same work, so slowdowns, savings and cap choices are the same; energies are then J per epoch).
+**Units.** H200 curves hold seconds per iteration, Zeus summary curves seconds per *epoch* (``time_unit ==
+"epoch"``; every epoch is the same work, so slowdowns, savings and cap choices are the same; energies are then J per
+epoch), Zeus window curves seconds per iteration of an assumed 40-iteration window
+(:data:`~ecolaunch.profile.zeus_data.ZEUS_WINDOW_ITERS`: only ratios are read from them).
 
 **Known data caveats** (``data/SOURCE.md``): H200 ``mlp`` is launch-jitter noise, not a curve (loaded only on
 request, ``noisy=True``); H200 ``mm`` at 600 W reads 614 W because its window includes settling from 650 W
 (ecolaunch's profiler read 594 W there the same day). It is kept as measured, which makes 600 W and the caps next to
-it look worse for energy than they probably are.
+it look worse for energy than they probably are. Zeus's V100 ResNet-18 window at 225 W is longer than those at
+200-150 W (one window per cap); the monotone rule carries its time down to 150 W, so that curve slows more under
+moderate caps than its other windows say.
 """
 
 from __future__ import annotations
@@ -40,10 +45,10 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.profile import zeus_data
 from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.profile.powercap import cap_grid
-from ecolaunch.sim.models import read_data_csv, zeus_rows
+from ecolaunch.sim.models import DATA_DIR, read_data_csv, zeus_rows
 
 __all__ = ["OracleCap", "TruthCurve", "h200_truths", "oracle_cap", "true_energy_per_iter", "true_slowdown_pct",
-           "vendored_zeus_curves", "zeus_truths"]
+           "vendored_zeus_curves", "zeus_truths", "zeus_window_truths"]
 
 H200_SWEEP_CSV = "h200_cap_sweep.csv"
 H200_MODEL = "H200-SXM-141GB"
@@ -187,6 +192,17 @@ def zeus_truths(data_dir: Path | None = None, *, min_points: int = 3) -> list[Tr
     for c in curves:
         if len(c.points) < min_points:
             continue
+        lo, hi = c.points[0].power_cap_w, c.points[-1].power_cap_w
+        out.append(TruthCurve(c.key, lookup(ZEUS_MODELS[c.gpu]).name, lo, hi, hi, c.points, c.time_unit))
+    return out
+
+
+def zeus_window_truths() -> list[TruthCurve]:
+    """The vendored Zeus profiling windows (``data/profile_windows/``: V100 ResNet-18, one GPU) as truth curves named
+    by :attr:`~ecolaunch.profile.zeus_data.ZeusSweep.key` (``"V100 resnet18"``); cap range = the measured span,
+    default = max."""
+    out = []
+    for c in zeus_data.load_profile_windows(DATA_DIR):
         lo, hi = c.points[0].power_cap_w, c.points[-1].power_cap_w
         out.append(TruthCurve(c.key, lookup(ZEUS_MODELS[c.gpu]).name, lo, hi, hi, c.points, c.time_unit))
     return out

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,15 @@ def test_vendored_gavel_subset_matches_the_json() -> None:
         got = {frozenset((p.job_a, p.job_b)): {(p.job_a, p.shared_a), (p.job_b, p.shared_b)}
                for p in models.gavel_pairs(gpu)}
         assert got == expected
+
+
+def test_every_vendored_data_file_is_package_data() -> None:
+    """A clean install reads ecolaunch/sim/data: every file there must match a package-data glob of pyproject."""
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["ecolaunch"]
+    files = [p.relative_to(root / "ecolaunch").as_posix() for p in models.DATA_DIR.rglob("*") if p.is_file()]
+    assert "sim/data/profile_windows/V100+resnet18+gpu0.csv" in files
+    assert [f for f in files if not any(fnmatch.fnmatch(f, g) for g in globs)] == []
 
 
 def test_eaco_tables_are_vendored() -> None:

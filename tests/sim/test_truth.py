@@ -48,6 +48,19 @@ def test_vendored_zeus_curves_equal_the_loader_on_shared_data() -> None:
     assert [t.name for t in from_shared] == [t.name for t in tr.zeus_truths()]
 
 
+@needs_shared
+def test_vendored_zeus_window_is_an_unchanged_copy_and_loads_as_measured() -> None:
+    name = "V100+resnet18+gpu0.csv"
+    assert (DATA_DIR / "profile_windows" / name).read_bytes() == \
+        (SHARED / "zeus-nsdi23" / "profile_windows" / name).read_bytes()
+    (c,) = tr.zeus_window_truths()
+    (shared,) = [w for w in zeus_data.load_profile_windows(SHARED / "zeus-nsdi23") if w.key == c.name]
+    assert c.points == shared.points and c.name == "V100 resnet18"
+    m = lookup(c.gpu_model)
+    assert (c.min_cap_w, c.max_cap_w) == (m.power_limit_min_w, m.power_limit_max_w) == (100.0, 250.0)
+    assert c.power_w(250.0) == pytest.approx(1900.333 / 9.991050186916254)  # energy / elapsed of the 250 W window
+
+
 def test_h200_loader_keeps_mm_and_bw_and_mlp_only_when_asked() -> None:
     assert [t.name for t in tr.h200_truths()] == ["H200 mm", "H200 bw"]
     mlp = tr.h200_truths(include_mlp=True)[-1]
