@@ -1,41 +1,68 @@
-"""Every policy on the standard traces, side by side: energy in three accountings, job times, QoS, ablations.
+"""Every policy on the standard traces over several seeds, side by side: energy in three accountings, job times,
+QoS, ablations, each as a mean with its 95 % interval.
 
-    python benchmarks/energy.py [--seed 0] [--json] [--out benchmarks/results] [--world measured|model|both]
-                                [--trace NAME ...] [--policy NAME ...] [--no-folds]
+    python benchmarks/energy.py [--seeds 5] [--first-seed 0] [--json] [--out benchmarks/results]
+                                [--world measured|model|both] [--trace NAME ...] [--policy NAME ...] [--no-folds]
+
+**Seeds.** Every trace and policy runs on the seeds ``first_seed .. first_seed + seeds - 1``; a seed draws the
+trace (its window of arrivals, its run times, its job types and users) and the world's noise, so one seed measures
+the seed as much as the policy. Every policy meets the same seeds, so two policies compare paired by seed: the
+per-seed difference, averaged, with the 95 % interval of that mean (Student's t on the seeds, ``n - 1`` degrees of
+freedom; :func:`_common.mean_ci95`).
 
 **The measured world** (default; :mod:`ecolaunch.sim.measured`): the machine plays measured tables only (Gavel's V100
 pair throughputs, Zeus's V100 cap curves), the policies read noisy profiles, first launches are profiled inline and
 repeats come from history, ecolaunch's policies run the real closed-loop cap controller, and the GNN that scores a
-job was trained without that job's type (k-fold by job type, :data:`ecolaunch.sim.measured.FOLDS` folds; weights
-trained on first use into ``--cache``; ``--no-folds`` uses the shipped weights, which saw every Gavel pair, and says
-so). Traces: the measured ones of :data:`ecolaunch.sim.trace_registry.TRACES`, on their own machines (4 V100 PCIe
-16 GB for most; ``power-budget`` under ``[power] max_total_w``). The oracle predicts with the truth.
+job was trained without that job's type (k-fold by job type, :data:`ecolaunch.sim.measured.FOLDS` folds, the world's
+one deal of the types whatever the seed; trained on first use into ``--cache``, once for every seed; ``--no-folds``
+uses the shipped weights, which saw every Gavel pair, and says so). Traces: the measured ones of
+:data:`ecolaunch.sim.trace_registry.TRACES`, on their own machines (4 V100 PCIe 16 GB for most; ``power-budget``
+under ``[power] max_total_w``). The oracle predicts with the truth.
 
 **The model world** (``--world model``): the five traces of earlier releases on A100s, whose truth is the same
 fitted models the policies predict with (kept to compare with earlier results: circular, not evidence).
 
-Rows: the baselines of ``ecolaunch.sim.policies``, the oracle, and the ablations: ``no-gnn`` (the gnn policy with
-its learned part removed: no sharing, caps from the job's measured curve alone; that is ``--policy curve``, the
-default), ``zeus-5w`` (Zeus's cap rule on the
-5 W grid) and ``zeus-5w-margin`` (the same with 5 % of the bound kept back). ``learned_pct``: the share of a
-policy's placements its learned part decided (``Decision.predicted["learned"]``). Writes ``energy.md``,
-``energy.json`` and (with matplotlib) ``energy.png`` into ``--out``. ``--json`` prints
-``{"traces": {TRACE: {POLICY: {"node_energy_kwh", "gpu_energy_kwh", "job_energy_kwh", "mean_jct_s", "p95_jct_s",
-"mean_slowdown_pct", "qos_violations_pct", "makespan_s", "jobs", "shared_jobs_pct", "learned_pct",
-"peak_gpu_power_w", "peak_limit_sum_w"}}}, "goals": {...}}`` (``peak_limit_sum_w``: the most the GPUs' limits added
-up to at any instant, a GPU without a job at its minimum: what ``power-budget``'s budget bounds).
+Rows: the policies of :func:`ecolaunch.sim.policies.sim_policy_names` (``curve``, the default, among them), the
+oracle, and the ablations ``zeus-5w`` (Zeus's cap rule on the 5 W grid) and ``zeus-5w-margin`` (the same with 5 % of
+the bound kept back). The simulator's ablation ``no-gnn`` (the gnn policy with its learned part removed) is built as
+the ``curve`` policy under another name, so it is not a row of its own (``--policy no-gnn`` still runs it).
+``learned_pct``: the share of a policy's placements its learned part decided (``Decision.predicted["learned"]``).
+
+Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplotlib) ``energy.png`` (means) into
+``--out``. ``--json`` prints::
+
+    {"seeds": [0, 1, ...],
+     "traces": {TRACE: {POLICY: {KEY: mean over the seeds, ...,
+                                 "ci95": {KEY: half-width of the 95 % interval (null for one seed)},
+                                 "per_seed": {KEY: [value on each seed, in the order of "seeds"]}}}},
+     "vs_exclusive": {TRACE: {POLICY: {"node_energy_pct" | "mean_jct_pct": {"mean", "ci95", "per_seed"}}}},
+     "goals": {TRACE: {"gnn_vs_curve_energy_pct" | "gnn_vs_curve_jct_pct" | "violations_over_curve_pp"
+                       | "gnn_over_oracle_energy_pct": {"mean", "ci95"}, "met": bool}},
+     "folds": {FOLD: {"types", "weights"}} | null}
+
+``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
+``mean_slowdown_pct``, ``qos_violations_pct``, ``makespan_s``, ``jobs``, ``shared_jobs_pct``, ``learned_pct``,
+``peak_gpu_power_w``, ``peak_limit_sum_w`` (the most the GPUs' limits added up to at any instant, a GPU without a
+job at its minimum: what ``power-budget``'s budget bounds) and, in the measured world, ``first_launches``,
+``repeat_launches``, ``oom_failures``. ``vs_exclusive``: each seed's ``100 * (policy / exclusive - 1)``. ``goals``:
+each seed's saving of ``gnn`` against ``curve`` (``100 * (1 - gnn / curve)``), its violations minus ``curve``'s and
+its node energy over the oracle's.
+
+**Fold weights** are cached under a tag of what they were trained without and a fingerprint of what training reads
+(:func:`training_fingerprint`): weights trained by other code or on other data are never reused.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import sys
 import time
 from pathlib import Path
 
-from _common import REPO, emit
+from _common import REPO, emit, mean_ci95
 
 MODEL_TRACES = {
     "workstation-light": ("4xA100-SXM4-80GB", 1),
@@ -46,14 +73,19 @@ MODEL_TRACES = {
 }
 KEYS = ("node_energy_kwh", "gpu_energy_kwh", "job_energy_kwh", "mean_jct_s", "p95_jct_s", "mean_slowdown_pct",
         "qos_violations_pct", "makespan_s")
-ABLATIONS = ("no-gnn", "zeus-5w", "zeus-5w-margin")
+ABLATIONS = ("zeus-5w", "zeus-5w-margin")
+#: the seed every fold's GNN is trained with (the folds serve every run seed)
+TRAIN_SEED = 0
+#: the per-seed differences against ``exclusive``: name -> the row key it compares
+VS_EXCLUSIVE = {"node_energy_pct": "node_energy_kwh", "mean_jct_pct": "mean_jct_s"}
 
 
-def run_all(seed: int, policies: list[str], worlds: list[str], traces: list[str] | None, folds: bool,
+def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: list[str] | None, folds: bool,
             cache: Path) -> dict:
     from ecolaunch.sim.trace_registry import MEASURED, MODEL, TRACES, gpus_label, trace_names
 
-    out: dict = {"traces": {}, "machines": {}, "wall_s": {}, "world": {}, "folds": None}
+    out: dict = {"seeds": list(seeds), "traces": {}, "vs_exclusive": {}, "machines": {}, "wall_s": {}, "world": {},
+                 "folds": None}
     todo = []
     if "measured" in worlds:
         todo += [(name, "measured", None, 1) for name in trace_names(MEASURED)]
@@ -63,7 +95,7 @@ def run_all(seed: int, policies: list[str], worlds: list[str], traces: list[str]
         todo = [t for t in todo if t[0] in traces]
     weights = None
     if folds and "measured" in worlds and "gnn" in policies:
-        weights = fold_weights(seed, cache)
+        weights = fold_weights(cache)
         out["folds"] = {str(k): {"types": list(types), "weights": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
                                  else path.name} for k, (types, path) in weights.items()}
     for name, world, gpus, hosts in todo:
@@ -76,9 +108,10 @@ def run_all(seed: int, policies: list[str], worlds: list[str], traces: list[str]
         out["traces"][name] = {}
         for policy in policies:
             start = time.perf_counter()
-            row = run_one(name, world, machine, policy, seed, weights)
+            runs = [run_one(name, world, machine, policy, seed, weights) for seed in seeds]
             out["wall_s"][f"{name}/{policy}"] = round(time.perf_counter() - start, 2)
-            out["traces"][name][policy] = row
+            out["traces"][name][policy] = over_seeds(runs)
+        out["vs_exclusive"][name] = vs_exclusive(out["traces"][name])
     out["goals"] = goals(out["traces"])
     return out
 
@@ -90,10 +123,10 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
     entry = TRACES[name]
     trace = entry.build(machine, seed=seed)
     if world_name == "model":
-        result = entry.simulation(machine, trace, policy, _policy(policy, None, None, None)).run(trace)
+        result = entry.simulation(machine, trace, policy, _policy(policy, None, None)).run(trace)
         extra = {}
     else:
-        sim = entry.simulation(machine, trace, policy, _policy(policy, seed, trace, weights), seed=seed)
+        sim = entry.simulation(machine, trace, policy, _policy(policy, trace, weights), seed=seed)
         world = sim.world
         result = sim.run(trace)
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
@@ -106,7 +139,43 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
         "peak_limit_sum_w": round(result.peak_limit_sum_w, 1)} | extra
 
 
-def _policy(name: str, seed: int | None, trace, weights):
+def _stat(values: list[float]) -> dict:
+    mean, half = mean_ci95(values)
+    return {"mean": round(mean, 4), "ci95": None if half is None else round(half, 4)}
+
+
+def over_seeds(runs: list[dict]) -> dict:
+    """One policy's row from its runs (one per seed, in seed order): each key's mean, and under ``ci95`` and
+    ``per_seed`` the half-width of its 95 % interval and its values."""
+    per_seed = {k: [run[k] for run in runs] for k in runs[0]}
+    stats = {k: _stat(v) for k, v in per_seed.items()}
+    return ({k: s["mean"] for k, s in stats.items()} | {"ci95": {k: s["ci95"] for k, s in stats.items()},
+                                                        "per_seed": per_seed})
+
+
+def paired(rows: dict, policy: str, base: str, key: str, diff) -> dict:
+    """``diff(policy's value, base's value)`` on each seed of ``key``, with the mean and 95 % interval of it."""
+    values = [round(diff(a, b), 4) for a, b in zip(rows[policy]["per_seed"][key], rows[base]["per_seed"][key])]
+    return _stat(values) | {"per_seed": values}
+
+
+def _pct_over(a: float, b: float) -> float:
+    return 100.0 * (a / b - 1.0)
+
+
+def _pct_saved(a: float, b: float) -> float:
+    return 100.0 * (1.0 - a / b)
+
+
+def vs_exclusive(rows: dict) -> dict:
+    """Each policy against ``exclusive`` on the same seeds: the per-seed % difference of node energy and mean JCT."""
+    if "exclusive" not in rows:
+        return {}
+    return {policy: {name: paired(rows, policy, "exclusive", key, _pct_over) for name, key in VS_EXCLUSIVE.items()}
+            for policy in rows if policy != "exclusive"}
+
+
+def _policy(name: str, trace, weights):
     """The policy ``name`` (the measured world's oracle is built by ``measured_simulation``); with ``weights`` the
     ``gnn`` policy of each job's fold."""
     from ecolaunch.sim.policies import WithMargin, get_sim_policy
@@ -121,75 +190,132 @@ def _policy(name: str, seed: int | None, trace, weights):
         zeus = ZeusPolicy(cap_step_w=5.0, name=name)
         return BudgetedPolicy(zeus if name == "zeus-5w" else WithMargin(zeus, name))
     if name == "gnn" and weights:
-        from ecolaunch.sim.measured import MeasuredWorld
         from ecolaunch.sim.policies import FoldedPolicy
 
-        world = MeasuredWorld(seed=seed)  # the folds are the world's (seeded) deal of the job types
+        fold_of = {t: k for k, (types, _) in weights.items() for t in types}  # the world's deal of the job types
         return FoldedPolicy({k: get_sim_policy("gnn", gnn_weights=path) for k, (_, path) in weights.items()},
-                            {j.id: world.fold_of(j.kind) for j in trace.jobs}, name="gnn")
+                            {j.id: fold_of[j.kind] for j in trace.jobs}, name="gnn")
     return get_sim_policy(name)
 
 
-def fold_weights(seed: int, cache: Path) -> dict:
+def training_sources() -> list[Path]:
+    """The source files of every ecolaunch module :mod:`ecolaunch.learn.train` imports, at any depth, lazy imports
+    inside functions included (read from their import statements, so nothing is imported or run)."""
+    import ecolaunch
+
+    root = Path(ecolaunch.__file__).resolve().parents[1]
+    found: dict[str, Path] = {}
+    todo = ["ecolaunch.learn.train"]
+    while todo:
+        name = todo.pop()
+        if name in found or not name.startswith("ecolaunch"):
+            continue
+        base = root.joinpath(*name.split("."))
+        path = next((p for p in (base / "__init__.py", base.with_suffix(".py")) if p.is_file()), None)
+        if path is None:  # a name imported from a module, not a module
+            continue
+        found[name] = path
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages, whose __init__ runs first
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                todo += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+    return sorted(found.values())
+
+
+def training_fingerprint() -> str:
+    """A hash of what a fold's training depends on: the source of every module it can import
+    (:func:`training_sources`) and every file of the data directory the measured tables are read from, with
+    :data:`TRAIN_SEED`. Any edit there retrains the folds; an edit elsewhere (the launcher, the CLI) does not."""
+    import ecolaunch
+    from ecolaunch.sim.models import DATA_DIR
+
+    root = Path(ecolaunch.__file__).resolve().parents[1]
+    digest = hashlib.sha256(f"train seed {TRAIN_SEED}".encode())
+    for path in [*training_sources(), *sorted(p for p in DATA_DIR.rglob("*") if p.is_file())]:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def fold_weights(cache: Path) -> dict:
     """One GNN per fold of job types, trained without them (cached in ``cache``): fold -> (types, weight file)."""
     from ecolaunch.learn.train import train
     from ecolaunch.sim.measured import FOLDS, MeasuredWorld, holdout_key
 
-    world = MeasuredWorld(seed=seed)
+    world = MeasuredWorld()  # the deal of job types into folds is the same for every seed
+    fingerprint = training_fingerprint()
     cache.mkdir(parents=True, exist_ok=True)
     out = {}
     for k in range(FOLDS):
         types = world.fold_types(k)
         zeus = sorted(holdout_key(c) for c in world.fold_curves(k))
         tag = hashlib.sha256(json.dumps([types, zeus]).encode()).hexdigest()[:10]  # what it was trained without
-        path = cache / f"gnn-fold{k}-seed{seed}-{tag}.pt"
+        path = cache / f"gnn-fold{k}-{tag}-{fingerprint}.pt"
         if not path.is_file():
             print(f"training the GNN without fold {k} ({len(types)} job types) into {path} ...", file=sys.stderr,
                   flush=True)
-            train(seed, path, holdout_types=types, holdout_zeus=zeus)
+            train(TRAIN_SEED, path, holdout_types=types, holdout_zeus=zeus)
         out[k] = (types, path)
     return out
 
 
 def goals(traces: dict) -> dict:
-    """The issue's goal on each measured trace: gnn >= 5 % less node energy or >= 15 % lower mean JCT than no-gnn,
-    at most no-gnn's violations + 0.5 points, within 3 % of the oracle's node energy."""
+    """The issue's goal on each measured trace, paired by seed: gnn >= 5 % less node energy or >= 15 % lower mean JCT
+    than curve, at most curve's violations + 0.5 points, within 3 % of the oracle's node energy. ``met``: the goal
+    holds at the pessimistic end of each 95 % interval (at the means for one seed)."""
     out = {}
     for name, rows in traces.items():
-        g, n, o = rows.get("gnn"), rows.get("no-gnn"), rows.get("oracle")
-        if not (g and n and o):
+        if not all(p in rows for p in ("gnn", "curve", "oracle")):
             continue
-        energy = 100.0 * (1.0 - g["node_energy_kwh"] / n["node_energy_kwh"])
-        jct = 100.0 * (1.0 - g["mean_jct_s"] / n["mean_jct_s"])
-        out[name] = {
-            "gnn_vs_no_gnn_energy_pct": round(energy, 2), "gnn_vs_no_gnn_jct_pct": round(jct, 2),
-            "violations_over_no_gnn_pp": round(g["qos_violations_pct"] - n["qos_violations_pct"], 2),
-            "gnn_over_oracle_energy_pct": round(100.0 * (g["node_energy_kwh"] / o["node_energy_kwh"] - 1.0), 2),
-        }
-        r = out[name]
-        r["met"] = bool((energy >= 5.0 or jct >= 15.0) and r["violations_over_no_gnn_pp"] <= 0.5
-                        and r["gnn_over_oracle_energy_pct"] <= 3.0)
+        r = {"gnn_vs_curve_energy_pct": paired(rows, "gnn", "curve", "node_energy_kwh", _pct_saved),
+             "gnn_vs_curve_jct_pct": paired(rows, "gnn", "curve", "mean_jct_s", _pct_saved),
+             "violations_over_curve_pp": paired(rows, "gnn", "curve", "qos_violations_pct", lambda a, b: a - b),
+             "gnn_over_oracle_energy_pct": paired(rows, "gnn", "oracle", "node_energy_kwh", _pct_over)}
+        for v in r.values():
+            del v["per_seed"]
+        out[name] = r | {"met": bool((_end(r["gnn_vs_curve_energy_pct"], -1) >= 5.0
+                                      or _end(r["gnn_vs_curve_jct_pct"], -1) >= 15.0)
+                                     and _end(r["violations_over_curve_pp"], 1) <= 0.5
+                                     and _end(r["gnn_over_oracle_energy_pct"], 1) <= 3.0)}
     return out
+
+
+def _end(stat: dict, side: int) -> float:
+    """The upper (``side`` 1) or lower (-1) end of a figure's 95 % interval (its mean for one seed)."""
+    return stat["mean"] + side * (stat["ci95"] or 0.0)
+
+
+def _pm(value: float, half: float | None, fmt: str, scale: float = 1.0) -> str:
+    """``value ± half`` (both divided by ``scale``), or the value alone for one seed."""
+    text = format(value / scale, fmt)
+    return text if half is None else f"{text} ± {format(half / scale, fmt.lstrip('+'))}"
 
 
 def markdown(result: dict) -> str:
     lines = []
     for trace, rows in result["traces"].items():
-        base = rows.get("exclusive")
+        paired_rows = result["vs_exclusive"].get(trace, {})
         lines += [f"### {trace} ({result['world'][trace]} world, {result['machines'][trace]}, "
-                  f"{next(iter(rows.values()))['jobs']} jobs)", "",
-                  "| policy | node kWh | GPU kWh | job kWh | node vs excl. | GPU vs excl. | job vs excl. | mean JCT h "
-                  "| p95 JCT h | mean slowdown % | QoS violations % | shared % | learned % |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  f"{next(iter(rows.values()))['jobs']:.0f} jobs)", "",
+                  "| policy | node kWh | node vs excl. % | mean JCT h | JCT vs excl. % | p95 JCT h | QoS violations % "
+                  "| GPU kWh | job kWh | mean slowdown % | shared % | learned % |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for policy, r in rows.items():
-            def rel(key: str) -> str:  # called within this iteration: r and base are this one's
-                return f"{100 * (r[key] / base[key] - 1):+.1f} %" if base and base[key] else "n/a"  # noqa: B023
-
+            ci = r["ci95"]
+            vs = paired_rows.get(policy)
+            energy, jct = (("0", "0") if policy == "exclusive" else ("n/a", "n/a") if vs is None else
+                           (_pm(vs[k]["mean"], vs[k]["ci95"], "+.1f") for k in ("node_energy_pct", "mean_jct_pct")))
             lines.append(
-                f"| {policy} | {r['node_energy_kwh']:.1f} | {r['gpu_energy_kwh']:.1f} | {r['job_energy_kwh']:.1f} | "
-                f"{rel('node_energy_kwh')} | {rel('gpu_energy_kwh')} | {rel('job_energy_kwh')} | "
-                f"{r['mean_jct_s'] / 3600:.2f} | {r['p95_jct_s'] / 3600:.2f} | {r['mean_slowdown_pct']:.1f} | "
-                f"{r['qos_violations_pct']:.1f} | {r['shared_jobs_pct']:.0f} | {r.get('learned_pct', 0):.0f} |")
+                f"| {policy} | {_pm(r['node_energy_kwh'], ci['node_energy_kwh'], '.1f')} | {energy} "
+                f"| {_pm(r['mean_jct_s'], ci['mean_jct_s'], '.2f', 3600)} | {jct} "
+                f"| {_pm(r['p95_jct_s'], ci['p95_jct_s'], '.2f', 3600)} "
+                f"| {_pm(r['qos_violations_pct'], ci['qos_violations_pct'], '.1f')} "
+                f"| {_pm(r['gpu_energy_kwh'], ci['gpu_energy_kwh'], '.1f')} "
+                f"| {_pm(r['job_energy_kwh'], ci['job_energy_kwh'], '.1f')} "
+                f"| {_pm(r['mean_slowdown_pct'], ci['mean_slowdown_pct'], '.1f')} "
+                f"| {r['shared_jobs_pct']:.0f} | {r['learned_pct']:.0f} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -203,13 +329,13 @@ def plot(result: dict, path: Path) -> bool:
     except ImportError:
         return False
     traces = list(result["traces"])
-    fig, axes = plt.subplots(1, len(traces), figsize=(4 * len(traces), 3.6))
-    for ax, trace in zip(axes, traces):
+    fig, axes = plt.subplots(1, len(traces), figsize=(4 * len(traces), 3.6), squeeze=False)
+    for ax, trace in zip(axes[0], traces):
         for policy, r in result["traces"][trace].items():
             ax.scatter(r["mean_jct_s"] / 3600, r["node_energy_kwh"], label=policy)
             ax.annotate(policy, (r["mean_jct_s"] / 3600, r["node_energy_kwh"]), fontsize=7)
         ax.set_title(trace, fontsize=9)
-        ax.set_xlabel("mean JCT (h)")
+        ax.set_xlabel("mean JCT (h, mean of the seeds)")
         ax.set_ylabel("node energy (kWh)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -218,7 +344,8 @@ def plot(result: dict, path: Path) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=5, help="how many seeds every trace and policy runs on")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first of them (then first-seed + 1, ...)")
     parser.add_argument("--policy", action="append", help="restrict to these policies (repeatable)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--json", action="store_true")
@@ -229,28 +356,34 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ecolaunch-bench",
                         help="where the k-fold GNN weights are trained to (reused when present)")
     args = parser.parse_args()
+    if args.seeds < 1:
+        parser.error("--seeds must be at least 1")
 
     from ecolaunch.sim.policies import sim_policy_names
 
-    # ``curve`` (the default policy) is the ``no-gnn`` row: the gnn policy without its learned part
-    policies = args.policy or [*(p for p in sim_policy_names() if p != "curve"), *ABLATIONS]
+    policies = args.policy or [*sim_policy_names(), *ABLATIONS]
     worlds = ["measured", "model"] if args.world == "both" else [args.world]
-    result = run_all(args.seed, policies, worlds, args.trace, args.folds, args.cache)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    result = run_all(seeds, policies, worlds, args.trace, args.folds, args.cache)
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)
     folds = ("the GNN scoring a job was trained without its job type (k-fold by type)" if result["folds"] else
              "the shipped GNN weights (trained on every job type: not a held-out result)")
     (args.out / "energy.md").write_text(
         "# Energy of every policy on the standard traces\n\nGenerated by `python benchmarks/energy.py` "
-        f"(seed {args.seed}, world {args.world}; {folds}). Savings are against `exclusive` (FIFO, default power). "
-        "`no-gnn`, `zeus-5w` and `zeus-5w-margin` are ablations, not baselines (see the script's docstring); "
-        "`learned %` is the share of placements the policy's learned part decided.\n\n" + table
-        + "\n## Goals (gnn against no-gnn and the oracle)\n\n```json\n" + json.dumps(result["goals"], indent=2) + "\n```\n"
+        f"(seeds {', '.join(map(str, seeds))}; world {args.world}; {folds}). Every figure is the mean over the seeds "
+        "± the half-width of its 95 % interval (Student's t on the seeds); `vs excl.` is the mean of each seed's "
+        "difference against `exclusive` (FIFO, default power) on the same seed. `zeus-5w` and `zeus-5w-margin` are "
+        "ablations, not baselines (see the script's docstring); `curve` is the default policy (the simulator's "
+        "`no-gnn` ablation is the same policy); `learned %` is the share of placements the policy's learned part "
+        "decided.\n\n" + table
+        + "\n## Goals (gnn against curve and the oracle, paired by seed)\n\n```json\n"
+        + json.dumps(result["goals"], indent=2) + "\n```\n"
         + ("\n## Folds (job types each fold's GNN was trained without)\n\n" + "".join(
             f"- fold {k}: {', '.join(f['types'])}\n" for k, f in result["folds"].items()) if result["folds"] else ""))
     (args.out / "energy.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     plotted = plot(result, args.out / "energy.png")
-    emit({"traces": result["traces"], "goals": result["goals"], "folds": result["folds"]}, args.json,
+    emit({k: result[k] for k in ("seeds", "traces", "vs_exclusive", "goals", "folds")}, args.json,
          table + ("" if plotted else "\n(matplotlib not installed: no energy.png)"))
 
 

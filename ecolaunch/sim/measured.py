@@ -59,8 +59,10 @@ goes to history, and later launches of the same type by the same user arrive wit
 ``sm_util_pct`` a job shows is 100 x its type's demand fitted on Gavel pairs **without its type**
 (:func:`ecolaunch.sim.interference.fit_gavel` on the other folds, the held type interpolated by
 :func:`~ecolaunch.sim.interference.holdout_errors`'s rule), plus noise: a stand-in for NVML's reading that
-carries no knowledge of the job's own pairs. Job types are dealt into :data:`FOLDS` folds (seeded); every
-learned or fitted part used on a job is trained without its fold (:meth:`MeasuredWorld.fold_types`).
+carries no knowledge of the job's own pairs. Job types are dealt into :data:`FOLDS` folds (one fixed deal,
+:data:`FOLD_SEED`, whatever the world's seed: the seed varies the noise, the folds stay, so the k-fold models are
+trained once for every seed); every learned or fitted part used on a job is trained without its fold
+(:meth:`MeasuredWorld.fold_types`).
 
 The closed loop's transient (the first ~100 iterations at the profiled caps and the moves) is not played: a job's
 final cap runs from its start. Jobs run minutes to hours; the transient is seconds.
@@ -93,7 +95,8 @@ from ecolaunch.sim.truth import TruthCurve, zeus_truths, zeus_window_truths
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB
 from ecolaunch.state.graph import GpuNode, StateGraph
 
-__all__ = ["BOARD", "FOLDS", "JobKind", "MeasuredWorld", "Noise", "job_kinds", "holdout_key", "measured_oracle"]
+__all__ = ["BOARD", "FOLDS", "FOLD_SEED", "JobKind", "MeasuredWorld", "Noise", "job_kinds", "holdout_key",
+           "measured_oracle"]
 
 BOARD = "V100-PCIE-16GB"
 GAVEL_GPU = "v100"
@@ -101,6 +104,8 @@ GAVEL_GPU = "v100"
 #: PCIe cards Zeus swept; 16 GB, as Gavel's)
 BOARDS = {"V100-PCIE-16GB": "v100", "P100-PCIE-16GB": "p100"}
 FOLDS = 5
+#: the seed of the one deal of job types into folds (independent of a world's ``seed``)
+FOLD_SEED = 1000
 #: seconds a job that cannot share (a pair Gavel could not run) runs before it fails and is queued again
 OOM_AFTER_S = 60.0
 #: iterations a profiled cap is measured over (the profiler's window)
@@ -253,7 +258,7 @@ class MeasuredWorld:
     # --- folds ---------------------------------------------------------------------------------------
     def _deal_folds(self) -> dict[str, int]:
         names = sorted(self.kinds)
-        order = np.random.default_rng(1000 + self.seed).permutation(len(names))
+        order = np.random.default_rng(FOLD_SEED).permutation(len(names))
         return {names[i]: k % FOLDS for k, i in enumerate(order)}
 
     def fold_of(self, kind: str) -> int:
