@@ -27,7 +27,7 @@ decides a seed's mean JCT.
   for the smallest fractions), a whole-GPU pod any type, uniformly. 8 users, each launching from a working set
   of 4 types. A fractional pod's slowdown bound is what its request promises: a pod asking ``gpu_milli`` m accepts
   running at m/1000 of its solo speed (bound ``100 * (1000/m - 1)`` %); whole-GPU pods keep the admin's 10 %.
-  Offered load 0.6 in whole GPUs: a queue forms, and sharing is what shortens it.
+  Offered load 0.5 in whole GPUs: a queue forms, and sharing is what shortens it.
 - ``power-budget``: Gavel's Philly-derived VC ``6214e9`` jobs (96 % 1-GPU jobs) with Gavel's job types and
   Philly run times, load 0.5, 8 users; run it under an admin power budget (``[power] max_total_w``,
   :data:`POWER_BUDGET_W`), which slows the jobs it holds back, so the queue is longer than the load says (at 0.6
@@ -97,7 +97,7 @@ class Recipe:
 
 #: every measured trace's recipe (the module docstring says why each is as it is)
 RECIPES: Mapping[str, Recipe] = {
-    "workstation-mixed": Recipe(ALIBABA, 0.6, 500, max_gpus=2),
+    "workstation-mixed": Recipe(ALIBABA, 0.5, 500, max_gpus=2),
     "power-budget": Recipe("6214e9", 0.5, 500, max_gpus=2),
     "workstation-measured": Recipe("6214e9", 0.5, 500, max_gpus=2),
     "workstation-topology": Recipe("0e4a51", 0.6, 500, sizes=(1, 2)),

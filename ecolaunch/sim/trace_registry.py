@@ -92,7 +92,7 @@ TRACES: Mapping[str, TraceEntry] = {e.name: e for e in (
     TraceEntry("alibaba-share", MODEL, "Alibaba 2023 GPU pods (39% ask a GPU fraction, demand = gpu_milli), "
                                        "offered load 0.9 in whole GPUs"),
     TraceEntry("workstation-mixed", MEASURED, "Alibaba 2023 pod mix (39% fractional GPUs, at most 2 GPUs) on a "
-                                              "4-GPU workstation, Poisson arrivals at load 0.6, Gavel types by "
+                                              "4-GPU workstation, Poisson arrivals at load 0.5, Gavel types by "
                                               "measured pair loss, 8 users"),
     TraceEntry("power-budget", MEASURED, "Philly VC 6214e9 jobs (at most 2 GPUs), Gavel types, Poisson arrivals at "
                                          "load 0.5, under a 700 W budget on 4 V100s"),
