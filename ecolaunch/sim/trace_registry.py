@@ -91,16 +91,18 @@ TRACES: Mapping[str, TraceEntry] = {e.name: e for e in (
     TraceEntry("cluster-heavy", MODEL, f"small cluster, offered load 0.9: {_PHILLY_0E4A}"),
     TraceEntry("alibaba-share", MODEL, "Alibaba 2023 GPU pods (39% ask a GPU fraction, demand = gpu_milli), "
                                        "offered load 0.9 in whole GPUs"),
-    TraceEntry("workstation-mixed", MEASURED, "Alibaba 2023 pod mix (39% fractional GPUs) on a 4-GPU workstation, "
-                                              "load 1.0, Gavel types by measured pair loss, 8 users"),
-    TraceEntry("power-budget", MEASURED, "Philly VC 6214e9 arrivals, Gavel types, load 0.9, under a 700 W budget on "
-                                         "4 V100s"),
-    TraceEntry("workstation-measured", MEASURED, "Philly VC 6214e9 arrivals, Gavel types, load 0.9 (power-budget "
-                                                 "without the budget)"),
-    TraceEntry("workstation-topology", MEASURED, "Philly VC 0e4a51 arrivals (1-8 GPU jobs), Gavel types, load 0.9, "
-                                                 "on 8 V100s in NVLink pairs, PCIe within a socket"),
-    TraceEntry("workstation-mixed-models", MEASURED, "Philly VC 6214e9 arrivals, Gavel types, load 0.9, on 2 V100s "
-                                                     "and 2 P100s"),
+    TraceEntry("workstation-mixed", MEASURED, "Alibaba 2023 pod mix (39% fractional GPUs, at most 2 GPUs) on a "
+                                              "4-GPU workstation, Poisson arrivals at load 0.5, Gavel types by "
+                                              "measured pair loss, 8 users"),
+    TraceEntry("power-budget", MEASURED, "Philly VC 6214e9 jobs (at most 2 GPUs), Gavel types, Poisson arrivals at "
+                                         "load 0.5, under a 700 W budget on 4 V100s"),
+    TraceEntry("workstation-measured", MEASURED, "Philly VC 6214e9 jobs (at most 2 GPUs), Gavel types, Poisson "
+                                                 "arrivals at load 0.5 (power-budget without the budget)"),
+    TraceEntry("workstation-topology", MEASURED, "Philly VC 0e4a51's 1- and 2-GPU jobs, Gavel types, Poisson "
+                                                 "arrivals at load 0.6, on 8 V100s in NVLink pairs, PCIe within a "
+                                                 "socket"),
+    TraceEntry("workstation-mixed-models", MEASURED, "Philly VC 6214e9 jobs (at most 2 GPUs), Gavel types, Poisson "
+                                                     "arrivals at load 0.5, on 2 V100s and 2 P100s"),
 )}
 
 
