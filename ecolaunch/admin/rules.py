@@ -77,6 +77,7 @@ from typing import Any
 from ecolaunch.admin.schema import ANY_USER, CAP_KEYS, normalize_model, validate
 from ecolaunch.config import DEFAULT_POLICY_FILE, ENV_ALLOWED_SLOWDOWN, ENV_POLICY_FILE
 from ecolaunch.errors import ConfigError, DeviceError
+from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.validate import is_number
 
@@ -120,8 +121,8 @@ class CapBounds:
         """The bounds in watts on a board whose limits span ``[board_min_w, board_max_w]``, inside that span."""
         lo = self.min_w if self.min_w is not None else _times(self.min_fraction, board_max_w, board_min_w)
         hi = self.max_w if self.max_w is not None else _times(self.max_fraction, board_max_w, board_max_w)
-        lo = min(max(lo, board_min_w), board_max_w)
-        hi = min(max(hi, board_min_w), board_max_w)
+        board = (board_min_w, board_max_w)
+        lo, hi = clip_w(lo, board), clip_w(hi, board)
         # the upper bound is the admin's power limit: it wins if a hand-built record mixes units badly
         return min(lo, hi), hi
 

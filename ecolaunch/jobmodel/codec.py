@@ -148,7 +148,10 @@ def profile_from_json(doc: Any, *, where: str) -> Profile:
 
 
 def profile_to_json(profile: Profile) -> dict[str, Any]:
-    """A profile's JSON form inside another document, with its version."""
+    """A profile's JSON form inside another document, with its version. Raises TypeError for anything but a
+    :class:`Profile` (a dict or a record would be written as if it were one, unchecked)."""
+    if not isinstance(profile, Profile):
+        raise TypeError(f"profile_to_json takes a Profile, got {type(profile).__name__}")
     doc = msgspec.to_builtins(profile)
     return {"version": VERSION, **doc, "cap_points": list(doc.get("cap_points", ()))}
 

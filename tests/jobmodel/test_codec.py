@@ -132,3 +132,17 @@ def test_the_rule_its_cap_points_else_one_point_at_the_top_cap() -> None:
     assert Profile(power_w=200.0).curve_points(300.0) == ()  # never capped blind
     assert Profile(power_w=200.0).curve_points(300.0, unknown_time_s=1.0) == (CapPoint(300.0, 1.0, 200.0),)
     assert Profile().demand == 1.0 and Profile(sm_util_pct=40.0, mem_bw_util_pct=70.0).demand == 0.7
+
+
+def test_cap_points_below_the_top_get_the_uncapped_point_above_them() -> None:
+    low = (CapPoint(200.0, 0.12, 190.0),)
+    assert Profile(iter_time_s=0.1, power_w=250.0, cap_points=low).curve_points(300.0) == (
+        *low, CapPoint(300.0, 0.1, 250.0))
+    assert Profile(iter_time_s=0.1, cap_points=low).curve_points(300.0) == low  # its power there is not known
+    assert Profile(iter_time_s=0.1, power_w=250.0, cap_points=low).curve_points(200.0) == low
+
+
+def test_only_a_profile_is_written_as_one() -> None:
+    assert codec.profile_to_json(Profile(iter_time_s=0.1))["iter_time_s"] == 0.1
+    with pytest.raises(TypeError, match="got dict"):
+        codec.profile_to_json({"iter_time_s": 0.1})  # type: ignore[arg-type]
