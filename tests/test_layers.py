@@ -39,7 +39,7 @@ def test_the_contracts_hold() -> None:
 @pytest.mark.parametrize(("module", "planted", "broken"), [
     ("state/graph.py", "import ecolaunch.policy.base", "ecolaunch.state is not allowed to import ecolaunch.policy"),
     ("launch/session.py", "import ecolaunch.sim.engine", "ecolaunch.launch is not allowed to import ecolaunch.sim"),
-    ("errors.py", "import ecolaunch.devices.base", "ecolaunch.errors is not allowed to import ecolaunch.devices"),
+    ("errors.py", "import ecolaunch.devices.backend", "ecolaunch.errors is not allowed to import ecolaunch.devices"),
     ("policy/packing.py", "import ecolaunch.devices.nvml", "ecolaunch.policy is not allowed to import ecolaunch.devices.nvml"),
     ("sim/fitted.py", "import ecolaunch.sim.power", "No cycles are allowed in ecolaunch.sim"),
 ])

@@ -2,7 +2,7 @@
 
 ``ecolaunch agent`` (``ecolaunch.cli.agent_cmd``) runs :class:`CapAgent` as root. Each pass: lock the state,
 reconcile it (jobs whose launcher died are released, live GPU readings refreshed), run
-:meth:`CapKeeper.reconcile <ecolaunch.admin.caps.CapKeeper.reconcile>` inside the same transaction, unlock,
+:meth:`CapKeeper.reconcile <ecolaunch.admin.capkeeper.CapKeeper.reconcile>` inside the same transaction, unlock,
 sleep. Its first pass restores, from the ledger, every GPU a crashed agent or a SIGKILLed root launcher left
 changed; on SIGTERM/SIGINT it restores every GPU it changed before exiting.
 
@@ -29,11 +29,11 @@ import threading
 import time
 from pathlib import Path
 
-from ecolaunch.admin.caps import CapKeeper, CapReport
+from ecolaunch.admin.capkeeper import CapKeeper, CapReport
 from ecolaunch.admin.ledger import LedgerWriteError
 from ecolaunch.admin.rules import Rules
 from ecolaunch.admin.safety import trusted_by_root
-from ecolaunch.devices.base import GpuBackend
+from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, process_start_time
 from ecolaunch.state.store import RefusedFile, StateStore, atomic_write_bytes, read_regular_file_owned

@@ -4,11 +4,11 @@ together to meet it.
 What lives here: :class:`GpuDemand` (one GPU as the budget sees it), :func:`allocate` (caps whose sum fits the
 budget), :func:`host_demands`, :func:`rebalance` and :func:`budget_ceilings` (what the state graph records, and
 what a running launcher may raise its cap to), :func:`job_floor_w` (the lowest cap a job may get). Here, below the
-policies, because the cap keepers (:mod:`ecolaunch.admin.caps`) hold caps to the budget too. What does not:
+policies, because the cap keepers (:mod:`ecolaunch.admin.capkeeper`) hold caps to the budget too. What does not:
 :class:`~ecolaunch.policy.budget.BudgetedPolicy`, the wrapper ``get_policy`` puts around every placement policy so
 that the launcher and the simulator meet the budget alike, and the booking of a decision
 (:func:`~ecolaunch.policy.budget.book_budget`); validating the budget against the host
-(:func:`ecolaunch.admin.lint.check_power_budget`); applying caps (``ecolaunch.launch.caps``).
+(:func:`ecolaunch.admin.lint.check_power_budget`); applying caps (``ecolaunch.launch.jobcaps``).
 
 **What the budget bounds.** On each host, the sum over its GPUs of
 

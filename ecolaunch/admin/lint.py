@@ -30,7 +30,7 @@ from ecolaunch.devices.catalogue import CATALOGUE, lookup
 from ecolaunch.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ecolaunch.devices.base import GpuSnapshot
+    from ecolaunch.devices.backend import GpuSnapshot
 
 __all__ = ["PolicyWarning", "check_power_budget", "policy_warnings"]
 

@@ -19,7 +19,7 @@ import os
 import pwd
 import stat
 
-from ecolaunch.devices.base import GpuBackend
+from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import PermissionDenied, with_hint
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ Modules, one job each:
 
 - :mod:`~ecolaunch.calibrate.plan`: the settings, the choice of GPUs, who sets caps;
 - :mod:`~ecolaunch.calibrate.run`: one GPU's calibration (:func:`~ecolaunch.calibrate.run.calibrate_gpu`);
-- :mod:`~ecolaunch.calibrate.sampler`: the GPU's readings during a measurement;
+- :mod:`~ecolaunch.calibrate.readings`: the GPU's readings during a measurement;
 - :mod:`~ecolaunch.calibrate.booking`: who uses a GPU (:class:`~ecolaunch.calibrate.booking.GpuBusy`), and the
   calibration's own booking in the state graph;
 - :mod:`~ecolaunch.calibrate.worker`: the workload processes and the calibrator's handle on them;

@@ -2,7 +2,7 @@
 
 A calibration books its GPU like a launch (one RUNNING job, launcher = the ``ecolaunch calibrate`` process, named
 ``calibrate``), so that launches see the GPU as taken, its workload processes count as the job's and not as
-foreign use, the caps it sets go through the one owner of caps (:class:`ecolaunch.launch.caps.JobCaps`: the agent,
+foreign use, the caps it sets go through the one owner of caps (:class:`ecolaunch.launch.jobcaps.JobCaps`: the agent,
 or this process as root with its cap guard), and a SIGKILLed calibration is released and its caps restored like a
 SIGKILLed launch. The booking records a heavy profile (every unit busy, all memory) so that no policy packs a job
 beside it.

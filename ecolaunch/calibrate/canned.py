@@ -183,7 +183,7 @@ class GpuMeter:
         return self.backend.energy_j(self.uuid)
 
     def snapshot(self) -> Any:
-        """The GPU's snapshot (``ecolaunch.devices.base.GpuSnapshot``), or None without a GPU."""
+        """The GPU's snapshot (``ecolaunch.devices.backend.GpuSnapshot``), or None without a GPU."""
         if self.backend is None or self.uuid is None:
             return None
         return next((g for g in self.backend.gpus() if g.uuid == self.uuid), None)

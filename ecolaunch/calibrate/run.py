@@ -8,7 +8,7 @@ sets caps here, and holds the command line's :class:`~ecolaunch.calibrate.plan.S
 2. **alone**: one worker process runs each workload in turn; at the highest cap the admin policy allows (the
    board's maximum by default) first, then at the two lower caps the profiler would choose from the power it drew
    there (:func:`ecolaunch.profile.powercap.profile_caps`). Each cap is set through
-   :class:`ecolaunch.launch.caps.JobCaps` (the cap agent, or this process as root with its cap guard) and read
+   :class:`ecolaunch.launch.jobcaps.JobCaps` (the cap agent, or this process as root with its cap guard) and read
    back before it counts; then ``settle_s`` with the workload running, then ``seconds`` of measurement;
 3. **pairs**: two worker processes share the GPU by time-slicing, at the highest cap, for every pair of workloads
    (a workload with itself included); each job's normalized throughput is its iteration time alone at that cap
@@ -37,16 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from ecolaunch._version import __version__
-from ecolaunch.admin.caps import clip_cap_w
+from ecolaunch.admin.capkeeper import clip_cap_w
 from ecolaunch.admin.rules import may_manage_gpu
 from ecolaunch.calibrate.booking import GpuBusy, Occupant, book, still_alone
 from ecolaunch.calibrate.mps import CONTROL, private_daemon, why_not_mps
 from ecolaunch.calibrate.plan import Settings, cap_access
 from ecolaunch.calibrate.results import FORMAT, VERSION
-from ecolaunch.calibrate.sampler import GpuSampler, mean
+from ecolaunch.calibrate.readings import GpuSampler, mean
 from ecolaunch.calibrate.worker import ANSWER_SLACK_S, Worker, WorkerError
 from ecolaunch.errors import DeviceError, PermissionDenied
-from ecolaunch.launch.caps import JobCaps
+from ecolaunch.launch.jobcaps import JobCaps
 from ecolaunch.launch.session import Launcher, Session
 from ecolaunch.profile.powercap import profile_caps
 from ecolaunch.state.graph import GpuNode

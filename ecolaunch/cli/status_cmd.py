@@ -37,7 +37,7 @@ def _cap(gpu: dict) -> str:
 def status(as_json: bool) -> None:
     # lazy: registering the subcommands loads every cli module; the store, session and caps load when `status` runs
     from ecolaunch.runtime import open_gpus, resolve
-    from ecolaunch.launch.caps import orphan_keeper, orphaned_caps  # lazy: as above
+    from ecolaunch.launch.jobcaps import orphan_keeper, orphaned_caps  # lazy: as above
     from ecolaunch.launch.session import Session  # lazy: as above
     from ecolaunch.policy.baselines import ExclusivePolicy  # lazy: as above
     from ecolaunch.state.store import StateStore  # lazy: as above

@@ -15,7 +15,7 @@ which on an idle H200 kept the old value for a while after a change).
 The ``nvml`` constructor argument takes any object with pynvml's functions, constants and exception
 classes; tests pass a fake one to exercise the error table and the conversions without a GPU.
 
-What lives elsewhere: the protocol and snapshots (:mod:`ecolaunch.devices.base`), picking a backend
+What lives elsewhere: the protocol and snapshots (:mod:`ecolaunch.devices.backend`), picking a backend
 (:mod:`ecolaunch.devices.select`).
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ecolaunch.config import ENV_SIMULATE
-from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
+from ecolaunch.devices.backend import GpuProcess, GpuSnapshot, LinkKind, pair_key
 from ecolaunch.errors import DeviceError, DriverNotFound, EcolaunchError, PermissionDenied
 from ecolaunch.validate import is_real
 
@@ -88,7 +88,7 @@ def _mib(n_bytes: Any) -> int:
 
 
 class NvmlBackend:
-    """The GPUs of this host through NVML. Implements :class:`~ecolaunch.devices.base.GpuBackend`.
+    """The GPUs of this host through NVML. Implements :class:`~ecolaunch.devices.backend.GpuBackend`.
 
     Args:
         nvml: the pynvml module (default: imported on first use) or a test double with its API.

@@ -11,7 +11,7 @@ import os
 import socket
 from pathlib import Path
 
-from ecolaunch.devices.base import GpuBackend
+from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.devices.nvml import NvmlBackend
 from ecolaunch.devices.simulated import ReadingFn, SimulatedBackend
 from ecolaunch.devices.spec import parse_spec

@@ -44,7 +44,7 @@ from typing import Any
 
 import psutil
 
-from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
+from ecolaunch.devices.backend import GpuProcess, GpuSnapshot, LinkKind, pair_key
 from ecolaunch.devices.spec import HostSpec
 from ecolaunch.errors import DeviceError, PermissionDenied
 from ecolaunch.jobmodel.gpu import GpuModel
@@ -109,7 +109,7 @@ ReadingFn = Callable[[GpuModel, float, Sequence[ProcessLoad]], Reading]
 
 
 class SimulatedBackend:
-    """The GPUs of one simulated host, implementing :class:`~ecolaunch.devices.base.GpuBackend`.
+    """The GPUs of one simulated host, implementing :class:`~ecolaunch.devices.backend.GpuBackend`.
 
     Args:
         spec: the host to simulate (from :func:`ecolaunch.devices.spec.parse_spec`).

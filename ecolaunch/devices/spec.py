@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ecolaunch.devices.base import LinkKind
+from ecolaunch.devices.backend import LinkKind
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import GpuModel

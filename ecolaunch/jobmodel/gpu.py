@@ -5,7 +5,7 @@ architecture and links. The catalogue of known boards (:mod:`ecolaunch.devices.c
 custom boards are :class:`GpuModel` records; the simulator's power and interference models read one, and a what-if
 graph's GPU is built from one (``ecolaunch.state.graph.GpuNode.from_model``).
 
-What lives elsewhere: a GPU at one instant as the backend reads it (``ecolaunch.devices.base.GpuSnapshot``), a
+What lives elsewhere: a GPU at one instant as the backend reads it (``ecolaunch.devices.backend.GpuSnapshot``), a
 GPU as the state graph knows it (``ecolaunch.state.graph.GpuNode``, built from a snapshot or from a model).
 """
 
@@ -57,7 +57,7 @@ class GpuModel:
 
 def clip_w(watts: float, bounds_w: tuple[float, float]) -> float:
     """``watts`` inside ``bounds_w`` (min, max): the one clamp of a power cap. Callers with one GPU use
-    :func:`ecolaunch.admin.caps.clip_cap_w` (the GPU's bounds under the policy, then this); the budget and the
+    :func:`ecolaunch.admin.capkeeper.clip_cap_w` (the GPU's bounds under the policy, then this); the budget and the
     closed loop clip to a job's bounds (every one of its GPUs', :func:`ecolaunch.admin.rules.job_cap_bounds`)."""
     lo, hi = bounds_w
     return min(max(float(watts), lo), hi)

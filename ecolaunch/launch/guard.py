@@ -8,7 +8,7 @@ launcher dies any other way — SIGKILL included — the kernel closes the pipe,
 until the launcher's pid is gone (so that reconciling releases its job), and makes one privileged cap pass
 (:func:`restore_after`): the dead launcher's job no longer wants anything, so every GPU it changed gets its
 recorded original back, unless another live job still wants a cap there, and a GPU someone else changed since
-is left as found (:class:`~ecolaunch.admin.caps.CapKeeper`). The pass is the same one the agent makes, within
+is left as found (:class:`~ecolaunch.admin.capkeeper.CapKeeper`). The pass is the same one the agent makes, within
 the admin policy: the guard never sets a cap the policy forbids. A hostile holder of the state lock delays it
 at most ``LOCK_TIMEOUT_S``; the pass then runs on a lock-free snapshot, as the agent's does.
 
@@ -33,10 +33,10 @@ import select
 
 import psutil
 
-from ecolaunch.admin.caps import CapKeeper, CapReport
+from ecolaunch.admin.capkeeper import CapKeeper, CapReport
 from ecolaunch.admin.interpreter import HELPER_CWD, helper_argv, helper_env, settings_argv
 from ecolaunch.admin.rules import Rules
-from ecolaunch.devices.base import GpuBackend
+from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable
 from ecolaunch.state.store import StateStore
 

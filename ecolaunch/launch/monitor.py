@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ecolaunch.clock import Clock
-from ecolaunch.devices.base import GpuBackend
+from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.profile import channel
 from ecolaunch.profile.sampler import Sampler
 

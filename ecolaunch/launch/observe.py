@@ -43,7 +43,7 @@ from typing import Any
 
 from ecolaunch.admin.rules import Rules, job_cap_bounds, profiler_settings
 from ecolaunch.clock import Clock
-from ecolaunch.devices.base import GpuBackend
+from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import EcolaunchError
 from ecolaunch.profile.control import ClosedLoop, ControlSettings, start_loop
 from ecolaunch.launch.earlycheck import EarlyCheck
@@ -181,9 +181,9 @@ class RunObserver:
     Args:
         history: where the profile and the record go.
         set_cap: ``set_cap(uuid, watts)`` to change caps (profiling, live adjustment; in a launch
-            :meth:`~ecolaunch.launch.caps.JobCaps.set_cap`); None: never change caps.
+            :meth:`~ecolaunch.launch.jobcaps.JobCaps.set_cap`); None: never change caps.
         ceiling_w: the most the closed loop may raise the job's cap to now (a power budget's,
-            :meth:`~ecolaunch.launch.caps.JobCaps.ceiling_w`); None: no ceiling.
+            :meth:`~ecolaunch.launch.jobcaps.JobCaps.ceiling_w`); None: no ceiling.
         on_profile_done: called once when a time-window profile (an uninstrumented script) ends, so that a
             pre-launch run can stop its workers; instrumented workers stop at ``ECOLAUNCH_PROFILE_STEPS``.
         wall_clock: the wall time of the record (the run's own clock is ``clock``).

@@ -5,7 +5,7 @@ What lives here: :func:`run_launch` (one launch of a parsed command line, return
 What does not: parsing, signal handlers, exit-code mapping of exceptions, rendering (``ecolaunch.cli.launch_cmd``).
 
 Every placed job ends in :func:`_release` — on success, worker failure, exception or signal — which frees the
-booking and restores the caps the job's :class:`~ecolaunch.launch.caps.JobCaps` applied; a SIGKILL is covered by
+booking and restores the caps the job's :class:`~ecolaunch.launch.jobcaps.JobCaps` applied; a SIGKILL is covered by
 the state lock (the kernel releases it), reconciling (the launcher's pid is gone) and the cap guard.
 """
 
@@ -28,7 +28,7 @@ from ecolaunch.clock import SystemClock
 from ecolaunch.errors import DriverNotFound, EcolaunchError, StateError
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import ParsedLaunch
-from ecolaunch.launch.caps import JobCaps, orphan_keeper
+from ecolaunch.launch.jobcaps import JobCaps, orphan_keeper
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.launch.torchrun import check_args, run_workers

@@ -1,7 +1,7 @@
 """What one run leaves behind: its share of the GPUs' energy, its profile and its record in the history.
 
 :class:`RunRecorder` keeps who shared each GPU with the job and when (the decision's co-residents, then the
-heartbeat's), attributes each GPU's sampled energy among them by demand (:mod:`ecolaunch.profile.energy`), and
+heartbeat's), attributes each GPU's sampled energy among them by demand (:mod:`ecolaunch.profile.attribution`), and
 writes the job's profile (:meth:`~ecolaunch.profile.history.History.store_profile`, with what the script declared)
 and its :class:`~ecolaunch.profile.history.JobRecord`. A failed write is logged: the history never breaks a launch.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
-from ecolaunch.profile.energy import attribute, demand_weight, intervals_from_samples
+from ecolaunch.profile.attribution import attribute, demand_weight, intervals_from_samples
 from ecolaunch.profile.history import History, JobRecord, Profile, launch_hints
 from ecolaunch.profile.profiler import ProfileResult
 from ecolaunch.profile.sampler import Sampler, downsample

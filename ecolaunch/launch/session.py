@@ -16,7 +16,7 @@ budget (``[power] max_total_w``) the same transactions keep the budget's caps in
 (``StateGraph.budget_caps_w``, :mod:`ecolaunch.admin.budget`): a placement books the caps its decision chose for
 its own GPUs and for running jobs (``Decision.recaps_w``); a release, and a reconcile that released dead launchers'
 jobs, allocate the budget afresh among the jobs left (:func:`~ecolaunch.admin.budget.rebalance`), so caps lowered
-for a job that left come back up. The running launchers apply them (``ecolaunch.launch.caps.JobCaps``).
+for a job that left come back up. The running launchers apply them (``ecolaunch.launch.jobcaps.JobCaps``).
 
 This module decides nothing itself (the policy does) and prints nothing (the CLI does, through ``on_wait``).
 """
@@ -30,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ecolaunch.admin.budget import rebalance
-from ecolaunch.admin.caps import CapKeeper
+from ecolaunch.admin.capkeeper import CapKeeper
 from ecolaunch.admin.rules import Rules, budget_range_w, user_gpu_limit
 from ecolaunch.clock import Clock, SystemClock
-from ecolaunch.devices.base import GpuBackend
+from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import NeverFits, NoPlacement, PermissionDenied, StateError, WaitTimeout
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.policy.admission import unadmitted_bookings
@@ -108,7 +108,7 @@ class Session:
         """Reconcile ``graph`` with the live GPUs and processes; returns the jobs released as dead.
 
         With a ``cap_keeper`` (a root process and no cap agent) the transaction is privileged: it also restores the
-        caps a dead launcher left lowered (:meth:`~ecolaunch.admin.caps.CapKeeper.restore_orphans`). Under a power
+        caps a dead launcher left lowered (:meth:`~ecolaunch.admin.capkeeper.CapKeeper.restore_orphans`). Under a power
         budget, the budget is allocated afresh when a job left (``job_left``, or a dead launcher's job released).
         """
         if self._topology is None:

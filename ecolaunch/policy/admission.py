@@ -16,7 +16,7 @@ The rules checked, against the state the policy decided on:
   than ``max_jobs_per_gpu`` jobs, no foreign process, and (when the job's memory is known) its free memory
   keeps ``memory_margin_mib`` beyond the job's peak;
 * caps: clipped to ``[caps.*]`` bounds; a newcomer's cap on a GPU another job already uses is dropped (a
-  newcomer takes a GPU as it finds it: the cap agent would refuse it anyway, see ``admin.caps``).
+  newcomer takes a GPU as it finds it: the cap agent would refuse it anyway, see ``admin.capkeeper``).
 
 The same rules judge the bookings already running (:func:`unadmitted_bookings`): a member can write a running job
 file of their own that never went through :func:`admit` (every GPU, a GPU reserved for a colleague). Judged under
@@ -33,7 +33,7 @@ import logging
 
 from collections.abc import Collection
 
-from ecolaunch.admin.caps import clip_cap_w, has_cap_range
+from ecolaunch.admin.capkeeper import clip_cap_w, has_cap_range
 from ecolaunch.admin.rules import Rules, may_use_gpu, user_gpu_limit
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.candidates import user_quota_left

@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from ecolaunch.admin.rules import Rules, may_use_gpu, user_gpu_limit
-from ecolaunch.devices.base import LinkKind
+from ecolaunch.devices.backend import LinkKind
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.state.graph import GpuNode, Host, StateGraph
 

@@ -48,7 +48,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ecolaunch.devices.base import LinkKind
+from ecolaunch.devices.backend import LinkKind
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.codec import profile_from_json

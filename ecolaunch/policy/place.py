@@ -13,7 +13,7 @@
 :func:`admitted_decision` is steps 1-2 alone (``ecolaunch launch --dry-run`` books nothing).
 
 What does not live here: how a policy chooses (``policy.*``), the rules themselves (``policy.admission``), applying
-the caps to the GPUs (the launcher's ``launch.caps.JobCaps``, the simulator's machine).
+the caps to the GPUs (the launcher's ``launch.jobcaps.JobCaps``, the simulator's machine).
 """
 
 from __future__ import annotations

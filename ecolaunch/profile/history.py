@@ -118,7 +118,7 @@ def launch_hints(raw: Mapping[str, Any] | None) -> dict[str, Any]:
 class JobRecord:
     """One finished job. Times are unix seconds; energies joules; ``samples`` a short series per GPU UUID.
 
-    ``energy_j`` is the job's attributed share of its GPUs' energy (see :mod:`ecolaunch.profile.energy`),
+    ``energy_j`` is the job's attributed share of its GPUs' energy (see :mod:`ecolaunch.profile.attribution`),
     ``gpu_energy_j`` the whole energy of those GPUs over the run, ``profiling_energy_j`` that of a separate
     pre-launch profiling run (not included in the other two). ``power_caps_w`` is the cap each GPU spent
     most of the run at; ``colocated_with`` lists, per GPU, the other jobs that shared it at any time.

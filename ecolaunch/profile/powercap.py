@@ -5,7 +5,7 @@ profiling constants (the grid step, iterations per cap).
 
 What does not: the job's curve read from the measured caps (:class:`ecolaunch.jobmodel.curve.CapCurve`, with the
 Zeus prior), the cap choice on such a curve (the one objective, its margin, robust iteration statistics:
-:mod:`ecolaunch.profile.capchoice`), measuring, setting caps (the job's cap owner, ``ecolaunch.launch.caps``),
+:mod:`ecolaunch.profile.capchoice`), measuring, setting caps (the job's cap owner, ``ecolaunch.launch.jobcaps``),
 history.
 
 **Which caps to measure** (:func:`profile_caps`): the maximum, then ~85 % and ~65 % of the power the job drew

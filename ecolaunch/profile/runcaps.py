@@ -2,7 +2,7 @@
 
 :class:`RunCaps` sits between a run's cap changers (the :class:`~ecolaunch.profile.profiler.Profiler`'s caps, the
 profiled choice and the closed loop's moves, :mod:`ecolaunch.launch.observe`) and the job's one cap writer
-(``set_cap``: :meth:`ecolaunch.launch.caps.JobCaps.set_cap` in a launch, which clips and records the wish). It
+(``set_cap``: :meth:`ecolaunch.launch.jobcaps.JobCaps.set_cap` in a launch, which clips and records the wish). It
 remembers each GPU's cap when the run began (:attr:`RunCaps.found`) and what the run set, and :meth:`RunCaps.restore`
 gives every GPU the run changed its found cap back: when profiling ends, and when the observer exits. What the job's
 placement set is restored at release by ``JobCaps``; what a crashed launcher left, by the cap keeper's sweep.

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ecolaunch.clock import Clock
-from ecolaunch.devices.base import GpuBackend, GpuSnapshot
+from ecolaunch.devices.backend import GpuBackend, GpuSnapshot
 from ecolaunch.errors import ConfigError, EcolaunchError
 from ecolaunch.validate import integer, is_number
 

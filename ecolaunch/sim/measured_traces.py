@@ -61,7 +61,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.devices.base import LinkKind
+from ecolaunch.devices.backend import LinkKind
 from ecolaunch.devices.spec import MachineSpec, parse_spec
 from ecolaunch.errors import ConfigError
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob

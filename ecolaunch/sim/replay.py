@@ -1,4 +1,4 @@
-"""A replayed GPU host and the jobs on it: a :class:`~ecolaunch.devices.base.GpuBackend` that plays measured truths.
+"""A replayed GPU host and the jobs on it: a :class:`~ecolaunch.devices.backend.GpuBackend` that plays measured truths.
 
 What lives here: :class:`ReplayBackend` (the protocol on an injected :class:`~ecolaunch.clock.VirtualClock`, one
 :class:`ReplayGpu` per catalogue board, every ``set_power_limit`` recorded as a :class:`CapCall`) and
@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ecolaunch.clock import VirtualClock
-from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind, pair_key
+from ecolaunch.devices.backend import GpuProcess, GpuSnapshot, LinkKind, pair_key
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError, DeviceError
 from ecolaunch.jobmodel.gpu import GpuModel
@@ -84,7 +84,7 @@ class ReplayGpu:
 
 
 class ReplayBackend:
-    """A :class:`~ecolaunch.devices.base.GpuBackend` whose boards play :class:`ReplayJob` truths on a virtual clock.
+    """A :class:`~ecolaunch.devices.backend.GpuBackend` whose boards play :class:`ReplayJob` truths on a virtual clock.
 
     Args:
         clock: the virtual clock every job and reading uses.

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ecolaunch.devices.base import GpuSnapshot, LinkKind, pair_key
+from ecolaunch.devices.backend import GpuSnapshot, LinkKind, pair_key
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.codec import profile_from_json, profile_to_json
 from ecolaunch.jobmodel.gpu import GpuModel
@@ -130,7 +130,7 @@ class GpuNode:
 class Host:
     name: str
     gpus: dict[str, GpuNode] = field(default_factory=dict)
-    #: link kind per unordered GPU pair (see ``ecolaunch.devices.base.pair_key``)
+    #: link kind per unordered GPU pair (see ``ecolaunch.devices.backend.pair_key``)
     links: dict[tuple[str, str], LinkKind] = field(default_factory=dict)
 
     def link(self, a: str, b: str) -> LinkKind:

@@ -18,7 +18,7 @@ What lives here:
 
 What does not live here: the shared directories and files every member writes into (``jobs/``, ``hooks/``,
 ``history/``, ``state.lock``, ``state.json``: :mod:`ecolaunch.state.layout`), what the files mean
-(``ecolaunch.profile.history``, ``ecolaunch.admin.caps``, ``ecolaunch.calibrate.results``), and the CLI.
+(``ecolaunch.profile.history``, ``ecolaunch.admin.capkeeper``, ``ecolaunch.calibrate.results``), and the CLI.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import psutil
 
-from ecolaunch.devices.base import GpuSnapshot, LinkKind
+from ecolaunch.devices.backend import GpuSnapshot, LinkKind
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ Layout of a state directory (see ``docs/threat-model.md`` for who may write what
         state.lock          the lock every transaction holds (fcntl, dropped by the kernel when its holder dies)
         jobs/               sticky + setgid: one file per job, ``<job id>.json``, owned by the job's user
         hooks/, history/    sticky + setgid: per-run and per-user directories (``profile.channel``, ``state.userdirs``)
-        caps.json           the cap agent's ledger of original power caps (``ecolaunch.admin.caps``)
+        caps.json           the cap agent's ledger of original power caps (``ecolaunch.admin.capkeeper``)
 
 ``ecolaunch init-state`` (:mod:`ecolaunch.state.layout`) creates this layout as root before anyone runs; a member
 may not create ``jobs/`` in a directory they do not own (they would own everyone's job directory).

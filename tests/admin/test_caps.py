@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ecolaunch.admin.caps import (
+from ecolaunch.admin.capkeeper import (
     CapKeeper,
     apply_caps_as_launcher,
     cap_recommendation,
@@ -138,7 +138,7 @@ def test_an_untrusted_or_garbage_ledger_is_ignored(tmp_path: Path, caplog) -> No
     b = backend(tmp_path)
     u = b.gpus()[0].uuid
     ledger = tmp_path / "caps.json"
-    doc = {"schema": "ecolaunch.caps", "version": 1, "host": HOST, "gpus": {u: {"original_w": 120.0}}}
+    doc = {"schema": "ecolaunch.jobcaps", "version": 1, "host": HOST, "gpus": {u: {"original_w": 120.0}}}
     ledger.write_text(json.dumps(doc))
     os.chmod(ledger, 0o666)  # writable by anyone: could have been forged
     assert load_ledger(ledger, HOST) is None and "only root may write it" in caplog.text
@@ -230,7 +230,7 @@ class _Recorder:
     kind = "fake"
 
     def __init__(self) -> None:
-        from ecolaunch.devices.base import GpuSnapshot
+        from ecolaunch.devices.backend import GpuSnapshot
 
         self.limits = {f"GPU-{i}": 400.0 for i in range(4)}
         self.calls: list[tuple[str, float]] = []
@@ -292,7 +292,7 @@ def test_a_ledger_written_before_set_w_still_restores(tmp_path: Path) -> None:
     b = backend(tmp_path)
     u = b.gpus()[0].uuid
     b.set_power_limit(u, 250.0)
-    (tmp_path / "caps.json").write_text(json.dumps({"schema": "ecolaunch.caps", "version": 1, "host": HOST,
+    (tmp_path / "caps.json").write_text(json.dumps({"schema": "ecolaunch.jobcaps", "version": 1, "host": HOST,
                                                     "gpus": {u: {"original_w": 400.0}}}))
     os.chmod(tmp_path / "caps.json", 0o644)
     report = keeper(b, tmp_path).reconcile(StateGraph())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ecolaunch.admin.lint import policy_warnings
 from ecolaunch.admin.rules import parse_rules
-from ecolaunch.devices.base import GpuSnapshot
+from ecolaunch.devices.backend import GpuSnapshot
 
 
 def _gpu(index: int, name: str = "NVIDIA GeForce RTX 4090") -> GpuSnapshot:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.agent import CapAgent
-from ecolaunch.admin.caps import CapKeeper, apply_caps_as_launcher
+from ecolaunch.admin.capkeeper import CapKeeper, apply_caps_as_launcher
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.select import open_backend
 from ecolaunch.policy.registry import get_policy

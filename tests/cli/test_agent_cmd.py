@@ -30,7 +30,7 @@ def test_restore_puts_back_what_the_ledger_recorded(state_dir: Path) -> None:
     gpu = backend.gpus()[0]
     host = backend.hostname()
     (state_dir / "caps.json").write_text(
-        '{"schema": "ecolaunch.caps", "version": 1, "host": "%s", "gpus": {"%s": {"original_w": 275.0}}}' % (host, gpu.uuid))
+        '{"schema": "ecolaunch.jobcaps", "version": 1, "host": "%s", "gpus": {"%s": {"original_w": 275.0}}}' % (host, gpu.uuid))
     result = CliRunner().invoke(agent, ["--restore"], env=_env(state_dir))
     assert result.exit_code == 0, result.output
     assert result.output == f"ecolaunch agent: restored {gpu.uuid} 275 W\n"

@@ -213,7 +213,7 @@ def test_squatted_history_gnn_and_calibration_directories_are_repaired_by_init_s
 def test_init_state_repairs_a_planted_cap_ledger_and_creates_one_nobody_can_take() -> None:
     require_root()
     for plant in ('os.mkdir(Path(args["d"]) / "caps.json")',
-                  '(Path(args["d"]) / "caps.json").write_text(json.dumps({"schema": "ecolaunch.caps", "version": 1, '
+                  '(Path(args["d"]) / "caps.json").write_text(json.dumps({"schema": "ecolaunch.jobcaps", "version": 1, '
                   '"host": args["host"], "gpus": {"GPU-x": {"original_w": 100}}}))'):
         d = shared_dir()
         try:
@@ -262,7 +262,7 @@ except SystemExit as e:
 LAUNCH_IMPORTS = """
 import ecolaunch.cli.main, ecolaunch.cli.launch_cmd, ecolaunch.launch.pipeline, ecolaunch.launch.torchrun
 import ecolaunch.runtime, ecolaunch.sim.reading, ecolaunch.devices.select, ecolaunch.policy.curve
-import ecolaunch.launch.caps, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.launch.observe
+import ecolaunch.launch.jobcaps, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.launch.observe
 import ecolaunch.policy.registry, ecolaunch.policy.gnn, ecolaunch.admin.rules, ecolaunch.launch.argv
 import torch.distributed.run
 """

@@ -9,11 +9,11 @@ import subprocess
 
 import pytest
 
-from ecolaunch.admin.caps import CapKeeper
+from ecolaunch.admin.capkeeper import CapKeeper
 from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.runtime import open_gpus, resolve
 from ecolaunch.cli.status_cmd import _render
-from ecolaunch.launch.caps import orphaned_caps
+from ecolaunch.launch.jobcaps import orphaned_caps
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import PsutilProcessTable
 from tests.conftest import REPO, ecolaunch_cmd

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from ecolaunch.devices.base import GpuBackend, GpuProcess, GpuSnapshot, LinkKind
+from ecolaunch.devices.backend import GpuBackend, GpuProcess, GpuSnapshot, LinkKind
 from ecolaunch.devices.nvml import NvmlBackend
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from ecolaunch.devices.base import GpuProcess, LinkKind, pair_key
+from ecolaunch.devices.backend import GpuProcess, LinkKind, pair_key
 from ecolaunch.devices.nvml import NvmlBackend
 from ecolaunch.errors import DeviceError, DriverNotFound, EcolaunchError, PermissionDenied
 

@@ -24,7 +24,7 @@ from tests.multiuser import ALICE, GID, MALLORY, last_json, remove, require_root
 SPEC = "4xA100-SXM4-80GB"
 POLICY = '[caps."A100-SXM4-80GB"]\nmin_w = 250\nmax_w = 350\n[agent]\ngpus = [0, 1]\n'
 IMPORTS = """
-from ecolaunch.admin.caps import apply_caps_as_launcher
+from ecolaunch.admin.capkeeper import apply_caps_as_launcher
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.select import open_backend, simulated_privilege
 from ecolaunch.errors import PermissionDenied

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.devices.base import LinkKind
+from ecolaunch.devices.backend import LinkKind
 from ecolaunch.devices.spec import HostSpec, MachineSpec, default_links, gpu_uuid, parse_spec
 from ecolaunch.errors import ConfigError
 

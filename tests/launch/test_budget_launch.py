@@ -19,7 +19,7 @@ from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.errors import NeverFits
 from ecolaunch.jobmodel.profile import CapPoint, Profile
-from ecolaunch.launch.caps import JobCaps
+from ecolaunch.launch.jobcaps import JobCaps
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.registry import get_policy

@@ -3,7 +3,7 @@ from __future__ import annotations
 import itertools
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.devices.base import LinkKind, pair_key
+from ecolaunch.devices.backend import LinkKind, pair_key
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ecolaunch.devices.base import LinkKind, pair_key
+from ecolaunch.devices.backend import LinkKind, pair_key
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.base import JobRequest

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ecolaunch.clock import VirtualClock
-from ecolaunch.devices.base import GpuSnapshot, LinkKind
+from ecolaunch.devices.backend import GpuSnapshot, LinkKind
 from ecolaunch.errors import DeviceError
 
 

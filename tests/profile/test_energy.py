@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.profile.energy import Interval, attribute, demand_weight, intervals_from_samples
+from ecolaunch.profile.attribution import Interval, attribute, demand_weight, intervals_from_samples
 from ecolaunch.profile.sampler import GpuSample
 
 

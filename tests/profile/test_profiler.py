@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from ecolaunch.admin.rules import CapBounds, Rules, job_cap_bounds, profiler_settings
-from ecolaunch.devices.base import GpuSnapshot
+from ecolaunch.devices.backend import GpuSnapshot
 from ecolaunch.errors import ConfigError, PermissionDenied
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.profile.modes import ProfilerSettings

@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from ecolaunch.clock import VirtualClock
-from ecolaunch.devices.base import GpuBackend, LinkKind
+from ecolaunch.devices.backend import GpuBackend, LinkKind
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError, DeviceError
 from ecolaunch.sim import replay

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ecolaunch.devices.base import LinkKind
+from ecolaunch.devices.backend import LinkKind
 from ecolaunch.devices.catalogue import CATALOGUE
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
@@ -76,7 +76,7 @@ def test_invalid_documents_name_the_field(mutate, message) -> None:
 
 
 def test_set_and_enforced_limits_from_a_snapshot_survive_a_round_trip() -> None:
-    from ecolaunch.devices.base import GpuSnapshot
+    from ecolaunch.devices.backend import GpuSnapshot
 
     snap = GpuSnapshot(uuid="GPU-0", index=0, name="H200", memory_total_mib=143_771, memory_used_mib=0,
                        util_gpu_pct=0.0, util_mem_pct=0.0, power_w=80.0, power_limit_min_w=200.0,

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from ecolaunch.devices.base import GpuProcess, GpuSnapshot, LinkKind
+from ecolaunch.devices.backend import GpuProcess, GpuSnapshot, LinkKind
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import PsutilProcessTable, reconcile
 

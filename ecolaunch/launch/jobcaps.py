@@ -4,13 +4,13 @@
 pipeline (the decision's caps at placement, the restore at release), and through :meth:`JobCaps.set_cap` the
 profiler (the caps it measures at) and the run observer's closed loop (the caps it moves to). Every cap is:
 
-1. **clipped** to what the admin policy allows on that GPU (:func:`ecolaunch.admin.caps.clip_cap_w`, the one
+1. **clipped** to what the admin policy allows on that GPU (:func:`ecolaunch.admin.capkeeper.clip_cap_w`, the one
    place a cap is clipped);
 2. **recorded** as the job's wish in its job file, under the state lock: that is what the cap agent applies, and
    what any root process restores when the job is gone;
 3. **applied**: by the cap agent when one serves the state directory (the caller waits to see it in the GPUs'
    readings); else by this launcher when it may (root), through the same
-   :class:`~ecolaunch.admin.caps.CapKeeper` pass as the agent (originals to the ledger first) — with a **guard**
+   :class:`~ecolaunch.admin.capkeeper.CapKeeper` pass as the agent (originals to the ledger first) — with a **guard**
    (:mod:`ecolaunch.launch.guard`) started before the first change, which restores within a second if the
    launcher dies by any signal; else it is refused: said once (``on_message``), the wish taken back, and the job
    runs at the caps it found;
@@ -32,7 +32,7 @@ the admin's minimum and no less than a fixed share of the board's default limit:
 :func:`~ecolaunch.admin.budget.job_floor_w`).
 
 A root launcher without an agent applies, through its keeper, only root's own jobs' caps (its own included), never a
-member's: it would not be there to restore it when that job ends (:class:`~ecolaunch.admin.caps.CapKeeper`).
+member's: it would not be there to restore it when that job ends (:class:`~ecolaunch.admin.capkeeper.CapKeeper`).
 
 A run changes the job's caps through :class:`~ecolaunch.profile.runcaps.RunCaps` over :meth:`JobCaps.set_cap`: the
 profiler's caps, the closed loop's moves, and their return to the caps the run found; at release this class gives
@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ecolaunch.admin.agent import agent_alive
-from ecolaunch.admin.caps import CapKeeper, apply_caps_as_launcher, cap_recommendation, clip_cap_w, desired_caps
+from ecolaunch.admin.capkeeper import CapKeeper, apply_caps_as_launcher, cap_recommendation, clip_cap_w, desired_caps
 from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.errors import EcolaunchError, PermissionDenied, StateError
 from ecolaunch.launch.guard import Guard, start_guard

@@ -48,7 +48,7 @@ from ecolaunch.admin.ledger import (LEDGER_FILE, LEDGER_SCHEMA, LEDGER_VERSION, 
                                     load_ledger_entries)
 from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu, may_use_gpu
 from ecolaunch.admin.safety import identity_of_uid, require_launcher_privilege
-from ecolaunch.devices.base import GpuBackend, GpuSnapshot
+from ecolaunch.devices.backend import GpuBackend, GpuSnapshot
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
 from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.admin.budget import budget_ceilings, job_floor_w
@@ -528,7 +528,7 @@ restore_caps_as_launcher = apply_caps_as_launcher
 def clip_cap_w(rules: Rules, gpu: Any, watts: float) -> tuple[float, tuple[float, float]]:
     """``watts`` inside what the admin policy allows on ``gpu`` (a GpuNode or a snapshot with a power-limit range),
     and those bounds. The one place a cap is clipped on one GPU: admission, the agent, root launchers, the guard,
-    :class:`~ecolaunch.launch.caps.JobCaps` (the profiler, the closed loop, calibration) and the advice of an
+    :class:`~ecolaunch.launch.jobcaps.JobCaps` (the profiler, the closed loop, calibration) and the advice of an
     unprivileged launcher all go through it (:func:`~ecolaunch.jobmodel.gpu.clip_w`, the clamp itself)."""
     bounds = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
     return clip_w(watts, bounds), bounds
