@@ -44,6 +44,7 @@ import click
 from ecolaunch.cli.command import Command
 from ecolaunch.config import Environment
 from ecolaunch.errors import ConfigError
+from ecolaunch.jobmodel.codec import profile_from_json, profile_to_json
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.state.graph import GpuNode
 from ecolaunch.validate import number_or_none
@@ -85,24 +86,25 @@ def _object(value: Any, where: str, fields: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _job(raw: Any, where: str) -> dict[str, Any]:
+    """One job: its ``id`` and its profile in the one JSON form (validated by :mod:`ecolaunch.jobmodel.codec`), with
+    the two fields a what-if needs that a profile may lack."""
     raw = _object(raw, where, _JOB_FIELDS)
     if not isinstance(raw.get("id"), str) or not raw["id"]:
         raise _Bad(f"{where}.id: expected a non-empty string, got {json.dumps(raw.get('id'))}")
-    job: dict[str, Any] = {"id": raw["id"]}
-    job["iter_time_s"] = _number(raw.get("iter_time_s"), f"{where}.iter_time_s", positive=True)
-    for key in ("sm_util_pct", "mem_bw_util_pct"):
-        job[key] = _number(raw.get(key), f"{where}.{key}", high=100.0, nullable=True)
-    job["memory_mib"] = _number(raw.get("memory_mib"), f"{where}.memory_mib")
-    job["power_w"] = _number(raw.get("power_w"), f"{where}.power_w", positive=True, nullable=True)
-    points = raw.get("cap_points", [])
-    if not isinstance(points, list):
-        raise _Bad(f"{where}.cap_points: expected a list, got {json.dumps(points)[:60]}")
-    job["cap_points"] = []
-    for i, p in enumerate(points):
-        p = _object(p, f"{where}.cap_points[{i}]", _POINT_FIELDS)
-        job["cap_points"].append({k: _number(p.get(k), f"{where}.cap_points[{i}].{k}", positive=True)
-                                  for k in _POINT_FIELDS})
-    return job
+    for i, p in enumerate(raw.get("cap_points") or []):
+        if isinstance(p, dict):
+            _object(p, f"{where}.cap_points[{i}]", _POINT_FIELDS)
+            for key in _POINT_FIELDS:
+                if key not in p:
+                    raise _Bad(f"{where}.cap_points[{i}].{key}: missing (a cap point is {', '.join(_POINT_FIELDS)})")
+    try:
+        profile = profile_from_json({k: v for k, v in raw.items() if k != "id"}, where=where)
+    except ConfigError as e:
+        raise _Bad(str(e)) from None
+    for key, what in (("iter_time_s", "its uncapped iteration time in seconds"), ("memory_mib", "its memory in MiB")):
+        if getattr(profile, key) is None:
+            raise _Bad(f"{where}.{key}: missing ({what}; every job needs it)")
+    return {"id": raw["id"], **profile_to_json(profile)}
 
 
 def parse_scenario(raw: Any, where: str = "") -> tuple[GpuModel, float | None, list[dict[str, Any]]]:

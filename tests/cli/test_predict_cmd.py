@@ -55,12 +55,18 @@ def test_table_without_json() -> None:
 
 @pytest.mark.parametrize(("doc", "message"), [
     ({**SCENARIO, "jobs": [{**JOB, "iter_time_s": None}]},
-     "jobs[0].iter_time_s: expected a number > 0, got null"),
+     "jobs[0].iter_time_s: missing (its uncapped iteration time in seconds; every job needs it)"),
+    ({**SCENARIO, "jobs": [{**JOB, "iter_time_s": -1}]}, "jobs[0]: iter_time_s = -1: expected `float` > 0.0"),
+    ({**SCENARIO, "jobs": [{**JOB, "iter_time_s": True}]},
+     "jobs[0]: iter_time_s = true: expected `float | null`, got `bool`"),
     ({**SCENARIO, "jobs": [JOB, {**HEAVY, "sm_util_pct": 140}]},
-     "jobs[1].sm_util_pct: expected a number >= 0 and <= 100 or null, got 140"),
-    ({**SCENARIO, "jobs": [{**JOB, "memory_mib": "6GB"}]}, 'jobs[0].memory_mib: expected a number >= 0, got "6GB"'),
+     "jobs[1]: sm_util_pct = 140: expected `float` <= 100.0"),
+    ({**SCENARIO, "jobs": [{**JOB, "memory_mib": "6GB"}]},
+     'jobs[0]: memory_mib = "6GB": expected `int | null`, got `str`'),
     ({**SCENARIO, "jobs": [{**HEAVY, "cap_points": [{"power_cap_w": 200, "iter_time_s": 0.3}]}]},
-     "jobs[0].cap_points[0].power_w: expected a number > 0, got null"),
+     "jobs[0].cap_points[0].power_w: missing (a cap point is power_cap_w, iter_time_s, power_w)"),
+    ({**SCENARIO, "jobs": [{**HEAVY, "cap_points": [{"power_cap_w": 200, "iter_time_s": 0.3, "power_w": None}]}]},
+     "jobs[0]: cap_points[0].power_w = null: expected `float`, got `null`"),
     ({**SCENARIO, "jobs": [{**JOB, "sm_util": 45}]},
      "jobs[0].sm_util: unknown field (known: id, iter_time_s, sm_util_pct, mem_bw_util_pct, memory_mib, power_w, "
      "cap_points)"),
