@@ -33,6 +33,8 @@ counted.
   predict`` runs, without its idle-power floor). It saw every Zeus summary curve, which holds ResNet-50,
   ShuffleNetV2 and BERT at other batch sizes (and datasets) on V100 and A40: on those windows it is **not** held
   out. It never saw ResNet-18 (not in Zeus's summary) nor any H200 measurement.
+- ``gnn-no-util``: the shipped weights asked with the measured utilization withheld (H200 only, the one source
+  that measured it): how much of ``gnn``'s answer that reading moves.
 - ``gnn-heldout``: the same training (:func:`ecolaunch.learn.train.train`, seed 0, full size) without every Zeus
   summary curve of ResNet-50, ShuffleNetV2 and BERT on every board (:data:`HELD_NETWORKS`), trained once on first
   use into ``--cache`` (about 5 min on 2 cores; the file name carries what it was trained without and the training
@@ -49,7 +51,7 @@ JSON's ``pairs`` says so); pairs are scored on Gavel's measurements by ``benchma
 
 Prints the table (``--json``: the document below); writes nothing unless ``--out`` (``measured_types.json``)::
 
-    {"sources": {SOURCE: {METHOD: {"points", "time_mean_pct", "time_max_pct", "power_mean_pct",
+    {"sources": {SOURCE: {METHOD (those scored there): {"points", "time_mean_pct", "time_max_pct", "power_mean_pct",
                                    "power_max_pct"}, "faster_than_uncapped": N}},
      "types": [{"name", "source", "gpu", "num_gpus", "sm_util_pct", "mem_util_pct", "uncapped": {...},
                 "points": [{"cap_w", "measured_speed", "measured_power_w",
@@ -77,6 +79,8 @@ TRAIN_SEED = 0
 HELD_OUT = {
     "gnn": "shipped weights: saw every Zeus summary curve (ResNet-50, ShuffleNetV2, BERT at other batch sizes and "
            "datasets on V100/A40, so those windows are not held out); never saw ResNet-18 or any H200 measurement",
+    "gnn-no-util": "the shipped weights asked without the measured utilization (only where one was measured: "
+                   "H200); what that reading moves",
     "gnn-heldout": "trained without every Zeus summary curve of " + ", ".join(HELD_NETWORKS) + " on every board; "
                    "its features still read the cap prior fitted on all Zeus curves",
     "prior": "Zeus cap prior fitted on all Zeus summary curves (those networks included); no learning",
@@ -197,13 +201,19 @@ def run(sources: tuple[str, ...] = SOURCES, *, holdout: bool = True, cache: Path
     for name, model in models.items():
         for (_, _, _, row), (speed, power) in zip(asks, _gnn(model, [a[:3] for a in asks])):
             row["predicted"][name] = {"speed": speed, "power_w": power}
+    with_util = [a for a in asks if a[2]["sm_util_pct"] is not None]
+    if with_util:  # the shipped GNN with the measured utilization withheld: what that reading moves
+        methods.insert(1, "gnn-no-util")
+        blind = [(gpu, cap, job | {"sm_util_pct": None, "mem_bw_util_pct": None}) for gpu, cap, job, _ in with_util]
+        for (_, _, _, row), (speed, power) in zip(with_util, _gnn(models["gnn"], blind)):
+            row["predicted"]["gnn-no-util"] = {"speed": speed, "power_w": power}
     summary: dict[str, dict] = {}
     for t in types:
         for row in t["points"]:
             for pred in row["predicted"].values():
                 pred["time_err_pct"] = abs(pred["speed"] / row["measured_speed"] - 1.0) * 100.0
                 pred["power_err_pct"] = abs(pred["power_w"] / row["measured_power_w"] - 1.0) * 100.0
-        for name in methods:
+        for name in (m for m in methods if t["points"] and m in t["points"][0]["predicted"]):
             cell = summary.setdefault(t["source"], {}).setdefault(name, {"time": [], "power": []})
             cell["time"] += [r["predicted"][name]["time_err_pct"] for r in t["points"]]
             cell["power"] += [r["predicted"][name]["power_err_pct"] for r in t["points"]]
@@ -225,7 +235,7 @@ def table(r: dict) -> str:
              f"{'source':<11} {'method':<14} {'points':>6}  {'time mean':>9} {'time max':>9}  "
              f"{'power mean':>10} {'power max':>10}"]
     for source, cells in r["sources"].items():
-        for name in r["methods"]:
+        for name in (m for m in r["methods"] if m in cells):
             c = cells[name]
             lines.append(f"{source:<11} {name:<14} {c['points']:>6}  {c['time_mean_pct']:>9.2f} "
                          f"{c['time_max_pct']:>9.2f}  {c['power_mean_pct']:>10.2f} {c['power_max_pct']:>10.2f}")
