@@ -35,14 +35,18 @@ counted.
   out. It never saw ResNet-18 (not in Zeus's summary) nor any H200 measurement.
 - ``gnn-no-util``: the shipped weights asked with the measured utilization withheld (H200 only, the one source
   that measured it): how much of ``gnn``'s answer that reading moves.
-- ``gnn-heldout``: the same training (:func:`ecolaunch.learn.train.train`, seed 0, full size) without every Zeus
-  summary curve of ResNet-50, ShuffleNetV2 and BERT on every board (:data:`HELD_NETWORKS`), trained once on first
-  use into ``--cache`` (about 5 min on 2 cores; the file name carries what it was trained without and the training
-  fingerprint of ``benchmarks/energy.py``); ``--no-holdout`` leaves the row out. Its features still read the cap
-  prior :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR`, fitted on all Zeus curves, those networks included.
+- ``gnn-heldout``: held out by network. For a window whose network the Zeus summary curves hold (ResNet-50,
+  ShuffleNetV2, BERT), the same training (:func:`ecolaunch.learn.train.train`, seed 0, full size) without every
+  Zeus summary curve of that network (every board, batch size and dataset): one model per network, trained on
+  first use into ``--cache`` (about 2 min each on 2 cores; the folder names the network, the file what it was
+  trained without and the training fingerprint of ``benchmarks/energy.py``, so weights of other code or data are
+  never reused). Its features still read the cap prior :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR`, fitted on
+  all Zeus curves, that network included. For ResNet-18 and H200, which no training source holds, the shipped
+  weights. ``--no-holdout`` leaves the held-out rows out.
 - ``prior``: the ablation, no learning: the Zeus prior from the uncapped point alone
   (:func:`ecolaunch.jobmodel.curve.profile_curve` on a profile with only ``iter_time_s`` and ``power_w``), fitted on
-  all Zeus summary curves; ``prior-heldout``: the same prior refitted without :data:`HELD_NETWORKS`.
+  all Zeus summary curves; ``prior-heldout``: the same prior refitted without the window's network (for ResNet-18
+  and H200: the prior itself).
 - ``heuristic``: the skeptic's rule, ``time ratio = max(1, uncapped power / cap)``, ``power = min(uncapped power,
   cap)``.
 
@@ -56,7 +60,7 @@ Prints the table (``--json``: the document below); writes nothing unless ``--out
      "types": [{"name", "source", "gpu", "num_gpus", "sm_util_pct", "mem_util_pct", "uncapped": {...},
                 "points": [{"cap_w", "measured_speed", "measured_power_w",
                             "predicted": {METHOD: {"speed", "power_w", "time_err_pct", "power_err_pct"}}}]}],
-     "methods": [...], "held_out": {METHOD: text}, "pairs": text, "heldout_weights": path | null}
+     "methods": [...], "held_out": {METHOD: text}, "pairs": text, "heldout_weights": {NETWORK: path}}
 """
 
 from __future__ import annotations
@@ -72,8 +76,6 @@ from pathlib import Path
 from _common import emit
 
 SOURCES = ("zeus-v100", "zeus-a40", "zeus-multi", "h200")
-#: the Zeus networks of the profiling windows that the Zeus summary curves also hold (ResNet-18 they do not)
-HELD_NETWORKS = ("bert_base_uncased", "resnet50", "shufflenetv2")
 #: the seed the held-out GNN is trained with (the shipped weights' seed)
 TRAIN_SEED = 0
 HELD_OUT = {
@@ -81,10 +83,11 @@ HELD_OUT = {
            "datasets on V100/A40, so those windows are not held out); never saw ResNet-18 or any H200 measurement",
     "gnn-no-util": "the shipped weights asked without the measured utilization (only where one was measured: "
                    "H200); what that reading moves",
-    "gnn-heldout": "trained without every Zeus summary curve of " + ", ".join(HELD_NETWORKS) + " on every board; "
-                   "its features still read the cap prior fitted on all Zeus curves",
+    "gnn-heldout": "per Zeus window: trained without every Zeus summary curve of its network (every board, batch "
+                   "size, dataset); its features still read the cap prior fitted on all Zeus curves. ResNet-18 "
+                   "and H200, in no training source: the shipped weights",
     "prior": "Zeus cap prior fitted on all Zeus summary curves (those networks included); no learning",
-    "prior-heldout": "Zeus cap prior refitted without " + ", ".join(HELD_NETWORKS),
+    "prior-heldout": "Zeus cap prior refitted without the window's network (ResNet-18, H200: the prior itself)",
     "heuristic": "nothing fitted: time ratio = max(1, uncapped power / cap), power = min(uncapped power, cap)",
 }
 PAIRS = ("none: neither Zeus's profiling windows nor the H200 sweep measured two jobs sharing a GPU, so no pair "
@@ -112,29 +115,37 @@ def measured_types(sources: tuple[str, ...], zeus_dir: Path | None = None) -> li
     return out
 
 
-def heldout_prior():
+def zeus_networks() -> set[str]:
+    """The networks of the vendored Zeus summary curves (what training and the prior saw), e.g. ``"resnet50"``."""
+    from ecolaunch.sim.truth import vendored_zeus_curves
+
+    return {c.workload.split("/")[-1] for c in vendored_zeus_curves()}
+
+
+def heldout_prior(network: str):
     """:class:`~ecolaunch.jobmodel.curve.CapPrior` refitted on the vendored Zeus summary curves without
-    :data:`HELD_NETWORKS` (the same fit as :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR` otherwise)."""
+    ``network`` (the same fit as :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR` otherwise)."""
     from ecolaunch.jobmodel.curve import CapPrior
     from ecolaunch.sim.truth import vendored_zeus_curves
 
-    keep = [c for c in vendored_zeus_curves() if c.workload.split("/")[-1] not in HELD_NETWORKS]
-    return CapPrior.fit([c.points for c in keep], source=f"without {', '.join(HELD_NETWORKS)}")
+    keep = [c for c in vendored_zeus_curves() if c.workload.split("/")[-1] != network]
+    return CapPrior.fit([c.points for c in keep], source=f"without {network}")
 
 
-def heldout_weights(cache: Path) -> Path:
-    """The GNN trained without every Zeus summary curve of :data:`HELD_NETWORKS` (cached in ``cache``)."""
+def heldout_weights(cache: Path, network: str) -> Path:
+    """The GNN trained without every Zeus summary curve of ``network`` (cached in ``cache``)."""
     import torch
 
     from energy import training_fingerprint
     from ecolaunch.learn.train import train, zeus_keys
 
-    keys = sorted(k for k in zeus_keys() if k.split(":")[1] in HELD_NETWORKS)
+    keys = sorted(k for k in zeus_keys() if k.split(":")[1] == network)
     tag = hashlib.sha256(json.dumps(keys).encode()).hexdigest()[:10]
-    path = cache / f"gnn-without-zeus-{'-'.join(HELD_NETWORKS)}-{tag}-{training_fingerprint()}.pt"
+    folder = cache / f"measured-types-without-{network}"  # one folder each: train() writes manifest.json beside
+    path = folder / f"gnn-{tag}-{training_fingerprint()}.pt"
     if not path.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        print(f"training the GNN without {len(keys)} Zeus curves ({', '.join(HELD_NETWORKS)}) into {path} ...",
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"training the GNN without the {len(keys)} Zeus curves of {network} into {path} ...",
               file=sys.stderr, flush=True)
         torch.set_num_threads(1)  # as benchmarks/train_gnn.py: reproducible, fastest on 2 shared cores
         train(TRAIN_SEED, path, holdout_zeus=keys)
@@ -174,12 +185,20 @@ def run(sources: tuple[str, ...] = SOURCES, *, holdout: bool = True, cache: Path
     from ecolaunch.jobmodel.curve import DEFAULT_PRIOR
     from ecolaunch.policy.infer import load_default_model, load_model_cached
 
-    weights = heldout_weights(cache) if holdout else None
-    models = {"gnn": load_default_model()} | ({"gnn-heldout": load_model_cached(weights)} if weights else {})
-    priors = {"prior": DEFAULT_PRIOR} | ({"prior-heldout": heldout_prior()} if holdout else {})
-    methods = [*models, *priors, "heuristic"]
-    types, asks = [], []
-    for t in measured_types(sources, zeus_dir):
+    shipped = load_default_model()
+    methods = ["gnn", *(["gnn-heldout"] if holdout else []), "prior", *(["prior-heldout"] if holdout else []),
+               "heuristic"]
+    known = zeus_networks()
+    chosen = measured_types(sources, zeus_dir)
+    held = sorted({t["network"] for t in chosen if t["network"] in known}) if holdout else []
+    weights = {network: heldout_weights(cache, network) for network in held}
+    held_priors = {network: heldout_prior(network) for network in held}
+    types, asks = [], []  # asks: (board, cap, job, point row, held-out model)
+    for t in chosen:
+        priors = {"prior": DEFAULT_PRIOR}
+        if holdout:
+            priors["prior-heldout"] = held_priors.get(t["network"], DEFAULT_PRIOR)
+        model = load_model_cached(weights[t["network"]]) if t["network"] in weights else shipped
         gpu = lookup(t["gpu"])
         pts = sorted(t["points"], key=lambda p: p.power_cap_w)
         top = pts[-1]
@@ -194,19 +213,21 @@ def run(sources: tuple[str, ...] = SOURCES, *, holdout: bool = True, cache: Path
             predicted["heuristic"] = dict(zip(("speed", "power_w"), heuristic(top, p.power_cap_w)))
             rows.append({"cap_w": p.power_cap_w, "measured_speed": top.iter_time_s / p.iter_time_s,
                          "measured_power_w": p.power_w, "predicted": predicted})
-            asks.append((gpu, p.power_cap_w, job, rows[-1]))
+            asks.append((gpu, p.power_cap_w, job, rows[-1], model))
         types.append({k: v for k, v in t.items() if k not in ("points", "network")}
                      | {"uncapped": {"cap_w": top.power_cap_w, "iter_time_s": top.iter_time_s,
                                      "power_w": top.power_w}, "points": rows})
-    for name, model in models.items():
-        for (_, _, _, row), (speed, power) in zip(asks, _gnn(model, [a[:3] for a in asks])):
-            row["predicted"][name] = {"speed": speed, "power_w": power}
+    runs = [("gnn", shipped, asks)]
+    if holdout:
+        runs += [("gnn-heldout", m, [a for a in asks if a[4] is m]) for m in {id(a[4]): a[4] for a in asks}.values()]
     with_util = [a for a in asks if a[2]["sm_util_pct"] is not None]
     if with_util:  # the shipped GNN with the measured utilization withheld: what that reading moves
         methods.insert(1, "gnn-no-util")
-        blind = [(gpu, cap, job | {"sm_util_pct": None, "mem_bw_util_pct": None}) for gpu, cap, job, _ in with_util]
-        for (_, _, _, row), (speed, power) in zip(with_util, _gnn(models["gnn"], blind)):
-            row["predicted"]["gnn-no-util"] = {"speed": speed, "power_w": power}
+        runs.append(("gnn-no-util", shipped, [(gpu, cap, job | {"sm_util_pct": None, "mem_bw_util_pct": None}, row, m)
+                                              for gpu, cap, job, row, m in with_util]))
+    for name, model, batch in runs:
+        for (_, _, _, row, _), (speed, power) in zip(batch, _gnn(model, [a[:3] for a in batch])):
+            row["predicted"][name] = {"speed": speed, "power_w": power}
     summary: dict[str, dict] = {}
     for t in types:
         for row in t["points"]:
@@ -227,7 +248,7 @@ def run(sources: tuple[str, ...] = SOURCES, *, holdout: bool = True, cache: Path
                                                           if t["source"] == source for r in t["points"])
     return {"sources": out_sources, "types": types, "methods": methods,
             "held_out": {m: HELD_OUT[m] for m in methods}, "pairs": PAIRS,
-            "heldout_weights": None if weights is None else str(weights)}
+            "heldout_weights": {network: str(path) for network, path in weights.items()}}
 
 
 def table(r: dict) -> str:

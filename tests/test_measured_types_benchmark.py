@@ -43,7 +43,7 @@ def test_shape_and_summaries(doc) -> None:
     assert list(cwd.iterdir()) == []  # writes nothing without --out
     assert doc["methods"] == ["gnn", "gnn-no-util", "prior", "heuristic"]
     assert set(doc["held_out"]) == set(doc["methods"])
-    assert "none" in doc["pairs"] and doc["heldout_weights"] is None
+    assert "none" in doc["pairs"] and doc["heldout_weights"] == {}
     assert set(doc["sources"]) == set(SOURCES)
     for source, cells in doc["sources"].items():
         points = [p for t in doc["types"] if t["source"] == source for p in t["points"]]
@@ -105,3 +105,21 @@ def test_zeus_window_point_recomputed_from_the_csv(doc) -> None:
     heuristic = point["predicted"]["heuristic"]
     assert heuristic["speed"] == pytest.approx(150.0 / p0)  # 190 W uncapped at 150 W: binds
     assert heuristic["time_err_pct"] == pytest.approx(abs(heuristic["speed"] / point["measured_speed"] - 1) * 100)
+
+
+@pytest.mark.skipif(not WINDOW.is_file(), reason="the checkout has no shared/data copy of Zeus's profile windows")
+def test_held_out_networks_name_zeus_curves(monkeypatch) -> None:
+    # a window network spelled otherwise than in the Zeus summary would hold nothing out: every window network but
+    # ResNet-18 (absent from the summary curves) must name summary curves, and the refitted prior must differ
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import measured_types
+
+    from ecolaunch.jobmodel.curve import DEFAULT_PRIOR
+    from ecolaunch.learn.train import zeus_keys
+
+    windows = {t["network"] for t in measured_types.measured_types(("zeus-v100", "zeus-a40", "zeus-multi"))}
+    held = windows & measured_types.zeus_networks()
+    assert held == {"bert_base_uncased", "resnet50", "shufflenetv2"} and windows - held == {"resnet18"}
+    for network in held:
+        assert any(k.split(":")[1] == network for k in zeus_keys()), network
+        assert measured_types.heldout_prior(network).time_ratio != DEFAULT_PRIOR.time_ratio, network
