@@ -155,7 +155,9 @@ class CapCurve:
         return len(self.knots_w) == 1
 
     def predict(self, cap_w: float) -> CapPoint:
-        """Predicted mean iteration time and board power at ``cap_w``."""
+        """Predicted mean iteration time and board power at ``cap_w``. Below the lowest measured cap the power is
+        at most the cap (the prior's end values hold below its grid, which would let a board draw more than its
+        limit; measured boards overshoot theirs by a few percent at most, and a measured cap keeps what it read)."""
         if not (cap_w > 0 and math.isfinite(cap_w)):
             raise ConfigError(f"power cap must be a positive number of watts, got {cap_w!r}")
         u = cap_w / self.reference_power_w
@@ -164,7 +166,10 @@ class CapCurve:
         ratio = (1.0 + _interp(self.knots_w, self.time_scale, cap_w) * excess
                  + _interp(self.knots_w, self.time_offset, cap_w))
         power = _interp(self.knots_w, self.power_scale, cap_w) * self.prior.power_at(u) / self.prior.power_at(u_ref)
-        return CapPoint(cap_w, self.reference_iter_time_s * ratio, self.reference_power_w * power)
+        power_w = self.reference_power_w * power
+        if cap_w < self.points[0].power_cap_w:
+            power_w = min(power_w, cap_w)
+        return CapPoint(cap_w, self.reference_iter_time_s * ratio, power_w)
 
     def at(self, cap_w: float) -> CapPoint:
         """What the job does at ``cap_w``: the measurement where one was made (those at one cap pooled), else

@@ -100,3 +100,10 @@ def test_sharing_multiplies_the_anchored_speed_by_the_interference_factor(random
     heads = random_model.forward(g)
     assert not bool(heads.fixed_job.any())
     assert float(heads.throughput[0] / prior.throughput[0]) != pytest.approx(1.0)
+
+
+def test_below_its_measured_caps_a_job_draws_at_most_the_cap() -> None:
+    curve = fit_curve([CapPoint(700.0, 0.1, 690.0)])  # an H200 job drawing ~ its max; the prior's grid ends at 0.3
+    for cap in (150.0, 200.0, 250.0, 300.0):
+        assert curve.predict(cap).power_w <= cap
+    assert curve.predict(700.0).power_w == pytest.approx(690.0)  # a measured cap keeps what it read
