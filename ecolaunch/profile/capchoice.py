@@ -51,12 +51,12 @@ MARGIN_Z = 2.33
 #: cap (``benchmarks/powercap_accuracy.py``; those include the traces' own noise, seen on non-binding caps of the
 #: same curve); 6 points per ``u`` follows that line. Below the lowest measured cap the curve is extrapolated: the
 #: same replay gave robust sigmas of a few points at any distance, hence the floor. Checked without the networks
-#: the measured world plays (issue 20; every Zeus network is played by some type, so per type: the curves of the
-#: networks it does not play, priors leave-one-network-out among them, robust sigmas in bins of ``u`` fitted by
-#: least squares through zero): 6.2 to 9.4 points per ``u`` across the types' network sets, against 8.5 on all
-#: curves by that same fit (bootstrap over curves, 95 %: 6.5 to 9.7). Leaving the played networks out does not
-#: move it beyond that noise, so the constant stays; that the fit through zero reads higher than 6 on all curves
-#: is the fit's (its bins' sigmas do not start at zero), not the played networks'.
+#: the measured world plays (issue 20; ``benchmarks/powercap_accuracy.py --margin``; every Zeus network is played
+#: by some type, so per type: the curves of the networks it does not play): 6.2 to 9.4 points per ``u`` across
+#: the types' network sets, against 8.5 on all curves (bootstrap over curves, 95 %: 7.0 to 9.9), all by a
+#: least-squares fit through zero of the binned sigmas. Leaving the played networks out does not move the slope
+#: beyond that noise, so the constant stays. That fit reads higher than 6 on all curves alike (with an intercept
+#: the same bins give about 5): the constant sits between the two readings, whatever the played networks.
 MODEL_ERROR_PP_PER_U = 6.0
 EXTRAPOLATION_ERROR_PP = 5.0
 #: the least margin, whatever was measured: a first run's whole-run slowdown also counts its profiling iterations
