@@ -15,7 +15,9 @@ pair throughputs, Zeus's V100 cap curves), the policies read noisy profiles, fir
 repeats come from history, ecolaunch's policies run the real closed-loop cap controller, and the GNN that scores a
 job was trained without that job's type (k-fold by job type, :data:`ecolaunch.sim.measured.FOLDS` folds, the world's
 one deal of the types whatever the seed; trained on first use into ``--cache``, once for every seed; ``--no-folds``
-uses the shipped weights, which saw every Gavel pair, and says so). Traces: the measured ones of
+uses the shipped weights, which saw every Gavel pair, and says so); every policy, the oracle's budget and the closed
+loop read a job's cap curve with a prior fitted without the Zeus curves of its type's networks
+(:func:`ecolaunch.sim.measured.held_out_prior`). Traces: the measured ones of
 :data:`ecolaunch.sim.trace_registry.TRACES`, on their own machines (4 V100 PCIe 16 GB for most; ``power-budget``
 under ``[power] max_total_w``). The oracle predicts with the truth.
 
@@ -177,25 +179,30 @@ def vs_exclusive(rows: dict) -> dict:
 
 def _policy(name: str, trace, weights):
     """The policy ``name`` (the measured world's oracle is built by ``measured_simulation``); with ``weights`` the
-    ``gnn`` policy of each job's fold."""
+    ``gnn`` policy of each job's fold. In the measured world (``trace`` given) every policy reads each job's curve
+    with the prior held out for its type (:class:`~ecolaunch.sim.measured.HeldOutPriors`)."""
+    from ecolaunch.jobmodel.curve import default_prior
+    from ecolaunch.sim.measured import HeldOutPriors
     from ecolaunch.sim.policies import WithMargin, get_sim_policy
 
     if name == "oracle" and trace is not None:
         return None
+    priors = default_prior if trace is None else HeldOutPriors({j.id: j.kind for j in trace.jobs})
     if name in ("zeus-5w", "zeus-5w-margin"):
         from ecolaunch.policy.zeus import ZeusPolicy
 
         from ecolaunch.policy.budget import BudgetedPolicy
 
-        zeus = ZeusPolicy(cap_step_w=5.0, name=name)
-        return BudgetedPolicy(zeus if name == "zeus-5w" else WithMargin(zeus, name))
+        zeus = ZeusPolicy(cap_step_w=5.0, name=name, priors=priors)
+        return BudgetedPolicy(zeus if name == "zeus-5w" else WithMargin(zeus, name), priors)
     if name == "gnn" and weights:
         from ecolaunch.sim.policies import FoldedPolicy
 
         fold_of = {t: k for k, (types, _) in weights.items() for t in types}  # the world's deal of the job types
-        return FoldedPolicy({k: get_sim_policy("gnn", gnn_weights=path) for k, (_, path) in weights.items()},
+        return FoldedPolicy({k: get_sim_policy("gnn", gnn_weights=path, priors=priors)
+                             for k, (_, path) in weights.items()},
                             {j.id: fold_of[j.kind] for j in trace.jobs}, name="gnn")
-    return get_sim_policy(name)
+    return get_sim_policy(name, priors=priors)
 
 
 def training_sources() -> list[Path]:

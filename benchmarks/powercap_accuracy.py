@@ -26,7 +26,14 @@ Reported (primary figures at a 10 % slowdown bound and eta = 1, i.e. energy only
 The Zeus profile windows (``profile_windows/*.csv``, V100 and A40, 1-4 GPUs) are replayed the same way as
 recorded traces (fit from <= 3 windows, predict the others); their priors leave out the same network.
 
-Usage: ``python benchmarks/powercap_accuracy.py [--data DIR] [--json]``.
+``--margin`` prints instead the replay behind ``capchoice.MODEL_ERROR_PP_PER_U``: predicted minus true slowdown
+(percentage points) at every cap between the lowest profiled one and the top, by distance ``u`` from the nearest
+profiled cap over the job's uncapped power, leave-one-network-out; the robust sigma (1.4826 x MAD) in bins of ``u``
+and the least-squares slope through zero of sigma on ``u`` (the margin's form, ``error = K u``), on all curves (with
+a bootstrap over curves) and, for each set of networks a measured-world job type plays
+(:func:`ecolaunch.sim.measured.played_networks`), on the curves of the other networks only.
+
+Usage: ``python benchmarks/powercap_accuracy.py [--data DIR] [--json] [--margin]``.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 from dataclasses import dataclass
@@ -166,6 +174,71 @@ def run(data: Path, slowdown_pct: float, eta: float, warmup: int, measured: int)
     return out
 
 
+MARGIN_BINS = ((0.0, 0.05), (0.05, 0.10), (0.10, 0.15), (0.15, 0.20), (0.20, 0.30), (0.30, 0.45))
+
+
+def _network(curve: zd.ZeusSweep) -> str:
+    return curve.workload.split("/")[-1]
+
+
+def slowdown_errors(curves: list[zd.ZeusSweep], train: list[zd.ZeusSweep]) -> list[list[tuple[float, float]]]:
+    """Per curve: (distance u from the nearest profiled cap, predicted minus true slowdown in points) at each cap
+    not profiled and not below the lowest profiled one, the prior fitted on ``train`` without the curve's network."""
+    priors: dict[str, jc.CapPrior] = {}
+    out = []
+    for curve in curves:
+        net = _network(curve)
+        if net not in priors:
+            priors[net] = jc.CapPrior.fit([c.points for c in train if _network(c) != net])
+        pts = {p.power_cap_w: p for p in curve.points}
+        caps = sorted(pts)
+        errors: list[tuple[float, float]] = []
+        out.append(errors)
+        if len(caps) < 2:
+            continue
+        hi = caps[-1]
+        wanted = pc.profile_caps(caps[0], hi, uncapped_power_w=pts[hi].power_w)
+        profiled = sorted({min(caps, key=lambda c: abs(c - w)) for w in wanted})
+        model = jc.fit_curve([pts[c] for c in profiled], priors[net])
+        ref = model.predict(hi).iter_time_s
+        for c in caps:
+            if c in profiled or c < profiled[0]:
+                continue  # measured, or extrapolated (EXTRAPOLATION_ERROR_PP's floor)
+            u = min(abs(c - p) for p in profiled) / model.reference_power_w
+            errors.append((u, 100.0 * (model.predict(c).iter_time_s / ref - pts[c].iter_time_s / pts[hi].iter_time_s)))
+    return out
+
+
+def margin_slope(errors: list[tuple[float, float]]) -> tuple[float, list[tuple[float, float, int]]]:
+    """The slope through zero of the robust sigma on ``u`` (weighted by count), and the bins (mean u, sigma, n)."""
+    bins, num, den = [], 0.0, 0.0
+    for a, b in MARGIN_BINS:
+        xs = [e for u, e in errors if a <= u < b]
+        if len(xs) < 8:
+            continue
+        med = statistics.median(xs)
+        sigma = 1.4826 * statistics.median(abs(x - med) for x in xs)
+        u = statistics.fmean(d for d, _ in errors if a <= d < b)
+        bins.append((round(u, 3), round(sigma, 2), len(xs)))
+        num, den = num + len(xs) * u * sigma, den + len(xs) * u * u
+    return round(num / den, 2), bins
+
+
+def margin_report(traces: list[zd.ZeusSweep], boot: int = 200) -> dict:
+    from ecolaunch.sim.measured import job_kinds, played_networks
+
+    per_curve = slowdown_errors(traces, traces)
+    out: dict = {"all": margin_slope([e for errs in per_curve for e in errs])}
+    rng = random.Random(0)
+    draws = sorted(margin_slope([e for _ in per_curve for e in rng.choice(per_curve)])[0] for _ in range(boot))
+    out["all_bootstrap_95"] = (draws[int(0.025 * boot)], draws[int(0.975 * boot) - 1])
+    for nets in sorted({played_networks(k) for k in job_kinds()}, key=sorted):
+        keep = [c for c in traces if _network(c) not in nets]
+        out["without " + "+".join(sorted(nets))] = margin_slope([e for errs in slowdown_errors(keep, keep)
+                                                                 for e in errs])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="zeus-nsdi23 folder")
@@ -174,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup-iters", type=int, default=pc.DEFAULT_WARMUP_ITERS_PER_CAP)
     ap.add_argument("--measured-iters", type=int, default=pc.DEFAULT_MEASURED_ITERS_PER_CAP)
     ap.add_argument("--json", action="store_true", help="print the primary figures (and extras) as JSON")
+    ap.add_argument("--margin", action="store_true", help="print the model-error margin's replay as JSON")
     args = ap.parse_args(argv)
+    if args.margin:
+        print(json.dumps(margin_report(zd.load_power_traces(args.data))))
+        return 0
     out = run(args.data, args.slowdown_pct, args.eta, args.warmup_iters, args.measured_iters)
     names = list(out)
     primary = dict(out[names[0]])

@@ -85,7 +85,7 @@ from ecolaunch.errors import EcolaunchError
 from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
-from ecolaunch.jobmodel.curve import fit_curve
+from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, CapPrior, Priors, default_prior, fit_curve
 from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 from ecolaunch.validate import is_number, number_or_none
@@ -205,15 +205,15 @@ class CapTable:
 
 @functools.lru_cache(maxsize=4096)
 def cap_table(points: tuple[CapPoint, ...], bounds_w: tuple[float, float],
-              allowed_slowdown_pct: float) -> CapTable | None:
-    """The job's floor and its curve (:class:`~ecolaunch.jobmodel.curve.CapCurve`) read on the :data:`GRID_W` grid
-    within ``bounds_w``; None without points. Cached: the
+              allowed_slowdown_pct: float, prior: CapPrior = DEFAULT_PRIOR) -> CapTable | None:
+    """The job's floor and its curve (:class:`~ecolaunch.jobmodel.curve.CapCurve`, read with ``prior``) on the
+    :data:`GRID_W` grid within ``bounds_w``; None without points. Cached (the prior is part of the key): the
     simulator asks for every running job at every arrival and departure."""
     if not points:
         return None
     lo, hi = bounds_w
     try:
-        model = fit_curve(points)
+        model = fit_curve(points, prior)
         grid = cap_grid(lo, hi, GRID_W)
         ref = model.predict(hi).iter_time_s
         rows = []
@@ -240,12 +240,12 @@ def job_floor_w(job: Job, nodes: Sequence[GpuNode], rules: Rules) -> float | Non
 
 
 def profile_floor_w(profile: Profile | None, allowed_slowdown_pct: float, nodes: Sequence[Any],
-                    rules: Rules) -> float | None:
+                    rules: Rules, prior: CapPrior = DEFAULT_PRIOR) -> float | None:
     """:func:`job_floor_w` for a job known by its profile and bound (a newcomer not booked yet)."""
     bounds = bounds_or_none(rules, nodes)
     if bounds is None:
         return None
-    curve = cap_table(profile.curve_points(bounds[1]) if profile else (), bounds, float(allowed_slowdown_pct))
+    curve = cap_table(profile.curve_points(bounds[1]) if profile else (), bounds, float(allowed_slowdown_pct), prior)
     return no_curve_floor_w(rules, nodes) if curve is None else curve.floor_w
 
 
@@ -275,8 +275,10 @@ class Newcomer:
     allowed_slowdown_pct: float
 
 
-def host_demands(state: StateGraph, host: Host, rules: Rules, newcomer: Newcomer | None = None) -> list[GpuDemand]:
-    """Every GPU of ``host`` as the budget sees it (module docstring), with ``newcomer`` placed as it asks."""
+def host_demands(state: StateGraph, host: Host, rules: Rules, newcomer: Newcomer | None = None,
+                 priors: Priors = default_prior) -> list[GpuDemand]:
+    """Every GPU of ``host`` as the budget sees it (module docstring), with ``newcomer`` placed as it asks; each job's
+    curve read with its prior (``priors``, by job id)."""
     holders: dict[str, list[str]] = {}
     units: dict[str, tuple[tuple[str, ...], float | None, Profile | None, float, Job | None]] = {}
     for job in state.running_jobs():
@@ -306,19 +308,20 @@ def host_demands(state: StateGraph, host: Host, rules: Rules, newcomer: Newcomer
             limits = [g.power_limit_w for g in nodes if g.power_limit_w is not None]
             wanted = min(hi, max(limits)) if limits else hi
         wanted = clip_w(wanted, bounds)
-        curve = cap_table(profile.curve_points(hi) if profile else (), bounds, float(bound))
+        curve = cap_table(profile.curve_points(hi) if profile else (), bounds, float(bound), priors(job_id))
         floor = min(curve.floor_w, wanted) if curve is not None else wanted
         for u in gpus:
             out[u] = GpuDemand(u, wanted, floor, job_id, curve.rows if curve is not None else (), job_id)
     for u, gpu in host.gpus.items():
         if u not in out:
             on = holders.get(u, [])
-            count = _fixed_count_w(state, rules, gpu, on, units)
+            count = _fixed_count_w(state, rules, gpu, on, units, priors)
             out[u] = GpuDemand(u, count, count, job_id=on[0] if len(on) == 1 else None)
     return [out[u] for u in sorted(out)]
 
 
-def _fixed_count_w(state: StateGraph, rules: Rules, gpu: GpuNode, holders: list[str], units: dict) -> float:
+def _fixed_count_w(state: StateGraph, rules: Rules, gpu: GpuNode, holders: list[str], units: dict,
+                   priors: Priors) -> float:
     """What a GPU that the budget cannot move counts: idle, its minimum limit; shared, its budget cap; else its
     limit as found (or what its job wants)."""
     limit = gpu.power_limit_w if gpu.power_limit_w is not None else gpu.power_limit_max_w
@@ -334,7 +337,7 @@ def _fixed_count_w(state: StateGraph, rules: Rules, gpu: GpuNode, holders: list[
         _, wanted, profile, bound, job = units[job_id]
         wants.append(_wanted_w(job, gpu.uuid, bounds[1]) if job is not None else
                      (wanted if wanted is not None else min(bounds[1], limit or bounds[1])))
-        floors.append(profile_floor_w(profile, bound, [gpu], rules) or bounds[0])
+        floors.append(profile_floor_w(profile, bound, [gpu], rules, priors(job_id)) or bounds[0])
     top = clip_w(max(wants), bounds)
     booked = number_or_none(state.budget_caps_w.get(gpu.uuid), positive=True)
     if booked is not None and len(holders) > 1:
@@ -390,7 +393,7 @@ def budgeted_gpus(state: StateGraph, rules: Rules) -> set[str]:
 
 
 # --- what the state graph records -------------------------------------------------------------------------------
-def rebalance(state: StateGraph, rules: Rules) -> dict[str, float]:
+def rebalance(state: StateGraph, rules: Rules, priors: Priors = default_prior) -> dict[str, float]:
     """The budget cap of every GPU of a running job that ecolaunch may cap (uuid -> W), allocated afresh: after a
     departure, caps lowered for others come back up toward what their jobs want. ``{}`` without a budget. When the
     running jobs' floors do not fit (the admin lowered the budget under them), every job gets its floor."""
@@ -399,7 +402,7 @@ def rebalance(state: StateGraph, rules: Rules) -> dict[str, float]:
         return {}
     out: dict[str, float] = {}
     for host in state.hosts.values():
-        demands = host_demands(state, host, rules)
+        demands = host_demands(state, host, rules, priors=priors)
         caps = allocate(demands, budget)
         if caps is None:
             logger.warning("the running jobs' floors on host %s need more than the %g W power budget; each job is "
@@ -409,27 +412,29 @@ def rebalance(state: StateGraph, rules: Rules) -> dict[str, float]:
     return out
 
 
-def trusted_budget_caps(state: StateGraph, rules: Rules) -> dict[str, float]:
+def trusted_budget_caps(state: StateGraph, rules: Rules, priors: Priors = default_prior) -> dict[str, float]:
     """The budget caps as whoever applies or follows them must take them: computed afresh from the validated job
     files (:func:`rebalance`), never read from ``state.json`` (every member's to write; module docstring)."""
-    return rebalance(state, rules)
+    return rebalance(state, rules, priors)
 
 
-def budget_ceilings(state: StateGraph, rules: Rules, caps_w: Mapping[str, float] | None = None) -> dict[str, float]:
+def budget_ceilings(state: StateGraph, rules: Rules, caps_w: Mapping[str, float] | None = None,
+                    priors: Priors = default_prior) -> dict[str, float]:
     """The most each GPU with a budget cap may run at now (uuid -> W): its budget cap plus an equal share of what the
     budget leaves over (on the grid, at most its ``[caps]`` maximum), so a running job's closed loop may raise its
     cap where the budget has room. The sum, with every other GPU counted as :func:`host_demands` counts it, stays
-    within the budget. ``caps_w``: the budget caps (default: :func:`trusted_budget_caps`, never the file's own).
+    within the budget. ``caps_w``: the budget caps (default: :func:`trusted_budget_caps`, never the file's own);
+    ``priors``: each job's curve prior, by job id.
     ``{}`` without a budget."""
     budget = rules.power_max_total_w
     if budget is None:
         return {}
-    caps_w = trusted_budget_caps(state, rules) if caps_w is None else caps_w
+    caps_w = trusted_budget_caps(state, rules, priors) if caps_w is None else caps_w
     out: dict[str, float] = {}
     for host in state.hosts.values():
         booked = {u: w for u in budgeted_on_host(state, host, rules)
                   if (w := number_or_none(caps_w.get(u), positive=True)) is not None}
-        total = sum(booked.get(d.uuid, d.wanted_w) for d in host_demands(state, host, rules))
+        total = sum(booked.get(d.uuid, d.wanted_w) for d in host_demands(state, host, rules, priors=priors))
         share = GRID_W * math.floor(max(0.0, budget - total) / max(1, len(booked)) / GRID_W + 1e-9)
         for u, w in booked.items():
             lo, hi = bounds_or_none(rules, [host.gpus[u]]) or (w, w)

@@ -67,6 +67,7 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     mean and p95 job completion time, mean slowdown against running alone, QoS violations, makespan and GPU
     utilization. Deterministic: the same arguments give the same numbers."""
     # lazy: the simulator loads numpy and its fitted models, which the other subcommands do not need
+    from ecolaunch.jobmodel.curve import default_prior  # lazy: as above
     from ecolaunch.sim.metrics import summarize
     from ecolaunch.sim.policies import get_sim_policy  # lazy: as above
     from ecolaunch.sim.trace_registry import gpus_label, lookup  # lazy: as above
@@ -82,7 +83,12 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
         from ecolaunch.policy.infer import chosen_weights
 
         weights = chosen_weights(Environment.from_env())
-    chosen = [get_sim_policy(p, gnn_weights=weights) for p in policies]
+    priors = default_prior
+    if entry.brings_machine:  # the measured world reads each job's curve with the prior held out for its type
+        from ecolaunch.sim.measured import HeldOutPriors  # lazy: as above
+
+        priors = HeldOutPriors({j.id: j.kind for j in trace.jobs})
+    chosen = [get_sim_policy(p, gnn_weights=weights, priors=priors) for p in policies]
     rows = []
     for name, policy in zip(policies, chosen):
         sim = entry.simulation(machine, trace, name, policy, seed=seed)

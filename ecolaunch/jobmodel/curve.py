@@ -2,6 +2,8 @@
 
 What lives here: :class:`CapPrior` (the normalized shape of cap curves learned from the Zeus traces, You et al.,
 NSDI '23: the summary curves shipped in ``ecolaunch/sim/data``, see its SOURCE.md) and :data:`DEFAULT_PRIOR`;
+:data:`Priors` (which prior each job's curve is read with, by job id: the launcher's :func:`default_prior` reads
+every job with :data:`DEFAULT_PRIOR`, the measured world reads each with one that never saw its own networks);
 :class:`CapCurve`, one job alone on a board at any cap, fitted from its measured cap points by :func:`fit_curve`
 (:meth:`ecolaunch.jobmodel.profile.Profile.curve` from a profile); :func:`merge_points` (points at one cap pooled).
 The cap choice, the budget split, the GNN's features, the policies and ``ecolaunch predict`` all read a job's curve
@@ -35,7 +37,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ecolaunch.errors import ConfigError
@@ -127,6 +129,14 @@ DEFAULT_PRIOR = CapPrior(
                  0.9949),
     source="zeus-nsdi23 summary_power_{v100,a40,p100,rtx6000}.csv, 208 curves",
 )
+
+#: the prior each job's curve is read with, by job id (what a policy, the budget and the closed loop take)
+Priors = Callable[[str], CapPrior]
+
+
+def default_prior(job_id: str) -> CapPrior:
+    """:data:`DEFAULT_PRIOR`, whatever the job (the launcher's :data:`Priors`)."""
+    return DEFAULT_PRIOR
 
 
 @dataclass(frozen=True, slots=True)

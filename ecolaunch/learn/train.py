@@ -36,9 +36,10 @@ above, the interference refit included, so a simulator or benchmark can score th
 name leaves out every pair involving it, on every GPU); ``holdout_zeus`` are Zeus curve keys
 ``"<gpu>:<network>:<batch_size>"`` as in :func:`zeus_keys` (e.g. ``"v100:resnet50:128"``: every dataset and
 optimizer of that network at that batch size on that board; ``"<gpu>:<dataset>/<network>:<batch_size>"`` names
-one dataset only). Unknown names raise ConfigError (a typo must not hold out nothing). Not refitted per fold: the
-cap-curve prior :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR` (medians over all 208 Zeus curves), which the
-features and the launch path use as fixed physics. ``fast=True`` trains a small model quickly (tests).
+one dataset only; the measured world holds out every batch size of a network, ``MeasuredWorld.fold_curves``).
+Unknown names raise ConfigError (a typo must not hold out nothing). Not refitted per fold: the cap-curve prior
+of the features, :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR` (medians over all 208 Zeus curves), fixed
+physics to the model (inference reads the same). ``fast=True`` trains a small model quickly (tests).
 
 **Determinism.** The same seed, data, holdouts and torch thread count give the same weights
 (``benchmarks/train_gnn.py`` and ``ecolaunch policy train`` use one thread).

@@ -16,6 +16,7 @@ from typing import Any
 from ecolaunch.admin.budget import (EPS_W, GpuDemand, Newcomer, allocate, bounds_or_none, budgeted_on_host,
                                     curve_at, host_demands, may_cap, rebalance)
 from ecolaunch.admin.rules import Rules
+from ecolaunch.jobmodel.curve import Priors, default_prior
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.state.graph import Host, StateGraph
 from ecolaunch.validate import number_or_none
@@ -47,12 +48,13 @@ class BudgetedPolicy:
 
     ``decide`` returns the inner decision with its own GPUs' budget caps and ``recaps_w`` (new budget caps for GPUs
     of running jobs), or None (the job waits) when no allocation fits. ``rebalance`` is :func:`rebalance`. Other
-    attributes are the inner policy's.
+    attributes are the inner policy's. ``priors``: each job's curve prior, by job id (the launcher's default).
     """
 
-    def __init__(self, inner: Policy) -> None:
+    def __init__(self, inner: Policy, priors: Priors = default_prior) -> None:
         self.inner = inner
         self.name = inner.name
+        self.priors = priors
 
     def __repr__(self) -> str:
         return f"BudgetedPolicy({self.inner!r})"
@@ -66,14 +68,16 @@ class BudgetedPolicy:
         decision = self.inner.decide(state, job, rules)
         if decision is None or rules.power_max_total_w is None:
             return decision
-        return fit_budget(state, job, rules, decision)
+        return fit_budget(state, job, rules, decision, self.priors)
 
     def rebalance(self, state: StateGraph, rules: Rules) -> dict[str, float]:
-        return rebalance(state, rules)
+        return rebalance(state, rules, self.priors)
 
 
-def fit_budget(state: StateGraph, job: JobRequest, rules: Rules, decision: Decision) -> Decision | None:
-    """``decision`` with caps that meet the budget jointly with the running jobs, or None when none fit."""
+def fit_budget(state: StateGraph, job: JobRequest, rules: Rules, decision: Decision,
+               priors: Priors = default_prior) -> Decision | None:
+    """``decision`` with caps that meet the budget jointly with the running jobs, or None when none fit (each job's
+    curve read with its prior: ``priors``, by job id)."""
     budget = rules.power_max_total_w
     host = state.hosts.get(job.host)
     if budget is None or host is None or any(u not in host.gpus for u in decision.gpus):
@@ -82,7 +86,7 @@ def fit_budget(state: StateGraph, job: JobRequest, rules: Rules, decision: Decis
              if w is not None]
     newcomer = Newcomer(job.id, tuple(decision.gpus), max(asked) if asked else None, job.profile,
                         job.allowed_slowdown_pct)
-    demands = host_demands(state, host, rules, newcomer)
+    demands = host_demands(state, host, rules, newcomer, priors)
     caps = allocate(demands, budget)
     if caps is None:
         floors = sum(d.floor_w for d in demands)

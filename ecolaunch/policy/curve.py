@@ -25,20 +25,21 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.jobmodel.curve import profile_curve
+from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, CapPrior, Priors, default_prior, profile_curve
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.state.graph import StateGraph
 
 
 class AloneOnCandidate:
-    """The new job alone on a candidate's GPUs: its cap curve (fitted once per GPU maximum) read there."""
+    """The new job alone on a candidate's GPUs: its cap curve (fitted with ``prior`` once per GPU maximum) read
+    there."""
 
-    def __init__(self, state: StateGraph, job: JobRequest) -> None:
+    def __init__(self, state: StateGraph, job: JobRequest, prior: CapPrior = DEFAULT_PRIOR) -> None:
         self._state, self._job = state, job
         self._fit = None
         if job.profile and job.profile.curve_points(1.0):
-            self._fit = functools.lru_cache(maxsize=8)(functools.partial(profile_curve, job.profile))
+            self._fit = functools.lru_cache(maxsize=8)(functools.partial(profile_curve, job.profile, prior=prior))
 
     @property
     def known(self) -> bool:
@@ -70,21 +71,25 @@ class AloneOnCandidate:
 
 
 class CurvePredictor:
-    """Predictions from the job's measured curve alone (candidates on GPUs of its own only)."""
+    """Predictions from the job's measured curve alone (candidates on GPUs of its own only), read with its prior
+    (``priors``, by job id)."""
 
     name = "curve"
+
+    def __init__(self, priors: Priors = default_prior) -> None:
+        self.priors = priors
 
     def __repr__(self) -> str:
         return "CurvePredictor()"
 
     def scorer(self, state: StateGraph, job: JobRequest) -> _CurveScorer:
-        return _CurveScorer(state, job)
+        return _CurveScorer(state, job, self.priors(job.id))
 
 
 class _CurveScorer:
-    def __init__(self, state: StateGraph, job: JobRequest) -> None:
+    def __init__(self, state: StateGraph, job: JobRequest, prior: CapPrior) -> None:
         self._state, self._job = state, job
-        self._curve = AloneOnCandidate(state, job)
+        self._curve = AloneOnCandidate(state, job, prior)
 
     def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
         host = self._state.hosts[self._job.host]
@@ -107,9 +112,10 @@ class _CurveScorer:
 class CurvePolicy(EnergyAwarePolicy):
     """Energy-aware placement on GPUs of its own, from the job's measured curve (see the module docstring)."""
 
-    def __init__(self, *, name: str = "curve", objective: str = "node", host_static_w: float = 0.0) -> None:
-        super().__init__(CurvePredictor(), name=name, objective=objective, margin_pct=0.0,
-                         host_static_w=host_static_w)
+    def __init__(self, *, name: str = "curve", objective: str = "node", host_static_w: float = 0.0,
+                 priors: Priors = default_prior) -> None:
+        super().__init__(CurvePredictor(priors), name=name, objective=objective, margin_pct=0.0,
+                         host_static_w=host_static_w, priors=priors)
 
     def __repr__(self) -> str:
         return f"CurvePolicy(name={self.name!r}, objective={self.objective!r})"

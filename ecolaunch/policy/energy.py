@@ -43,6 +43,7 @@ itself); the simulator counts them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ecolaunch.admin.rules import Rules, job_cap_bounds
+from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, CapPrior, Priors, default_prior
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import best_set, eligible_gpus, worst_link
@@ -139,21 +141,23 @@ def usable_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[GpuNod
     return out
 
 
-def alone_choice(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> CapChoice | None:
-    """The one objective's choice for the job alone on ``gpus`` from its measured curve
+def alone_choice(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules,
+                 prior: CapPrior = DEFAULT_PRIOR) -> CapChoice | None:
+    """The one objective's choice for the job alone on ``gpus`` from its measured curve read with ``prior``
     (:func:`~ecolaunch.profile.capchoice.job_cap_choice`, as the profiler and the closed loop choose); None without
     a curve or cap bounds."""
     bounds = job_cap_bounds(rules, gpus)  # one cap for the job: every GPU's admin bounds intersected
     if bounds is None:
         return None
     points = job.profile.curve_points(bounds[1]) if job.profile else ()
-    return job_cap_choice(points, bounds, job.allowed_slowdown_pct, rules.eta)
+    return job_cap_choice(points, bounds, job.allowed_slowdown_pct, rules.eta, prior=prior)
 
 
-def alone_cap(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules) -> tuple[float | None, str | None]:
+def alone_cap(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules,
+              prior: CapPrior = DEFAULT_PRIOR) -> tuple[float | None, str | None]:
     """The cap of :func:`alone_choice` and its reason; (None, None) when the job stays uncapped (no curve, or no cap
     saves enough)."""
-    choice = alone_choice(job, gpus, rules)
+    choice = alone_choice(job, gpus, rules, prior)
     if choice is None or choice.cap_w >= min(g.power_limit_max_w for g in gpus) - 1e-9:  # type: ignore[type-var]
         return None, None
     return choice.cap_w, f"the job's measured curve: {choice.reason}"
@@ -216,7 +220,8 @@ class EnergyAwarePolicy:
     """Least predicted energy for the work, every job within its slowdown bound (see the module docstring)."""
 
     def __init__(self, predictor: Predictor, *, name: str | None = None, objective: str = "node",
-                 margin_pct: float = 10.0, host_static_w: float = 0.0, sd_z: float = SD_Z) -> None:
+                 margin_pct: float = 10.0, host_static_w: float = 0.0, sd_z: float = SD_Z,
+                 priors: Priors = default_prior) -> None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         self.predictor = predictor
@@ -225,6 +230,7 @@ class EnergyAwarePolicy:
         self.margin_pct = margin_pct
         self.host_static_w = host_static_w
         self.sd_z = sd_z
+        self.priors = priors
 
     def __repr__(self) -> str:
         return (f"EnergyAwarePolicy(predictor={self.predictor.name!r}, objective={self.objective!r}, "
@@ -232,7 +238,7 @@ class EnergyAwarePolicy:
 
     def decide(self, state: StateGraph, job: JobRequest, rules: Rules) -> Decision | None:
         scorer = self.predictor.scorer(state, job)
-        cap_for = getattr(scorer, "alone_cap", None) or alone_cap
+        cap_for = getattr(scorer, "alone_cap", None) or functools.partial(alone_cap, prior=self.priors(job.id))
         if job.elastic:
             return self._elastic(state, job, rules, cap_for)
         candidates = enumerate_candidates(state, job, rules, cap_for=cap_for)

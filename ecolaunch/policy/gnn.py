@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ecolaunch.jobmodel.curve import CapPrior, Priors, default_prior
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.curve import AloneOnCandidate
 from ecolaunch.policy.energy import SD_Z, Candidate, EnergyAwarePolicy, Outcome
@@ -40,12 +41,14 @@ from ecolaunch.state.graph import StateGraph
 
 
 class GnnPredictor:
-    """The GNN as the policy's predictor; ``weights``: a weight file (None: the shipped weights)."""
+    """The GNN as the policy's predictor; ``weights``: a weight file (None: the shipped weights); ``priors``: the
+    prior each new job's own curve is read with where it decides alone (by job id)."""
 
     name = "gnn"
 
-    def __init__(self, weights: Path | str | None = None) -> None:
+    def __init__(self, weights: Path | str | None = None, priors: Priors = default_prior) -> None:
         self.weights = None if weights is None else Path(weights)
+        self.priors = priors
 
     def __repr__(self) -> str:
         return f"GnnPredictor(weights={None if self.weights is None else str(self.weights)!r})"
@@ -55,15 +58,15 @@ class GnnPredictor:
         from ecolaunch.policy.infer import load_default_model, load_model_cached
 
         model = load_default_model() if self.weights is None else load_model_cached(self.weights)
-        return _GnnScorer(model, state, job)
+        return _GnnScorer(model, state, job, self.priors(job.id))
 
 
 class _GnnScorer:
     """One decision's predictions. The machine as it runs now is encoded and scored once, on first use: it
     serves every batch of candidates and the "before" of the objective."""
 
-    def __init__(self, model, state: StateGraph, job: JobRequest) -> None:
-        self._model, self._state, self._job = model, state, job
+    def __init__(self, model, state: StateGraph, job: JobRequest, prior: CapPrior) -> None:
+        self._model, self._state, self._job, self._prior = model, state, job, prior
         self._enc = None
         self._now: dict[str, float] = {}
         self._now_power: dict[str, float] = {}
@@ -85,7 +88,7 @@ class _GnnScorer:
     def predict(self, candidates: Sequence[Candidate]) -> list[Outcome]:
         job = self._job
         if self._curve is None:
-            self._curve = AloneOnCandidate(self._state, job)
+            self._curve = AloneOnCandidate(self._state, job, self._prior)
         measured = [self._curve.on(c) for c in candidates]
         # the GNN scores only the candidates the job's own measurements cannot decide alone
         scored = iter(self._scored([c for c, m in zip(candidates, measured) if not m[2]]))
@@ -147,10 +150,12 @@ class _one_thread:
 
 
 def gnn_policy(objective: str = "node", weights: Path | str | None = None, *, sd_z: float = SD_Z,
-               host_static_w: float = 0.0) -> EnergyAwarePolicy:
+               host_static_w: float = 0.0, priors: Priors = default_prior) -> EnergyAwarePolicy:
     """The default policy; ``weights``: a weight file (a lab's own from ``ecolaunch policy train``, or one of a
     k-fold's ``train(out_path=...)``), None = shipped; ``sd_z``: standard deviations of a learned throughput kept
     back (:data:`~ecolaunch.policy.energy.SD_Z`). ``margin_pct`` (5 % of the bound) is kept back only for
-    predictions that are neither learned nor measured."""
-    return EnergyAwarePolicy(GnnPredictor(weights), name="gnn", objective=objective, margin_pct=5.0, sd_z=sd_z,
-                             host_static_w=host_static_w)
+    predictions that are neither learned nor measured. ``priors``: each job's curve prior, by job id (its own curve,
+    read where it decides alone, and its cap; the GNN's features read :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR`,
+    as its training did)."""
+    return EnergyAwarePolicy(GnnPredictor(weights, priors), name="gnn", objective=objective, margin_pct=5.0,
+                             sd_z=sd_z, host_static_w=host_static_w, priors=priors)

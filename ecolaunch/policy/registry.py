@@ -9,6 +9,7 @@ What does not: the policies themselves (:mod:`.baselines`, :mod:`.packing`, :mod
 from __future__ import annotations
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.jobmodel.curve import Priors, default_prior
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.budget import BudgetedPolicy
 from ecolaunch.policy.curve import curve_policy
@@ -57,11 +58,16 @@ _SUMMARIES = {
 }
 
 
-def get_policy(name: str, *, gnn_weights=None):
+#: the registered policies that read a job's cap curve (they take ``priors``; the budget wrapper always does)
+CURVE_READERS = ("curve", "gnn", "zeus")
+
+
+def get_policy(name: str, *, gnn_weights=None, priors: Priors = default_prior):
     """A new policy registered under ``name``, under the host's power budget when the admin policy sets one
     (:class:`~ecolaunch.policy.budget.BudgetedPolicy`: the inner policy itself without a budget); ConfigError
     listing the known names otherwise. ``gnn_weights``: the weight file of the ``gnn`` policy (None: the shipped
-    weights)."""
+    weights); ``priors``: the prior each job's curve is read with, by job id (the launcher's default: one for
+    all)."""
     registry = _registry()
     try:
         factory = registry[name]
@@ -69,4 +75,10 @@ def get_policy(name: str, *, gnn_weights=None):
         raise ConfigError(
             f"unknown placement policy {name!r}", hint=f"choose one of: {', '.join(sorted(registry))}"
         ) from None
-    return BudgetedPolicy(factory(weights=gnn_weights) if name == "gnn" else factory())
+    if name == "gnn":
+        inner = factory(weights=gnn_weights, priors=priors)
+    elif name in CURVE_READERS:
+        inner = factory(priors=priors)
+    else:
+        inner = factory()
+    return BudgetedPolicy(inner, priors)

@@ -10,7 +10,7 @@ admin policy's bounds. A job without a profile keeps the default power limit.
 from __future__ import annotations
 
 from ecolaunch.admin.rules import Rules, cap_bounds_w
-from ecolaunch.jobmodel.curve import profile_curve
+from ecolaunch.jobmodel.curve import Priors, default_prior, profile_curve
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.profile.capchoice import choose_cap
@@ -20,12 +20,13 @@ from ecolaunch.state.graph import StateGraph
 
 class ZeusPolicy:
     """``cap_step_w``: the cap grid (Zeus's own stride by default; ``benchmarks/energy.py`` also runs a 5 W
-    ablation under another ``name``)."""
+    ablation under another ``name``); ``priors``: each job's curve prior, by job id."""
 
     name = "zeus"
 
-    def __init__(self, cap_step_w: float = DEFAULT_CAP_STEP_W, name: str = "zeus") -> None:
-        self.cap_step_w, self.name = cap_step_w, name
+    def __init__(self, cap_step_w: float = DEFAULT_CAP_STEP_W, name: str = "zeus",
+                 priors: Priors = default_prior) -> None:
+        self.cap_step_w, self.name, self.priors = cap_step_w, name, priors
 
     def __repr__(self) -> str:
         return f"ZeusPolicy(eta=1.0, cap_step_w={self.cap_step_w})"
@@ -42,7 +43,7 @@ class ZeusPolicy:
             if gpu.power_limit_max_w is None or gpu.power_limit_min_w is None:
                 caps[uuid] = None
                 continue
-            model = profile_curve(job.profile, gpu.power_limit_max_w, unknown_time_s=1.0)
+            model = profile_curve(job.profile, gpu.power_limit_max_w, unknown_time_s=1.0, prior=self.priors(job.id))
             if model is None:
                 caps[uuid] = None
                 continue

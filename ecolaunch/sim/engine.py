@@ -51,6 +51,7 @@ from ecolaunch.admin.budget import budget_ceilings
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.devices.spec import MachineSpec
+from ecolaunch.jobmodel.curve import default_prior
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import Decision, JobRequest, Policy
@@ -205,6 +206,8 @@ class Simulation:
     # --- the event loop --------------------------------------------------------------------------
     def run(self, trace: Trace, progress: Callable[[int, int], None] | None = None) -> SimResult:
         arrivals = sorted(trace.jobs, key=lambda j: (j.arrival_s, j.id))
+        # the running launchers' curve priors (the measured world's, held out by type; the launcher's otherwise)
+        self._priors = self.world.priors({j.id: j.kind for j in trace.jobs}) if self.world else default_prior
         if self.profile_caps:
             arrivals = [_with_cap_points(j, self.machine.hosts[0].gpus[0]) for j in arrivals]
         outcomes = {j.id: JobOutcome(j.id, j.arrival_s, j.nproc, j.work_s, j.allowed_slowdown_pct) for j in arrivals}
@@ -430,7 +433,7 @@ class Simulation:
             return set()
 
         lower = {}
-        for u, ceiling in budget_ceilings(self.graph, self.rules).items():
+        for u, ceiling in budget_ceilings(self.graph, self.rules, priors=self._priors).items():
             for j in self._gpu_jobs.get(u, []):
                 cap = self.graph.jobs[j].power_caps_w.get(u)
                 if cap is None or cap > ceiling + 1e-9:

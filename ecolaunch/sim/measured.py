@@ -3,7 +3,8 @@
 What lives here: :class:`JobKind` (a job type with its measured solo speed, its pair loss and its cap curve,
 measured or a stand-in, with the curve's source), :func:`job_kinds`, :class:`Noise`, :class:`MeasuredWorld` (the
 truth the event loop of :mod:`ecolaunch.sim.engine` plays when given ``world=``, and the noisy readings the
-policies get) and :func:`measured_oracle` (the hindsight oracle on that truth).
+policies get), :func:`held_out_prior` and :class:`HeldOutPriors` (the cap-curve prior each job is read with) and
+:func:`measured_oracle` (the hindsight oracle on that truth).
 
 **Rules of evidence.** A model is never scored against itself: nothing here calls the
 models a policy predicts with (:func:`ecolaunch.sim.node.shared_gpu`, the interference fit, the power model, the
@@ -62,7 +63,14 @@ goes to history, and later launches of the same type by the same user arrive wit
 carries no knowledge of the job's own pairs. Job types are dealt into :data:`FOLDS` folds (one fixed deal,
 :data:`FOLD_SEED`, whatever the world's seed: the seed varies the noise, the folds stay, so the k-fold models are
 trained once for every seed); every learned or fitted part used on a job is trained without its fold
-(:meth:`MeasuredWorld.fold_types`).
+(:meth:`MeasuredWorld.fold_types`), the GNN also without every Zeus curve of a network its fold's types play on the
+board they play it on (:meth:`MeasuredWorld.fold_curves`).
+
+**The cap-curve prior** (:class:`~ecolaunch.jobmodel.curve.CapPrior`) a job's curve is read with, by every policy,
+the budget, the profiler's choice and the closed loop, is :func:`held_out_prior` of its type: fitted on the Zeus
+curves of every network but those its type plays on any board (all batch sizes and datasets), never on
+:data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR`, which saw them. One prior for the whole world cannot be: the types
+play all five of Zeus's networks, so none would be left; a fold's prior neither (some folds play all five).
 
 The closed loop's transient (the first ~100 iterations at the profiled caps and the moves) is not played: a job's
 final cap runs from its start. Jobs run minutes to hours; the transient is seconds.
@@ -87,7 +95,8 @@ from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
 from ecolaunch.profile.control import CapController
-from ecolaunch.jobmodel.curve import merge_points
+from ecolaunch.jobmodel.curve import CapPrior, merge_points
+from ecolaunch.profile.zeus_data import load_power_traces
 from ecolaunch.profile.powercap import cap_grid, profile_caps
 from ecolaunch.sim.interference import fit_gavel, gavel_set, impute_held_type
 from ecolaunch.sim.models import gavel_solo, read_data_csv
@@ -95,8 +104,8 @@ from ecolaunch.sim.truth import TruthCurve, zeus_truths, zeus_window_truths
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB
 from ecolaunch.state.graph import GpuNode, StateGraph
 
-__all__ = ["BOARD", "FOLDS", "FOLD_SEED", "JobKind", "MeasuredWorld", "Noise", "job_kinds", "holdout_key",
-           "measured_oracle"]
+__all__ = ["BOARD", "FOLDS", "FOLD_SEED", "HeldOutPriors", "JobKind", "MeasuredWorld", "Noise", "held_out_prior",
+           "holdout_key", "job_kinds", "measured_oracle", "network_of"]
 
 BOARD = "V100-PCIE-16GB"
 GAVEL_GPU = "v100"
@@ -205,6 +214,44 @@ def job_kinds(gavel_gpu: str = GAVEL_GPU) -> Mapping[str, JobKind]:
     return {n: out[n] for n in solo}
 
 
+def network_of(curve: TruthCurve) -> str:
+    """The network of a Zeus curve, whatever its dataset and batch size (``"V100 imagenet/resnet50 bs64"``:
+    ``"resnet50"``; the profile window ``"V100 resnet18"``: ``"resnet18"``)."""
+    return curve.name.split(" ")[1].split("/")[-1]
+
+
+def played_networks(kind: str) -> frozenset[str]:
+    """The networks whose Zeus curves the type plays, on every board the world has."""
+    return frozenset(network_of(job_kinds(gpu)[kind].curve) for gpu in BOARDS.values())
+
+
+@functools.lru_cache(maxsize=64)
+def _prior_without(networks: frozenset[str]) -> CapPrior:
+    keep = [c.points for c in load_power_traces() if c.workload.split("/")[-1] not in networks]
+    return CapPrior.fit(keep, source=f"Zeus curves without {', '.join(sorted(networks))} ({len(keep)} curves)")
+
+
+def held_out_prior(kind: str) -> CapPrior:
+    """The cap-curve prior a job of type ``kind`` is read with: :meth:`CapPrior.fit
+    <ecolaunch.jobmodel.curve.CapPrior.fit>` on the Zeus curves (every GPU) of no network the type plays
+    (:func:`played_networks`; module docstring)."""
+    return _prior_without(played_networks(kind))
+
+
+class HeldOutPriors:
+    """The :data:`~ecolaunch.jobmodel.curve.Priors` of a trace: job id -> :func:`held_out_prior` of its type
+    (``kind_of``: job id -> type)."""
+
+    def __init__(self, kind_of: Mapping[str, str]) -> None:
+        self.kind_of = dict(kind_of)
+
+    def __repr__(self) -> str:
+        return f"HeldOutPriors({len(self.kind_of)} jobs)"
+
+    def __call__(self, job_id: str) -> CapPrior:
+        return held_out_prior(self.kind_of[job_id])
+
+
 @dataclass(frozen=True, slots=True)
 class Noise:
     """Relative standard deviations of what is read (fractions), and of utilization (percentage points).
@@ -269,11 +316,18 @@ class MeasuredWorld:
         return tuple(sorted(n for n, f in self._fold_of.items() if f == fold))
 
     def fold_curves(self, fold: int) -> tuple[TruthCurve, ...]:
-        """The Zeus sweeps the fold's types play, on every board: the curves training could see (it reads no
-        profile window, so the ResNet-18 window is in no training set and needs no hold-out)."""
-        sweeps = {c.name for c in zeus_truths()}
-        return tuple(table[n].curve for _, table in self._boards.values() for n in self.fold_types(fold)
-                     if table[n].curve.name in sweeps)
+        """The Zeus sweeps the GNN of ``fold`` is trained without: on each board the world has, every sweep (all
+        batch sizes and datasets) of each network a type of the fold plays there. Training reads no profile window,
+        so the ResNet-18 window needs no hold-out. The same networks on the boards the world does not have (A40,
+        RTX 6000) stay: held out there too, two folds would keep no Zeus curve at all (their types play all five
+        networks), and training could not fit the cap model its synthetic states are labelled with."""
+        held = {(table[n].curve.name.split(" ")[0], network_of(table[n].curve)) for _, table in self._boards.values()
+                for n in self.fold_types(fold)}
+        return tuple(c for c in zeus_truths() if (c.name.split(" ")[0], network_of(c)) in held)
+
+    def priors(self, kind_of: Mapping[str, str]) -> HeldOutPriors:
+        """The curve priors of a trace's jobs (``kind_of``: job id -> type): what every reader of a curve uses."""
+        return HeldOutPriors(kind_of)
 
     def job_kind(self, kind: str, board: str | None = None) -> JobKind:
         """A type's measurements on ``board``."""
@@ -413,13 +467,14 @@ class MeasuredWorld:
         bounds = job_cap_bounds(rules, gpus)
         if known is None or bounds is None:
             return cap_w
+        prior = held_out_prior(kind)
         if cap_w is None:
-            choice = job_cap_choice(known.points, bounds, bound_pct, rules.eta)
+            choice = job_cap_choice(known.points, bounds, bound_pct, rules.eta, prior=prior)
             if choice is None or choice.cap_w >= bounds[1] - 1e-9:
                 return None
             cap_w = choice.cap_w
         j = self._board(board)[1][kind]
-        ctl = CapController(known.points, bounds, bound_pct, cap_w, eta=rules.eta)
+        ctl = CapController(known.points, bounds, bound_pct, cap_w, eta=rules.eta, prior=prior)
         done, batch = 0, 10
         t0 = j.iter_time_s
         while done < CONTROL_ITERS:
@@ -537,5 +592,7 @@ class _TruthScorer:
 
 def measured_oracle(world: MeasuredWorld, kind_of: Mapping[str, str]):
     """The oracle of the measured world: energy-aware placement predicting with the truth, no margin (under the
-    admin's power budget, when there is one, like every policy)."""
-    return BudgetedPolicy(EnergyAwarePolicy(MeasuredTruthPredictor(world, kind_of), name="oracle", margin_pct=0.0))
+    admin's power budget, when there is one, like every policy, which reads the jobs' curves with
+    :class:`HeldOutPriors`)."""
+    return BudgetedPolicy(EnergyAwarePolicy(MeasuredTruthPredictor(world, kind_of), name="oracle", margin_pct=0.0),
+                          HeldOutPriors(kind_of))

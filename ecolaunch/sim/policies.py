@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.jobmodel.curve import Priors, default_prior
 from ecolaunch.policy.budget import BudgetedPolicy
 from ecolaunch.policy.curve import CurvePolicy
 from ecolaunch.policy.registry import get_policy, policy_names
@@ -17,17 +18,19 @@ def sim_policy_names() -> list[str]:
     return sorted([*policy_names(), "oracle"])
 
 
-def get_sim_policy(name: str, *, gnn_weights=None):
-    """A policy by name: every launcher policy, ``oracle`` (the model world's) and the ablation ``no-gnn``."""
+def get_sim_policy(name: str, *, gnn_weights=None, priors: Priors = default_prior):
+    """A policy by name: every launcher policy, ``oracle`` (the model world's) and the ablation ``no-gnn``;
+    ``priors``: the prior each job's curve is read with, by job id (the measured world's
+    :class:`~ecolaunch.sim.measured.HeldOutPriors`; the model world's oracle reads its own truth)."""
     if name == "oracle":
         # lazy: `ecolaunch simulate --help` lists these names without loading the oracle and the catalogue
         from ecolaunch.sim.oracle import oracle_policy
 
         return oracle_policy()
     if name == "no-gnn":  # the gnn policy without its learned part: the curve policy
-        return BudgetedPolicy(CurvePolicy(name="no-gnn"))
+        return BudgetedPolicy(CurvePolicy(name="no-gnn", priors=priors), priors)
     try:
-        return get_policy(name, gnn_weights=gnn_weights)
+        return get_policy(name, gnn_weights=gnn_weights, priors=priors)
     except ConfigError:
         raise ConfigError(f"unknown policy {name!r}",
                           hint=f"choose from: {', '.join([*sim_policy_names(), *ABLATIONS])}") from None

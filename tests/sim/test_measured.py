@@ -8,8 +8,8 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.policy.base import Decision
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
-from ecolaunch.sim.measured import (BOARD, BOARDS, FOLDS, MeasuredWorld, Noise, _pairs, holdout_key, job_kinds,
-                                    measured_oracle)
+from ecolaunch.sim.measured import (BOARD, BOARDS, FOLDS, HeldOutPriors, MeasuredWorld, Noise, _pairs, held_out_prior,
+                                    holdout_key, job_kinds, measured_oracle, network_of)
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.measured_traces import measured_trace
 from ecolaunch.sim.models import gavel_pairs, gavel_solo, read_data_csv
@@ -94,15 +94,46 @@ def test_folds_partition_the_types():
     assert all(world.fold_of(t) == k for k in range(FOLDS) for t in world.fold_types(k))
 
 
-def test_fold_curves_are_the_sweeps_training_can_hold_out():
-    from ecolaunch.learn.train import _zeus_held
+def test_a_folds_training_set_holds_no_zeus_row_of_a_network_its_types_play_on_the_board():
+    from ecolaunch.learn.train import _zeus_held, _zeus_sweeps, build_dataset
+    from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
 
     world = MeasuredWorld(seed=2)
     for k in range(FOLDS):
-        curves = world.fold_curves(k)
-        _zeus_held([holdout_key(c) for c in curves])  # raises on a key that names no training curve
-        played = {world.job_kind(t, b).curve.name for t in world.fold_types(k) for b in BOARDS}
-        assert {c.name for c in curves} == played - {"V100 resnet18"}  # the profile window is in no training set
+        keys = [holdout_key(c) for c in world.fold_curves(k)]
+        held = _zeus_held(keys)  # raises on a key that names no training curve
+        # every board's network a type of the fold plays (the ResNet-18 window included: no sweep of it exists)
+        played = {(world.job_kind(t, b).curve.name.split(" ")[0].lower(), network_of(world.job_kind(t, b).curve))
+                  for t in world.fold_types(k) for b in BOARDS}
+        kept = [(gpu, rows[0].workload) for gpu in ZEUS_GPUS for rows in _zeus_sweeps(gpu, held)]
+        assert kept and not {(g, w.split("/")[-1]) for g, w in kept} & played
+        # ... and every other sweep stays: the played networks on the boards the world lacks (A40, RTX 6000) too
+        total = {(g, r.workload, r.batch_size) for g in ZEUS_GPUS for r in zeus_rows(g)}
+        dropped = {(g, w, b) for g, w, b in total if (g, w.split("/")[-1]) in played}
+        assert len({(g, r[0].workload, r[0].batch_size) for g in ZEUS_GPUS for r in _zeus_sweeps(g, held)}) \
+            == len(total) - len(dropped)
+        assert {g for g, _ in kept} == set(ZEUS_GPUS)
+    ds = build_dataset(0, 0, holdout_zeus=[holdout_key(c) for c in world.fold_curves(0)])
+    kept_rows = sum(len(rows) for g in ZEUS_GPUS for rows in _zeus_sweeps(g, _zeus_held(ds.data["holdout_zeus"])))
+    assert ds.data["zeus_rows"] == kept_rows > 0
+
+
+def test_every_types_prior_is_fitted_without_the_networks_it_plays():
+    from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, CapPrior
+    from ecolaunch.profile.zeus_data import load_power_traces
+
+    curves = load_power_traces()
+    world = MeasuredWorld()
+    for kind in job_kinds():
+        played = {network_of(world.job_kind(kind, b).curve) for b in BOARDS}
+        keep = [c for c in curves if c.workload.split("/")[-1] not in played]
+        assert 0 < len(keep) < len(curves) - 20
+        prior = held_out_prior(kind)
+        refit = CapPrior.fit([c.points for c in keep])
+        assert (prior.time_ratio, prior.power_ratio) == (refit.time_ratio, refit.power_ratio)
+        assert prior != DEFAULT_PRIOR
+    priors = HeldOutPriors({"j1": HEAVY})
+    assert world.priors({"j1": HEAVY})("j1") == priors("j1") == held_out_prior(HEAVY)
 
 
 def test_first_launch_is_unknown_then_history_is_noisy_measurement():
