@@ -181,7 +181,7 @@ def _policy(name: str, trace, weights):
     """The policy ``name`` (the measured world's oracle is built by ``measured_simulation``); with ``weights`` the
     ``gnn`` policy of each job's fold. In the measured world (``trace`` given) every policy reads each job's curve
     with the prior held out for its type (:class:`~ecolaunch.sim.measured.HeldOutPriors`)."""
-    from ecolaunch.jobmodel.curve import default_prior
+    from ecolaunch.jobmodel.capcurve import default_prior
     from ecolaunch.sim.measured import HeldOutPriors
     from ecolaunch.sim.policies import WithMargin, get_sim_policy
 
@@ -191,7 +191,7 @@ def _policy(name: str, trace, weights):
     if name in ("zeus-5w", "zeus-5w-margin"):
         from ecolaunch.policy.zeus import ZeusPolicy
 
-        from ecolaunch.policy.budget import BudgetedPolicy
+        from ecolaunch.policy.budgeted import BudgetedPolicy
 
         zeus = ZeusPolicy(cap_step_w=5.0, name=name, priors=priors)
         return BudgetedPolicy(zeus if name == "zeus-5w" else WithMargin(zeus, name), priors)

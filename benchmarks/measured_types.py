@@ -40,11 +40,11 @@ counted.
   Zeus summary curve of that network (every board, batch size and dataset): one model per network, trained on
   first use into ``--cache`` (about 2 min each on 2 cores; the folder names the network, the file what it was
   trained without and the training fingerprint of ``benchmarks/energy.py``, so weights of other code or data are
-  never reused). Its features still read the cap prior :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR`, fitted on
+  never reused). Its features still read the cap prior :data:`~ecolaunch.jobmodel.capcurve.DEFAULT_PRIOR`, fitted on
   all Zeus curves, that network included. For ResNet-18 and H200, which no training source holds, the shipped
   weights. ``--no-holdout`` leaves the held-out rows out.
 - ``prior``: the ablation, no learning: the Zeus prior from the uncapped point alone
-  (:func:`ecolaunch.jobmodel.curve.profile_curve` on a profile with only ``iter_time_s`` and ``power_w``), fitted on
+  (:func:`ecolaunch.jobmodel.capcurve.profile_curve` on a profile with only ``iter_time_s`` and ``power_w``), fitted on
   all Zeus summary curves; ``prior-heldout``: the same prior refitted without the window's network (for ResNet-18
   and H200: the prior itself).
 - ``heuristic``: the skeptic's rule, ``time ratio = max(1, uncapped power / cap)``, ``power = min(uncapped power,
@@ -123,9 +123,9 @@ def zeus_networks() -> set[str]:
 
 
 def heldout_prior(network: str):
-    """:class:`~ecolaunch.jobmodel.curve.CapPrior` refitted on the vendored Zeus summary curves without
-    ``network`` (the same fit as :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR` otherwise)."""
-    from ecolaunch.jobmodel.curve import CapPrior
+    """:class:`~ecolaunch.jobmodel.capcurve.CapPrior` refitted on the vendored Zeus summary curves without
+    ``network`` (the same fit as :data:`~ecolaunch.jobmodel.capcurve.DEFAULT_PRIOR` otherwise)."""
+    from ecolaunch.jobmodel.capcurve import CapPrior
     from ecolaunch.sim.truth import vendored_zeus_curves
 
     keep = [c for c in vendored_zeus_curves() if c.workload.split("/")[-1] != network]
@@ -167,7 +167,7 @@ def _gnn(model, asks: list[tuple]) -> list[tuple[float, float]]:
 
 
 def _prior(prior, top, cap: float, max_w: float) -> tuple[float, float]:
-    from ecolaunch.jobmodel.curve import profile_curve
+    from ecolaunch.jobmodel.capcurve import profile_curve
     from ecolaunch.jobmodel.profile import Profile
 
     curve = profile_curve(Profile(iter_time_s=top.iter_time_s, power_w=top.power_w), max_w, prior=prior)
@@ -182,7 +182,7 @@ def heuristic(top, cap: float) -> tuple[float, float]:
 def run(sources: tuple[str, ...] = SOURCES, *, holdout: bool = True, cache: Path | None = None,
         zeus_dir: Path | None = None) -> dict:
     from ecolaunch.devices.catalogue import lookup
-    from ecolaunch.jobmodel.curve import DEFAULT_PRIOR
+    from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR
     from ecolaunch.policy.infer import load_default_model, load_model_cached
 
     shipped = load_default_model()

@@ -4,7 +4,7 @@ For every (GPU, workload, batch size) curve of ``summary_power_<gpu>.csv`` (one 
 optimizer is the one ``summary_train.csv`` pairs with the workload), this takes the caps
 ``powercap.profile_caps`` would measure (max, then ~85 % and ~65 % of the job's uncapped power, minus caps that
 cannot bind the job) from
-the trace, fits ``jobmodel.curve.fit_curve`` with a prior **fitted without the evaluated workload**
+the trace, fits ``jobmodel.capcurve.fit_curve`` with a prior **fitted without the evaluated workload**
 (leave-one-workload-out: the prior sees only curves of other networks, on all GPUs; squad and sentiment140
 share BERT and leave together; a leave-one-GPU-out row is printed too),
 predicts time and power at every other cap of the trace, and chooses a cap with ``capchoice.choose_cap``.
@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ecolaunch.jobmodel.profile import CapPoint  # noqa: E402
 from ecolaunch.profile import capchoice as cc  # noqa: E402
-from ecolaunch.jobmodel import curve as jc  # noqa: E402
+from ecolaunch.jobmodel import capcurve as jc  # noqa: E402
 from ecolaunch.profile import powercap as pc  # noqa: E402
 from ecolaunch.profile import zeus_data as zd  # noqa: E402
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.jobmodel.curve import profile_curve
+from ecolaunch.jobmodel.capcurve import profile_curve
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.profile.zeus_data import DEFAULT_DATA_DIR
 from ecolaunch.sim.models import DATA_DIR
@@ -114,7 +114,7 @@ def test_held_out_networks_name_zeus_curves(monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     import measured_types
 
-    from ecolaunch.jobmodel.curve import DEFAULT_PRIOR
+    from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR
     from ecolaunch.learn.train import zeus_keys
 
     windows = {t["network"] for t in measured_types.measured_types(("zeus-v100", "zeus-a40", "zeus-multi"))}

@@ -5,9 +5,9 @@ What lives here: :class:`GpuDemand` (one GPU as the budget sees it), :func:`allo
 budget), :func:`host_demands`, :func:`rebalance` and :func:`budget_ceilings` (what the state graph records, and
 what a running launcher may raise its cap to), :func:`job_floor_w` (the lowest cap a job may get). Here, below the
 policies, because the cap keepers (:mod:`ecolaunch.admin.capkeeper`) hold caps to the budget too. What does not:
-:class:`~ecolaunch.policy.budget.BudgetedPolicy`, the wrapper ``get_policy`` puts around every placement policy so
+:class:`~ecolaunch.policy.budgeted.BudgetedPolicy`, the wrapper ``get_policy`` puts around every placement policy so
 that the launcher and the simulator meet the budget alike, and the booking of a decision
-(:func:`~ecolaunch.policy.budget.book_budget`); validating the budget against the host
+(:func:`~ecolaunch.policy.budgeted.book_budget`); validating the budget against the host
 (:func:`ecolaunch.admin.lint.check_power_budget`); applying caps (``ecolaunch.launch.jobcaps``).
 
 **What the budget bounds.** On each host, the sum over its GPUs of
@@ -85,7 +85,7 @@ from ecolaunch.errors import EcolaunchError
 from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
-from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, CapPrior, Priors, default_prior, fit_curve
+from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior, Priors, default_prior, fit_curve
 from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 from ecolaunch.validate import is_number, number_or_none
@@ -206,7 +206,7 @@ class CapTable:
 @functools.lru_cache(maxsize=4096)
 def cap_table(points: tuple[CapPoint, ...], bounds_w: tuple[float, float],
               allowed_slowdown_pct: float, prior: CapPrior = DEFAULT_PRIOR) -> CapTable | None:
-    """The job's floor and its curve (:class:`~ecolaunch.jobmodel.curve.CapCurve`, read with ``prior``) on the
+    """The job's floor and its curve (:class:`~ecolaunch.jobmodel.capcurve.CapCurve`, read with ``prior``) on the
     :data:`GRID_W` grid within ``bounds_w``; None without points. Cached (the prior is part of the key): the
     simulator asks for every running job at every arrival and departure."""
     if not points:

@@ -20,7 +20,7 @@ curve is: boards overshoot their limit by a few percent); ``fits_memory`` whethe
 the board.
 
 **Measured caps are honoured.** A job's ``cap_points`` (plus its uncapped ``iter_time_s`` and ``power_w``, a point
-at the board's max limit) are its measured curve (:class:`ecolaunch.jobmodel.curve.CapCurve`, the one
+at the board's max limit) are its measured curve (:class:`ecolaunch.jobmodel.capcurve.CapCurve`, the one
 reading the placement policy uses too). Alone on the GPU at a measured cap, the answer *is* the measurement:
 ``normalized_throughput`` = its time at the max limit / its time at that cap, ``gpu_power_w`` its measured power
 (``throughput_sd`` 0). Between measured caps it follows the curve (the Zeus prior's shape, corrected at each

@@ -53,7 +53,7 @@ from ecolaunch.profile import channel
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.profile.history import History, JobRecord, launch_hints
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, pre_run_env
-from ecolaunch.jobmodel.curve import merge_points
+from ecolaunch.jobmodel.capcurve import merge_points
 from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult
 from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import DEFAULT_INTERVAL_S

@@ -38,7 +38,7 @@ name leaves out every pair involving it, on every GPU); ``holdout_zeus`` are Zeu
 optimizer of that network at that batch size on that board; ``"<gpu>:<dataset>/<network>:<batch_size>"`` names
 one dataset only; the measured world holds out every batch size of a network, ``MeasuredWorld.fold_curves``).
 Unknown names raise ConfigError (a typo must not hold out nothing). Not refitted per fold: the cap-curve prior
-of the features, :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR` (medians over all 208 Zeus curves), fixed
+of the features, :data:`~ecolaunch.jobmodel.capcurve.DEFAULT_PRIOR` (medians over all 208 Zeus curves), fixed
 physics to the model (inference reads the same). ``fast=True`` trains a small model quickly (tests).
 
 **Determinism.** The same seed, data, holdouts and torch thread count give the same weights

@@ -50,7 +50,7 @@ class Decision:
     predicted: dict[str, Any] = field(default_factory=dict)
     alternatives: list[dict[str, Any]] = field(default_factory=list)
     #: under a power budget (``[power] max_total_w``): new budget caps (W) for GPUs of jobs already running, chosen
-    #: jointly with this job's (:mod:`ecolaunch.policy.budget`); booking records them, their launchers apply them
+    #: jointly with this job's (:mod:`ecolaunch.policy.budgeted`); booking records them, their launchers apply them
     recaps_w: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self, cuda_visible_devices: str | None = None) -> dict[str, Any]:

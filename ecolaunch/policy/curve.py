@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, CapPrior, Priors, default_prior, profile_curve
+from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior, Priors, default_prior, profile_curve
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.state.graph import StateGraph

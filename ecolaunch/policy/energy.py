@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ecolaunch.admin.rules import Rules, job_cap_bounds
-from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, CapPrior, Priors, default_prior
+from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior, Priors, default_prior
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import best_set, eligible_gpus, worst_link

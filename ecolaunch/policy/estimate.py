@@ -9,7 +9,7 @@ which play the machine: a policy that predicted with the simulator's own model w
   runs at full speed; above 1 each runs at ``1 / D`` (processor sharing). No switching cost: that is what the
   simple rule misses and what the simulator (and the GNN) capture.
 
-A job alone at a cap is read off its one curve, :class:`ecolaunch.jobmodel.curve.CapCurve`.
+A job alone at a cap is read off its one curve, :class:`ecolaunch.jobmodel.capcurve.CapCurve`.
 """
 
 from __future__ import annotations

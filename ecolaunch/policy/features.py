@@ -12,7 +12,7 @@ its ``*_missing`` column 1, never NaN). *job*: ``iter_time`` = log10(solo uncapp
 both unknown, as in :mod:`ecolaunch.sim.interference`); ``memory`` = peak memory_mib / memory of its smallest
 GPU; ``power`` = solo power_w / mean max power limit of its GPUs; ``allowed_slowdown`` = bound in % / 100;
 ``gpus`` = log2(GPU count) / 3; ``cap60_*``, ``cap80_*`` = from its measured curve (the one reading of measured
-caps, :class:`ecolaunch.jobmodel.curve.CapCurve`), slowdown (time / uncapped time - 1) and power / max limit at caps
+caps, :class:`ecolaunch.jobmodel.capcurve.CapCurve`), slowdown (time / uncapped time - 1) and power / max limit at caps
 of 60 % and 80 % of the max limit (missing outside the measured caps); the job alone at the cap its GPUs run at (the
 lowest of them), from the same curve: ``alone_speed`` (normalized
 throughput), ``alone_power`` (/ mean max limit; missing when its power is unknown), ``anchored`` (1 when both are
@@ -52,7 +52,7 @@ from ecolaunch.devices.backend import LinkKind
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.codec import profile_from_json
-from ecolaunch.jobmodel.curve import fit_curve, profile_curve
+from ecolaunch.jobmodel.capcurve import fit_curve, profile_curve
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
 from ecolaunch.validate import number_or_none

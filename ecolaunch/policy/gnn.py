@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ecolaunch.jobmodel.curve import CapPrior, Priors, default_prior
+from ecolaunch.jobmodel.capcurve import CapPrior, Priors, default_prior
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.curve import AloneOnCandidate
 from ecolaunch.policy.energy import SD_Z, Candidate, EnergyAwarePolicy, Outcome
@@ -155,7 +155,7 @@ def gnn_policy(objective: str = "node", weights: Path | str | None = None, *, sd
     k-fold's ``train(out_path=...)``), None = shipped; ``sd_z``: standard deviations of a learned throughput kept
     back (:data:`~ecolaunch.policy.energy.SD_Z`). ``margin_pct`` (5 % of the bound) is kept back only for
     predictions that are neither learned nor measured. ``priors``: each job's curve prior, by job id (its own curve,
-    read where it decides alone, and its cap; the GNN's features read :data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR`,
+    read where it decides alone, and its cap; the GNN's features read :data:`~ecolaunch.jobmodel.capcurve.DEFAULT_PRIOR`,
     as its training did)."""
     return EnergyAwarePolicy(GnnPredictor(weights, priors), name="gnn", objective=objective, margin_pct=5.0,
                              sd_z=sd_z, host_static_w=host_static_w, priors=priors)

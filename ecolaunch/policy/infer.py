@@ -13,7 +13,7 @@ Why a second implementation: ``import torch_geometric`` costs about 1.2 s on top
 **A correction on physics priors.** The network does not predict throughput and power from scratch:
 
 - *throughput* of job ``j`` = ``A_j * I_j * exp(r_j)``. ``A_j`` is the job alone at its GPUs' cap, from its
-  measured curve (feature ``alone_speed``, :class:`ecolaunch.jobmodel.curve.CapCurve`); ``I_j`` the
+  measured curve (feature ``alone_speed``, :class:`ecolaunch.jobmodel.capcurve.CapCurve`); ``I_j`` the
   analytic interference model of :mod:`ecolaunch.sim.interference` (utilization-based: ``t / (t * max(1, D) +
   delta * (n - 1))`` on each of its GPUs, the slowest GPU counting; ``D`` the summed demand, ``n`` the jobs, ``t``
   its solo iteration time), with ``delta`` (``ModelConfig.switch_overhead_s``) fitted on the training pairs only;

@@ -7,7 +7,7 @@
 2. :func:`~ecolaunch.policy.admission.admit` refuses a decision that breaks an admin rule and clips its caps;
 3. :meth:`~ecolaunch.state.graph.StateGraph.book` makes the queued job RUNNING on the decided GPUs, with its caps,
    the decision and the request's profile, so the next decision sees it as it is;
-4. under a power budget (``[power] max_total_w``), :func:`~ecolaunch.policy.budget.book_budget` books the budget's
+4. under a power budget (``[power] max_total_w``), :func:`~ecolaunch.policy.budgeted.book_budget` books the budget's
    caps of its GPUs and the running jobs' new ones (``Decision.recaps_w``).
 
 :func:`admitted_decision` is steps 1-2 alone (``ecolaunch launch --dry-run`` books nothing).
@@ -21,7 +21,7 @@ from __future__ import annotations
 from ecolaunch.admin.rules import Rules
 from ecolaunch.policy.admission import admit
 from ecolaunch.policy.base import Decision, JobRequest, Policy
-from ecolaunch.policy.budget import book_budget
+from ecolaunch.policy.budgeted import book_budget
 from ecolaunch.state.graph import StateGraph
 
 __all__ = ["admitted_decision", "place"]

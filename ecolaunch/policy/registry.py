@@ -3,15 +3,15 @@
 What lives here: the one registry of the placement policies (``--policy``, ``ecolaunch simulate``, the launcher).
 What does not: the policies themselves (:mod:`.baselines`, :mod:`.packing`, :mod:`.zeus`, :mod:`.curve`,
 :mod:`.gnn`), none of which imports this module, and the budget wrapper every one of them is put in
-(:class:`~ecolaunch.policy.budget.BudgetedPolicy`).
+(:class:`~ecolaunch.policy.budgeted.BudgetedPolicy`).
 """
 
 from __future__ import annotations
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.jobmodel.curve import Priors, default_prior
+from ecolaunch.jobmodel.capcurve import Priors, default_prior
 from ecolaunch.policy.baselines import ExclusivePolicy
-from ecolaunch.policy.budget import BudgetedPolicy
+from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.curve import curve_policy
 from ecolaunch.policy.gnn import gnn_policy
 from ecolaunch.policy.packing import EacoPolicy, FirstFitPolicy, LucidPolicy
@@ -64,7 +64,7 @@ CURVE_READERS = ("curve", "gnn", "zeus")
 
 def get_policy(name: str, *, gnn_weights=None, priors: Priors = default_prior):
     """A new policy registered under ``name``, under the host's power budget when the admin policy sets one
-    (:class:`~ecolaunch.policy.budget.BudgetedPolicy`: the inner policy itself without a budget); ConfigError
+    (:class:`~ecolaunch.policy.budgeted.BudgetedPolicy`: the inner policy itself without a budget); ConfigError
     listing the known names otherwise. ``gnn_weights``: the weight file of the ``gnn`` policy (None: the shipped
     weights); ``priors``: the prior each job's curve is read with, by job id (the launcher's default: one for
     all)."""

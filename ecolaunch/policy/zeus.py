@@ -1,7 +1,7 @@
 """``zeus``: exclusive placement with each job's energy-optimal power cap under its slowdown bound.
 
 What Zeus's GlobalPowerLimitOptimizer does for one job (You et al., NSDI '23), placed like ``exclusive``: the
-job's cap curve comes from its profile (:func:`ecolaunch.jobmodel.curve.profile_curve`: measured cap points, or its
+job's cap curve comes from its profile (:func:`ecolaunch.jobmodel.capcurve.profile_curve`: measured cap points, or its
 uncapped power with the prior learned from the Zeus traces), and the cap is the one with the least GPU energy per
 iteration (Zeus's ``eta = 1``) whose predicted slowdown stays within the job's bound, on a 25 W grid inside the
 admin policy's bounds. A job without a profile keeps the default power limit.
@@ -10,7 +10,7 @@ admin policy's bounds. A job without a profile keeps the default power limit.
 from __future__ import annotations
 
 from ecolaunch.admin.rules import Rules, cap_bounds_w
-from ecolaunch.jobmodel.curve import Priors, default_prior, profile_curve
+from ecolaunch.jobmodel.capcurve import Priors, default_prior, profile_curve
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.profile.capchoice import choose_cap

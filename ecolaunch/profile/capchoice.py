@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.profile import CapPoint
-from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, NON_BINDING_RATIO, CapCurve, CapPrior, fit_curve
+from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, NON_BINDING_RATIO, CapCurve, CapPrior, fit_curve
 from ecolaunch.profile.powercap import cap_grid
 
 _EPS = 1e-9

@@ -60,7 +60,7 @@ from ecolaunch.profile.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP,
                                          model_cap_choice, reference_se_pct)
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.channel import StepReader, iteration_times
-from ecolaunch.jobmodel.curve import CapPrior, fit_curve
+from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve
 from ecolaunch.profile.sampler import Sampler, cap_seen_s
 from ecolaunch.validate import integer
 

@@ -3,7 +3,7 @@
 What lives here: :func:`profile_caps` (which caps to measure), :func:`cap_grid` (candidate caps on a grid), and the
 profiling constants (the grid step, iterations per cap).
 
-What does not: the job's curve read from the measured caps (:class:`ecolaunch.jobmodel.curve.CapCurve`, with the
+What does not: the job's curve read from the measured caps (:class:`ecolaunch.jobmodel.capcurve.CapCurve`, with the
 Zeus prior), the cap choice on such a curve (the one objective, its margin, robust iteration statistics:
 :mod:`ecolaunch.profile.capchoice`), measuring, setting caps (the job's cap owner, ``ecolaunch.launch.jobcaps``),
 history.
@@ -31,7 +31,7 @@ import math
 from collections.abc import Sequence
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.jobmodel.curve import NON_BINDING_RATIO
+from ecolaunch.jobmodel.capcurve import NON_BINDING_RATIO
 
 DEFAULT_CAP_STEP_W = 25.0  # Zeus's stride; NVML accepts any integer-watt limit within the board's range
 DEFAULT_PROFILE_FRACTIONS = (0.85, 0.65)  # of the uncapped power; see the module docstring

@@ -44,7 +44,7 @@ from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.channel import iteration_times
 from ecolaunch.profile.capchoice import CapChoice, iteration_stats, job_cap_choice
-from ecolaunch.jobmodel.curve import NON_BINDING_RATIO, fit_curve
+from ecolaunch.jobmodel.capcurve import NON_BINDING_RATIO, fit_curve
 from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid, profile_caps
 from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import GpuSample, WindowStats, cap_seen_s

@@ -51,7 +51,7 @@ from ecolaunch.admin.budget import budget_ceilings
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.devices.spec import MachineSpec
-from ecolaunch.jobmodel.curve import default_prior
+from ecolaunch.jobmodel.capcurve import default_prior
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import Decision, JobRequest, Policy

@@ -66,10 +66,10 @@ trained once for every seed); every learned or fitted part used on a job is trai
 (:meth:`MeasuredWorld.fold_types`), the GNN also without every Zeus curve of a network its fold's types play on the
 board they play it on (:meth:`MeasuredWorld.fold_curves`).
 
-**The cap-curve prior** (:class:`~ecolaunch.jobmodel.curve.CapPrior`) a job's curve is read with, by every policy,
+**The cap-curve prior** (:class:`~ecolaunch.jobmodel.capcurve.CapPrior`) a job's curve is read with, by every policy,
 the budget, the profiler's choice and the closed loop, is :func:`held_out_prior` of its type: fitted on the Zeus
 curves of every network but those its type plays on any board (all batch sizes and datasets), never on
-:data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR`, which saw them. One prior for the whole world cannot be: the types
+:data:`~ecolaunch.jobmodel.capcurve.DEFAULT_PRIOR`, which saw them. One prior for the whole world cannot be: the types
 play all five of Zeus's networks, so none would be left; a fold's prior neither (some folds play all five).
 
 The closed loop's transient (the first ~100 iterations at the profiled caps and the moves) is not played: a job's
@@ -90,12 +90,12 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.policy.budget import BudgetedPolicy
+from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
 from ecolaunch.profile.control import CapController
-from ecolaunch.jobmodel.curve import CapPrior, merge_points
+from ecolaunch.jobmodel.capcurve import CapPrior, merge_points
 from ecolaunch.profile.zeus_data import load_power_traces
 from ecolaunch.profile.powercap import cap_grid, profile_caps
 from ecolaunch.sim.interference import fit_gavel, gavel_set, impute_held_type
@@ -233,13 +233,13 @@ def _prior_without(networks: frozenset[str]) -> CapPrior:
 
 def held_out_prior(kind: str) -> CapPrior:
     """The cap-curve prior a job of type ``kind`` is read with: :meth:`CapPrior.fit
-    <ecolaunch.jobmodel.curve.CapPrior.fit>` on the Zeus curves (every GPU) of no network the type plays
+    <ecolaunch.jobmodel.capcurve.CapPrior.fit>` on the Zeus curves (every GPU) of no network the type plays
     (:func:`played_networks`; module docstring)."""
     return _prior_without(played_networks(kind))
 
 
 class HeldOutPriors:
-    """The :data:`~ecolaunch.jobmodel.curve.Priors` of a trace: job id -> :func:`held_out_prior` of its type
+    """The :data:`~ecolaunch.jobmodel.capcurve.Priors` of a trace: job id -> :func:`held_out_prior` of its type
     (``kind_of``: job id -> type)."""
 
     def __init__(self, kind_of: Mapping[str, str]) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ecolaunch.errors import ConfigError
-from ecolaunch.jobmodel.curve import Priors, default_prior
-from ecolaunch.policy.budget import BudgetedPolicy
+from ecolaunch.jobmodel.capcurve import Priors, default_prior
+from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.curve import CurvePolicy
 from ecolaunch.policy.registry import get_policy, policy_names
 

@@ -13,7 +13,7 @@ A removed job leaves the graph (its outcome goes to the job history). The docume
 ``SCHEMA`` and ``VERSION`` must match, else the store treats the file as foreign.
 
 Under a power budget the graph also records each busy GPU's budget cap (``budget_caps_w``, uuid -> W): set by the
-booking that chose it and by each release (``ecolaunch.policy.budget``), read by the running launchers. It lives in
+booking that chose it and by each release (``ecolaunch.policy.budgeted``), read by the running launchers. It lives in
 the shared part of the state (another user's job file is not anyone else's to change), and is optional in the
 document: a graph written before budgets existed reads as having none.
 

@@ -10,11 +10,11 @@ from ecolaunch.admin.rules import Rules, parse_rules
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.admin.budget import (GRID_W, GpuDemand, allocate, budget_ceilings, budgeted_gpus, host_demands,
                                     rebalance)
-from ecolaunch.policy.budget import BudgetedPolicy, book_budget
+from ecolaunch.policy.budgeted import BudgetedPolicy, book_budget
 from ecolaunch.policy.registry import get_policy, policy_names
 from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.profile.capchoice import cap_margin_pct
-from ecolaunch.jobmodel.curve import fit_curve
+from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
 #: a compute-bound job: 6 % slower at 300 W, 18 % at 250 W (of 330 W drawn uncapped)

@@ -23,7 +23,7 @@ from ecolaunch.policy.features import (
     scenario_graph,
 )
 from ecolaunch.jobmodel.codec import profile_from_json
-from ecolaunch.jobmodel.curve import fit_curve
+from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.policy.infer import message_edges
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ecolaunch.devices.catalogue import lookup
-from ecolaunch.jobmodel.curve import fit_curve, profile_curve
+from ecolaunch.jobmodel.capcurve import fit_curve, profile_curve
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.features import scenario_graph
 from ecolaunch.policy.infer import ModelConfig, PlainModel, load_default_model, physics_prior, score_sd

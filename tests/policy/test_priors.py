@@ -1,6 +1,6 @@
 """``priors``: the curve prior a policy, the budget and the registry are given is the one every curve they read is
 fitted with (the measured world passes one per job, held out for its type), and the launcher's default is
-:data:`~ecolaunch.jobmodel.curve.DEFAULT_PRIOR`."""
+:data:`~ecolaunch.jobmodel.capcurve.DEFAULT_PRIOR`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from ecolaunch.admin.budget import cap_table, host_demands
 from ecolaunch.admin.rules import Rules
 from ecolaunch.jobmodel.codec import profile_from_json
-from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, CapPrior, default_prior
+from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior, default_prior
 from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.sim.policies import get_sim_policy

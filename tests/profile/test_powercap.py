@@ -10,7 +10,7 @@ import pytest
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.profile import capchoice as cc
-from ecolaunch.jobmodel import curve as jc
+from ecolaunch.jobmodel import capcurve as jc
 from ecolaunch.profile import powercap as pc
 from ecolaunch.profile import zeus_data as zd
 

@@ -119,7 +119,7 @@ def test_a_folds_training_set_holds_no_zeus_row_of_a_network_its_types_play_on_t
 
 
 def test_every_types_prior_is_fitted_without_the_networks_it_plays():
-    from ecolaunch.jobmodel.curve import DEFAULT_PRIOR, CapPrior
+    from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior
     from ecolaunch.profile.zeus_data import load_power_traces
 
     curves = load_power_traces()

@@ -16,7 +16,7 @@ from typing import Any
 from ecolaunch.admin.budget import (EPS_W, GpuDemand, Newcomer, allocate, bounds_or_none, budgeted_on_host,
                                     curve_at, host_demands, may_cap, rebalance)
 from ecolaunch.admin.rules import Rules
-from ecolaunch.jobmodel.curve import Priors, default_prior
+from ecolaunch.jobmodel.capcurve import Priors, default_prior
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.state.graph import Host, StateGraph
 from ecolaunch.validate import number_or_none
