@@ -40,7 +40,7 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "vs_exclusive": {TRACE: {POLICY: {"node_energy_pct" | "mean_jct_pct": {"mean", "ci95", "per_seed"}}}},
      "goals": {TRACE: {"gnn_vs_curve_energy_pct" | "gnn_vs_curve_jct_pct" | "violations_over_curve_pp"
                        | "gnn_over_oracle_energy_pct": {"mean", "ci95"}, "met": bool}},
-     "folds": {FOLD: {"types", "weights"}} | null}
+     "folds": {FOLD: {"types", "weights", "sd_z"}} | null}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
 ``mean_slowdown_pct``, ``qos_violations_pct``, ``makespan_s``, ``jobs``, ``shared_jobs_pct``, ``learned_pct``,
@@ -98,8 +98,11 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
     weights = None
     if folds and "measured" in worlds and "gnn" in policies:
         weights = fold_weights(cache)
-        out["folds"] = {str(k): {"types": list(types), "weights": str(path.relative_to(REPO)) if path.is_relative_to(REPO)
-                                 else path.name} for k, (types, path) in weights.items()}
+        sd_z = fold_sd_z(weights)
+        weights = {k: (types, path, sd_z[k]) for k, (types, path) in weights.items()}
+        out["folds"] = {str(k): {"types": list(types), "sd_z": round(z, 4),
+                                 "weights": str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name}
+                        for k, (types, path, z) in weights.items()}
     for name, world, gpus, hosts in todo:
         entry = TRACES[name]
         machine = entry.machine(gpus, hosts)
@@ -198,9 +201,13 @@ def _policy(name: str, trace, weights):
     if name == "gnn" and weights:
         from ecolaunch.sim.policies import FoldedPolicy
 
-        fold_of = {t: k for k, (types, _) in weights.items() for t in types}  # the world's deal of the job types
-        return FoldedPolicy({k: get_sim_policy("gnn", gnn_weights=path, priors=priors)
-                             for k, (_, path) in weights.items()},
+        from ecolaunch.policy.budgeted import BudgetedPolicy
+        from ecolaunch.policy.gnn import gnn_policy
+
+        fold_of = {t: k for k, (types, _, _) in weights.items() for t in types}  # the world's deal of the job types
+        # each fold's GNN keeps back its own cross-fitted sd_z (fold_sd_z), not SD_Z fitted on every fold's pairs
+        return FoldedPolicy({k: BudgetedPolicy(gnn_policy(weights=path, sd_z=z, priors=priors), priors)
+                             for k, (_, path, z) in weights.items()},
                             {j.id: fold_of[j.kind] for j in trace.jobs}, name="gnn")
     return get_sim_policy(name, priors=priors)
 
@@ -266,6 +273,21 @@ def fold_weights(cache: Path) -> dict:
             train(TRAIN_SEED, path, holdout_types=types, holdout_zeus=zeus)
         out[k] = (types, path)
     return out
+
+
+def fold_sd_z(weights: dict) -> dict[int, float]:
+    """Each fold's ``sd_z`` (the standard deviations of a learned throughput its ``gnn`` keeps back), cross-fitted as
+    ``benchmarks/pair_prediction.py`` does, on the world's folds: the 95th percentile of (predicted - measured) / sd
+    on the Gavel pairs of the *other* folds' types, each scored by the GNN trained without them. The launcher's
+    :data:`~ecolaunch.policy.energy.SD_Z` is that percentile over every fold's pairs, the scored fold's included."""
+    import numpy as np
+    from pair_prediction import COVERAGE, gnn_on_pairs, heldout_pairs, z_scores
+
+    zs = {}
+    for k, (types, path) in weights.items():
+        pairs = heldout_pairs(tuple(types))[0]
+        zs[k] = z_scores(pairs, *gnn_on_pairs(path, pairs))
+    return {k: float(np.quantile(np.concatenate([z for j, z in zs.items() if j != k]), COVERAGE)) for k in zs}
 
 
 def goals(traces: dict) -> dict:

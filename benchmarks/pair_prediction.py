@@ -78,19 +78,36 @@ def lucid_rule(held: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mean[a], mean[b], label[a] + label[b] <= 2
 
 
-def run_fold(types: tuple[str, ...], seed: int, epochs: int, synthetic: int, fast: bool) -> dict:
-    data = gavel_set()
+def heldout_pairs(types: tuple[str, ...]):
+    """The Gavel pairs involving ``types`` as every model sees them (the interference fit and the demands imputed
+    without them), the mask of those pairs, and the fit."""
     held = pairs_involving(types)
     fit = fit_gavel(train=~held)
     demands = heldout_demands(fit, held)
-    pairs = gavel_pairs_set(held, demands)
+    return gavel_pairs_set(held, demands), held, demands, fit
+
+
+def gnn_on_pairs(weights: Path, pairs) -> tuple[np.ndarray, np.ndarray]:
+    """The GNN's (predicted throughput, sd) on ``pairs``, one row per pair."""
+    thr, _, sd = load_model(weights).predict(batch(pairs.graphs))
+    return thr.reshape(-1, 2).numpy().astype(float), sd.reshape(-1, 2).numpy().astype(float)
+
+
+def z_scores(pairs, pred: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """(predicted - measured) / sd over usable values: the errors the margin must cover."""
+    return np.concatenate([((pred[:, 0] - pairs.obs_a) / np.maximum(sd[:, 0], 1e-9))[pairs.use_a],
+                           ((pred[:, 1] - pairs.obs_b) / np.maximum(sd[:, 1], 1e-9))[pairs.use_b]])
+
+
+def run_fold(types: tuple[str, ...], seed: int, epochs: int, synthetic: int, fast: bool) -> dict:
+    data = gavel_set()
+    pairs, held, demands, fit = heldout_pairs(types)
     preds: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
 
     with tempfile.TemporaryDirectory() as tmp:
         manifest = train(seed, Path(tmp) / "gnn.pt", epochs=epochs, synthetic=synthetic, holdout_types=types,
                          fast=fast)
-        thr, _, sd = load_model(Path(tmp) / "gnn.pt").predict(batch(pairs.graphs))
-    pred, sd = thr.reshape(-1, 2).numpy().astype(float), sd.reshape(-1, 2).numpy().astype(float)
+        pred, sd = gnn_on_pairs(Path(tmp) / "gnn.pt", pairs)
     preds["gnn"] = (pred[:, 0], pred[:, 1], None)
 
     d = np.array([demands[k] for k in data.keys])
@@ -109,9 +126,7 @@ def run_fold(types: tuple[str, ...], seed: int, epochs: int, synthetic: int, fas
     preds["constant"] = (flat, flat, np.full(len(pairs.graphs), helps))
 
     models = {name: pair_metrics(a, b, pairs, pack=pack) for name, (a, b, pack) in preds.items()}
-    # (predicted - measured) / sd over usable values: the errors the margin must cover
-    z = np.concatenate([((pred[:, 0] - pairs.obs_a) / np.maximum(sd[:, 0], 1e-9))[pairs.use_a],
-                        ((pred[:, 1] - pairs.obs_b) / np.maximum(sd[:, 1], 1e-9))[pairs.use_b]])
+    z = z_scores(pairs, pred, sd)
     errors = {name: np.concatenate([np.abs(a - pairs.obs_a)[pairs.use_a], np.abs(b - pairs.obs_b)[pairs.use_b]])
               for name, (a, b, _) in preds.items()}
     hits = {name: ((pairs.obs_a + pairs.obs_b > 1.0) == ((a + b > 1.0) if pack is None else pack))

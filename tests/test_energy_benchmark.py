@@ -129,3 +129,19 @@ def test_the_fold_deal_does_not_depend_on_the_seed() -> None:
     # the k-fold GNNs are trained once and serve every seed: each seed's world must deal the types alike
     deal = [MeasuredWorld(seed=0).fold_types(k) for k in range(FOLDS)]
     assert all([MeasuredWorld(seed=s).fold_types(k) for k in range(FOLDS)] == deal for s in (1, 4))
+
+
+def test_each_folds_sd_z_is_fitted_on_the_other_folds_pairs_only(energy) -> None:
+    import numpy as np
+    from pair_prediction import COVERAGE, gnn_on_pairs, heldout_pairs, z_scores
+
+    from ecolaunch.policy.infer import DEFAULT_WEIGHTS
+
+    world = MeasuredWorld()
+    folds = {k: (world.fold_types(k), DEFAULT_WEIGHTS) for k in (0, 1)}  # the shipped weights stand in for each fold
+    z = energy.fold_sd_z(folds)
+    own = {k: z_scores(p, *gnn_on_pairs(DEFAULT_WEIGHTS, p)) for k, (types, _) in folds.items()
+           for p in [heldout_pairs(tuple(types))[0]]}
+    assert z[0] == pytest.approx(float(np.quantile(own[1], COVERAGE)))  # fold 0's margin from fold 1's pairs
+    assert z[1] == pytest.approx(float(np.quantile(own[0], COVERAGE)))
+    assert z[0] != pytest.approx(float(np.quantile(own[0], COVERAGE)))
