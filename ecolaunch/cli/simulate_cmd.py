@@ -67,8 +67,8 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     mean and p95 job completion time, mean slowdown against running alone, QoS violations, makespan and GPU
     utilization. Deterministic: the same arguments give the same numbers."""
     # lazy: the simulator loads numpy and its fitted models, which the other subcommands do not need
-    from ecolaunch.jobmodel.capcurve import default_prior  # lazy: as above
     from ecolaunch.sim.metrics import summarize
+    from ecolaunch.jobmodel.capcurve import default_prior  # lazy: read only by the simulator, as above
     from ecolaunch.sim.policies import get_sim_policy  # lazy: as above
     from ecolaunch.sim.trace_registry import gpus_label, lookup  # lazy: as above
 
