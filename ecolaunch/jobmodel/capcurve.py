@@ -35,6 +35,7 @@ make time rise with the cap between them.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
@@ -241,9 +242,15 @@ def profile_curve(profile: Profile | None, top_cap_w: float, *, unknown_time_s: 
                   prior: CapPrior = DEFAULT_PRIOR) -> CapCurve | None:
     """The curve of a job known by its profile on a board whose max limit is ``top_cap_w``: its cap points, else its
     uncapped iteration time and power as one point at the top cap (:meth:`Profile.curve_points`, whose
-    ``unknown_time_s`` stands in for an unknown time when only ratios are read); None when nothing was measured."""
+    ``unknown_time_s`` stands in for an unknown time when only ratios are read); None when nothing was measured.
+    Cached by the points and the prior: the GNN's features read the same jobs' curves for every candidate."""
     points = profile.curve_points(top_cap_w, unknown_time_s=unknown_time_s) if profile else ()
-    return fit_curve(points, prior) if points else None
+    return _fit_cached(points, prior) if points else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _fit_cached(points: tuple[CapPoint, ...], prior: CapPrior) -> CapCurve:
+    return fit_curve(points, prior)
 
 
 def merge_points(points: Sequence[CapPoint]) -> tuple[CapPoint, ...]:
