@@ -205,8 +205,11 @@ def test_a_stopped_calibration_releases_the_gpu_and_puts_the_cap_back(sim_env, s
     env = sim_env(ONE)
     backend = backend_of(env)
     uuid = backend.gpus()[0].uuid
+    # Ctrl-C as a terminal delivers it: a child inherits an ignored SIGINT (a background job of a shell without job
+    # control, as some CI runners start us), and Python then keeps ignoring it; the test must not depend on that
     proc = subprocess.Popen(ecolaunch_cmd("calibrate", "--seconds", "2", "--settle-s", "0.5", "--workloads", "mm"),
-                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not _lowered(backend, uuid, 400.0):  # measuring below the board's 400 W
