@@ -91,7 +91,8 @@ def _job(raw: Any, where: str) -> dict[str, Any]:
     raw = _object(raw, where, _JOB_FIELDS)
     if not isinstance(raw.get("id"), str) or not raw["id"]:
         raise _Bad(f"{where}.id: expected a non-empty string, got {json.dumps(raw.get('id'))}")
-    for i, p in enumerate(raw.get("cap_points") or []):
+    points = raw.get("cap_points")
+    for i, p in enumerate(points if isinstance(points, list) else []):  # not a list: the codec says so
         if isinstance(p, dict):
             _object(p, f"{where}.cap_points[{i}]", _POINT_FIELDS)
             for key in _POINT_FIELDS:
