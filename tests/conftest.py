@@ -30,6 +30,17 @@ def _no_leaking_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def one_thread():
+    """Torch on one thread for the test (on two shared cores its second thread mostly waits; training stays fast)."""
+    import torch  # lazy: most tests never load torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     path = tmp_path / "state"
     path.mkdir()

@@ -31,14 +31,6 @@ from ecolaunch.sim.power import default_power_model
 HELD = "ResNet-18 (batch size 32)"
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_folds_partition_the_job_types() -> None:
     folds = type_folds()
     names = [n for f in folds for n in f]

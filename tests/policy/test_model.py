@@ -18,15 +18,6 @@ from ecolaunch.sim.interference import fit_gavel
 from tests.policy.test_features import small_state
 
 
-@pytest.fixture
-def one_thread():
-    """On two shared cores torch's second thread mostly waits; keep the training test fast."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def states():
     rng = np.random.default_rng(3)
