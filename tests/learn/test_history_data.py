@@ -101,12 +101,11 @@ def test_runs_that_cannot_be_labelled_are_left_out_with_a_reason(tmp_path: Path,
 
 
 @pytest.mark.slow  # trains the GNN
-@pytest.mark.xfail(strict=True, reason="since the features read the one curve (jobmodel.capcurve, issue 19) the "
-                   "history moves this job 10 % closer, not the 20 % asked (the old reading: 31 %); open in issue 19, "
-                   "docs/known-issues.md")
 def test_training_on_the_history_moves_the_model_towards_the_lab_measurements(tmp_path: Path) -> None:
     """Same seed and data but for the history: the job's slowdown under caps is predicted closer to what the
-    lab measured (a small run: 300 simulated states, 10 epochs)."""
+    lab measured (a small run: 300 simulated states, 30 epochs, half ``policy train``'s default; at 10 epochs the
+    lab's few samples have not yet been fitted: the error still falls, but by less, and by how much depends on the
+    seed)."""
     torch.set_num_threads(1)
     history = stored(tmp_path / "state", *(record(f"j{i}", fingerprint=f"{i:064x}") for i in range(3)))
     data = history_samples(history)
@@ -117,12 +116,12 @@ def test_training_on_the_history_moves_the_model_towards_the_lab_measurements(tm
 
     def error(extra) -> float:
         out = tmp_path / ("with" if extra else "without") / "gnn.pt"
-        train(0, out, epochs=10, synthetic=300, extra=extra)
+        train(0, out, epochs=30, synthetic=300, extra=extra)
         thr, _ = score(graphs, load_model(out))
         return float((torch.cat(thr) - truth).abs().mean())
 
     with_history, without = error(data.samples), error(())
-    assert with_history < 0.8 * without, (with_history, without)
+    assert with_history < 0.5 * without, (with_history, without)
 
 
 @pytest.mark.slow  # trains the GNN
