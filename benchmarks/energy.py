@@ -25,8 +25,11 @@ under ``[power] max_total_w``). The oracle predicts with the truth.
 fitted models the policies predict with (kept to compare with earlier results: circular, not evidence).
 
 Rows: the policies of :func:`ecolaunch.sim.policies.sim_policy_names` (``curve``, the default, among them), the
-oracle, and the ablations ``zeus-5w`` (Zeus's cap rule on the 5 W grid) and ``zeus-5w-margin`` (the same with 5 % of
-the bound kept back). The simulator's ablation ``no-gnn`` (the gnn policy with its learned part removed) is built as
+oracle, the ablations ``zeus-5w`` (Zeus's cap rule on the 5 W grid) and ``zeus-5w-margin`` (the same with 5 % of
+the bound kept back), and, in the measured world, two bounds for a first-launch predictor
+(:mod:`ecolaunch.sim.first_curves`): ``pessimistic-curve`` (``curve`` with each first launch told the most
+pessimistic curve of the other folds' job types: the rule to beat) and ``exact-first-curve`` (told its true curve:
+what a perfect predictor would add). The simulator's ablation ``no-gnn`` (the gnn policy with its learned part removed) is built as
 the ``curve`` policy under another name, so it is not a row of its own (``--policy no-gnn`` still runs it).
 ``learned_pct``: the share of a policy's placements its learned part decided (``Decision.predicted["learned"]``).
 
@@ -40,6 +43,7 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "vs_exclusive": {TRACE: {POLICY: {"node_energy_pct" | "mean_jct_pct": {"mean", "ci95", "per_seed"}}}},
      "goals": {TRACE: {"gnn_vs_curve_energy_pct" | "gnn_vs_curve_jct_pct" | "violations_over_curve_pp"
                        | "gnn_over_oracle_energy_pct": {"mean", "ci95"}, "met": bool}},
+     "first_launch": {TRACE: {"A vs B": {"energy_saved_pct" | "violations_pp": {"mean", "ci95", "per_seed"}}}},
      "folds": {FOLD: {"types", "weights", "sd_z"}} | null}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
@@ -48,7 +52,9 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
 job at its minimum: what ``power-budget``'s budget bounds) and, in the measured world, ``first_launches``,
 ``repeat_launches``, ``oom_failures``. ``vs_exclusive``: each seed's ``100 * (policy / exclusive - 1)``. ``goals``:
 each seed's saving of ``gnn`` against ``curve`` (``100 * (1 - gnn / curve)``), its violations minus ``curve``'s and
-its node energy over the oracle's.
+its node energy over the oracle's. ``first_launch`` (traces with ``curve``, both first-curve rows and the oracle):
+each seed's node energy saved by ``pessimistic-curve``, ``exact-first-curve`` and the oracle against ``curve``, and by
+exact against pessimistic, with the violations' difference.
 
 **Fold weights** are cached under a tag of what they were trained without and a fingerprint of what training reads
 (:func:`training_fingerprint`): weights trained by other code or on other data are never reused.
@@ -76,6 +82,9 @@ MODEL_TRACES = {
 KEYS = ("node_energy_kwh", "gpu_energy_kwh", "job_energy_kwh", "mean_jct_s", "p95_jct_s", "mean_slowdown_pct",
         "qos_violations_pct", "makespan_s")
 ABLATIONS = ("zeus-5w", "zeus-5w-margin")
+#: ``curve`` with a first launch's missing curve supplied (measured world only; :mod:`ecolaunch.sim.first_curves`):
+#: the most pessimistic curve of the other folds' types (the rule to beat), or its true curve (an upper bound)
+FIRST_CURVE_ROWS = ("pessimistic-curve", "exact-first-curve")
 #: the seed every fold's GNN is trained with (the folds serve every run seed)
 TRAIN_SEED = 0
 #: the per-seed differences against ``exclusive``: name -> the row key it compares
@@ -112,12 +121,15 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
         out["world"][name] = world
         out["traces"][name] = {}
         for policy in policies:
+            if world == "model" and policy in FIRST_CURVE_ROWS:
+                continue  # a first launch's curve is the measured world's
             start = time.perf_counter()
             runs = [run_one(name, world, machine, policy, seed, weights) for seed in seeds]
             out["wall_s"][f"{name}/{policy}"] = round(time.perf_counter() - start, 2)
             out["traces"][name][policy] = over_seeds(runs)
         out["vs_exclusive"][name] = vs_exclusive(out["traces"][name])
     out["goals"] = goals(out["traces"])
+    out["first_launch"] = first_launch(out["traces"])
     return out
 
 
@@ -198,6 +210,14 @@ def _policy(name: str, trace, weights):
 
         zeus = ZeusPolicy(cap_step_w=5.0, name=name, priors=priors)
         return BudgetedPolicy(zeus if name == "zeus-5w" else WithMargin(zeus, name), priors)
+    if name in FIRST_CURVE_ROWS and trace is not None:
+        from ecolaunch.policy.budgeted import BudgetedPolicy
+        from ecolaunch.policy.curve import CurvePolicy
+        from ecolaunch.sim.first_curves import ExactFirstCurve, FirstLaunchCurves, PessimisticFirstCurve
+
+        kind_of = {j.id: j.kind for j in trace.jobs}
+        supply = (PessimisticFirstCurve if name == "pessimistic-curve" else ExactFirstCurve)(kind_of)
+        return FirstLaunchCurves(BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors), supply, name)
     if name == "gnn" and weights:
         from ecolaunch.sim.policies import FoldedPolicy
 
@@ -311,6 +331,24 @@ def goals(traces: dict) -> dict:
     return out
 
 
+def first_launch(traces: dict) -> dict:
+    """What telling a first launch its curve is worth, on each trace that has the rows, paired by seed: the node energy
+    ``pessimistic-curve``, ``exact-first-curve`` and the oracle save against ``curve`` (and exact against pessimistic:
+    what a perfect predictor adds over the rule), with each one's violations minus ``curve``'s."""
+    pairs = (("pessimistic-curve", "curve"), ("exact-first-curve", "curve"), ("exact-first-curve", "pessimistic-curve"),
+             ("oracle", "curve"))
+    out = {}
+    for name, rows in traces.items():
+        if not all(p in rows for p in ("curve", *FIRST_CURVE_ROWS, "oracle")):
+            continue
+        out[name] = {}
+        for a, b in pairs:
+            saved = paired(rows, a, b, "node_energy_kwh", _pct_saved)
+            viol = paired(rows, a, b, "qos_violations_pct", lambda x, y: x - y)
+            out[name][f"{a} vs {b}"] = {"energy_saved_pct": saved, "violations_pp": viol}
+    return out
+
+
 def _end(stat: dict, side: int) -> float:
     """The upper (``side`` 1) or lower (-1) end of a figure's 95 % interval (its mean for one seed)."""
     return stat["mean"] + side * (stat["ci95"] or 0.0)
@@ -347,6 +385,17 @@ def markdown(result: dict) -> str:
                 f"| {r['shared_jobs_pct']:.0f} | {r['learned_pct']:.0f} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def first_launch_table(result: dict) -> str:
+    """The ``first_launch`` figures as one markdown table."""
+    lines = ["| trace | comparison | node energy saved % | violations, pp |", "|---|---|---|---|"]
+    for name, rows in result["first_launch"].items():
+        for comparison, r in rows.items():
+            e, v = r["energy_saved_pct"], r["violations_pp"]
+            lines.append(f"| {name} | {comparison} | {_pm(e['mean'], e['ci95'], '+.2f')} | "
+                         f"{_pm(v['mean'], v['ci95'], '+.2f')} |")
+    return "\n".join(lines) + "\n"
 
 
 def plot(result: dict, path: Path) -> bool:
@@ -390,7 +439,7 @@ def main() -> None:
 
     from ecolaunch.sim.policies import sim_policy_names
 
-    policies = args.policy or [*sim_policy_names(), *ABLATIONS]
+    policies = args.policy or [*sim_policy_names(), *ABLATIONS, *FIRST_CURVE_ROWS]
     worlds = ["measured", "model"] if args.world == "both" else [args.world]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     result = run_all(seeds, policies, worlds, args.trace, args.folds, args.cache)
@@ -408,11 +457,13 @@ def main() -> None:
         "decided.\n\n" + table
         + "\n## Goals (gnn against curve and the oracle, paired by seed)\n\n```json\n"
         + json.dumps(result["goals"], indent=2) + "\n```\n"
+        + ("\n## First launches told a curve (paired by seed against `curve`)\n\n" + first_launch_table(result)
+           if result["first_launch"] else "")
         + ("\n## Folds (job types each fold's GNN was trained without)\n\n" + "".join(
             f"- fold {k}: {', '.join(f['types'])}\n" for k, f in result["folds"].items()) if result["folds"] else ""))
     (args.out / "energy.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     plotted = plot(result, args.out / "energy.png")
-    emit({k: result[k] for k in ("seeds", "traces", "vs_exclusive", "goals", "folds")}, args.json,
+    emit({k: result[k] for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "folds")}, args.json,
          table + ("" if plotted else "\n(matplotlib not installed: no energy.png)"))
 
 

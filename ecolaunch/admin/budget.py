@@ -72,6 +72,7 @@ shared GPU, or the budget's last resort may do to it.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import heapq
 import logging
@@ -361,6 +362,18 @@ def _wanted_w(job: Job, uuid: str, top_w: float) -> float:
     return top_w
 
 
+def _booked_w(state: StateGraph, demand: GpuDemand) -> float:
+    """The budget cap the job on ``demand``'s GPU was booked at (its decision's record, from its validated job
+    file), else its floor: a job may be held there, never lower (a forged record harms only its own job)."""
+    job = state.jobs.get(demand.job_id or "")
+    decision = job.decision if job is not None and isinstance(job.decision, dict) else {}
+    predicted = decision.get("predicted")
+    budget = predicted.get("budget") if isinstance(predicted, dict) else None
+    caps = budget.get("caps_w") if isinstance(budget, dict) else None
+    watts = number_or_none(caps.get(demand.uuid), positive=True) if isinstance(caps, dict) else None
+    return demand.floor_w if watts is None else watts
+
+
 def bounds_or_none(rules: Rules, nodes: Sequence[GpuNode]) -> tuple[float, float] | None:
     try:
         return job_cap_bounds(rules, nodes)  # type: ignore[arg-type]
@@ -404,6 +417,12 @@ def rebalance(state: StateGraph, rules: Rules, priors: Priors = default_prior) -
     for host in state.hosts.values():
         demands = host_demands(state, host, rules, priors=priors)
         caps = allocate(demands, budget)
+        if caps is None:
+            # a job measured since it was admitted (a first launch placed from a supplied curve) may find its floor
+            # above the cap it was admitted at: it keeps that cap rather than break the budget
+            held = [dataclasses.replace(d, floor_w=min(d.floor_w, _booked_w(state, d)))
+                    if d.job_id is not None and d.curve else d for d in demands]
+            caps = allocate(held, budget)
         if caps is None:
             logger.warning("the running jobs' floors on host %s need more than the %g W power budget; each job is "
                            "held at its floor", host.name, budget)

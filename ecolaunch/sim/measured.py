@@ -333,6 +333,10 @@ class MeasuredWorld:
         """A type's measurements on ``board``."""
         return self._board(board)[1][kind]
 
+    def board_model(self, board: str | None = None) -> GpuModel:
+        """The catalogue's model of ``board`` (its power limits)."""
+        return self._board(board)[0]
+
     def _demand(self, kind: str) -> float:
         """The type's demand fitted on Gavel pairs without its fold (its own interpolated)."""
         fold = self._fold_of[kind]

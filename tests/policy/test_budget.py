@@ -185,6 +185,22 @@ def test_rebalance_raises_caps_back_when_a_job_leaves() -> None:
     assert rebalance(graph, Rules()) == {}
 
 
+def test_a_job_whose_measured_floor_rose_keeps_its_booked_cap_rather_than_break_the_budget() -> None:
+    """A first launch admitted from a supplied curve (here: FLAT's, floor 200 W) is measured steeper once it runs
+    (STEEP: floor 285 W); rebalancing holds it at the cap it was booked at instead of exceeding the budget."""
+    rules = Rules(power_max_total_w=880.0)  # 2 x 285 (STEEP's floors) + 200 + 100 idle, and 10 W to spare
+    graph, policy = machine(), get_policy("exclusive")
+    place(graph, policy, request("a"), rules)
+    place(graph, policy, request("b"), rules)
+    place(graph, policy, request("first", FLAT), rules)
+    booked = graph.budget_caps_w["GPU-2"]
+    assert booked < 250.0 and total_w(graph, rules) <= 880.0
+    graph.jobs["first"].profile = profile_from_json(STEEP, where="test")  # what its profiler measured
+    caps = rebalance(graph, rules)
+    # the others at their floors, the newcomer at its booked cap plus the 10 W left; GPU-3 idle at its minimum
+    assert caps == {"GPU-0": 285.0, "GPU-1": 285.0, "GPU-2": booked + 10.0} and sum(caps.values()) + 100.0 <= 880.0
+
+
 def test_a_job_without_a_curve_keeps_what_it_asked_and_the_others_make_room() -> None:
     rules = Rules(power_max_total_w=1100.0)
     graph, policy = machine(), get_policy("exclusive")

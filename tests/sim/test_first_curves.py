@@ -1,0 +1,71 @@
+"""The curves a first launch can be told before it runs (ecolaunch.sim.first_curves): the pessimistic rule reads only
+the other folds' types, the exact one the truth, and a policy decides a first launch with the supplied curve while a
+repeat keeps its own."""
+
+from __future__ import annotations
+
+from ecolaunch.admin.rules import Rules
+from ecolaunch.policy.base import JobRequest
+from ecolaunch.policy.budgeted import BudgetedPolicy
+from ecolaunch.policy.curve import CurvePolicy
+from ecolaunch.sim.first_curves import ExactFirstCurve, FirstLaunchCurves, PessimisticFirstCurve
+from ecolaunch.sim.measured import BOARD, MeasuredWorld
+from ecolaunch.state.graph import GpuNode, Host, StateGraph
+from ecolaunch.devices.catalogue import lookup
+
+
+def machine(n: int = 4) -> StateGraph:
+    graph = StateGraph()
+    graph.hosts["h"] = Host("h", {f"GPU-{i}": GpuNode.from_model(lookup(BOARD), uuid=f"GPU-{i}", index=i)
+                                  for i in range(n)})
+    return graph
+
+
+def request(jid: str, profile=None) -> JobRequest:
+    return JobRequest(jid, "u", "h", 1, memory_mib=1000, allowed_slowdown_pct=10.0, profile=profile)
+
+
+def test_the_pessimistic_curve_bounds_every_type_of_the_other_folds_and_reads_none_of_its_own() -> None:
+    world = MeasuredWorld()
+    kinds = sorted(world.kinds)
+    mine = kinds[0]
+    fold = world.fold_of(mine)
+    curve = PessimisticFirstCurve({"j": mine})(machine(), request("j"))
+    others = [world.job_kind(k) for k in kinds if world.fold_of(k) != fold]
+    own = [world.job_kind(k) for k in kinds if world.fold_of(k) == fold]
+    t0 = curve.iter_time_s
+    for p in curve.cap_points:
+        ratio = p.iter_time_s / t0
+        assert ratio >= max(k.time_ratio(p.power_cap_w) for k in others) - 1e-9
+        assert ratio == max(k.time_ratio(p.power_cap_w) for k in others)  # the maximum, not a margin over it
+    # its own fold's types do not move it: the same curve for any type of the fold, another for another fold's
+    same = PessimisticFirstCurve({"j": own[-1].name})(machine(), request("j"))
+    assert same.cap_points == curve.cap_points
+    other = next(k for k in kinds if world.fold_of(k) != fold)
+    assert PessimisticFirstCurve({"j": other})(machine(), request("j")).cap_points != curve.cap_points
+
+
+def test_the_exact_curve_is_the_truth_and_a_mixed_host_gets_none() -> None:
+    world = MeasuredWorld()
+    kind = sorted(world.kinds)[3]
+    assert ExactFirstCurve({"j": kind})(machine(), request("j")) == world.true_profile(kind)
+    mixed = machine(1)
+    mixed.hosts["h"].gpus["GPU-9"] = GpuNode.from_model(lookup("P100-PCIE-16GB"), uuid="GPU-9", index=9)
+    assert ExactFirstCurve({"j": kind})(mixed, request("j")) is None
+
+
+def test_a_first_launch_is_capped_from_the_supplied_curve_and_a_repeat_from_its_own() -> None:
+    world = MeasuredWorld()
+    kind = sorted(world.kinds)[3]
+    rules = Rules(power_max_total_w=4 * 100.0 + 60.0)  # room for one job only 60 W above the board's minimum
+    policy = FirstLaunchCurves(BudgetedPolicy(CurvePolicy(name="exact-first-curve")), ExactFirstCurve({"j": kind}),
+                               "exact-first-curve")
+    plain = BudgetedPolicy(CurvePolicy())
+    assert plain.decide(machine(), request("j"), rules) is None  # no curve: it cannot be lowered, so it waits
+    decision = policy.decide(machine(), request("j"), rules)
+    assert decision is not None and decision.policy == "exact-first-curve"
+    assert decision.predicted["first_curve"] == "exact"
+    assert next(iter(decision.power_caps_w.values())) <= 160.0
+    # a repeat launch reads its own measurements: nothing is supplied
+    repeat = policy.decide(machine(), request("j", world.true_profile(kind)), Rules())
+    assert repeat is not None and "first_curve" not in repeat.predicted
