@@ -73,27 +73,18 @@ def _iso(unix_s: float) -> str:
     return datetime.fromtimestamp(unix_s).astimezone().isoformat(timespec="seconds")
 
 
-def _kwh(joules: float | None) -> float | None:
-    # lazy: registering the subcommands loads every cli module; the accounting loads only for a report across jobs
-    from ecolaunch.profile.accounting import J_PER_KWH
-
-    return None if joules is None else joules / J_PER_KWH
-
-
 def _numbers(usage) -> dict:
-    """A group's sums as the CSV and JSON name them (the estimate's fields are None without an estimate)."""
+    """A group's sums (:class:`~ecolaunch.profile.accounting.Usage`) as the CSV and JSON name them."""
     return {"jobs": usage.jobs, "energy_kwh": usage.energy_kwh, "gpu_hours": usage.gpu_hours,
-            "jobs_estimated": usage.estimated,
-            "uncapped_kwh_estimate": _kwh(usage.uncapped_j) if usage.estimated else None,
+            "jobs_estimated": usage.estimated, "uncapped_kwh_estimate": usage.uncapped_kwh,
             "saving_kwh_estimate": usage.saving_kwh, "saving_pct_estimate": usage.saving_pct}
 
 
 def _job_row(job) -> dict:
-    pct = 100.0 * job.saving_j / job.uncapped_j if job.saving_j is not None and job.uncapped_j else None
+    """One job (:class:`~ecolaunch.profile.accounting.JobUsage`) as the CSV and JSON name it."""
     return {"job": job.job_id, "user": job.user, "name": job.name, "ended": _iso(job.ended), "gpus": job.gpus,
-            "energy_kwh": _kwh(job.energy_j), "gpu_hours": job.gpu_hours,
-            "uncapped_kwh_estimate": _kwh(job.uncapped_j), "saving_kwh_estimate": _kwh(job.saving_j),
-            "saving_pct_estimate": pct}
+            "energy_kwh": job.energy_kwh, "gpu_hours": job.gpu_hours, "uncapped_kwh_estimate": job.uncapped_kwh,
+            "saving_kwh_estimate": job.saving_kwh, "saving_pct_estimate": job.saving_pct}
 
 
 #: the CSV's and JSON's fields of a group (after its key: the user or the day), and of a job (``--by job``)

@@ -67,6 +67,23 @@ class JobUsage:
         return cls(rec.job_id, rec.user, rec.name, rec.ended, len(rec.gpus), energy_j,
                    len(rec.gpus) * rec.duration_s / 3600.0, uncapped_j, saving_j)
 
+    @property
+    def energy_kwh(self) -> float | None:
+        return _kwh(self.energy_j)
+
+    @property
+    def uncapped_kwh(self) -> float | None:
+        return _kwh(self.uncapped_j)
+
+    @property
+    def saving_kwh(self) -> float | None:
+        return _kwh(self.saving_j)
+
+    @property
+    def saving_pct(self) -> float | None:
+        """The estimated saving in % of the energy alone and uncapped; None without an estimate."""
+        return _pct(self.saving_j, self.uncapped_j)
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -91,14 +108,27 @@ class Usage:
         return self.energy_j / J_PER_KWH
 
     @property
+    def uncapped_kwh(self) -> float | None:
+        """The estimated jobs' energy alone and uncapped in kWh; None when no job of the group has an estimate."""
+        return _kwh(self.uncapped_j) if self.estimated else None
+
+    @property
     def saving_kwh(self) -> float | None:
         """The estimated saving in kWh; None when no job of the group has an estimate."""
-        return self.saving_j / J_PER_KWH if self.estimated else None
+        return _kwh(self.saving_j) if self.estimated else None
 
     @property
     def saving_pct(self) -> float | None:
         """The estimated saving in % of the estimated jobs' energy alone and uncapped; None without an estimate."""
-        return 100.0 * self.saving_j / self.uncapped_j if self.estimated and self.uncapped_j > 0 else None
+        return _pct(self.saving_j, self.uncapped_j) if self.estimated else None
+
+
+def _kwh(joules: float | None) -> float | None:
+    return None if joules is None else joules / J_PER_KWH
+
+
+def _pct(saving_j: float | None, uncapped_j: float | None) -> float | None:
+    return 100.0 * saving_j / uncapped_j if saving_j is not None and uncapped_j else None
 
 
 def _day(job: JobUsage) -> str:
