@@ -19,7 +19,7 @@ from datetime import datetime
 
 import click
 
-from ecolaunch.cli.history_cmd import fmt_time, warn_squatted
+from ecolaunch.cli.history_cmd import fmt_time, open_history, warn_squatted
 from ecolaunch.errors import with_hint
 
 FORMATS = ("table", "csv", "json")
@@ -148,8 +148,7 @@ def render_table(table_rows: list[dict], total: dict, by: str) -> str:
 def report_across(by: str, since: Since, users: tuple[str, ...], fmt: str) -> None:
     """Print the report across jobs (see the module docstring)."""
     # lazy: registering the subcommands loads every cli module; the accounting loads only for a report across jobs
-    from ecolaunch.cli.history_cmd import open_history
-    from ecolaunch.profile.accounting import ESTIMATE, summarize  # lazy: as above
+    from ecolaunch.profile.accounting import ESTIMATE, summarize
 
     store, state_dir = open_history()
     groups, usage = summarize(store.list(), by, since=since.at, users=users)
