@@ -15,7 +15,10 @@ is logged once with the fix, and is retried at the next pass; the agent keeps ru
 member's cap wish (its keeper serves every uid): it is the one root process that is there to restore it.
 
 The agent announces itself in ``<state dir>/agent.json`` (pid, start time, interval), so that launchers know a
-cap they record will be applied (:func:`agent_alive`). Nothing here prints or exits.
+cap they record will be applied (:func:`agent_alive`). Given a ``textfile``, it also writes this host's metrics
+(:mod:`ecolaunch.admin.metrics`) there after every pass, for node_exporter's textfile collector, and removes the
+file when it stops (a stopped agent's readings must not look current); a write that fails is logged once while it
+lasts and never stops a pass. Nothing here prints or exits.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class CapAgent:
         processes: the process table (psutil by default).
         ledger_path: where the ledger of original caps lives (default ``<state dir>/caps.json``).
         wall_clock: seconds since the epoch, for the heartbeat file.
+        textfile: where to write this host's metrics after every pass (a ``*.prom`` file), or None.
     """
 
     def __init__(
@@ -68,6 +72,7 @@ class CapAgent:
         processes: ProcessTable | None = None,
         ledger_path: Path | None = None,
         wall_clock=time.time,
+        textfile: Path | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -80,6 +85,14 @@ class CapAgent:
         self._topology = None
         self._pid = os.getpid()
         self._start_time: float | None = None
+        self.textfile = textfile
+        self._metrics = None
+        if textfile is not None:
+            # lazy: prometheus-client loads only in an agent that writes metrics (every launcher imports this module)
+            from ecolaunch.admin.metrics import registry
+
+            self._metrics = registry(store, backend, self.processes)
+        self._textfile_failing: str | None = None
 
     def step(self) -> CapReport:
         """One pass: reconcile the state and bring every managed GPU to its desired cap."""
@@ -87,6 +100,7 @@ class CapAgent:
             self._topology = self.backend.topology()
         report = self.keeper.pass_over(self.store, self._topology)
         self._announce()
+        self._write_metrics()
         return report
 
     def restore_all(self) -> CapReport:
@@ -146,6 +160,25 @@ class CapAgent:
                     f"can be ({fix})")
         return f"cannot write the state directory {self.store.directory} ({error.strerror or error}; {fix})"
 
+    # --- the metrics file ------------------------------------------------------------------------
+    def _write_metrics(self) -> None:
+        if self.textfile is None or self._metrics is None:
+            return
+        # lazy: as the registry in the constructor
+        from ecolaunch.admin.metrics import write_textfile
+
+        try:
+            write_textfile(self.textfile, self._metrics)
+        except OSError as e:
+            why = f"cannot write the metrics file {self.textfile}: {e.strerror or e}"
+            if why != self._textfile_failing:
+                logger.warning("%s; retrying at every pass", why)
+            self._textfile_failing = why
+            return
+        if self._textfile_failing is not None:
+            logger.warning("the metrics file %s is written again", self.textfile)
+            self._textfile_failing = None
+
     # --- the heartbeat file ----------------------------------------------------------------------
     def _announce(self) -> None:
         if self._start_time is None:
@@ -155,6 +188,9 @@ class CapAgent:
             atomic_write_bytes(self.store.directory / AGENT_FILE, json.dumps(doc).encode(), mode=0o644)
 
     def _retire(self) -> None:
+        if self.textfile is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.textfile)
         path = self.store.directory / AGENT_FILE
         with contextlib.suppress(OSError, RefusedFile, ValueError, TypeError):
             raw, _ = read_regular_file_owned(path, 4096)

@@ -9,10 +9,25 @@ from pathlib import Path
 import click
 
 from ecolaunch.cli.command import Command, Failed
+from ecolaunch.errors import with_hint
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: a pass never waits longer than this for the state lock (then it works from a lock-free snapshot)
 AGENT_LOCK_TIMEOUT_S = 5.0
+
+
+def _textfile(ctx: click.Context, param: click.Parameter, path: Path | None) -> Path | None:
+    """``--textfile``: a ``*.prom`` file (node_exporter reads no other) in a directory that exists."""
+    if path is None:
+        return None
+    if path.suffix != ".prom":
+        raise click.BadParameter(with_hint(f"{str(path)!r} does not end in .prom, and node_exporter's textfile "
+                                           "collector reads only *.prom files", f"name it {path.with_suffix('.prom')}"),
+                                 ctx, param)
+    if not path.parent.is_dir():
+        raise click.BadParameter(with_hint(f"the directory of {str(path)!r} does not exist", "give a file in "
+                                           "node_exporter's --collector.textfile.directory"), ctx, param)
+    return path
 
 
 @click.command(cls=Command)
@@ -22,8 +37,12 @@ AGENT_LOCK_TIMEOUT_S = 5.0
               help="seconds between two passes")
 @click.option("--ledger", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="the ledger of original caps (default: <state dir>/caps.json)")
+@click.option("--textfile", type=click.Path(dir_okay=False, path_type=Path), default=None, callback=_textfile,
+              help="write this host's metrics there after every pass, for node_exporter's textfile collector (a "
+              "*.prom file in its --collector.textfile.directory; see docs/accounting.md)")
 @click.option("-v", "--verbose", is_flag=True, help="log every change (INFO)")
-def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, verbose: bool) -> None:
+def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, textfile: Path | None,
+          verbose: bool) -> None:
     """Apply the power caps that running jobs want, within the admin policy; restore each GPU's original cap.
 
     Runs as root on real GPUs (anyone may run it on simulated ones, ECOLAUNCH_SIMULATE). Reads the policy
@@ -44,7 +63,7 @@ def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, ver
         backend = open_gpus(environment)
         require_cap_privilege(backend)
         store = StateStore(environment.state_dir, group=rules.state_group, lock_timeout_s=AGENT_LOCK_TIMEOUT_S)
-        cap_agent = CapAgent(store, backend, rules, ledger_path=ledger)
+        cap_agent = CapAgent(store, backend, rules, ledger_path=ledger, textfile=textfile)
         if restore:
             report = cap_agent.restore_all()
             click.echo(f"ecolaunch agent: restored {_describe(report.restored)}")

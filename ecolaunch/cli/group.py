@@ -8,6 +8,7 @@ from ecolaunch._version import __version__
 from ecolaunch.cli.agent_cmd import agent
 from ecolaunch.cli.calibrate_cmd import calibrate
 from ecolaunch.cli.command import Group
+from ecolaunch.cli.exporter_cmd import exporter
 from ecolaunch.cli.history_cmd import history
 from ecolaunch.cli.init_state_cmd import init_state
 from ecolaunch.cli.policy_cmd import policy
@@ -25,6 +26,7 @@ def cli() -> None:
 
 def register() -> click.Group:
     """Add every subcommand to the group; returns it."""
-    for command in (status, policy, simulate, agent, predict, history, report, init_state, calibrate):
+    for command in (status, policy, simulate, agent, predict, history, report, init_state, calibrate,
+                    exporter):
         cli.add_command(command)
     return cli

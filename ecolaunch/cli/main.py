@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 #: the subcommands' names, known without importing them (a test checks them against the registered commands)
 SUBCOMMANDS = frozenset({"status", "policy", "simulate", "agent", "predict", "history", "report", "init-state",
-                         "calibrate"})
+                         "calibrate", "exporter"})
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,4 +1,5 @@
-"""``ecolaunch report JOB``: one finished job in detail, and a PNG plot of its power and utilization."""
+"""``ecolaunch report JOB``: one finished job in detail, and a PNG plot of its power and utilization; without a JOB,
+the report across jobs (``--by``, ``--since``, ``--user``, ``--format``: ``ecolaunch.cli.accounting``)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ import json
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
+from ecolaunch.cli.accounting import DEFAULT_SINCE, FORMATS, SinceType, report_across
 from ecolaunch.cli.command import Command, Failed
 from ecolaunch.cli.history_cmd import fmt_duration, fmt_energy, fmt_time, open_history
 from ecolaunch.config import ENV_STATE_DIR
+from ecolaunch.errors import with_hint
 from ecolaunch.jobmodel.codec import to_json
 from ecolaunch.state.graph import StateGraph
 
@@ -147,12 +151,40 @@ def plot(rec, path: Path, indices: dict[str, int]) -> None:
         plt.close(fig)
 
 
+#: the options of the report across jobs, and their parameters' names
+_ACROSS = {"--by": "by", "--since": "since", "--user": "users", "--format": "fmt"}
+
+
 @click.command(cls=Command)
-@click.argument("job")
-@click.option("--json", "as_json", is_flag=True, help="print the whole record as JSON (sampled series included)")
+@click.argument("job", required=False)
+@click.option("--json", "as_json", is_flag=True,
+              help="print the whole record as JSON (sampled series included); without JOB, as --format json")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help=f"write a PNG of power and utilization over time (needs matplotlib: {PLOT_HINT})")
-def report(job: str, as_json: bool, plot_path: Path | None) -> None:
+@click.option("--by", type=click.Choice(["user", "day", "job"]), default="user", show_default=True,
+              help="without JOB: one line per user, per day the jobs ended, or per job")
+@click.option("--since", type=SinceType(), default=DEFAULT_SINCE, show_default=True,
+              help="without JOB: the jobs that ended since then: 90m, 12h, 30d, 2w back, or an ISO date")
+@click.option("--user", "users", multiple=True, metavar="USER", help="without JOB: only this user's jobs (repeatable)")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="without JOB: the form of the report")
+@click.pass_context
+def report(ctx: click.Context, job: str | None, as_json: bool, plot_path: Path | None, by: str, since,
+           users: tuple[str, ...], fmt: str) -> None:
+    given = [flag for flag, name in _ACROSS.items() if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if job is None:
+        if plot_path is not None:
+            raise click.UsageError(with_hint("--plot draws one job, and no JOB was given",
+                                             "give its job id: ecolaunch report JOB --plot FILE ('ecolaunch history' "
+                                             "lists them)"))
+        if as_json and "--format" in given and fmt != "json":
+            raise click.UsageError(with_hint(f"--json asks for JSON and --format for {fmt}", "give one of them"))
+        report_across(by, since, users, "json" if as_json else fmt)
+        return
+    if given:
+        options = " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
+        raise click.UsageError(with_hint(f"{options} {'is' if len(given) == 1 else 'are'} for the report across jobs, "
+                                         f"not for one job ({job})", f"leave out JOB ({job}), or {options}"))
     store, state_dir = open_history()
     rec = _find(store, job)
     if as_json:
@@ -164,7 +196,10 @@ def report(job: str, as_json: bool, plot_path: Path | None) -> None:
         click.echo(f"plot written to {plot_path}", err=True)
 
 
-report.help = f"""Show one finished job: energy, run time, GPUs and caps, sharing, its profile and the cap advice.
+report.help = f"""Show one finished job, or energy, GPU-hours and the saving across jobs (like Slurm's sreport).
 
-JOB is a job id from 'ecolaunch history' (a unique prefix is enough). Reads the history in the state
-directory ({ENV_STATE_DIR}, as for the launcher)."""
+With JOB (a job id from 'ecolaunch history'; a unique prefix is enough): its energy, run time, GPUs and caps,
+sharing, its profile and the cap advice. Without JOB: the jobs that ended since --since (default {DEFAULT_SINCE}),
+one line per user, day or job (--by), with their energy in kWh, GPU-hours and the saving against running alone and
+uncapped, an estimate (docs/accounting.md says how it is made). Reads the history in the state directory
+({ENV_STATE_DIR}, as for the launcher)."""

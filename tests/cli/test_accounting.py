@@ -1,0 +1,180 @@
+"""``ecolaunch report`` without a JOB: energy, GPU-hours and the estimated saving across jobs, through the real CLI
+over a history of records (written by the history's own API, and by a real simulated launch)."""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import io
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.profile.history import History, JobRecord
+from tests.conftest import BIN, REPO, clean_env, ecolaunch_cmd
+
+DAY = 86400.0
+#: midnight (UTC) ten days ago: the records' days are whole, whatever the time the test runs
+BASE = calendar.timegm(time.gmtime(time.time() - 10 * DAY)[:3] + (0, 0, 0)) + 12 * 3600.0
+
+
+def day(t: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(t))
+
+
+def record(job_id: str, user: str, ended: float, *, gpus: int = 1, energy_j: float, duration_s: float,
+           iterations: int | None = None, iter_time_s: float | None = None, profile: Profile | None = None,
+           profiling_energy_j: float | None = None) -> JobRecord:
+    uuids = tuple(f"GPU-{i:04d}" for i in range(gpus))
+    return JobRecord(job_id=job_id, user=user, name=f"{job_id}-train", fingerprint=None, started=ended - duration_s,
+                     ended=ended, duration_s=duration_s, exit_code=0, gpus=uuids,
+                     gpu_names=("NVIDIA A100-SXM4-80GB",) * gpus, energy_j=energy_j, gpu_energy_j=energy_j,
+                     profiling_energy_j=profiling_energy_j, iterations=iterations, iter_time_s=iter_time_s,
+                     profile=profile)
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    """A history of four jobs (the test runs as root, whose records may name any user):
+
+    - a1 (alice, 2 GPUs, 1 h, 0.5 kWh): 10000 iterations of 0.3 s (5/6 of the run); alone and uncapped 0.27 s at
+      300 W per GPU: 1.62 MJ against 1.5 MJ measured for the iterations, a saving of 0.12 MJ (7.41 %);
+    - a2 (alice, 30 min, 0.1 kWh): no profile, no estimate;
+    - b1 (bob, 2 h, 0.2 kWh plus 36 kJ of pre-launch profiling): 1000 iterations of 6 s (5/6 of the run); uncapped
+      5 s at 200 W: 1 MJ against 0.6 MJ, less the profiling run's 36 kJ: a saving of 0.364 MJ (36.4 %);
+    - c1 (carol): ended 40 days before a1, outside the default 30 days.
+    """
+    path = tmp_path / "state"
+    h = History(path)
+    h.record(record("a1", "alice", BASE, gpus=2, energy_j=1.8e6, duration_s=3600.0, iterations=10_000,
+                    iter_time_s=0.3, profile=Profile(iter_time_s=0.27, power_w=300.0)))
+    h.record(record("a2", "alice", BASE - 2 * DAY, energy_j=3.6e5, duration_s=1800.0))
+    h.record(record("b1", "bob", BASE - DAY, energy_j=7.2e5, duration_s=7200.0, iterations=1000, iter_time_s=6.0,
+                    profile=Profile(iter_time_s=5.0, power_w=200.0), profiling_energy_j=3.6e4))
+    h.record(record("c1", "carol", BASE - 40 * DAY, energy_j=3.6e6, duration_s=3600.0))
+    return path
+
+
+def report(state: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(ecolaunch_cmd("report", *args), env=clean_env(ECOLAUNCH_STATE_DIR=str(state), TZ="UTC"),
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+SINCE = day(BASE - 5 * DAY)
+NOTE = ("* estimated for {} of {} jobs: the saving is an estimate against running alone and uncapped, made for the jobs "
+        "whose\n  profile holds their uncapped iteration time and power: their iterations at that time and power, "
+        "minus the\n  measured energy of the same iterations and of any pre-launch profiling run (docs/accounting.md)\n")
+
+
+def test_by_user_is_the_default_table(state: Path) -> None:
+    result = report(state, "--since", SINCE)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        f"jobs that ended since {SINCE} 00:00, by user:\n"
+        "USER     JOBS  ENERGY (kWh)  GPU-HOURS  SAVING (kWh)*  SAVING*\n"
+        "alice       2         0.600       2.50         0.0333    7.4 %\n"
+        "bob         1         0.210       2.00          0.101   36.4 %\n"
+        "total       3         0.810       4.50          0.134   18.5 %\n" + NOTE.format(2, 3))
+    assert result.stderr == ""
+
+
+def test_by_job_table(state: Path) -> None:
+    result = report(state, "--since", SINCE, "--by", "job")
+    assert result.returncode == 0, result.stderr
+    ended = [time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) for t in (BASE, BASE - DAY, BASE - 2 * DAY)]
+    assert result.stdout == (
+        f"jobs that ended since {SINCE} 00:00, by job:\n"
+        "JOB  USER   NAME      ENDED               ENERGY (kWh)  GPU-HOURS  SAVING (kWh)*  SAVING*\n"
+        f"a1   alice  a1-train  {ended[0]}           0.500       2.00         0.0333    7.4 %\n"
+        f"b1   bob    b1-train  {ended[1]}           0.210       2.00          0.101   36.4 %\n"
+        f"a2   alice  a2-train  {ended[2]}           0.100      0.500            N/A      N/A\n"
+        "total (3 jobs)                                   0.810       4.50          0.134   18.5 %\n" + NOTE.format(2, 3))
+
+
+def test_by_day_as_csv(state: Path) -> None:
+    result = report(state, "--since", SINCE, "--by", "day", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [r["day"] for r in rows] == [day(BASE), day(BASE - DAY), day(BASE - 2 * DAY)]  # newest first
+    assert list(rows[0]) == ["day", "jobs", "energy_kwh", "gpu_hours", "jobs_estimated", "uncapped_kwh_estimate",
+                             "saving_kwh_estimate", "saving_pct_estimate"]
+    assert float(rows[0]["energy_kwh"]) == pytest.approx(0.5) and float(rows[0]["gpu_hours"]) == pytest.approx(2.0)
+    assert float(rows[0]["uncapped_kwh_estimate"]) == pytest.approx(1.62e6 / 3.6e6)
+    assert float(rows[0]["saving_kwh_estimate"]) == pytest.approx(0.12e6 / 3.6e6)
+    assert float(rows[1]["saving_pct_estimate"]) == pytest.approx(36.4)
+    assert rows[2]["jobs_estimated"] == "0" and rows[2]["saving_kwh_estimate"] == ""  # no profile: no estimate
+
+
+def test_by_job_as_json_says_how_the_saving_is_estimated(state: Path) -> None:
+    result = report(state, "--since", SINCE, "--by", "job", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["by"] == "job" and doc["since"] == f"{SINCE}T00:00:00+00:00"
+    assert [r["job"] for r in doc["rows"]] == ["a1", "b1", "a2"]  # newest first
+    b1 = doc["rows"][1]
+    assert (b1["user"], b1["name"], b1["gpus"]) == ("bob", "b1-train", 1)
+    assert b1["energy_kwh"] == pytest.approx(0.21) and b1["saving_kwh_estimate"] == pytest.approx(0.364e6 / 3.6e6)
+    assert doc["rows"][2]["saving_kwh_estimate"] is None
+    assert doc["total"]["jobs"] == 3 and doc["total"]["jobs_estimated"] == 2
+    assert "alone and uncapped" in doc["estimate"] and "profiling run" in doc["estimate"]
+    assert report(state, "--since", SINCE, "--by", "job", "--json").stdout == result.stdout  # --json: the same
+
+
+def test_the_window_and_the_users(state: Path) -> None:
+    default = json.loads(report(state, "--format", "json").stdout)  # 30 days back from now
+    assert [r["user"] for r in default["rows"]] == ["alice", "bob"]
+    wider = json.loads(report(state, "--since", "8w", "--format", "json").stdout)
+    assert [r["user"] for r in wider["rows"]] == ["alice", "bob", "carol"]
+    assert [r["user"] for r in json.loads(report(state, "--since", "8w", "--user", "carol", "--user", "bob",
+                                                 "--format", "json").stdout)["rows"]] == ["bob", "carol"]
+    recent = report(state, "--since", "1h", "--by", "job")
+    assert recent.returncode == 0
+    assert recent.stdout.startswith("no finished jobs ended since ") and recent.stdout.rstrip().endswith(
+        f" (1h) in the history of {state}")
+    nobody = report(state, "--user", "dave")
+    assert nobody.returncode == 0 and nobody.stdout.startswith("no finished jobs of dave ended since ")
+
+
+@pytest.mark.parametrize(("since", "why"), [
+    ("3x", "'3x' is neither a duration nor an ISO date"),
+    ("30", "'30' has no unit"),
+    ("0d", "'0d' is no time at all"),
+    ("2999-01-01", "'2999-01-01' is in the future (2999-01-01 00:00)"),
+])
+def test_a_bad_since_is_a_usage_error_with_the_forms_to_use(state: Path, since: str, why: str) -> None:
+    result = report(state, "--since", since)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.endswith(f"Error: Invalid value for '--since': {why}\nHINT: give a duration back from now "
+                                  "(90m, 12h, 30d, 2w) or an ISO date (2026-11-01, 2026-11-01T09:00)\n")
+    assert result.stdout == ""
+
+
+def test_options_of_the_report_across_jobs_with_a_job_are_usage_errors(state: Path) -> None:
+    result = report(state, "a1", "--by", "day", "--format", "csv")
+    assert result.returncode == 2
+    assert result.stderr.endswith("Error: --by and --format are for the report across jobs, not for one job (a1)\n"
+                                  "HINT: leave out JOB (a1), or --by and --format\n")
+    plot = report(state, "--plot", "out.png")
+    assert plot.returncode == 2 and "Error: --plot draws one job, and no JOB was given\nHINT: give its job id" in plot.stderr
+    both = report(state, "--json", "--format", "csv")
+    assert both.returncode == 2 and "Error: --json asks for JSON and --format for csv\nHINT: give one of them" in both.stderr
+    one = report(state, "a1")  # one job's report is as before
+    assert one.returncode == 0 and one.stdout.startswith("job a1  a1-train  (user alice)\n")
+
+
+def test_a_real_launch_is_accounted(sim_env, state_dir: Path) -> None:
+    """A simulated launch of an instrumented script: its record has a profile, so its saving is estimated."""
+    launch = subprocess.run(ecolaunch_cmd("--nproc-per-node", "1", str(BIN / "stepper.py"), "120", "0.01"),
+                            env=sim_env(), cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert launch.returncode == 0, launch.stderr
+    (job,) = json.loads(report(state_dir, "--by", "job", "--format", "json").stdout)["rows"]
+    assert job["energy_kwh"] > 0 and job["gpu_hours"] > 0 and job["gpus"] == 1
+    # it ran uncapped, as its profile was measured: its iterations used what the profile says, give or take; its
+    # start-up (a good part of so short a run) counts on neither side, or the "saving" would be near -50 %
+    assert job["uncapped_kwh_estimate"] > 0 and abs(job["saving_pct_estimate"]) < 20
+    table = report(state_dir).stdout.splitlines()
+    assert table[2].startswith("root ") and table[2].split()[1] == "1"
