@@ -409,7 +409,9 @@ def budgeted_gpus(state: StateGraph, rules: Rules) -> set[str]:
 def rebalance(state: StateGraph, rules: Rules, priors: Priors = default_prior) -> dict[str, float]:
     """The budget cap of every GPU of a running job that ecolaunch may cap (uuid -> W), allocated afresh: after a
     departure, caps lowered for others come back up toward what their jobs want. ``{}`` without a budget. When the
-    running jobs' floors do not fit (the admin lowered the budget under them), every job gets its floor."""
+    running jobs' floors do not fit, a job whose floor rose since it was booked (measured after it was admitted from
+    a supplied curve) may be held at its booked cap; when even that does not fit (the admin lowered the budget under
+    them), every job gets its floor."""
     budget = rules.power_max_total_w
     if budget is None:
         return {}
