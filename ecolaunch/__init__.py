@@ -55,13 +55,13 @@ def launch(entrypoint, *args, **options):
     return run(entrypoint, *args, **options)
 
 
-def measure(name=None):
+def measure(name=None, *, sync_cuda=True):
     """A measurement window of time and GPU energy: ``with ecolaunch.measure("eval") as m: ...``, then
     ``m.time_s``, ``m.energy_j``, ``m.gpu_energy_j`` (see :func:`ecolaunch.api.measure`)."""
     # lazy: as in launch(); the GPU backend loads with the first window
     from ecolaunch.api import measure as window
 
-    return window(name)
+    return window(name, sync_cuda=sync_cuda)
 
 
 def lightning_callback():

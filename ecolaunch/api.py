@@ -24,6 +24,7 @@ import io
 import os
 import pickle
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -198,7 +199,9 @@ class Measurement:
     ``time_s``: the block's wall time; ``energy_j``: what the measured GPUs used during it (None when it cannot be
     read: ``why_no_energy`` says why); ``gpu_energy_j``: per GPU, keyed by its index as ``ecolaunch status`` and
     ``nvidia-smi`` show it; ``gpus``: those indices. The energy is the whole GPU's, other jobs' on a shared GPU
-    included (as Zeus and NVML count it).
+    included (as Zeus and NVML count it). With ``sync_cuda`` (the default, as Zeus's ``sync_execution``) the window
+    waits for this process's queued CUDA work on its current device when it begins and ends, where the process
+    already uses CUDA (a window never imports torch or creates a CUDA context).
     """
 
     name: str | None = None
@@ -207,6 +210,7 @@ class Measurement:
     gpu_energy_j: dict[int, float | None] = field(default_factory=dict)
     gpus: tuple[int, ...] = ()
     why_no_energy: str | None = None
+    sync_cuda: bool = field(default=True, repr=False)
     _backend: Any = field(default=None, repr=False)
     _uuids: dict[str, int] = field(default_factory=dict, repr=False)
     _start: tuple[float, dict[str, float | None]] | None = field(default=None, repr=False)
@@ -214,11 +218,13 @@ class Measurement:
     def __enter__(self) -> Measurement:
         self._backend, self._uuids, self.why_no_energy = _measured_gpus()
         self.gpus = tuple(self._uuids.values())
+        self._synchronize()
         self._start = (time.monotonic(), self._counters())
         return self
 
     def __exit__(self, *exc: object) -> None:
         t0, before = self._start
+        self._synchronize()
         after = self._counters()
         self.time_s = time.monotonic() - t0
         self.gpu_energy_j = {i: None if before[u] is None or after[u] is None else after[u] - before[u]
@@ -227,6 +233,11 @@ class Measurement:
         if unread and self.why_no_energy is None:
             self.why_no_energy = f"GPU {', '.join(map(str, unread))} has no energy counter"
         self.energy_j = None if unread or not self._uuids else sum(self.gpu_energy_j.values())
+
+    def _synchronize(self) -> None:
+        torch = sys.modules.get("torch")
+        if self.sync_cuda and torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
 
     def _counters(self) -> dict[str, float | None]:
         readings = {}
@@ -239,14 +250,17 @@ class Measurement:
         return readings
 
 
-def measure(name: str | None = None) -> Measurement:
+def measure(name: str | None = None, *, sync_cuda: bool = True) -> Measurement:
     """A measurement window: ``with ecolaunch.measure("eval") as m: ...``, then ``m.time_s``, ``m.energy_j`` and
-    ``m.gpu_energy_j`` (see :class:`Measurement`). Each rank of a job reads all the job's GPUs: take one rank's
+    ``m.gpu_energy_j`` (see :class:`Measurement`; ``sync_cuda=False``: do not wait for queued CUDA work). Each rank of a job reads all the job's GPUs: take one rank's
     figures (rank 0) for the job. Without GPUs (no NVIDIA driver and no ``ECOLAUNCH_SIMULATE``, or
     ``CUDA_VISIBLE_DEVICES`` empty) the time is measured and the energy is None, with ``why_no_energy``."""
     if name is not None and not isinstance(name, str):
         raise ValueError(with_hint(f"the measurement's name must be a string, got {name!r}", 'e.g. measure("eval")'))
-    return Measurement(name)
+    if not isinstance(sync_cuda, bool):
+        raise ValueError(with_hint(f"sync_cuda must be True or False, got {sync_cuda!r}",
+                                   "leave it out to wait for queued CUDA work, or pass sync_cuda=False"))
+    return Measurement(name, sync_cuda=sync_cuda)
 
 
 def _measured_gpus() -> tuple[Any, dict[str, int], str | None]:
