@@ -71,7 +71,7 @@ class LaunchResult(Mapping):
 def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, nproc: int | str = 1,
            module: bool = False, policy: str | None = None, allowed_slowdown_pct: float | None = None,
            memory_mib: int | None = None, profile: str | None = None, wait_timeout_s: float | None = None,
-           explain: bool = False, verbose: bool = False, torchrun_args: Sequence[str] = (),
+           explain: bool = False, torchrun_args: Sequence[str] = (),
            env: Mapping[str, str] | None = None) -> LaunchResult:
     """Run ``entrypoint`` on ``nproc`` workers, placed, queued, capped and accounted as ``ecolaunch`` would.
 
@@ -80,9 +80,10 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
             call ``entrypoint(*args)``), or the path of a script (``module=True``: a module's name) run with
             ``args`` as its command-line arguments.
         nproc: workers, one GPU each (``--nproc-per-node``: a count, or ``"gpu"``/``"auto"``/``"cpu"``).
-        policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain, verbose: the command line's
-            ``--policy``, ``--allowed-slowdown``, ``--memory-mib``, ``--profile``, ``--wait-timeout``, ``--explain``,
-            ``-v``; unset, their ``ECOLAUNCH_*`` variables apply, as on the command line.
+        policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain: the command line's
+            ``--policy``, ``--allowed-slowdown``, ``--memory-mib``, ``--profile``, ``--wait-timeout``,
+            ``--explain``; unset, their ``ECOLAUNCH_*`` variables apply, as on the command line. What ``-v`` logs
+            goes to the ``ecolaunch`` logger: the application's logging configuration shows it.
         torchrun_args: further torchrun options, as typed (``["--max-restarts", "1"]``).
         env: the environment the launch reads its ``ECOLAUNCH_*`` settings from (default ``os.environ``); the
             workers inherit this process's own environment, as torchrun's do.
@@ -113,7 +114,7 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
         raise ValueError(with_hint(f"entrypoint must be a function, a script's path or (module=True) a module's "
                                    f"name, got {entrypoint!r}", "pass a function defined at a module's top level, "
                                    "or a script's path"))
-    argv = [*_options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain, verbose),
+    argv = [*_options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain),
             *[str(a) for a in torchrun_args]]
     if function is not None:
         argv += ["--module", function.name]
@@ -141,8 +142,7 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
                         summary.job_id, summary)
 
 
-def _options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain,
-             verbose) -> list[str]:
+def _options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain) -> list[str]:
     """The command line's options for :func:`launch`'s keyword arguments; ValueError for a bad one (the command
     line's own checks, :func:`_parse`, catch the rest)."""
     if isinstance(nproc, bool) or not (isinstance(nproc, int) and nproc >= 1 or nproc in NPROC_WORDS):
@@ -153,13 +153,9 @@ def _options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_time
                         ("--memory-mib", memory_mib), ("--profile", profile), ("--wait-timeout", wait_timeout_s)):
         if value is not None:
             argv += [flag, str(value)]
-    for flag, on in (("--explain", explain), ("--verbose", verbose)):
-        if not isinstance(on, bool):
-            raise ValueError(with_hint(f"{flag.lstrip('-')} must be True or False, got {on!r}",
-                                       f"pass {flag.lstrip('-')}=True or leave it out"))
-        if on:
-            argv.append(flag)
-    return argv
+    if not isinstance(explain, bool):
+        raise ValueError(with_hint(f"explain must be True or False, got {explain!r}", "pass explain=True or leave it out"))
+    return [*argv, "--explain"] if explain else argv
 
 
 def _parse(argv: list[str], env: Mapping[str, str]):
@@ -178,6 +174,11 @@ def _parse(argv: list[str], env: Mapping[str, str]):
 
 
 def _check_picklable(function) -> None:
+    main = sys.modules.get("__main__")
+    if function.fn.__module__ == "__main__" and not getattr(main, "__file__", None):
+        raise ValueError(with_hint(f"the function {function.fn.__qualname__} belongs to an interactive session (or "
+                                   "python -c), which the workers (spawned processes) cannot import",
+                                   "define it in a module or a script file and launch it from there"))
     try:
         pickle.dumps(function.fn)
     except (pickle.PicklingError, AttributeError, TypeError) as e:

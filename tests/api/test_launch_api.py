@@ -216,3 +216,31 @@ def test_without_gpus_a_function_runs_like_torchrun_and_has_no_energy() -> None:
     assert doc["values"] == {"0": "done", "1": "done"} and doc["energy_j"] is None and doc["job_id"] is None
     assert doc["time_s"] >= 2.0
     assert "launching like torchrun without GPU placement" in err
+
+
+MAIN_SCRIPT = """
+import json, ecolaunch
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    result = ecolaunch.launch(square, 3, nproc=2)
+    print(json.dumps({str(r): v for r, v in result.items()}))
+"""
+
+
+def test_a_function_of_the_main_script_runs_and_one_of_python_c_is_refused(sim_env, tmp_path: Path) -> None:
+    env = sim_env("2xA100-SXM4-80GB")
+    script = tmp_path / "train_main.py"
+    script.write_text(MAIN_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"0": 9, "1": 9}
+    history = subprocess.run(ecolaunch_cmd("history", "--json"), env=env, cwd=REPO, capture_output=True, text=True,
+                             timeout=60)
+    assert [r["name"] for r in json.loads(history.stdout)] == ["train_main.py:square"], history.stderr
+    refused = subprocess.run([sys.executable, "-c", MAIN_SCRIPT.replace('if __name__ == "__main__":', "if True:")],
+                             env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "ValueError: the function square belongs to an interactive session" in refused.stderr
+    assert "HINT: define it in a module or a script file" in refused.stderr
