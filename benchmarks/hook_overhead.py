@@ -64,7 +64,7 @@ def import_probe(runs: int) -> tuple[float, bool, bool]:
 
 def measure(repeats: int) -> dict[str, float | bool]:
     saved = dict(os.environ)
-    hooks._reset_for_tests({k: v for k, v in saved.items() if not k.startswith("ECOLAUNCH_")})
+    hooks.reconfigure({k: v for k, v in saved.items() if not k.startswith("ECOLAUNCH_")})
 
     def empty() -> None:
         return None
@@ -72,12 +72,12 @@ def measure(repeats: int) -> dict[str, float | bool]:
     idle = per_call_ns(ecolaunch.step, 1_000_000, repeats)
     empty_ns = per_call_ns(empty, 1_000_000, repeats)
     with tempfile.TemporaryDirectory() as d:
-        hooks._reset_for_tests({"ECOLAUNCH_HOOK_DIR": d})
+        hooks.reconfigure({"ECOLAUNCH_HOOK_DIR": d})
         active = per_call_ns(ecolaunch.step, 20_000, repeats)
         tracked = loop_ns(lambda n: ecolaunch.track(range(n)), 20_000, repeats)
         bare = loop_ns(range, 20_000, repeats)
-        hooks._reset_for_tests({})
-    hooks._reset_for_tests(saved)
+        hooks.reconfigure({})
+    hooks.reconfigure(saved)
     import_ms, torch_seen, pyg_seen = import_probe(5)
     return {
         "idle_step_ns": round(idle, 1),

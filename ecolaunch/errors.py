@@ -12,8 +12,9 @@ Every error ecolaunch raises on purpose derives from :class:`EcolaunchError`; th
     ├── NeverFits              the request can never fit this host, however long it waits (exit 1)
     ├── NoPlacement            nothing fits now and the caller asked not to wait (exit 75)
     ├── WaitTimeout            waited ``--wait-timeout`` seconds in the queue without a placement (exit 75)
-    └── GpuBusy                ``ecolaunch calibrate``: the GPU runs someone's work (exit 75; in
-                               :mod:`ecolaunch.calibrate.booking`, beside the code that finds who)
+    ├── GpuBusy                ``ecolaunch calibrate``: the GPU runs someone's work (exit 75; in
+    │                          :mod:`ecolaunch.calibrate.booking`, beside the code that finds who)
+    └── WorkerFailed           a worker of ``ecolaunch.launch()`` (the Python API) failed: its rank and exit code
 
 Each error carries ``hint``: one sentence saying what to do about it. The error renders itself
 (:meth:`EcolaunchError.render`: ``Error: what failed``, then ``HINT: what to do`` on its own line), and
@@ -74,3 +75,19 @@ class NoPlacement(EcolaunchError):
 
 class WaitTimeout(EcolaunchError):
     """The job waited in the queue for the allowed time without getting GPUs."""
+
+
+class WorkerFailed(EcolaunchError):
+    """A worker of ``ecolaunch.launch()`` failed, like torch's ``ChildFailedError``: ``rank`` (global) and
+    ``exit_code`` (the code the command line would exit with: the worker's own, 128+S for a signal S),
+    ``failure`` (torch's message for it: a function worker's exception), ``report`` (torch's failure report)."""
+
+    def __init__(self, rank: int | None, exit_code: int, failure: str | None = None, report: str | None = None) -> None:
+        who = "a worker" if rank is None else f"worker rank {rank}"
+        detail = f": {failure}" if failure else ""
+        super().__init__(f"{who} failed with exit code {exit_code}{detail}",
+                         hint="see the worker's traceback above (its stderr); fix the error and launch again")
+        self.rank = rank
+        self.exit_code = exit_code
+        self.failure = failure
+        self.report = report

@@ -16,7 +16,7 @@ import logging
 import signal
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ecolaunch.admin.interpreter import interpreter_warning
 from ecolaunch.runtime import current_groups, current_user, open_gpus, resolve
@@ -24,8 +24,9 @@ from ecolaunch.errors import EcolaunchError, NoPlacement, WaitTimeout, with_hint
 from ecolaunch.launch import argv as launch_argv
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import ParsedLaunch
-from ecolaunch.launch.observe import format_summary
+from ecolaunch.launch.observe import RunSummary, format_summary
 from ecolaunch.launch.pipeline import LaunchCallbacks, LaunchContext, run_launch
+from ecolaunch.launch.torchrun import WorkerOutcome
 from ecolaunch.policy.base import Decision
 
 logger = logging.getLogger("ecolaunch")
@@ -53,7 +54,7 @@ def launch(argv: list[str], env: Mapping[str, str]) -> int:
     for s in _STOP_SIGNALS:
         signal.signal(s, _raise_interrupted)
     try:
-        return _launch(parsed, env)
+        return launch_parsed(parsed, env)
     except Interrupted as e:
         return exitcodes.from_signal(e.signum)
     except EcolaunchError as e:
@@ -73,16 +74,28 @@ def launch(argv: list[str], env: Mapping[str, str]) -> int:
             signal.signal(s, handler)
 
 
-def _launch(parsed: ParsedLaunch, env: Mapping[str, str]) -> int:
+def launch_parsed(parsed: ParsedLaunch, env: Mapping[str, str], *,
+                  on_summary: Callable[[RunSummary], None] = lambda summary: None,
+                  on_finished: Callable[[WorkerOutcome], None] = lambda outcome: None) -> int:
+    """Run the pipeline on a parsed launch, printing as the command line does; returns the exit code and raises what
+    :func:`~ecolaunch.launch.pipeline.run_launch` raises. ``on_summary`` gets the job's summary (a job placed on
+    GPUs), ``on_finished`` how its workers ended: the Python API (``ecolaunch.api.launch``) keeps both."""
     environment, rules = resolve(env)
     ctx = LaunchContext(environment, rules, current_user(), current_groups(), functools.partial(open_gpus, environment))
+
+    def summary(observer) -> None:
+        done = observer.summary()
+        _echo(format_summary(done), err=True)
+        on_summary(done)
+
     ui = LaunchCallbacks(
         decision=functools.partial(_print_decision, parsed),
         no_gpus=functools.partial(_print_no_gpus, parsed),
         message=lambda line: _echo(f"ecolaunch: {line}", err=True),
         waiting=_wait_reporter(),
-        summary=lambda observer: _echo(format_summary(observer.summary()), err=True),
+        summary=summary,
         shielded=_signals_held,
+        finished=on_finished,
     )
     return run_launch(parsed, env, ctx, ui)
 

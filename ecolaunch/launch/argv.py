@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from ecolaunch import config
 from ecolaunch.config import LaunchOptions
 from ecolaunch.errors import ConfigError
+from ecolaunch.launch.torchrun import FunctionCall
 from ecolaunch.policy.registry import policy_names
 from ecolaunch.profile.modes import DEFAULT_MODE, parse_mode
 from ecolaunch.validate import number_or_none
@@ -81,6 +82,8 @@ class ParsedLaunch:
     memory_mib: int | None
     #: the interpreter of the ``ecolaunch python ...`` form when it is not ours (exported as PYTHON_EXEC)
     python_exec: str | None = None
+    #: what the workers call instead of a script (``ecolaunch.launch(fn)``; ``torch_args`` names it as a module)
+    function: FunctionCall | None = None
 
 
 def build_parser(env: Mapping[str, str], prog: str = "ecolaunch") -> argparse.ArgumentParser:

@@ -31,7 +31,7 @@ from ecolaunch.launch.argv import ParsedLaunch
 from ecolaunch.launch.jobcaps import JobCaps, orphan_keeper
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
-from ecolaunch.launch.torchrun import check_args, run_workers
+from ecolaunch.launch.torchrun import WorkerOutcome, check_args, run_workers
 from ecolaunch.launch.workerenv import allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.registry import get_policy
@@ -70,6 +70,7 @@ class LaunchCallbacks:
     waiting: Callable[[str, int, float], None] = lambda job_id, position, waited_s: None
     summary: Callable[[Any], None] = lambda observer: None
     shielded: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+    finished: Callable[[WorkerOutcome], None] = lambda outcome: None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -152,6 +153,7 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     if outcome.report:
         ui.message(outcome.report)
     ui.summary(observer)
+    ui.finished(outcome)
     return outcome.exit_code
 
 
@@ -201,7 +203,7 @@ class _Run:
             with observer:
                 env = {**worker_env(job.id, placement.decision.gpus, placement.gpus), **self.extra_env,
                        **observer.worker_env()}
-                outcome = run_workers(worker_args, env)
+                outcome = run_workers(worker_args, env, parsed.function)
                 observer.set_exit_code(outcome.exit_code)
         finally:
             stop_heartbeat.set()
@@ -245,9 +247,10 @@ def _plain(parsed: ParsedLaunch, extra_env: dict[str, str], why: str, ui: Launch
     ui.no_gpus(why, parsed.options.dry_run)
     if parsed.options.dry_run:
         return exitcodes.OK
-    outcome = run_workers(parsed.torch_args, extra_env)
+    outcome = run_workers(parsed.torch_args, extra_env, parsed.function)
     if outcome.report:
         ui.message(outcome.report)
+    ui.finished(outcome)
     return outcome.exit_code
 
 

@@ -35,7 +35,8 @@ communication threads of an open process group still alive aborts the process (w
 ``terminate called without an active exception``, SIGABRT, seen in about one run in ten in our tests).
 
 The environment is read once, at import: it is this process's own environment, so module-level state is
-the honest place for it. Tests call :func:`_reset_for_tests` with an explicit mapping instead of reloading.
+the honest place for it. :func:`reconfigure` reads it again: a worker of ``ecolaunch.launch(fn)`` imports
+ecolaunch while unpickling its function, before torch sets its ``RANK``; tests pass an explicit mapping.
 """
 
 from __future__ import annotations
@@ -166,8 +167,9 @@ def _configure(env: Mapping[str, str]) -> None:
         _writer = StepWriter(_state.hook_dir, _state.rank)
 
 
-def _reset_for_tests(env: Mapping[str, str]) -> None:
-    """Re-read the hook configuration from ``env`` (closing any open step file). For tests and benchmarks."""
+def reconfigure(env: Mapping[str, str]) -> None:
+    """Re-read the hook configuration from ``env`` (closing any open step file): a function worker once torch set
+    its rank (``ecolaunch.launch.torchrun``); tests and benchmarks."""
     if _writer is not None:
         _writer.close()
     _configure(env)

@@ -20,9 +20,9 @@ from tests.conftest import clean_env
 
 @pytest.fixture(autouse=True)
 def _idle_hooks():
-    hooks._reset_for_tests({})
+    hooks.reconfigure({})
     yield
-    hooks._reset_for_tests({})
+    hooks.reconfigure({})
 
 
 def run_script(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -99,13 +99,13 @@ def test_reader_drops_a_torn_trailing_record(tmp_path: Path) -> None:
 
 
 def test_step_and_track_in_process(tmp_path: Path) -> None:
-    hooks._reset_for_tests({"ECOLAUNCH_HOOK_DIR": str(tmp_path), "RANK": "1"})
+    hooks.reconfigure({"ECOLAUNCH_HOOK_DIR": str(tmp_path), "RANK": "1"})
     assert hooks.is_active()
     tracked = ecolaunch.track(range(3))
     assert len(tracked) == 3
     assert list(tracked) == [0, 1, 2]
     ecolaunch.step()
-    hooks._reset_for_tests({})  # closes the file
+    hooks.reconfigure({})  # closes the file
     assert len(channel.read_steps(tmp_path)[1]) == 3 + 1
 
 
@@ -137,7 +137,7 @@ def test_a_launch_counts_track_over_ten_items_as_ten_iterations(tmp_path: Path) 
 
 
 def test_train_step_marks_successful_calls_only(tmp_path: Path) -> None:
-    hooks._reset_for_tests({"ECOLAUNCH_HOOK_DIR": str(tmp_path)})
+    hooks.reconfigure({"ECOLAUNCH_HOOK_DIR": str(tmp_path)})
 
     @ecolaunch.train_step
     def train(x: int) -> int:
@@ -160,7 +160,7 @@ def test_job_hints_bare_and_with_arguments(tmp_path: Path) -> None:
 
     assert main() == "ran"
     assert ecolaunch.job_hints() == ecolaunch.JobHints()
-    hooks._reset_for_tests({"ECOLAUNCH_HOOK_DIR": str(tmp_path), "RANK": "0"})
+    hooks.reconfigure({"ECOLAUNCH_HOOK_DIR": str(tmp_path), "RANK": "0"})
 
     @ecolaunch.job("bert-ft", max_slowdown_pct=5.5, memory_mib=20_000)
     def main2() -> None:
@@ -190,15 +190,15 @@ def test_decorators_reject_non_functions() -> None:
 
 @pytest.mark.parametrize(("value", "expected"), [("1", True), ("true", True), ("0", False), ("", False)])
 def test_is_profiling(value: str, expected: bool) -> None:
-    hooks._reset_for_tests({"ECOLAUNCH_PROFILING": value})
+    hooks.reconfigure({"ECOLAUNCH_PROFILING": value})
     assert ecolaunch.is_profiling() is expected
-    hooks._reset_for_tests({})
+    hooks.reconfigure({})
     assert ecolaunch.is_profiling() is False
 
 
 def test_unwritable_hook_dir_turns_hooks_off_without_raising(tmp_path: Path,
                                                              caplog: pytest.LogCaptureFixture) -> None:
-    hooks._reset_for_tests({"ECOLAUNCH_HOOK_DIR": str(tmp_path / "missing")})
+    hooks.reconfigure({"ECOLAUNCH_HOOK_DIR": str(tmp_path / "missing")})
     with caplog.at_level(logging.WARNING, logger="ecolaunch.profile.hooks"):
         ecolaunch.step()
         ecolaunch.step()
@@ -207,9 +207,9 @@ def test_unwritable_hook_dir_turns_hooks_off_without_raising(tmp_path: Path,
 
 
 def test_bad_rank_falls_back_to_zero(tmp_path: Path) -> None:
-    hooks._reset_for_tests({"ECOLAUNCH_HOOK_DIR": str(tmp_path), "RANK": "x"})
+    hooks.reconfigure({"ECOLAUNCH_HOOK_DIR": str(tmp_path), "RANK": "x"})
     ecolaunch.step()
-    hooks._reset_for_tests({})
+    hooks.reconfigure({})
     assert list(channel.read_steps(tmp_path)) == [0]
 
 

@@ -1,0 +1,294 @@
+"""The Python API: :func:`launch` runs a function or a script on ``nproc`` workers, and :func:`measure` times a
+block of user code and reads the energy its GPUs used meanwhile.
+
+``launch`` is torch's ``elastic_launch`` behind ecolaunch's command line: it builds the command line a user would
+type (``--nproc-per-node N [ecolaunch options] script args``, a function named as ``--module module:qualname``), parses
+it with the CLI's parser and runs it through the CLI's launch (:func:`ecolaunch.cli.launch_cmd.launch_parsed`), so
+placement, the queue, profiles and history, caps and energy accounting are the command line's, and so are the
+lines it prints. It returns a :class:`LaunchResult`: each rank's return value, the job's time and energy.
+
+``measure`` is a measurement window in the manner of Zeus's ``ZeusMonitor.begin_window``/``end_window``: the
+GPUs it reads are those the process may use (``CUDA_VISIBLE_DEVICES``: in a worker of an ecolaunch launch, the
+job's GPUs; outside one, the visible GPUs), on NVML's energy counters or, under ``ECOLAUNCH_SIMULATE``, the
+simulated GPUs' readings.
+
+Its own layer, the top one beside ``__main__``: it reaches the CLI's launch. Importing it loads only the
+standard library; ``launch`` and ``measure`` load the launcher and the GPU backend when first called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import pickle
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ecolaunch import config
+from ecolaunch.errors import DriverNotFound, EcolaunchError, WorkerFailed, with_hint
+
+__all__ = ["LaunchResult", "Measurement", "launch", "measure"]
+
+#: ``--nproc-per-node`` values other than a count, as the command line takes them
+NPROC_WORDS = ("gpu", "auto", "cpu")
+#: the command line's options that make no sense for a call that returns results: left out of ``env``
+_IGNORED_ENV = (config.ENV_DRY_RUN, config.ENV_JSON)
+
+
+@dataclass(frozen=True, eq=False)
+class LaunchResult(Mapping):
+    """What :func:`launch` returns: a mapping global rank -> the function's return value on that rank (as torch's
+    ``elastic_launch``; empty for a script), with the job's figures.
+
+    ``time_s``: how long the workers ran (the whole call when the job ran without GPU placement); ``energy_j``: the
+    job's energy on its GPUs (its share on shared GPUs), ``gpu_energy_j``: what those GPUs used in all, both None
+    without GPUs; ``job_id``: the job's id in ``ecolaunch status``/``history``; ``summary``: the end-of-job record
+    (:class:`ecolaunch.launch.observe.RunSummary`; None without GPU placement)."""
+
+    return_values: dict[int, Any]
+    time_s: float
+    energy_j: float | None = None
+    gpu_energy_j: float | None = None
+    job_id: str | None = None
+    summary: Any = None
+
+    def __getitem__(self, rank: int) -> Any:
+        return self.return_values[rank]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.return_values)
+
+    def __len__(self) -> int:
+        return len(self.return_values)
+
+
+def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, nproc: int | str = 1,
+           module: bool = False, policy: str | None = None, allowed_slowdown_pct: float | None = None,
+           memory_mib: int | None = None, profile: str | None = None, wait_timeout_s: float | None = None,
+           explain: bool = False, torchrun_args: Sequence[str] = (),
+           env: Mapping[str, str] | None = None) -> LaunchResult:
+    """Run ``entrypoint`` on ``nproc`` workers, placed, queued, capped and accounted as ``ecolaunch`` would.
+
+    Args:
+        entrypoint: a function (picklable: defined at a module's top level; the workers are spawned processes and
+            call ``entrypoint(*args)``), or the path of a script (``module=True``: a module's name) run with
+            ``args`` as its command-line arguments.
+        nproc: workers, one GPU each (``--nproc-per-node``: a count, or ``"gpu"``/``"auto"``/``"cpu"``).
+        policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain: the command line's
+            ``--policy``, ``--allowed-slowdown``, ``--memory-mib``, ``--profile``, ``--wait-timeout``,
+            ``--explain``; unset, their ``ECOLAUNCH_*`` variables apply, as on the command line. What ``-v`` logs
+            goes to the ``ecolaunch`` logger: the application's logging configuration shows it.
+        torchrun_args: further torchrun options, as typed (``["--max-restarts", "1"]``).
+        env: the environment the launch reads its ``ECOLAUNCH_*`` settings from (default ``os.environ``); the
+            workers inherit this process's own environment, as torchrun's do.
+
+    Returns:
+        a :class:`LaunchResult`: ``result[rank]`` (a function's return values), ``result.energy_j``,
+        ``result.time_s``.
+
+    Raises:
+        ValueError: a bad argument (what, its value, what to do), before anything is queued or booked.
+        WorkerFailed: a worker failed (``rank``, ``exit_code``, ``failure``); the GPUs are released.
+        EcolaunchError: what makes the command line exit 1 or 75 (``NeverFits``, ``NoPlacement``,
+            ``WaitTimeout``, a bad policy file, ...), with ``hint``.
+        KeyboardInterrupt: the launch was stopped by SIGINT (Ctrl-C); ``SystemExit(128+S)`` by another signal S.
+    """
+    # lazy: the launcher (torch's parser, the policies) loads when a launch is asked for, not at import
+    from ecolaunch.cli.launch_cmd import launch_parsed
+    from ecolaunch.launch.torchrun import FunctionCall  # lazy: as the line above
+
+    function = None
+    if callable(entrypoint):
+        if module:
+            raise ValueError(with_hint(f"module=True names a module to run, but the entrypoint is the function "
+                                       f"{entrypoint!r}", "pass module=True with a module's name, or drop it"))
+        function = FunctionCall(entrypoint, tuple(args))
+        _check_picklable(function)
+    elif not isinstance(entrypoint, (str, os.PathLike)):
+        raise ValueError(with_hint(f"entrypoint must be a function, a script's path or (module=True) a module's "
+                                   f"name, got {entrypoint!r}", "pass a function defined at a module's top level, "
+                                   "or a script's path"))
+    argv = [*_options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain),
+            *[str(a) for a in torchrun_args]]
+    if function is not None:
+        argv += ["--module", function.name]
+    else:
+        argv += [*(["--module"] if module else []), os.fspath(entrypoint), *[str(a) for a in args]]
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _IGNORED_ENV}
+    parsed = _parse(argv, env)
+    if function is not None:
+        parsed = dataclasses.replace(parsed, function=function)
+    ended: dict[str, Any] = {}
+    start = time.monotonic()
+    launch_parsed(parsed, env, on_summary=lambda s: ended.update(summary=s),
+                  on_finished=lambda o: ended.update(outcome=o))
+    wall_s = time.monotonic() - start
+    outcome, summary = ended["outcome"], ended.get("summary")  # a launch that returns ran its workers
+    if outcome.signal is not None:
+        if outcome.signal == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(outcome.exit_code)
+    if outcome.exit_code != 0:
+        raise WorkerFailed(outcome.failed_rank, outcome.exit_code, outcome.failure, outcome.report)
+    if summary is None:
+        return LaunchResult(dict(outcome.return_values), wall_s)
+    return LaunchResult(dict(outcome.return_values), summary.duration_s, summary.energy_j, summary.gpu_energy_j,
+                        summary.job_id, summary)
+
+
+def _options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain) -> list[str]:
+    """The command line's options for :func:`launch`'s keyword arguments; ValueError for a bad one (the command
+    line's own checks, :func:`_parse`, catch the rest)."""
+    if isinstance(nproc, bool) or not (isinstance(nproc, int) and nproc >= 1 or nproc in NPROC_WORDS):
+        raise ValueError(with_hint(f"nproc must be a worker count >= 1 or one of {', '.join(map(repr, NPROC_WORDS))}"
+                                   f", got {nproc!r}", "e.g. nproc=2 for two workers on two GPUs"))
+    argv = ["--nproc-per-node", str(nproc)]
+    for flag, value in (("--policy", policy), ("--allowed-slowdown", allowed_slowdown_pct),
+                        ("--memory-mib", memory_mib), ("--profile", profile), ("--wait-timeout", wait_timeout_s)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if not isinstance(explain, bool):
+        raise ValueError(with_hint(f"explain must be True or False, got {explain!r}", "pass explain=True or leave it out"))
+    return [*argv, "--explain"] if explain else argv
+
+
+def _parse(argv: list[str], env: Mapping[str, str]):
+    """The command line's parse of ``argv``; its usage errors (exit 2 there) as ValueError with its message."""
+    # lazy: torch's parser, as in launch()
+    from ecolaunch.launch.argv import parse
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parse(argv, env)
+    except SystemExit:
+        lines = [line for line in err.getvalue().splitlines() if line.strip()]
+        message = lines[-1].split("error: ", 1)[-1] if lines else f"bad launch arguments {argv!r}"
+        raise ValueError(message) from None
+
+
+def _check_picklable(function) -> None:
+    main = sys.modules.get("__main__")
+    if function.fn.__module__ == "__main__" and not getattr(main, "__file__", None):
+        raise ValueError(with_hint(f"the function {function.fn.__qualname__} belongs to an interactive session (or "
+                                   "python -c), which the workers (spawned processes) cannot import",
+                                   "define it in a module or a script file and launch it from there"))
+    try:
+        pickle.dumps(function.fn)
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        raise ValueError(with_hint(f"the function {function.fn!r} cannot be sent to the workers (spawned "
+                                   f"processes): {e}", "define it at the top level of a module (not a lambda, not "
+                                   "nested in a function)")) from None
+    try:
+        pickle.dumps(function.args)
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        raise ValueError(with_hint(f"the arguments of {function.fn.__qualname__} cannot be sent to the workers: "
+                                   f"{e}", "pass picklable values (numbers, strings, tensors, module-level "
+                                   "classes)")) from None
+
+
+@dataclass
+class Measurement:
+    """One measurement window (:func:`measure`): filled in when the ``with`` block ends.
+
+    ``time_s``: the block's wall time; ``energy_j``: what the measured GPUs used during it (None when it cannot be
+    read: ``why_no_energy`` says why); ``gpu_energy_j``: per GPU, keyed by its index as ``ecolaunch status`` and
+    ``nvidia-smi`` show it; ``gpus``: those indices. The energy is the whole GPU's, other jobs' on a shared GPU
+    included (as Zeus and NVML count it). With ``sync_cuda`` (the default, as Zeus's ``sync_execution``) the window
+    waits for this process's queued CUDA work on its current device when it begins and ends, where the process
+    already uses CUDA (a window never imports torch or creates a CUDA context).
+    """
+
+    name: str | None = None
+    time_s: float | None = None
+    energy_j: float | None = None
+    gpu_energy_j: dict[int, float | None] = field(default_factory=dict)
+    gpus: tuple[int, ...] = ()
+    why_no_energy: str | None = None
+    sync_cuda: bool = field(default=True, repr=False)
+    _backend: Any = field(default=None, repr=False)
+    _uuids: dict[str, int] = field(default_factory=dict, repr=False)
+    _start: tuple[float, dict[str, float | None]] | None = field(default=None, repr=False)
+
+    def __enter__(self) -> Measurement:
+        self._backend, self._uuids, self.why_no_energy = _measured_gpus()
+        self.gpus = tuple(self._uuids.values())
+        self._synchronize()
+        self._start = (time.monotonic(), self._counters())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        t0, before = self._start
+        self._synchronize()
+        after = self._counters()
+        self.time_s = time.monotonic() - t0
+        self.gpu_energy_j = {i: None if before[u] is None or after[u] is None else after[u] - before[u]
+                             for u, i in self._uuids.items()}
+        unread = [i for i, j in self.gpu_energy_j.items() if j is None]
+        if unread and self.why_no_energy is None:
+            self.why_no_energy = f"GPU {', '.join(map(str, unread))} has no energy counter"
+        self.energy_j = None if unread or not self._uuids else sum(self.gpu_energy_j.values())
+
+    def _synchronize(self) -> None:
+        torch = sys.modules.get("torch")
+        if self.sync_cuda and torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def _counters(self) -> dict[str, float | None]:
+        readings = {}
+        for uuid in self._uuids:
+            try:
+                readings[uuid] = self._backend.energy_j(uuid)
+            except EcolaunchError as e:  # a GPU that cannot be read counts as one without a counter
+                readings[uuid] = None
+                self.why_no_energy = self.why_no_energy or f"cannot read the energy of GPU {self._uuids[uuid]}: {e}"
+        return readings
+
+
+def measure(name: str | None = None, *, sync_cuda: bool = True) -> Measurement:
+    """A measurement window: ``with ecolaunch.measure("eval") as m: ...``, then ``m.time_s``, ``m.energy_j`` and
+    ``m.gpu_energy_j`` (see :class:`Measurement`; ``sync_cuda=False``: do not wait for queued CUDA work). Each rank of a job reads all the job's GPUs: take one rank's
+    figures (rank 0) for the job. Without GPUs (no NVIDIA driver and no ``ECOLAUNCH_SIMULATE``, or
+    ``CUDA_VISIBLE_DEVICES`` empty) the time is measured and the energy is None, with ``why_no_energy``."""
+    if name is not None and not isinstance(name, str):
+        raise ValueError(with_hint(f"the measurement's name must be a string, got {name!r}", 'e.g. measure("eval")'))
+    if not isinstance(sync_cuda, bool):
+        raise ValueError(with_hint(f"sync_cuda must be True or False, got {sync_cuda!r}",
+                                   "leave it out to wait for queued CUDA work, or pass sync_cuda=False"))
+    return Measurement(name, sync_cuda=sync_cuda)
+
+
+def _measured_gpus() -> tuple[Any, dict[str, int], str | None]:
+    """The GPU backend, the GPUs this process may use (uuid -> index) and, when there are none, why."""
+    key = tuple(os.environ.get(k) for k in (config.ENV_SIMULATE, config.ENV_STATE_DIR, config.ENV_POLICY_FILE,
+                                            "CUDA_VISIBLE_DEVICES"))
+    if key not in _OPENED:
+        _OPENED[key] = _open_measured_gpus()
+    return _OPENED[key]
+
+
+#: per process, for each environment that decides it: what :func:`_open_measured_gpus` found (windows in a loop
+#: open the backend once)
+_OPENED: dict[tuple[str | None, ...], tuple[Any, dict[str, int], str | None]] = {}
+
+
+def _open_measured_gpus() -> tuple[Any, dict[str, int], str | None]:
+    # lazy: the GPU backend (pynvml, or the simulator's models) loads with the first window, not at import
+    from ecolaunch.launch.workerenv import allowed_by_visible_devices
+    from ecolaunch.runtime import open_gpus, resolve  # lazy: as the line above
+
+    environment, _ = resolve(os.environ)
+    try:
+        backend = open_gpus(environment)
+    except DriverNotFound as e:
+        return None, {}, f"no GPUs to measure: {e}" + (f" ({e.hint})" if e.hint else "")
+    snapshots = backend.gpus()
+    allowed = allowed_by_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), snapshots)
+    gpus = {g.uuid: g.index for g in snapshots if allowed is None or g.uuid in allowed}
+    return backend, gpus, None if gpus else "no GPUs to measure: CUDA_VISIBLE_DEVICES lists none"
