@@ -20,7 +20,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ContextManager
 
 from ecolaunch.admin.rules import job_bound_pct
@@ -71,7 +71,6 @@ class LaunchCallbacks:
     summary: Callable[[Any], None] = lambda observer: None
     shielded: Callable[[], ContextManager[Any]] = contextlib.nullcontext
     finished: Callable[[WorkerOutcome], None] = lambda outcome: None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext, ui: LaunchCallbacks) -> int:
