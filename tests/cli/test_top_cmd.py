@@ -74,8 +74,8 @@ def test_without_a_terminal_it_prints_the_view_once(booked: dict[str, str]) -> N
     assert queued[:5] == ["1", "wait1", USER, "big.py", "2"] and queued[-1] == "-"  # no reason recorded
 
 
-def test_once_prints_the_view_on_a_terminal_too(booked: dict[str, str]) -> None:
-    """``--once`` prints one plain view and exits, whatever stdout is (here a pipe, as for the default)."""
+def test_once_prints_one_plain_view(booked: dict[str, str]) -> None:
+    """``--once`` prints one plain view and exits (on a terminal too: the tmux test below)."""
     out = subprocess.run(ecolaunch_cmd("top", "--once"), env=booked, cwd=REPO, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
@@ -164,9 +164,9 @@ def running_launch(sim_env, tmp_path: Path):
         log.close()
 
 
+@pytest.mark.skipif(shutil.which("tmux") is None,
+                    reason="tmux is not installed (.ci/run installs it): the live view is tested in a tmux terminal")
 def test_top_in_a_terminal_shows_the_gpus_and_the_job_and_quits_on_q_or_ctrl_c(running_launch, tmp_path: Path) -> None:
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed (.ci/run installs it): the live view is tested in a tmux terminal")
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in running_launch.items() if k.isidentifier())
     top = f"{shlex.quote(ecolaunch_cmd()[0])} -m ecolaunch top --interval 0.5"
     script = tmp_path / "top.sh"
@@ -176,6 +176,7 @@ def test_top_in_a_terminal_shows_the_gpus_and_the_job_and_quits_on_q_or_ctrl_c(r
                       f"{top}; echo \"top exited $?\"\n"
                       "stty -a | tr ' ;' '\\n\\n' | grep -Ex -- '-?(icanon|echo)' | tr '\\n' ' '; echo\n"
                       f"{top}; echo \"top exited $? again\"\n"
+                      f"{top} --once; echo \"once exited $?\"\n"
                       "exec sleep 600\n")
     tmux = Tmux(tmp_path / "tmux.sock", script)
     try:
@@ -200,6 +201,10 @@ def test_top_in_a_terminal_shows_the_gpus_and_the_job_and_quits_on_q_or_ctrl_c(r
         tmux("send-keys", "-t", "top", "C-c")
         screen = tmux.wait_for(r"top exited \d+ again", timeout_s=20)
         assert "top exited 0 again" in screen
+        # --once on a terminal: one view on the shell's screen, no keys read, exit 0
+        screen = tmux.wait_for(r"once exited \d+", timeout_s=30)
+        assert "once exited 0" in screen and _cells(screen, job_id)[:3] == [job_id, USER, "stepper.py"]
+        assert "q quits" not in screen.split("top exited 0 again")[1]
         flags = tmux.tty_flags()
         assert "icanon" in flags and "echo" in flags
     finally:
