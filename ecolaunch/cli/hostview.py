@@ -13,9 +13,15 @@ Run as root without a cap agent, a read is a privileged transaction: it restores
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from ecolaunch.config import Environment
 from ecolaunch.state.graph import Job, StateGraph
+
+if TYPE_CHECKING:  # the annotations only: these load when a viewer opens (HostView.open)
+    from ecolaunch.admin.rules import Rules
+    from ecolaunch.devices.backend import GpuBackend
+    from ecolaunch.launch.session import Session
 
 #: a limit in force further than this from the set one is shown beside it (NVML reports whole mW; 0.5 W is noise)
 ENFORCED_SHOWN_ABOVE_W = 0.5
@@ -24,7 +30,7 @@ ENFORCED_SHOWN_ABOVE_W = 0.5
 class HostView:
     """This host's state for a viewer: opened once (:meth:`open`), read at will (:meth:`read`)."""
 
-    def __init__(self, environment: Environment, rules, backend, session) -> None:
+    def __init__(self, environment: Environment, rules: Rules, backend: GpuBackend, session: Session) -> None:
         self.environment, self.rules, self.backend, self.session = environment, rules, backend, session
 
     @classmethod
