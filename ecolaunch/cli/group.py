@@ -16,6 +16,7 @@ from ecolaunch.cli.predict_cmd import predict
 from ecolaunch.cli.report_cmd import report
 from ecolaunch.cli.simulate_cmd import simulate
 from ecolaunch.cli.status_cmd import status
+from ecolaunch.cli.top_cmd import top
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,7 +27,7 @@ def cli() -> None:
 
 def register() -> click.Group:
     """Add every subcommand to the group; returns it."""
-    for command in (status, policy, simulate, agent, predict, history, report, init_state, calibrate,
+    for command in (status, top, policy, simulate, agent, predict, history, report, init_state, calibrate,
                     exporter):
         cli.add_command(command)
     return cli

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 #: the subcommands' names, known without importing them (a test checks them against the registered commands)
-SUBCOMMANDS = frozenset({"status", "policy", "simulate", "agent", "predict", "history", "report", "init-state",
+SUBCOMMANDS = frozenset({"status", "top", "policy", "simulate", "agent", "predict", "history", "report", "init-state",
                          "calibrate", "exporter"})
 
 

@@ -3,8 +3,9 @@ one validation of what is read.
 
 What lives here: :data:`VERSION` (the version every record is written at), :func:`encode_record` /
 :func:`decode_record` (a whole document: a history file), :func:`profile_to_json` / :func:`profile_from_json`
-(a profile inside another document: a job file of the state graph), and one migration function per older
-version. Decoding is :mod:`msgspec`'s (chosen over pydantic for its import time: ``ecolaunch status`` and the
+(a profile inside another document: a job file of the state graph), :func:`progress_from_json` /
+:func:`progress_to_json` (a running job's progress in its job file, unversioned: it lives only while the job runs),
+and one migration function per older version. Decoding is :mod:`msgspec`'s (chosen over pydantic for its import time: ``ecolaunch status`` and the
 hooks import this), typed by the dataclasses' ``Annotated`` bounds (:mod:`ecolaunch.jobmodel.profile`): a bool where a
 number belongs, NaN, an infinity, a number out of its range or a value of the wrong type is refused, and the
 error names the document, the field and the value (:class:`~ecolaunch.errors.ConfigError`).
@@ -29,6 +30,7 @@ import msgspec
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.validate import is_integer
 
 VERSION = 2
@@ -154,6 +156,21 @@ def profile_to_json(profile: Profile) -> dict[str, Any]:
         raise TypeError(f"profile_to_json takes a Profile, got {type(profile).__name__}")
     doc = msgspec.to_builtins(profile)
     return {"version": VERSION, **doc, "cap_points": list(doc.get("cap_points", ()))}
+
+
+def progress_from_json(doc: Any, *, where: str) -> JobProgress:
+    """A running job's progress from its JSON form in a job file, validated. Raises ConfigError naming ``where``,
+    the field and the value."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where} = {json.dumps(doc)[:80]}: expected an object")
+    return _convert(doc, JobProgress, where)
+
+
+def progress_to_json(progress: JobProgress) -> dict[str, Any]:
+    """A running job's progress as JSON values. Raises TypeError for anything but a :class:`JobProgress`."""
+    if not isinstance(progress, JobProgress):
+        raise TypeError(f"progress_to_json takes a JobProgress, got {type(progress).__name__}")
+    return msgspec.to_builtins(progress)
 
 
 def to_json(record: Any) -> Any:

@@ -51,6 +51,7 @@ from ecolaunch.launch.monitor import RunMonitor
 from ecolaunch.launch.record import RunRecorder, RunSpan
 from ecolaunch.profile import channel
 from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.profile.history import History, JobRecord, launch_hints
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, pre_run_env
 from ecolaunch.jobmodel.capcurve import merge_points
@@ -220,6 +221,8 @@ class RunObserver:
         self._exit_code: int | None = None
         self._bounds: tuple[float, float] | None = None
         self._hints_read = False
+        #: the steps marked and the mean step time so far, as the monitor thread last read them (see :meth:`progress`)
+        self._steps: tuple[int, float | None] = (0, None)
         self._t0 = self._t1 = self._wall0 = self._wall1 = 0.0
 
     # --- the launcher's side ----------------------------------------------------------------------
@@ -257,6 +260,21 @@ class RunObserver:
         Returns False when the step failed (logged as a warning); the monitor thread then stops polling.
         """
         return self._guard("follow the run", self._poll, final=False)
+
+    def progress(self) -> JobProgress | None:
+        """The run so far (for the heartbeat, another thread): the steps and the mean step time the monitor thread
+        last read, the job's share of its GPUs' energy and the estimated saving against uncapped
+        (:meth:`~ecolaunch.launch.record.RunRecorder.so_far`); None, logged, when it cannot be measured."""
+        measured: list[JobProgress] = []
+
+        def measure() -> None:
+            iterations, iter_time_s = self._steps
+            energy_j, saving_j = self.recorder.so_far(self.profile, self._bounds[1] if self._bounds else None)
+            measured.append(JobProgress(at=self._wall(), iterations=iterations, iter_time_s=iter_time_s,
+                                        energy_j=energy_j, saving_j=saving_j))
+
+        self._guard("measure the run so far", measure)
+        return measured[0] if measured else None
 
     def summary(self) -> RunSummary:
         rec = self.record
@@ -323,6 +341,8 @@ class RunObserver:
 
     def _poll(self, final: bool) -> None:
         stamps = self.monitor.read(final=final)
+        reader = self.monitor.reader
+        self._steps = (reader.count(), reader.mean_iter_time_s(self.settings.warmup_iters))
         if stamps and not self._hints_read:  # a script writes its hints before its first step
             self._adopt_hints()
         if self.profiler is not None and self.result is None:

@@ -306,12 +306,13 @@ def _worker_args(args, placement: Placement, request: JobRequest):
 
 
 def _heartbeat(session: Session, placement: Placement, observer, stop: threading.Event) -> None:
-    """Every HEARTBEAT_S: refresh the job's lease, and tell the observer who shares its GPUs now (energy shares,
-    and the closed loop, which stops on a GPU that became shared)."""
+    """Every HEARTBEAT_S: refresh the job's lease with the run's progress so far (for ``ecolaunch status`` and
+    ``top``), and tell the observer who shares its GPUs now (energy shares, and the closed loop, which stops on a GPU
+    that became shared)."""
     failing: str | None = None  # the kind of failure already reported: each kind is one warning, not one a beat
     while not stop.wait(HEARTBEAT_S):
         try:
-            residents = session.heartbeat(placement.job)
+            residents = session.heartbeat(placement.job, observer.progress())
             for gpu, jobs in residents.items():
                 observer.set_co_residents(gpu, jobs)
         except Exception as e:  # noqa: BLE001 - a missed heartbeat must never kill the run

@@ -4,6 +4,8 @@
 heartbeat's), attributes each GPU's sampled energy among them by demand (:mod:`ecolaunch.profile.attribution`), and
 writes the job's profile (:meth:`~ecolaunch.profile.history.History.store_profile`, with what the script declared)
 and its :class:`~ecolaunch.profile.history.JobRecord`. A failed write is logged: the history never breaks a launch.
+While the job runs, :meth:`RunRecorder.so_far` gives the same attribution up to now, with
+:func:`saving_estimate_j`, for the progress the launcher writes at each heartbeat.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
+from ecolaunch.jobmodel.capcurve import CapCurve, profile_curve
 from ecolaunch.profile.attribution import attribute, demand_weight, intervals_from_samples
 from ecolaunch.profile.history import History, JobRecord, Profile, launch_hints
 from ecolaunch.profile.profiler import ProfileResult
@@ -110,19 +113,12 @@ class RunRecorder:
               result: ProfileResult | None, findings: Sequence[str],
               profiling_energy_j: float | None) -> JobRecord:
         """The run's record: the job's share of each GPU's energy, the caps it ran at, a short sample series."""
-        own_w = profile.power_w if profile else None
         job_j = gpu_j = 0.0
         caps, coloc, samples = {}, {}, {}  # per GPU: dominant cap, co-resident jobs, short series
-        for uuid in self._uuids:
-            series = self._sampler.series(uuid)
-            idle = self._idle(uuid)
-            with self._lock:
-                changes = [(t, {**{j: demand_weight(w, idle) for j, w in others.items()},
-                                self._job_id: demand_weight(own_w, idle)}) for t, others in self._residency[uuid]]
-                coloc[uuid] = sorted({j for _, others in self._residency[uuid] for j in others})
-            share = attribute(intervals_from_samples(series, changes), idle)
-            job_j += share.energy_j.get(self._job_id, 0.0)
+        for uuid, (series, share_j, others) in self._shares(profile).items():
+            job_j += share_j
             gpu_j += self._sampler.energy_j(uuid)
+            coloc[uuid] = others
             caps[uuid] = _dominant_cap(series)
             samples[uuid] = downsample(series, SAMPLE_POINTS, origin_s=span.t0_s)
         declared_name = hints.get("name") if isinstance(hints.get("name"), str) else name
@@ -136,6 +132,32 @@ class RunRecorder:
             profile_action=source, recommended_cap_w=result.recommended_cap_w if result else None,
             recommendation=result.reason if result else None, findings=tuple(findings),
             samples=samples)
+
+    def so_far(self, profile: Profile | None, top_cap_w: float | None) -> tuple[float, float | None]:
+        """The job's share of its GPUs' energy so far (J, as :meth:`build` attributes it), and the estimated saving
+        so far against running uncapped at ``top_cap_w`` (:func:`saving_estimate_j`; None without a cap curve)."""
+        curve = profile_curve(profile, top_cap_w) if top_cap_w else None
+        job_j, saving_j = 0.0, 0.0
+        for series, share_j, _ in self._shares(profile).values():
+            job_j += share_j
+            if curve is not None:
+                saving_j += saving_estimate_j(series, share_j, curve, top_cap_w)
+        return job_j, saving_j if curve is not None else None
+
+    def _shares(self, profile: Profile | None) -> dict[str, tuple[list[Any], float, list[str]]]:
+        """Per GPU: its sampled series, the job's share of its energy, and the jobs that shared it."""
+        own_w = profile.power_w if profile else None
+        out = {}
+        for uuid in self._uuids:
+            series = self._sampler.series(uuid)
+            idle = self._idle(uuid)
+            with self._lock:
+                changes = [(t, {**{j: demand_weight(w, idle) for j, w in others.items()},
+                                self._job_id: demand_weight(own_w, idle)}) for t, others in self._residency[uuid]]
+                coloc = sorted({j for _, others in self._residency[uuid] for j in others})
+            share = attribute(intervals_from_samples(series, changes), idle)
+            out[uuid] = (series, share.energy_j.get(self._job_id, 0.0), coloc)
+        return out
 
     def write(self, record: JobRecord) -> None:
         """Add ``record`` to the history."""
@@ -154,6 +176,33 @@ class RunRecorder:
             return lookup(self.names.get(uuid, "")).idle_power_w  # an assumption of the catalogue
         except ConfigError:
             return None
+
+
+def saving_estimate_j(series: Sequence[Any], share_j: float, curve: CapCurve, top_cap_w: float) -> float:
+    """An estimate of the energy a job saved on one GPU against running uncapped (at ``top_cap_w``), for the same work.
+
+    Each sampled interval's energy, run at the GPU's power limit then (``c``), would have been ``E(top) / E(c)`` times
+    as much uncapped, where ``E`` is the job's energy per iteration on its cap curve (time x power, as the cap choice
+    reads it): the saving is the sum of ``energy x (E(top) / E(c) - 1)``, scaled to the job's share ``share_j`` of the
+    GPU's energy. An interval at or above ``top_cap_w`` (or at an unknown limit) saves nothing. It reads the curve,
+    not a measurement of the job uncapped: an estimate, negative where the curve says a cap cost energy.
+    """
+    top = curve.at(top_cap_w)
+    top_j = top.iter_time_s * top.power_w
+    ratios: dict[float, float] = {}
+    gpu_j = saved_j = 0.0
+    for a, b in zip(series, series[1:]):
+        energy = max(0.0, b.energy_j - a.energy_j)
+        gpu_j += energy
+        cap = a.power_limit_w
+        if cap is None or cap >= top_cap_w:
+            continue
+        if cap not in ratios:
+            at = curve.at(cap)
+            cost_j = at.iter_time_s * at.power_w
+            ratios[cap] = top_j / cost_j if cost_j > 0 else 1.0
+        saved_j += energy * (ratios[cap] - 1.0)
+    return saved_j * share_j / gpu_j if gpu_j > 0 else 0.0
 
 
 def _dominant_cap(series: Sequence[Any]) -> float | None:

@@ -36,6 +36,7 @@ from ecolaunch.clock import Clock, SystemClock
 from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import NeverFits, NoPlacement, PermissionDenied, StateError, WaitTimeout
 from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.policy.admission import unadmitted_bookings
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.candidates import eligible_gpus
@@ -208,9 +209,10 @@ class Session:
                 on_wait(outcome, waited)
             self.clock.sleep(POLL_INTERVAL_S * (1.0 + 0.5 * random.random()))
 
-    def heartbeat(self, job: Job) -> dict[str, dict[str, float | None]]:
-        """Refresh the job's heartbeat; re-register it if the state was rebuilt under it. Returns, per GPU of the
-        job, the other jobs on it now (job id -> its profile's ``power_w``)."""
+    def heartbeat(self, job: Job, progress: JobProgress | None = None) -> dict[str, dict[str, float | None]]:
+        """Refresh the job's heartbeat, with what its launcher measured of the run so far (``progress``, kept when
+        None); re-register it if the state was rebuilt under it. Returns, per GPU of the job, the other jobs on it now
+        (job id -> its profile's ``power_w``)."""
         with self.store.transaction() as graph:
             self.refresh(graph)
             current = graph.jobs.get(job.id)
@@ -218,6 +220,8 @@ class Session:
                 logger.warning("job %s was missing from the state graph (rebuilt?); registering it again", job.id)
                 graph.jobs[job.id] = current = job
             current.heartbeat_at = time.time()
+            if progress is not None:
+                current.progress = progress
             return {u: {j.id: j.profile.power_w if j.profile else None for j in graph.jobs_on(u) if j.id != job.id}
                     for u in job.gpus}
 

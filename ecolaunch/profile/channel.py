@@ -361,8 +361,11 @@ class StepReader:
 
     def mean_iter_time_s(self, warmup: int) -> float | None:
         """Mean seconds per step after the first ``warmup`` steps, from the ends of the run; None if too short."""
-        kept = self.stamps()
         last, n = self.last(), self.count()
-        if last is None or len(kept) <= warmup or n - 1 <= warmup or last <= kept[warmup]:
+        # stamp ``warmup`` as :meth:`stamps` merges it, without merging them all (the monitor thread asks every poll)
+        if last is None or min(len(v) for v in self._kept.values()) <= warmup or n - 1 <= warmup:
             return None
-        return (last - kept[warmup]) / (n - 1 - warmup)
+        start = max(v[warmup] for v in self._kept.values())
+        if last <= start:
+            return None
+        return (last - start) / (n - 1 - warmup)

@@ -39,9 +39,10 @@ from typing import Any
 
 from ecolaunch.devices.backend import GpuSnapshot, LinkKind, pair_key
 from ecolaunch.errors import ConfigError
-from ecolaunch.jobmodel.codec import profile_from_json, profile_to_json
+from ecolaunch.jobmodel.codec import profile_from_json, profile_to_json, progress_from_json, progress_to_json
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.validate import is_integer, is_number
 
 SCHEMA = "ecolaunch.state"
@@ -139,7 +140,9 @@ class Host:
 
 @dataclass(slots=True)
 class Job:
-    """One launch. ``request`` is what the user asked; ``decision`` what the policy granted."""
+    """One launch. ``request`` is what the user asked; ``decision`` what the policy granted; ``progress`` what its
+    launcher last measured of the run (set at each heartbeat; None before the first, and for a job without a
+    launcher process)."""
 
     id: str
     uid: int
@@ -159,6 +162,7 @@ class Job:
     request: dict[str, Any] = field(default_factory=dict)
     decision: dict[str, Any] = field(default_factory=dict)
     profile: Profile | None = None
+    progress: JobProgress | None = None
 
     @classmethod
     def queued(cls, id: str, *, user: str, host: str, nproc: int, seq: int, submitted_at: float,
@@ -342,6 +346,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     d["gpus"] = list(job.gpus)
     d["power_caps_w"] = dict(job.power_caps_w)
     d["profile"] = None if job.profile is None else profile_to_json(job.profile)
+    d["progress"] = None if job.progress is None else progress_to_json(job.progress)
     return d
 
 
@@ -405,13 +410,19 @@ def job_from_dict(jid: str, raw: Any) -> Job:
         _expect(value is None or is_number(value), f"jobs.{jid}.{key}", "a finite number or null")
     if state is JobState.QUEUED:
         # a queued job holds nothing yet: GPUs, caps or a start time in a queued job are a forgery or a bug
-        _expect(not gpus and not caps and raw.get("started_at") is None, f"jobs.{jid}",
-                "a queued job without GPUs, caps or a start time")
+        _expect(not gpus and not caps and raw.get("started_at") is None and raw.get("progress") is None,
+                f"jobs.{jid}", "a queued job without GPUs, caps, a start time or progress")
     _check_request(f"jobs.{jid}.request", raw["request"])
     profile = raw.get("profile")
     if profile is not None:
         try:
             profile = profile_from_json(profile, where=f"jobs.{jid}.profile")
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+    progress = raw.get("progress")
+    if progress is not None:
+        try:
+            progress = progress_from_json(progress, where=f"jobs.{jid}.progress")
         except ConfigError as e:
             raise ValueError(str(e)) from None
     fields.update(
@@ -420,6 +431,7 @@ def job_from_dict(jid: str, raw: Any) -> Job:
         started_at=raw.get("started_at"),
         heartbeat_at=raw.get("heartbeat_at"),
         profile=profile,
+        progress=progress,
     )
     return Job(**fields)
 

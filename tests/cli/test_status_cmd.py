@@ -75,6 +75,6 @@ def test_agreeing_limits_keep_the_narrow_table(state_dir: Path) -> None:
     (None, 700.0, "N/A"),
 ])
 def test_cap_cell(limit, enforced, shown) -> None:
-    from ecolaunch.cli.status_cmd import _cap
+    from ecolaunch.cli.hostview import cap_text
 
-    assert _cap({"power_limit_w": limit, "power_limit_enforced_w": enforced}) == shown
+    assert cap_text({"power_limit_w": limit, "power_limit_enforced_w": enforced}) == shown

@@ -7,8 +7,10 @@ by the ``exclusive`` and by the ``gnn`` policy, and each bad file is skipped wit
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 
 import pytest
 
@@ -16,6 +18,7 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.clock import VirtualClock
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
+from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.registry import get_policy
@@ -108,8 +111,29 @@ def test_out_of_range_fields_are_refused(field: str, value: object) -> None:
         job_from_dict("a", body)
 
 
+@pytest.mark.parametrize(("progress", "shown"), [
+    ({"at": 1.0, "energy_j": -5}, "progress: energy_j = -5"),
+    ({"at": 1.0, "iterations": True}, "progress: iterations = true"),
+    ({"at": 1.0, "iter_time_s": 0}, "progress: iter_time_s = 0"),
+    ({"at": 1.0, "saving_j": 1e300}, "progress: saving_j = 1e+300"),
+    ({"iterations": 3}, "progress: Object missing required field `at`"),
+    ("fast", 'progress = "fast": expected an object'),
+])
+def test_a_running_jobs_bad_progress_is_refused_naming_the_field(progress: object, shown: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"jobs.a.{shown}")):
+        job_from_dict("a", {**BASE, "id": "a", **RUNNING, "gpus": ["G"], "progress": progress})
+
+
+def test_a_running_jobs_progress_survives_its_job_file() -> None:
+    raw = {**BASE, "id": "a", **RUNNING, "gpus": ["G"],
+           "progress": {"at": 5.0, "iterations": 7, "iter_time_s": 0.25, "energy_j": 40.0, "saving_j": -1.5}}
+    job = job_from_dict("a", raw)
+    assert job.progress == JobProgress(at=5.0, iterations=7, iter_time_s=0.25, energy_j=40.0, saving_j=-1.5)
+    assert job_from_dict("a", json.loads(json.dumps(job_to_dict(job)))) == job
+
+
 def test_a_queued_job_holds_nothing() -> None:
-    for extra in ({"gpus": ["G"]}, {"power_caps_w": {"G": 200.0}}, {"started_at": 1.0}):
+    for extra in ({"gpus": ["G"]}, {"power_caps_w": {"G": 200.0}}, {"started_at": 1.0}, {"progress": {"at": 1.0}}):
         with pytest.raises(ValueError, match="queued job"):
             job_from_dict("a", {**BASE, "id": "a", **extra})
     assert job_from_dict("a", {**BASE, "id": "a", **RUNNING, "gpus": ["G"], "profile": {

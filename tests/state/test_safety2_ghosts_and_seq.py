@@ -101,7 +101,8 @@ def test_a_ghost_job_of_another_host_blocks_no_launch_and_status_flags_it() -> N
         assert "Traceback" not in out.stderr
         # the ghost's file stays (it is mallory's, and another host's job is legitimate in form) and is flagged
         assert {"ghost.json", "ghostq.json"} <= set(os.listdir(d / "jobs"))
-        from ecolaunch.cli.status_cmd import _render, _status_doc
+        from ecolaunch.cli.hostview import status_doc
+        from ecolaunch.cli.status_cmd import _render
         from ecolaunch.config import Environment
         from ecolaunch.launch.session import Session
         from ecolaunch.admin.rules import Rules
@@ -109,7 +110,7 @@ def test_a_ghost_job_of_another_host_blocks_no_launch_and_status_flags_it() -> N
 
         session = Session(StateStore(d), backend, ExclusivePolicy(), Rules())
         graph = session.snapshot()
-        doc = _status_doc(graph, session.host, backend.kind, Environment(state_dir=d, simulate=SPEC, policy_file=d / "none.toml"))
+        doc = status_doc(graph, session.host, backend.kind, Environment(state_dir=d, simulate=SPEC, policy_file=d / "none.toml"))
         assert [(i["id"], i["host"]) for i in doc["ignored"]] == [("ghost", "elsewhere")]
         assert doc["queue"] == [] and all(g["jobs"] == [] for g in doc["gpus"])
         text = _render(doc)

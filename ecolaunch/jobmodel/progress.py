@@ -1,0 +1,44 @@
+"""A running job's progress as its launcher last measured it: :class:`JobProgress`.
+
+The launcher writes one into its job file at every heartbeat (``ecolaunch.launch.pipeline``), so that a reader of the
+state graph (``ecolaunch status --json``, ``ecolaunch top``) sees how far a job is, how fast it runs and what it has
+used so far, without access to the launcher's private step channel or its samples. Every field carries the bounds a
+job file may claim (``Annotated`` with :class:`msgspec.Meta`); :mod:`ecolaunch.jobmodel.codec` checks them on read.
+
+What does not live here: how the figures are measured (``ecolaunch.launch.observe``, ``ecolaunch.launch.record``),
+the job file (``ecolaunch.state.graph``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from msgspec import Meta
+
+from ecolaunch.jobmodel.profile import Count, Seconds
+
+#: far beyond any real job's energy (a 100 kW node for a year is 3e12 J): what matters is a finite number
+MAX_ENERGY_J = 1e15
+
+Joules = Annotated[float, Meta(ge=0, le=MAX_ENERGY_J)]
+SignedJoules = Annotated[float, Meta(ge=-MAX_ENERGY_J, le=MAX_ENERGY_J)]
+WallTime = Annotated[float, Meta(ge=0, le=1e11)]
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    """A running job so far, measured at ``at`` (seconds since the epoch).
+
+    ``iterations``: the steps every rank has marked (``ecolaunch.step()``; 0 for an uninstrumented script);
+    ``iter_time_s``: the mean seconds per step after the warm-up, as the end-of-job summary computes it (None until
+    there are enough steps); ``energy_j``: the job's share of its GPUs' energy since it started (the attribution of
+    the history record); ``saving_j``: an *estimate* of the energy saved so far against running uncapped (None
+    without a known cap curve, see ``ecolaunch.launch.record.saving_estimate_j``), negative where the caps cost energy.
+    """
+
+    at: WallTime
+    iterations: Count = 0
+    iter_time_s: Seconds | None = None
+    energy_j: Joules = 0.0
+    saving_j: SignedJoules | None = None

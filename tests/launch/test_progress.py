@@ -1,0 +1,128 @@
+"""A running job's progress (``Job.progress``): what the observer measures so far, the saving estimate, and the
+heartbeat that writes it into the job file for ``ecolaunch status`` and ``top``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ecolaunch.admin.rules import Rules
+from ecolaunch.clock import SystemClock, VirtualClock
+from ecolaunch.jobmodel.capcurve import profile_curve
+from ecolaunch.jobmodel.profile import CapPoint, Profile
+from ecolaunch.jobmodel.progress import JobProgress
+from ecolaunch.launch import pipeline
+from ecolaunch.launch.observe import ObserveConfig, RunObserver
+from ecolaunch.launch.record import saving_estimate_j
+from ecolaunch.launch.session import Launcher, Session
+from ecolaunch.policy.base import JobRequest
+from ecolaunch.policy.baselines import ExclusivePolicy
+from ecolaunch.profile import channel
+from ecolaunch.profile.history import History
+from ecolaunch.profile.modes import ProfileAction
+from ecolaunch.profile.sampler import GpuSample
+from ecolaunch.runtime import open_gpus, resolve
+from ecolaunch.state.reconcile import process_start_time
+from ecolaunch.state.store import StateStore
+from tests.conftest import REPO, clean_env, ecolaunch_cmd
+from tests.launch.test_observe import FakeWorkers, observer
+from tests.profile.conftest import iter_time_at
+
+SOLO = Profile(0.1, 80.0, 40.0, 10_000, 300.0)  # alone and uncapped: 0.1 s and 300 W per iteration
+
+
+def test_progress_so_far_counts_the_steps_the_energy_and_estimates_the_saving(backend, vclock, tmp_path: Path) -> None:
+    for g in backend.gpus_:
+        g.limit_w = 250.0  # the decision capped the job; caps may not change here, so no closed loop moves them
+    obs = observer(backend, vclock, tmp_path, ProfileAction.HISTORY, profile=SOLO, set_cap=None)
+    with obs:
+        assert obs.progress() == JobProgress(at=1.7e9 + 1000.0, iterations=0, energy_j=0.0, saving_j=0.0)
+        workers = FakeWorkers(obs.worker_env()["ECOLAUNCH_HOOK_DIR"], vclock, backend)
+        workers.run(60, obs)
+        progress = obs.progress()
+        workers.close()
+    assert progress.at == pytest.approx(1.7e9 + vclock.now())
+    assert progress.iterations == 60
+    assert progress.iter_time_s == pytest.approx(iter_time_at(250.0, 300.0), rel=1e-9)
+    assert progress.energy_j == pytest.approx(2 * 250.0 * 60 * iter_time_at(250.0, 300.0), rel=1e-9)  # alone on both
+    # every sampled interval ran at 250 W: uncapped, the same work would have cost E(400 W) / E(250 W) times as much
+    curve = profile_curve(SOLO, 400.0)
+    top, capped = curve.at(400.0), curve.at(250.0)
+    ratio = (top.iter_time_s * top.power_w) / (capped.iter_time_s * capped.power_w)
+    assert ratio > 1.0
+    assert progress.saving_j == pytest.approx(progress.energy_j * (ratio - 1.0), rel=1e-9)
+
+
+def test_without_a_cap_curve_there_is_no_saving_estimate(backend, vclock, tmp_path: Path) -> None:
+    obs = observer(backend, vclock, tmp_path, "off")  # a first launch: no profile
+    with obs:
+        vclock.advance(5.0)
+        obs.poll()
+        progress = obs.progress()
+    assert progress.saving_j is None and progress.energy_j == pytest.approx(2 * 300.0 * 5.0)
+
+
+def _sample(t_s: float, energy_j: float, limit_w: float | None) -> GpuSample:
+    return GpuSample(t_s, None, None, energy_j, None, None, 0, limit_w)
+
+
+def test_the_saving_estimate_reads_each_interval_at_its_cap_and_scales_to_the_share() -> None:
+    # measured: 0.1 s and 300 W at 400 W (30 J per iteration), 0.125 s and 200 W at 200 W (25 J)
+    curve = profile_curve(Profile(0.1, power_w=300.0, cap_points=(CapPoint(200.0, 0.125, 200.0),
+                                                                   CapPoint(400.0, 0.1, 300.0))), 400.0)
+    series = [_sample(0.0, 0.0, 200.0), _sample(1.0, 1000.0, 400.0), _sample(2.0, 1300.0, None),
+              _sample(3.0, 1500.0, 200.0), _sample(4.0, 2500.0, 200.0)]
+    # 1000 J at 200 W would have been 1200 J uncapped (30/25); the intervals at 400 W and at an unknown limit save
+    # nothing; the job had half of the GPU's 2500 J
+    assert saving_estimate_j(series, 1250.0, curve, 400.0) == pytest.approx(0.5 * 2 * 200.0)
+    assert saving_estimate_j(series[:1], 0.0, curve, 400.0) == 0.0
+
+
+def test_the_heartbeat_writes_the_progress_that_status_shows(state_dir: Path, monkeypatch) -> None:
+    env = {"ECOLAUNCH_SIMULATE": "1xA100-SXM4-80GB", "ECOLAUNCH_STATE_DIR": str(state_dir), "ECOLAUNCH_POLICY": ""}
+    backend = open_gpus(resolve(env)[0])
+    session = Session(StateStore(state_dir), backend, ExclusivePolicy(), Rules())
+    me = Launcher(pid=os.getpid(), start_time=process_start_time(os.getpid()), uid=os.getuid(), user="u")
+    job = session.submit(JobRequest(id="beat0001", user="u", host=backend.hostname(), nproc=1), me, name="t.py",
+                         info={})
+    placement = session.try_place(job.id)
+    assert not isinstance(placement, int)
+    config = ObserveConfig(job.id, tuple(placement.gpus), state_dir, mode="off", fingerprint=None, rules=Rules(),
+                           allowed_slowdown_pct=10.0, background=False)
+    obs = RunObserver(config, backend, clock=SystemClock(), history=History(state_dir))
+    monkeypatch.setattr(pipeline, "HEARTBEAT_S", 0.05)
+    stop = threading.Event()
+    beat = threading.Thread(target=pipeline._heartbeat, args=(session, placement, obs, stop), daemon=True)
+    with obs:
+        steps = VirtualClock(0.0)  # the worker's step clock: one step every 0.2 s
+        writer = channel.StepWriter(obs.worker_env()[channel.ENV_HOOK_DIR], 0, clock=steps.now)
+        for _ in range(30):
+            steps.advance(0.2)
+            writer.stamp()
+        writer.close()
+        time.sleep(0.1)  # some energy on the simulated GPU's clock
+        obs.poll()
+        beat.start()
+        try:
+            deadline = time.monotonic() + 20
+            while (progress := StateStore(state_dir).read().jobs[job.id].progress) is None:
+                assert time.monotonic() < deadline, "no heartbeat wrote the job's progress"
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            beat.join(timeout=10)
+    assert progress.iterations == 30 and progress.iter_time_s == pytest.approx(0.2)
+    assert progress.energy_j > 0 and progress.saving_j is None  # no profile: no curve to estimate a saving with
+    shown = subprocess.run(ecolaunch_cmd("status", "--json"), env=clean_env(**env), cwd=REPO, capture_output=True,
+                           text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    (row,) = json.loads(shown.stdout)["jobs"]
+    assert (row["id"], row["iterations"], row["saving_j"]) == (job.id, 30, None)
+    assert row["iter_time_s"] == pytest.approx(0.2) and row["energy_j"] == pytest.approx(progress.energy_j)
+    session.release(job.id)
