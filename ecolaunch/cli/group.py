@@ -7,6 +7,7 @@ import click
 from ecolaunch._version import __version__
 from ecolaunch.cli.agent_cmd import agent
 from ecolaunch.cli.calibrate_cmd import calibrate
+from ecolaunch.cli.cancel_cmd import cancel
 from ecolaunch.cli.command import Group
 from ecolaunch.cli.history_cmd import history
 from ecolaunch.cli.init_state_cmd import init_state
@@ -25,6 +26,6 @@ def cli() -> None:
 
 def register() -> click.Group:
     """Add every subcommand to the group; returns it."""
-    for command in (status, policy, simulate, agent, predict, history, report, init_state, calibrate):
+    for command in (status, cancel, policy, simulate, agent, predict, history, report, init_state, calibrate):
         cli.add_command(command)
     return cli

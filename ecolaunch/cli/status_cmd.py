@@ -1,4 +1,8 @@
-"""``ecolaunch status``: the host's GPUs, the jobs on them, the queue, and the job files left out.
+"""``ecolaunch status``: the host's GPUs, the jobs on them, the queue with why each job waits, and the job files left
+out.
+
+The queue's rows are :func:`ecolaunch.state.queue.queue_rows`'s (position, job, time waited, and the reason its
+launcher last recorded: Slurm's reason codes, ``state.graph.WaitReason``).
 
 A job file the state graph leaves out (``StateGraph.ignored``: refused fields, an owner who is not the uid it
 names, another host's job naming this host's GPUs, a booking the admin rules never admitted) is listed with why,
@@ -12,8 +16,10 @@ import time
 import click
 
 from ecolaunch.cli.command import Command
+from ecolaunch.cli.text import printable
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR, Environment
 from ecolaunch.state.graph import Job, StateGraph
+from ecolaunch.state.queue import queue_rows
 
 
 #: a limit in force further than this from the set one is shown beside it (NVML reports whole mW; 0.5 W is noise)
@@ -87,7 +93,7 @@ def _status_doc(graph: StateGraph, host: str, kind: str, environment: Environmen
             for g in gpus
         ],
         "jobs": [_job_doc(j, now) for j in graph.running_jobs() if j.host == host],
-        "queue": [_job_doc(j, now) for j in graph.queued_jobs(host)],
+        "queue": [row.to_dict() for row in queue_rows(graph, host, now)],
         "ignored": [{"id": i.id, "reason": i.reason, "user": i.job.user if i.job else None,
                      "host": i.job.host if i.job else None} for _, i in sorted(graph.ignored.items())],
     }
@@ -107,10 +113,6 @@ def _job_doc(job: Job, now: float) -> dict:
     }
 
 
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-
-
 def _render(doc: dict) -> str:
     sim = f" (simulated: {doc['simulate']})" if doc["simulate"] else ""
     lines = [f"host {doc['host']}{sim}   state: {doc['state_dir']}", ""]
@@ -120,7 +122,7 @@ def _render(doc: dict) -> str:
     names = max([21, *(len(g["name"]) for g in doc["gpus"])]) + 1  # whole names: "NVIDIA GeForce RTX 4090" is 23
     lines.append(f"{'GPU':<4}{'NAME':<{names}}{'MEMORY (MiB)':>16}{'UTIL':>7}{'POWER/CAP (W)':>{width}}  JOBS")
     for g, power in zip(doc["gpus"], powers):
-        users = [f"{jid} ({jobs[jid]['user']}: {jobs[jid]['name']})" for jid in g["jobs"] if jid in jobs]
+        users = [printable(f"{jid} ({jobs[jid]['user']}: {jobs[jid]['name']})") for jid in g["jobs"] if jid in jobs]
         if g["foreign_pids"]:
             users.append(f"other processes: {', '.join(map(str, g['foreign_pids']))}")
         mem = f"{g['memory_used_mib']}/{g['memory_total_mib']}"
@@ -133,12 +135,15 @@ def _render(doc: dict) -> str:
     for i in doc.get("ignored", []):
         who = f" ({i['user']} on host {i['host']})" if i["user"] is not None else ""
         # a member chose the file name, user and host: escape what a terminal would obey
-        lines.append(_printable(f"warning: ignoring job file jobs/{i['id']}.json{who}: {i['reason']}"))
+        lines.append(printable(f"warning: ignoring job file jobs/{i['id']}.json{who}: {i['reason']}"))
     if doc["queue"]:
         lines.append("")
         lines.append(f"queue ({len(doc['queue'])} waiting):")
-        for pos, j in enumerate(doc["queue"], start=1):
-            lines.append(f"  {pos}. {j['id']} {j['user']}: {j['name']}, {j['nproc']} GPU(s), waiting {j['age_s']:.0f} s")
+        for j in doc["queue"]:
+            why = "reason not judged yet" if j["reason"] is None else j["reason"] + (
+                f" ({j['reason_detail']})" if j["reason_detail"] else "")
+            lines.append(printable(f"  {j['position']}. {j['id']} {j['user']}: {j['name']}, {j['nproc']} GPU(s), "
+                                   f"waiting {j['age_s']:.0f} s: {why}"))
     return "\n".join(lines)
 
 
