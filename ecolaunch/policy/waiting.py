@@ -5,7 +5,7 @@ The waiting launcher asks at each try that leaves its job queued (``launch.sessi
 the answer with its job, so that ``ecolaunch status`` and the launcher's own queue lines show it; ``--dry-run
 --explain`` asks for a job that would wait. The reasons are judged on the state the placement was just refused on,
 in the order of :class:`~ecolaunch.state.graph.WaitReason`: the queue ahead, the user's GPU limit, the GPUs free
-to this user, their memory, then the policy itself, its admission and the power budget (these last run the policy
+to this user, their memory, then the policy itself, the power budget and the admin rules (these last run the policy
 once more, so only for the head of the queue with enough free GPUs).
 
 What does not live here: the decision (``policy.place``), the order of the queue (``StateGraph.queued_jobs``), a
@@ -22,7 +22,7 @@ from ecolaunch.policy.admission import refusal
 from ecolaunch.policy.base import JobRequest, Policy
 from ecolaunch.policy.budgeted import over_budget
 from ecolaunch.policy.candidates import eligible_gpus, gpus_held_by, is_idle
-from ecolaunch.state.graph import GpuNode, StateGraph, WaitReason
+from ecolaunch.state.graph import MAX_DETAIL_CHARS, GpuNode, StateGraph, WaitReason
 
 __all__ = ["Waiting", "why_waiting"]
 
@@ -50,10 +50,10 @@ def why_waiting(state: StateGraph, request: JobRequest, policy: Policy, rules: R
         head = ahead[0]
         waits = f", which waits for {head.wait_reason.value}" if head.wait_reason is not None else ""
         return Waiting(position, WaitReason.PRIORITY,
-                       f"{len(ahead)} job(s) ahead in this host's queue; the first is {head.id} "
-                       f"({head.user}: {head.name}){waits}")
+                       _bounded(f"{len(ahead)} job(s) ahead in this host's queue; the first is {head.id} "
+                                f"({head.user}: {head.name}){waits}"))
     reason, detail = _unplaced(state, request, policy, rules)
-    return Waiting(position, reason, detail)
+    return Waiting(position, reason, _bounded(detail))
 
 
 def _unplaced(state: StateGraph, request: JobRequest, policy: Policy, rules: Rules) -> tuple[WaitReason, str]:
@@ -96,6 +96,11 @@ def _unplaced(state: StateGraph, request: JobRequest, policy: Policy, rules: Rul
     if why is not None:
         return WaitReason.RESOURCES, f"the admin rules refuse policy {policy.name}'s choice: {why}"
     return WaitReason.RESOURCES, "the GPUs were taken by another launch meanwhile; trying again"
+
+
+def _bounded(detail: str) -> str:
+    """At most what a job file may hold (``MAX_DETAIL_CHARS``: names come from other users' files, GPUs may be many)."""
+    return detail if len(detail) <= MAX_DETAIL_CHARS else detail[: MAX_DETAIL_CHARS - 3] + "..."
 
 
 def _busy(state: StateGraph, gpus: list[GpuNode]) -> str:

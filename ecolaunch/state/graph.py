@@ -17,6 +17,10 @@ booking that chose it and by each release (``ecolaunch.policy.budgeted``), read 
 the shared part of the state (another user's job file is not anyone else's to change), and is optional in the
 document: a graph written before budgets existed reads as having none.
 
+A queued job carries why it waits (``wait_reason``, a :class:`WaitReason`, and ``wait_detail``, in words), written by
+its own launcher as it changes and cleared by :meth:`StateGraph.book`; a file written before reasons existed reads as
+not judged yet.
+
 A graph also carries the job files it leaves out (``ignored``: never written, for ``ecolaunch status`` to flag):
 files the store refused (bad fields, a ``seq`` beyond :data:`MAX_SEQ`, an owner who is not the uid named) and jobs
 a transaction set aside (a job of another host naming this host's GPUs, ``state.reconcile``; a booking the admin

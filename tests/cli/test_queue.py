@@ -1,6 +1,7 @@
 """A queue users can steer (issue 23, item 9), through the real CLI on a simulated 2-GPU machine: ``--name``, why a
 job waits (in ``status``, in the waiting launcher's lines and in ``--dry-run --explain``), ``ecolaunch cancel`` of
-queued and running jobs by name or id and what it refuses, and a request the power budget can never fit."""
+queued and running jobs by name or id and what it refuses (another user's job: a real second uid), and a request the
+power budget can never fit."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import re
 import subprocess
 from pathlib import Path
 
+from ecolaunch.state.layout import init_state
 from tests.cli.test_launch import SLEEPER, run, status, wait_for
-from tests.conftest import REPO, ecolaunch_cmd
+from tests.conftest import REPO, clean_env, ecolaunch_cmd
+from tests.multiuser import ALICE, GID, MALLORY, last_json, remove, require_root, run_as, shared_dir, start_as
 
 SPEC = "2xA100-SXM4-80GB"
 
@@ -130,3 +133,60 @@ def test_a_request_the_power_budget_can_never_fit_fails_before_it_is_queued(sim_
     assert status(env)["queue"] == [] and not list(tmp_path.glob("started-*"))
     one = run(["--dry-run", "--nproc-per-node", "1", SLEEPER, str(tmp_path), "1"], env)
     assert one.returncode == 0 and one.stdout.startswith("ecolaunch: would run on GPU 0"), one.stdout + one.stderr
+
+
+#: a uid's real CLI in-process (the interpreter's own directory is not theirs to read, so it is imported first)
+CLI = """
+os.environ.update(args["env"])
+from ecolaunch.cli.main import main
+try:
+    main(args["argv"])
+except SystemExit as e:
+    print(json.dumps({"exit": e.code}), flush=True)
+"""
+CLI_IMPORTS = """
+import click, psutil
+import ecolaunch.cli.main, ecolaunch.cli.group, ecolaunch.cli.launch_cmd, ecolaunch.cli.cancel_cmd
+import ecolaunch.launch.pipeline, ecolaunch.launch.torchrun, ecolaunch.launch.cancel, ecolaunch.launch.session
+import ecolaunch.runtime, ecolaunch.sim.reading, ecolaunch.devices.select, ecolaunch.policy.curve
+import ecolaunch.launch.jobcaps, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.launch.observe
+import ecolaunch.policy.registry, ecolaunch.policy.gnn, ecolaunch.policy.baselines, ecolaunch.admin.rules
+import ecolaunch.launch.argv, ecolaunch.state.queue, ecolaunch.state.store, ecolaunch.policy.waiting
+import torch.distributed.run
+"""
+
+
+def test_only_a_jobs_own_user_or_root_may_cancel_it() -> None:
+    require_root()
+    d = shared_dir()
+    hog = alice = None
+    try:
+        init_state(d, GID)
+        env = {"ECOLAUNCH_SIMULATE": SPEC, "ECOLAUNCH_STATE_DIR": str(d)}
+        (d / "out").mkdir()
+        hog = start(clean_env(**env), d / "out", 2, 120, "--name", "hog")
+        running(clean_env(**env), "hog")
+        # alice's launch waits behind root's job, in her own job file
+        alice = start_as(ALICE, CLI, {"env": env, "argv": ["--name", "mine", "--nproc-per-node", "1", SLEEPER,
+                                                          str(d / "out"), "1"]}, imports=CLI_IMPORTS)
+        row = wait_for(lambda: next(iter(status(clean_env(**env))["queue"]), None), what="alice's job queued")
+        assert row["name"] == "mine" and row["user"] == str(ALICE)
+
+        refused = run_as(MALLORY, CLI, {"env": env, "argv": ["cancel", row["id"]]}, imports=CLI_IMPORTS, env=env)
+        assert last_json(refused) == {"exit": 77}, refused.stdout + refused.stderr
+        assert f"Error: job '{row['id']}' belongs to {ALICE}; user nobody may cancel only their own jobs" in refused.stderr
+        assert f"HINT: ask {ALICE} or the lab admin (root: sudo ecolaunch cancel {row['id']})" in refused.stderr
+        assert [q["id"] for q in status(clean_env(**env))["queue"]] == [row["id"]]  # still queued
+
+        admin = run(["cancel", "mine"], clean_env(**env))  # root may cancel anyone's job
+        assert admin.returncode == 0, admin.stderr
+        assert admin.stdout.startswith(f"cancelled job {row['id']} ({ALICE}: mine), queued at position 1")
+        out, err = alice.communicate(timeout=30)
+        assert json.loads(out.strip().splitlines()[-1]) == {"exit": 143}, out + err
+        assert "left the queue without running: stopped by SIGTERM (ecolaunch cancel sends it); exit 143" in err
+    finally:
+        for proc in (hog, alice):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        remove(d)

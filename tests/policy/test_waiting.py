@@ -11,7 +11,8 @@ from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.waiting import why_waiting
-from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph, WaitReason
+from ecolaunch.state.graph import (MAX_DETAIL_CHARS, MAX_NAME_CHARS, GpuNode, Host, Job, StateGraph, WaitReason, job_from_dict,
+                                 job_to_dict)
 
 STEEP = {"iter_time_s": 0.1, "power_w": 330.0, "memory_mib": 1000,
          "cap_points": [[400.0, 0.1, 330.0], [300.0, 0.106, 285.0], [250.0, 0.118, 242.0]]}
@@ -110,3 +111,16 @@ def test_least_total_counts_the_jobs_gpus_at_their_lowest_allowed_cap(nproc: int
     gpus = list(graph.hosts["h"].gpus.values())
     assert least_total_w(rules, gpus, gpus, nproc) == expected
     assert least_total_w(rules, gpus, gpus[:1], 2) is None  # fewer usable GPUs than asked: not this check's to say
+
+
+def test_the_words_stay_within_what_a_job_file_may_hold() -> None:
+    graph = machine(64)
+    for i in range(64):  # every GPU busy with a job whose name is as long as a job file allows
+        graph.jobs[f"j{i}"] = Job.queued(f"j{i}", user="bob", host="h", nproc=1, seq=graph.take_seq(),
+                                         submitted_at=0.0, request={}, name="n" * MAX_NAME_CHARS)
+        graph.book(f"j{i}", [f"GPU-{i}"], {}, {}, None, 0.0)
+    reason, detail = judge(graph, request())
+    assert reason is WaitReason.RESOURCES and len(detail) == MAX_DETAIL_CHARS and detail.endswith("...")
+    queued = Job.queued("new", user="alice", host="h", nproc=1, seq=graph.take_seq(), submitted_at=0.0, request={})
+    queued.wait_reason, queued.wait_detail = reason, detail
+    assert job_from_dict("new", job_to_dict(queued)).wait_detail == detail  # the file reads back
