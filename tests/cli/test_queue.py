@@ -41,6 +41,8 @@ def test_status_and_the_queue_lines_say_why_a_job_waits_and_cancel_stops_it(sim_
                                            f"ecolaunch:   would wait at position 1 in the queue: Resources ({busy})"]
         doc = json.loads(run(["--dry-run", "--json", "--nproc-per-node", "1", SLEEPER, str(tmp_path), "1"], env).stdout)
         assert doc["placed"] is False and doc["waiting"] == {"position": 1, "reason": "Resources", "detail": busy}
+        now = run(["--wait-timeout", "0", "--nproc-per-node", "1", SLEEPER, str(tmp_path), "1"], env)
+        assert now.returncode == 75 and f"(queue position 1): Resources ({busy})" in now.stderr.splitlines()[0]
 
         waiter = start(env, tmp_path, 1, 1, "--name", "second")
         row = wait_for(lambda: next((q for q in status(env)["queue"] if q["reason"]), None), what="a judged queue row")
