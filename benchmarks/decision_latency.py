@@ -35,7 +35,7 @@ def run_case(gpus: int, jobs: int, repeat: int, policy: str = "gnn") -> dict:
     from ecolaunch.admin.rules import Rules
     from ecolaunch.devices.simulated import SimulatedBackend
     from ecolaunch.devices.spec import parse_spec
-    from ecolaunch.launch.session import Launcher, Session
+    from ecolaunch.launch.session import Launcher, Placement, Session
     from ecolaunch.policy.base import JobRequest
     from ecolaunch.policy.registry import get_policy
     from ecolaunch.policy.energy import enumerate_candidates
@@ -54,7 +54,7 @@ def run_case(gpus: int, jobs: int, repeat: int, policy: str = "gnn") -> dict:
                              profile=dict(PROFILE))
             filler.submit(req, me, name="filler", info={"allowed_slowdown_pct": 25.0, "memory_mib": 8000})
             placed = filler.try_place(req.id)
-            assert not isinstance(placed, int), "could not place the filler jobs"
+            assert isinstance(placed, Placement), "could not place the filler jobs"
         session = Session(StateStore(state_dir), backend, get_policy(policy), rules)
         times, candidates = [], 0
         for r in range(repeat + 2):
@@ -64,7 +64,7 @@ def run_case(gpus: int, jobs: int, repeat: int, policy: str = "gnn") -> dict:
             start = time.perf_counter()
             placed = session.try_place(req.id)
             elapsed = time.perf_counter() - start
-            assert not isinstance(placed, int), "the new job was not placed"
+            assert isinstance(placed, Placement), "the new job was not placed"
             if r >= 2:  # the first two warm caches (weights, imports)
                 times.append(elapsed)
             session.release(req.id)

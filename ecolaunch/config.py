@@ -28,6 +28,7 @@ ENV_ALLOWED_SLOWDOWN = "ECOLAUNCH_ALLOWED_SLOWDOWN"
 ENV_VERBOSE = "ECOLAUNCH_VERBOSE"
 ENV_EXPLAIN = "ECOLAUNCH_EXPLAIN"
 ENV_PROFILE = "ECOLAUNCH_PROFILE"  # --profile auto|pre|inline|off
+ENV_JOB_NAME = "ECOLAUNCH_JOB_NAME"  # --name: the job's name in status, history, the queue and ``ecolaunch cancel``
 ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a GNN weight file; default: <state dir>/gnn/weights.pt when present
 
 # --- environment variables ecolaunch sets for the workers it launches ----------------------------
@@ -103,6 +104,8 @@ class LaunchOptions:
     verbose: bool = False
     explain: bool = False
     profile: str = "auto"
+    #: the job's name (``--name``); None: the training script's file name
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

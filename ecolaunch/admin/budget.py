@@ -3,7 +3,8 @@ together to meet it.
 
 What lives here: :class:`GpuDemand` (one GPU as the budget sees it), :func:`allocate` (caps whose sum fits the
 budget), :func:`host_demands`, :func:`rebalance` and :func:`budget_ceilings` (what the state graph records, and
-what a running launcher may raise its cap to), :func:`job_floor_w` (the lowest cap a job may get). Here, below the
+what a running launcher may raise its cap to), :func:`job_floor_w` (the lowest cap a job may get),
+:func:`least_total_w` (the least a request can ever count: above the budget, it can never fit). Here, below the
 policies, because the cap keepers (:mod:`ecolaunch.admin.capkeeper`) hold caps to the budget too. What does not:
 :class:`~ecolaunch.policy.budgeted.BudgetedPolicy`, the wrapper ``get_policy`` puts around every placement policy so
 that the launcher and the simulator meet the budget alike, and the booking of a decision
@@ -92,7 +93,7 @@ from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 from ecolaunch.validate import is_number, number_or_none
 
 __all__ = ["EPS_W", "GRID_W", "NO_CURVE_FLOOR_SHARE", "GpuDemand", "Newcomer", "allocate", "bounds_or_none",
-           "budget_ceilings", "budgeted_gpus", "budgeted_on_host", "curve_at", "host_demands", "job_floor_w",
+           "budget_ceilings", "budgeted_gpus", "budgeted_on_host", "curve_at", "host_demands", "job_floor_w", "least_total_w",
            "may_cap", "no_curve_floor_w", "rebalance", "trusted_budget_caps"]
 
 logger = logging.getLogger(__name__)
@@ -403,6 +404,28 @@ def budgeted_on_host(state: StateGraph, host: Host, rules: Rules) -> set[str]:
 def budgeted_gpus(state: StateGraph, rules: Rules) -> set[str]:
     """The GPUs that hold a budget cap now (of every host): what :func:`rebalance` returns caps for."""
     return set().union(*(budgeted_on_host(state, h, rules) for h in state.hosts.values()))
+
+
+def least_total_w(rules: Rules, gpus: Sequence[GpuNode], usable: Sequence[GpuNode], nproc: int) -> float | None:
+    """The least the budget can count on a host of ``gpus`` with a job running on ``nproc`` of ``usable``: the job's
+    GPUs at the lowest cap the admin allows on them (``[caps]``; their limit as found where ecolaunch may not cap
+    them), chosen where that costs least, every other GPU at its minimum limit (module docstring). A request above
+    the budget by this count can never fit, however long it waits. None when ``usable`` has fewer than ``nproc``
+    GPUs."""
+    if len(usable) < nproc:
+        return None
+
+    def count(gpu: GpuNode) -> float:
+        return float(gpu.power_limit_min_w if gpu.power_limit_min_w is not None else gpu.power_limit_w or 0.0)
+
+    def lowest(gpu: GpuNode) -> float:
+        bounds = bounds_or_none(rules, [gpu]) if may_cap(rules, gpu) else None
+        if bounds is not None:
+            return bounds[0]
+        return float(gpu.power_limit_w if gpu.power_limit_w is not None else gpu.power_limit_max_w or 0.0)
+
+    extra = sorted(lowest(g) - count(g) for g in usable)[:nproc]
+    return sum(count(g) for g in gpus) + sum(extra)
 
 
 # --- what the state graph records -------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import click
 from ecolaunch._version import __version__
 from ecolaunch.cli.agent_cmd import agent
 from ecolaunch.cli.calibrate_cmd import calibrate
+from ecolaunch.cli.cancel_cmd import cancel
 from ecolaunch.cli.command import Group
 from ecolaunch.cli.exporter_cmd import exporter
 from ecolaunch.cli.history_cmd import history
@@ -27,7 +28,7 @@ def cli() -> None:
 
 def register() -> click.Group:
     """Add every subcommand to the group; returns it."""
-    for command in (status, top, policy, simulate, agent, predict, history, report, init_state, calibrate,
+    for command in (status, top, cancel, policy, simulate, agent, predict, history, report, init_state, calibrate,
                     exporter):
         cli.add_command(command)
     return cli

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ecolaunch.config import Environment
 from ecolaunch.state.graph import Job, StateGraph
+from ecolaunch.state.queue import queue_rows
 
 if TYPE_CHECKING:  # the annotations only: these load when a viewer opens (HostView.open)
     from ecolaunch.admin.rules import Rules
@@ -92,8 +93,8 @@ def status_doc(graph: StateGraph, host: str, kind: str, environment: Environment
             for g in gpus
         ],
         "jobs": [job_doc(j, now) for j in graph.running_jobs() if j.host == host],
-        # the queue's rows, in the order the launchers wait in
-        "queue": [job_doc(j, now) for j in graph.queued_jobs(host)],
+        # the queue's rows, in the order the launchers wait in, each with why it waits
+        "queue": [row.to_dict() for row in queue_rows(graph, host, now)],
         "ignored": [{"id": i.id, "reason": i.reason, "user": i.job.user if i.job else None,
                      "host": i.job.host if i.job else None} for _, i in sorted(graph.ignored.items())],
     }
@@ -134,8 +135,3 @@ def cap_text(gpu: dict) -> str:
     if limit is not None and enforced is not None and abs(enforced - limit) > ENFORCED_SHOWN_ABOVE_W:
         return f"{limit:.0f} (enforced {enforced:.0f})"
     return na(limit)
-
-
-def printable(text: str) -> str:
-    """``text`` with what a terminal would obey (control characters) escaped: a member chose job names and users."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)

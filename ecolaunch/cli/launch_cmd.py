@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable, Mapping
 
 from ecolaunch.admin.interpreter import interpreter_warning
+from ecolaunch.cli.text import printable
 from ecolaunch.runtime import current_groups, current_user, open_gpus, resolve
 from ecolaunch.errors import EcolaunchError, NoPlacement, WaitTimeout, with_hint
 from ecolaunch.launch import argv as launch_argv
@@ -28,6 +29,8 @@ from ecolaunch.launch.observe import RunSummary, format_summary
 from ecolaunch.launch.pipeline import LaunchCallbacks, LaunchContext, run_launch
 from ecolaunch.launch.torchrun import WorkerOutcome
 from ecolaunch.policy.base import Decision
+from ecolaunch.policy.waiting import Waiting
+from ecolaunch.state.graph import Job
 
 logger = logging.getLogger("ecolaunch")
 
@@ -93,6 +96,7 @@ def launch_parsed(parsed: ParsedLaunch, env: Mapping[str, str], *,
         no_gpus=functools.partial(_print_no_gpus, parsed),
         message=lambda line: _echo(f"ecolaunch: {line}", err=True),
         waiting=_wait_reporter(),
+        left_queue=_print_left_queue,
         summary=summary,
         shielded=_signals_held,
         finished=on_finished,
@@ -120,15 +124,32 @@ def _print_no_gpus(parsed: ParsedLaunch, why: str, dry_run: bool) -> None:
     _echo(f"ecolaunch: {why}" + ("; would launch like torchrun" if dry_run else ""), err=not dry_run)
 
 
-def _wait_reporter():
-    last = {"t": -1e9}
+#: seconds between two queue lines of a waiting launcher whose position and reason did not change
+WAIT_REPORT_S = 10.0
 
-    def report(job_id: str, position: int, waited_s: float) -> None:
-        if waited_s - last["t"] >= 10.0:
-            last["t"] = waited_s
-            _echo(f"ecolaunch: job {job_id} waiting for GPUs: position {position} in the queue, {waited_s:.0f} s so far", err=True)
+
+def _wait_reporter():
+    """The waiting launcher's queue lines: one at once, then one each WAIT_REPORT_S, and one whenever the position
+    or the reason changes."""
+    last: dict = {"t": -1e9, "why": None}
+
+    def report(job: Job, waiting: Waiting, waited_s: float) -> None:
+        why = (waiting.position, waiting.reason, waiting.detail)
+        if waited_s - last["t"] >= WAIT_REPORT_S or why != last["why"]:
+            last["t"], last["why"] = waited_s, why
+            _echo(printable(f"ecolaunch: job {job.id} ({job.name}) waiting: position {waiting.position} in the "
+                             f"queue, {waited_s:.0f} s so far: {waiting.text()}"), err=True)
 
     return report
+
+
+def _print_left_queue(job: Job, stop: BaseException) -> None:
+    """A stop signal ended the wait (``ecolaunch cancel`` sends SIGTERM): the job leaves the queue, nothing ran."""
+    if isinstance(stop, Interrupted):
+        how = f"stopped by {signal.Signals(stop.signum).name}" + (
+            " (ecolaunch cancel sends it)" if stop.signum == signal.SIGTERM else "")
+        _echo(printable(f"ecolaunch: job {job.id} ({job.name}) left the queue without running: {how}; exit "
+                         f"{exitcodes.from_signal(stop.signum)}"), err=True)
 
 
 def _print_decision(
@@ -138,13 +159,18 @@ def _print_decision(
     job_id: str = "-",
     waited_s: float = 0.0,
     dry_run: bool = False,
+    waiting: Waiting | None = None,
 ) -> None:
-    """``--json``: the decision document on stdout; else one line (stdout for a dry run, stderr otherwise)."""
+    """``--json``: the decision document on stdout; else one line (stdout for a dry run, stderr otherwise).
+    ``waiting``: why a dry run's job would wait first (the document's ``waiting``, and ``--explain``'s lines)."""
     if decision is None:
         doc = {"placed": False, "policy": parsed.options.placement_policy, "gpus": [], "cuda_visible_devices": None,
                "power_caps_w": {}, "colocated_with": {}, "reasons": ["no GPUs fit now: the job would wait in the queue"]}
     else:
         doc = {"placed": True, **decision.to_dict(",".join(str(gpus[u].index) for u in decision.gpus))}
+    if dry_run:
+        doc["waiting"] = None if waiting is None else {"position": waiting.position, "reason": waiting.reason.value,
+                                                       "detail": waiting.detail}
     if parsed.options.json:
         _emit_json(doc)
         return
@@ -156,9 +182,14 @@ def _print_decision(
         verb = "would run" if dry_run else f"job {job_id} runs"
         line = f"ecolaunch: {verb} on GPU {doc['cuda_visible_devices']} ({names}), policy {decision.policy}{waited}: {'; '.join(decision.reasons)}"
     _echo(line, err=not dry_run)
-    if parsed.options.explain and decision is not None:
-        for text in explain(decision, gpus):
-            _echo(f"ecolaunch:   {text}", err=not dry_run)
+    if not parsed.options.explain:
+        return
+    lines = [] if decision is None else explain(decision, gpus)
+    if waiting is not None:
+        first = "" if decision is None else ", before it runs as above"
+        lines.insert(0, f"would wait at position {waiting.position} in the queue{first}: {waiting.text()}")
+    for text in lines:
+        _echo(printable(f"ecolaunch:   {text}"), err=not dry_run)
 
 
 def explain(decision: Decision, gpus: Mapping) -> list[str]:
@@ -172,12 +203,16 @@ def explain(decision: Decision, gpus: Mapping) -> list[str]:
             cap = decision.power_caps_w.get(uuid)
             cap_txt = f"capped at {cap:.0f} W" if cap else "at its current power limit"
             lines.append(f"predicted: GPU {gpus[uuid].index} draws {watts:.0f} W, {cap_txt}")
+    chosen_models = {gpus[u].name for u in decision.gpus if u in gpus}
     for alt in decision.alternatives:
         where = ",".join(str(gpus[u].index) for u in alt["gpus"] if u in gpus)
+        models = sorted({gpus[u].name for u in alt["gpus"] if u in gpus})
+        model_txt = f" ({', '.join(models)})" if set(models) != chosen_models else ""
         caps = sorted({w for w in alt["power_caps_w"].values() if w is not None})
         cap_txt = f"at {caps[0]:.0f} W" if caps else "at default power"
-        lines.append(f"not GPU {where} {cap_txt}: predicted {alt['predicted_slowdown_pct']:.1f} % slower, "
-                     f"{alt['why_not']}")
+        slow = alt.get("predicted_slowdown_pct")
+        predicted = "no prediction" if slow is None else f"predicted {slow:.1f} % slower"
+        lines.append(f"not GPU {where}{model_txt} {cap_txt}: {predicted}, {alt['why_not']}")
     if not lines:
         lines.append(f"policy {decision.policy} makes no predictions; it decided by rule")
     return lines

@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 
 #: the subcommands' names, known without importing them (a test checks them against the registered commands)
-SUBCOMMANDS = frozenset({"status", "top", "policy", "simulate", "agent", "predict", "history", "report", "init-state",
-                         "calibrate", "exporter"})
+SUBCOMMANDS = frozenset({"status", "top", "cancel", "policy", "simulate", "agent", "predict", "history", "report",
+                         "init-state", "calibrate", "exporter"})
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,4 +1,8 @@
-"""``ecolaunch status``: the host's GPUs, the jobs on them, the queue, and the job files left out.
+"""``ecolaunch status``: the host's GPUs, the jobs on them, the queue with why each job waits, and the job files left
+out.
+
+The queue's rows are :func:`ecolaunch.state.queue.queue_rows`'s (position, job, time waited, and the reason its
+launcher last recorded: Slurm's reason codes, ``state.graph.WaitReason``).
 
 A job file the state graph leaves out (``StateGraph.ignored``: refused fields, an owner who is not the uid it
 names, another host's job naming this host's GPUs, a booking the admin rules never admitted) is listed with why,
@@ -12,7 +16,8 @@ import json
 import click
 
 from ecolaunch.cli.command import Command
-from ecolaunch.cli.hostview import HostView, cap_text, na, printable
+from ecolaunch.cli.hostview import HostView, cap_text, na
+from ecolaunch.cli.text import printable
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
 
 
@@ -35,7 +40,7 @@ def _render(doc: dict) -> str:
     names = max([21, *(len(g["name"]) for g in doc["gpus"])]) + 1  # whole names: "NVIDIA GeForce RTX 4090" is 23
     lines.append(f"{'GPU':<4}{'NAME':<{names}}{'MEMORY (MiB)':>16}{'UTIL':>7}{'POWER/CAP (W)':>{width}}  JOBS")
     for g, power in zip(doc["gpus"], powers):
-        users = [f"{jid} ({jobs[jid]['user']}: {jobs[jid]['name']})" for jid in g["jobs"] if jid in jobs]
+        users = [printable(f"{jid} ({jobs[jid]['user']}: {jobs[jid]['name']})") for jid in g["jobs"] if jid in jobs]
         if g["foreign_pids"]:
             users.append(f"other processes: {', '.join(map(str, g['foreign_pids']))}")
         mem = f"{g['memory_used_mib']}/{g['memory_total_mib']}"
@@ -52,8 +57,11 @@ def _render(doc: dict) -> str:
     if doc["queue"]:
         lines.append("")
         lines.append(f"queue ({len(doc['queue'])} waiting):")
-        for pos, j in enumerate(doc["queue"], start=1):
-            lines.append(f"  {pos}. {j['id']} {j['user']}: {j['name']}, {j['nproc']} GPU(s), waiting {j['age_s']:.0f} s")
+        for j in doc["queue"]:
+            why = "reason not judged yet" if j["reason"] is None else j["reason"] + (
+                f" ({j['reason_detail']})" if j["reason_detail"] else "")
+            lines.append(printable(f"  {j['position']}. {j['id']} {j['user']}: {j['name']}, {j['nproc']} GPU(s), "
+                                   f"waiting {j['age_s']:.0f} s: {why}"))
     return "\n".join(lines)
 
 

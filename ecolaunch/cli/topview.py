@@ -30,7 +30,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ecolaunch.cli.hostview import cap_text, na, printable
+from ecolaunch.cli.hostview import cap_text, na
+from ecolaunch.cli.text import printable
 
 #: the keys that quit the live view
 QUIT_KEYS = frozenset("qQ")
@@ -147,8 +148,8 @@ def _job_table(doc: dict) -> Table:
 
 def _queue_table(doc: dict) -> Table:
     table = _table(f"\nqueue ({len(doc['queue'])} waiting)", "#", "JOB", "USER", "NAME", "GPUS", "WAITED", "REASON")
-    for pos, j in enumerate(doc["queue"], start=1):
-        table.add_row(str(pos), _cell(j["id"]), _cell(j["user"]), _cell(j["name"]), str(j["nproc"]),
+    for j in doc["queue"]:
+        table.add_row(str(j["position"]), _cell(j["id"]), _cell(j["user"]), _cell(j["name"]), str(j["nproc"]),
                       _duration(j["age_s"]), _cell(j.get("reason") or "-"))
     return table
 

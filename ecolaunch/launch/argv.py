@@ -66,10 +66,20 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
         "when to profile the job: auto (history; else pre if a previous run declared profile_safe; else inline), "
         "pre (a short profiling run first), inline (profile the real run's first iterations) or off",
     ),
+    (
+        ("--name",),
+        config.ENV_JOB_NAME,
+        True,
+        "the job's name in status, history and the queue, and for 'ecolaunch cancel NAME' (default: the script's "
+        "file name)",
+    ),
     (("-v", "--verbose"), config.ENV_VERBOSE, False, "log each step; show tracebacks of ecolaunch errors"),
 )
 
-_METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB", "--profile": "MODE"}
+_METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB", "--profile": "MODE",
+             "--name": "NAME"}
+#: what ``--name`` may be: it is typed back to ``ecolaunch cancel`` and shown in tables (no spaces, no controls)
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,63}")
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
@@ -190,6 +200,7 @@ def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
         verbose=_flag(ns.eco_verbose, config.ENV_VERBOSE),
         explain=_flag(ns.eco_explain, config.ENV_EXPLAIN),
         profile=_profile_mode(ns.eco_profile),
+        name=_job_name(ns.eco_name),
     )
     return options, None if memory is None else int(memory)
 
@@ -216,6 +227,15 @@ def _placement_policy(raw: str | None) -> str:
     if raw not in names:
         raise ConfigError(f"--policy (or {config.ENV_PLACEMENT_POLICY}) must be a placement policy, got {raw!r}",
                           hint=f"use one of: {', '.join(names)}")
+    return raw
+
+
+def _job_name(raw: str | None) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if not JOB_NAME.fullmatch(raw):
+        raise ConfigError(f"--name (or {config.ENV_JOB_NAME}) must be 1 to 64 letters, digits or '_.+:@-', starting "
+                          f"with a letter or digit, got {raw!r}", hint="e.g. --name resnet50-lr3e-4")
     return raw
 
 

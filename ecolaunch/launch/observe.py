@@ -95,6 +95,8 @@ class ObserveConfig:
     allowed_slowdown_pct: float
     user: str = ""
     name: str = ""
+    #: ``name`` is the command line's (``--name``): it wins over the name the script declares (``@ecolaunch.job``)
+    name_given: bool = False
     profile: Profile | None = None
     colocated_with: Mapping[str, Sequence[str]] | None = None
     co_resident_power_w: Mapping[str, float | None] | None = None
@@ -409,7 +411,7 @@ class RunObserver:
         reader = self.monitor.reader
         self.record = self.recorder.build(
             RunSpan(self._t0, self._t1, self._wall0, self._wall1), user=self.config.user, name=self.config.name,
-            hints=hints, profile=self.profile, exit_code=self._exit_code, iterations=reader.count(),
+            name_given=self.config.name_given, hints=hints, profile=self.profile, exit_code=self._exit_code, iterations=reader.count(),
             iter_time_s=reader.mean_iter_time_s(self.settings.warmup_iters), source=self.config.source,
             result=self.result, findings=self.findings, profiling_energy_j=self.config.profiling_energy_j)
         if learned and self.profile is not None or (self.result is None and self.recorder.hints_changed(hints)):

@@ -35,8 +35,10 @@ from ecolaunch.launch.torchrun import WorkerOutcome, check_args, run_workers
 from ecolaunch.launch.workerenv import allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.registry import get_policy
+from ecolaunch.policy.waiting import Waiting
 from ecolaunch.profile.history import History, fingerprint
 from ecolaunch.profile.modes import ProfileAction, resolve_mode
+from ecolaunch.state.graph import Job
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
 
@@ -59,15 +61,18 @@ class LaunchContext:
 
 @dataclass
 class LaunchCallbacks:
-    """How a launch reports. ``decision(decision, gpus, job_id, waited_s, dry_run)`` (decision None: nothing fits
-    now, for a dry run); ``no_gpus(why, dry_run)``: launching without placement; ``message(line)``: one line for the
-    user (the CLI prefixes ``ecolaunch:``); ``waiting(job_id, position, waited_s)`` while queued; ``summary(observer)``
-    when the job ended; ``shielded()``: a context in which stop signals wait (the release)."""
+    """How a launch reports. ``decision(decision, gpus, job_id, waited_s, dry_run, waiting)`` (decision None: nothing
+    fits now, for a dry run; ``waiting``: why a dry run's job would wait first, or None); ``no_gpus(why, dry_run)``:
+    launching without placement; ``message(line)``: one line for the user (the CLI prefixes ``ecolaunch:``);
+    ``waiting(job, waiting, waited_s)`` while queued (:class:`~ecolaunch.policy.waiting.Waiting`: position and
+    reason); ``left_queue(job, signum)``: a stop signal (``ecolaunch cancel`` sends SIGTERM) ended the wait;
+    ``summary(observer)`` when the job ended; ``shielded()``: a context in which stop signals wait (the release)."""
 
-    decision: Callable[[Decision | None, Mapping[str, Any], str, float, bool], None]
+    decision: Callable[[Decision | None, Mapping[str, Any], str, float, bool, Waiting | None], None]
     no_gpus: Callable[[str, bool], None]
     message: Callable[[str], None] = lambda line: None
-    waiting: Callable[[str, int, float], None] = lambda job_id, position, waited_s: None
+    waiting: Callable[[Job, Waiting, float], None] = lambda job, waiting, waited_s: None
+    left_queue: Callable[[Job, BaseException], None] = lambda job, stop: None
     summary: Callable[[Any], None] = lambda observer: None
     shielded: Callable[[], ContextManager[Any]] = contextlib.nullcontext
     finished: Callable[[WorkerOutcome], None] = lambda outcome: None
@@ -132,8 +137,8 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     request = _request(parsed, session, ctx, allowed, entry.hints if entry is not None else {}, ui)
     request = _with_profile(request, plan.profile)
     if opts.dry_run:
-        decision, graph = session.preview(request)
-        ui.decision(decision, graph.hosts[session.host].gpus, "-", 0.0, True)
+        decision, waiting, graph = session.preview(request)
+        ui.decision(decision, graph.hosts[session.host].gpus, "-", 0.0, True, waiting)
         return exitcodes.OK
     launcher = Launcher(pid=os.getpid(), start_time=_own_start_time(), uid=os.getuid(), user=request.user)
     run = _Run(session, launcher, parsed, extra_env, rules, environment.state_dir, history, fp, env, ui)
@@ -174,14 +179,19 @@ class _Run:
     def __call__(self, request: JobRequest, action, *, profiling_energy_j: float | None = None,
                  profile_source: str | None = None):
         session, parsed, ui, pre = self.session, self.parsed, self.ui, action is ProfileAction.PRE
-        name = _job_name(parsed.torch_args)
+        name = parsed.options.name or _script_name(parsed.torch_args)
         job = session.submit(request, self.launcher, name=name, info=_request_info(parsed, request))
         stop_heartbeat = threading.Event()
         caps: JobCaps | None = None
         try:
-            placement = session.wait_for_placement(
-                job.id, parsed.options.wait_timeout_s, on_wait=lambda position, waited: ui.waiting(job.id, position, waited))
-            ui.decision(placement.decision, placement.gpus, job.id, placement.waited_s, False)
+            try:
+                placement = session.wait_for_placement(
+                    job.id, parsed.options.wait_timeout_s, on_wait=lambda waiting, waited: ui.waiting(job, waiting, waited))
+            except BaseException as stop:
+                if not isinstance(stop, Exception):  # a stop signal's exception (the CLI's), not an error
+                    ui.left_queue(job, stop)
+                raise
+            ui.decision(placement.decision, placement.gpus, job.id, placement.waited_s, False, None)
             caps = JobCaps(session, placement, self.state_dir, self.env, on_message=ui.message)
             caps.begin()
             worker_args = _worker_args(parsed.torch_args, placement, request)
@@ -190,7 +200,7 @@ class _Run:
             config = ObserveConfig(
                 job.id, placement.decision.gpus, self.state_dir, mode=action, fingerprint=self.fp, rules=self.rules,
                 allowed_slowdown_pct=request.allowed_slowdown_pct, user=request.user, name=name,
-                profile=request.profile,
+                name_given=parsed.options.name is not None, profile=request.profile,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
                 profile_source=profile_source)
             observer = RunObserver(config, session.backend, clock=SystemClock(), history=self.history,
@@ -353,7 +363,8 @@ def _request_info(parsed: ParsedLaunch, request: JobRequest) -> dict:
     }
 
 
-def _job_name(args) -> str:
+def _script_name(args) -> str:
+    """A job's name without ``--name``: its training script's file name (or module)."""
     return os.path.basename(str(args.training_script))
 
 

@@ -111,8 +111,9 @@ class RunRecorder:
     def build(self, span: RunSpan, *, user: str, name: str, hints: Mapping[str, Any], profile: Profile | None,
               exit_code: int | None, iterations: int, iter_time_s: float | None, source: str,
               result: ProfileResult | None, findings: Sequence[str],
-              profiling_energy_j: float | None) -> JobRecord:
-        """The run's record: the job's share of each GPU's energy, the caps it ran at, a short sample series."""
+              profiling_energy_j: float | None, name_given: bool = False) -> JobRecord:
+        """The run's record: the job's share of each GPU's energy, the caps it ran at, a short sample series; named
+        ``name`` when ``name_given`` (``--name``), else as the script declares, else ``name``."""
         job_j = gpu_j = 0.0
         caps, coloc, samples = {}, {}, {}  # per GPU: dominant cap, co-resident jobs, short series
         for uuid, (series, share_j, others) in self._shares(profile).items():
@@ -121,7 +122,7 @@ class RunRecorder:
             coloc[uuid] = others
             caps[uuid] = _dominant_cap(series)
             samples[uuid] = downsample(series, SAMPLE_POINTS, origin_s=span.t0_s)
-        declared_name = hints.get("name") if isinstance(hints.get("name"), str) else name
+        declared_name = hints.get("name") if isinstance(hints.get("name"), str) and not name_given else name
         return JobRecord(
             job_id=self._job_id, user=user, name=declared_name or self._job_id, fingerprint=self.fingerprint,
             started=span.wall0, ended=span.wall1, duration_s=max(0.0, span.t1_s - span.t0_s),

@@ -8,8 +8,10 @@ another host's job naming its GPUs (``state.reconcile``) and a member's booking 
 admitted (``policy.admission.unadmitted_bookings``); ``ecolaunch status`` lists them.
 
 A request that can never fit (more GPUs than the host has, than the user may use, or than ``[users] max_gpus``
-allows) fails before it is queued (:class:`~ecolaunch.errors.NeverFits`), and a launch that fails while queued
-leaves no job file behind, even when its job vanished from the graph.
+allows; more power than the budget, even at the lowest caps the policy allows: :func:`~ecolaunch.admin.budget.least_total_w`)
+fails before it is queued (:class:`~ecolaunch.errors.NeverFits`), and a launch that fails while queued leaves no job
+file behind, even when its job vanished from the graph. Each try that leaves a job waiting says why
+(:func:`~ecolaunch.policy.waiting.why_waiting`: Slurm's reason codes), and the job's file records it as it changes.
 
 A placement is :func:`ecolaunch.policy.place.place` (decide, admit, book, budget), the simulator's too. Under a power
 budget (``[power] max_total_w``) the same transactions keep the budget's caps in the graph
@@ -29,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ecolaunch.admin.budget import rebalance
+from ecolaunch.admin.budget import least_total_w, rebalance
 from ecolaunch.admin.capkeeper import CapKeeper
 from ecolaunch.admin.rules import Rules, budget_range_w, user_gpu_limit
 from ecolaunch.clock import Clock, SystemClock
@@ -41,6 +43,7 @@ from ecolaunch.policy.admission import unadmitted_bookings
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.candidates import eligible_gpus
 from ecolaunch.policy.place import admitted_decision, place
+from ecolaunch.policy.waiting import Waiting, why_waiting
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
 from ecolaunch.state.store import StateStore
@@ -132,12 +135,17 @@ class Session:
             self.refresh(graph)
             return graph
 
-    def preview(self, request: JobRequest) -> tuple[Decision | None, StateGraph]:
-        """What the policy would decide now (``--dry-run``); books nothing."""
+    def preview(self, request: JobRequest) -> tuple[Decision | None, Waiting | None, StateGraph]:
+        """What the policy would decide now (``--dry-run``), and why the job would wait first (None: it would not:
+        no queue ahead of it, and a placement); books nothing."""
         with self.store.transaction() as graph:
             self.refresh(graph)
             self._check_feasible(graph, request)
-            return admitted_decision(graph, request, self.policy, self.rules), graph
+            decision = admitted_decision(graph, request, self.policy, self.rules)
+            waiting = None
+            if decision is None or graph.queued_jobs(self.host):
+                waiting = why_waiting(graph, request, self.policy, self.rules)
+            return decision, waiting, graph
 
     def submit(self, request: JobRequest, launcher: Launcher, name: str, info: dict) -> Job:
         """Enter the queue. Raises NeverFits when the request can never fit this host."""
@@ -151,20 +159,24 @@ class Session:
         self._requests[job.id] = request
         return job
 
-    def try_place(self, job_id: str) -> Placement | int:
-        """Place the job if it heads the queue and the policy finds GPUs; else its queue position."""
+    def try_place(self, job_id: str) -> Placement | Waiting:
+        """Place the job if it heads the queue and the policy finds GPUs; else its queue position and why it waits,
+        which the job's file records as they change (``Job.wait_reason``: ``ecolaunch status`` shows them)."""
         request = self._requests[job_id]
         with self.store.transaction() as graph:
             self.refresh(graph)
             job = graph.jobs.get(job_id)
             if job is None:
                 raise StateError(f"job {job_id} vanished from the state graph while queued", hint="launch it again")
-            position = graph.queue_position(job_id) or 0
-            if position != 1:
-                return position
-            decision = place(graph, request, self.policy, self.rules, time.time())
+            decision = None
+            if graph.queue_position(job_id) == 1:
+                decision = place(graph, request, self.policy, self.rules, time.time())
             if decision is None:
-                return position
+                waiting = why_waiting(graph, request, self.policy, self.rules)
+                if (job.wait_reason, job.wait_detail) != (waiting.reason, waiting.detail):
+                    job.wait_reason, job.wait_detail = waiting.reason, waiting.detail
+                    logger.info("job %s waits: %s", job_id, waiting.text())
+                return waiting
             self._attach(job, request)
             gpus = {u: graph.hosts[self.host].gpus[u] for u in decision.gpus}
             logger.info("job %s placed on %s by %s: %s", job_id, ",".join(str(g.index) for g in gpus.values()), decision.policy, "; ".join(decision.reasons))
@@ -174,9 +186,10 @@ class Session:
         self,
         job_id: str,
         timeout_s: float | None,
-        on_wait: Callable[[int, float], None] | None = None,
+        on_wait: Callable[[Waiting, float], None] | None = None,
     ) -> Placement:
-        """Poll until the job is placed. ``timeout_s`` None waits forever, 0 fails at once.
+        """Poll until the job is placed. ``timeout_s`` None waits forever, 0 fails at once; ``on_wait(waiting,
+        waited_s)`` after each try that leaves it waiting.
 
         Raises WaitTimeout (0: NoPlacement) after removing the job from the queue.
         """
@@ -198,11 +211,12 @@ class Session:
                 self.release(job_id)
                 if timeout_s == 0:
                     raise NoPlacement(
-                        f"no GPUs fit job {job_id} now (queue position {outcome})",
+                        f"no GPUs fit job {job_id} now (queue position {outcome.position}): {outcome.text()}",
                         hint="wait for GPUs (drop --wait-timeout 0), or see 'ecolaunch status' for who uses them",
                     )
                 raise WaitTimeout(
-                    f"job {job_id} waited {waited:.0f} s (--wait-timeout {timeout_s:g}) without getting GPUs",
+                    f"job {job_id} waited {waited:.0f} s (--wait-timeout {timeout_s:g}) without getting GPUs: "
+                    f"{outcome.text()}",
                     hint="raise --wait-timeout, or see 'ecolaunch status' for who uses the GPUs",
                 )
             if on_wait is not None:
@@ -269,6 +283,15 @@ class Session:
                 f"job asks for {request.nproc} GPU(s) and can never fit: the host has {total} GPU(s){mine}",
                 hint="lower --nproc-per-node" + ("" if len(usable) == total else
                                                  ", or ask the lab admin about reserved GPUs and per-user limits"),
+            )
+        least = least_total_w(self.rules, list(host.gpus.values()) if host else [], usable, request.nproc)
+        if budget is not None and least is not None and least > budget + 1e-6:
+            raise NeverFits(
+                f"job asks for {request.nproc} GPU(s) and can never fit under the admin policy's power budget of "
+                f"{budget:g} W: even with its GPUs at the lowest cap the policy allows and every other GPU at its "
+                f"minimum power limit, this host's GPUs count {least:.0f} W",
+                hint="lower --nproc-per-node, or ask the lab admin to raise [power] max_total_w (or the [caps] "
+                     "minimum of these GPUs)",
             )
         limit = user_gpu_limit(self.rules, request.user)
         if limit is not None and request.nproc > limit:

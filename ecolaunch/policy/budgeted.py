@@ -21,7 +21,7 @@ from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.state.graph import Host, StateGraph
 from ecolaunch.validate import number_or_none
 
-__all__ = ["BudgetedPolicy", "book_budget", "fit_budget"]
+__all__ = ["BudgetedPolicy", "book_budget", "fit_budget", "over_budget"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,16 +82,10 @@ def fit_budget(state: StateGraph, job: JobRequest, rules: Rules, decision: Decis
     host = state.hosts.get(job.host)
     if budget is None or host is None or any(u not in host.gpus for u in decision.gpus):
         return decision  # admission refuses a decision naming GPUs the host lacks
-    asked = [w for w in (number_or_none(decision.power_caps_w.get(u), positive=True) for u in decision.gpus)
-             if w is not None]
-    newcomer = Newcomer(job.id, tuple(decision.gpus), max(asked) if asked else None, job.profile,
-                        job.allowed_slowdown_pct)
-    demands = host_demands(state, host, rules, newcomer, priors)
+    demands = _demands(state, host, job, rules, decision, priors)
     caps = allocate(demands, budget)
     if caps is None:
-        floors = sum(d.floor_w for d in demands)
-        logger.info("job %s waits: with it on GPU %s the host's caps cannot go below %.0f W, over the %g W power "
-                    "budget", job.id, ",".join(str(host.gpus[u].index) for u in decision.gpus), floors, budget)
+        logger.info("job %s waits: %s", job.id, _over_budget(host, decision, demands, budget))
         return None
     by_uuid = {d.uuid: d for d in demands}
     budgeted = budgeted_on_host(state, host, rules)
@@ -116,6 +110,34 @@ def fit_budget(state: StateGraph, job: JobRequest, rules: Rules, decision: Decis
     }}
     return dataclasses.replace(decision, power_caps_w=power_caps, recaps_w=recaps, predicted=predicted,
                                reasons=[*decision.reasons, *reasons])
+
+
+def over_budget(state: StateGraph, job: JobRequest, rules: Rules, decision: Decision,
+                priors: Priors = default_prior) -> str | None:
+    """Why ``decision`` cannot meet the power budget, in words (the floors of the host's caps with the job placed
+    as decided, against the budget); None when it can, or without a budget."""
+    budget = rules.power_max_total_w
+    host = state.hosts.get(job.host)
+    if budget is None or host is None or any(u not in host.gpus for u in decision.gpus):
+        return None
+    demands = _demands(state, host, job, rules, decision, priors)
+    return None if allocate(demands, budget) is not None else _over_budget(host, decision, demands, budget)
+
+
+def _demands(state: StateGraph, host: Host, job: JobRequest, rules: Rules, decision: Decision,
+             priors: Priors) -> list[GpuDemand]:
+    """The host's GPUs as the budget sees them with the job placed as ``decision`` says."""
+    asked = [w for w in (number_or_none(decision.power_caps_w.get(u), positive=True) for u in decision.gpus)
+             if w is not None]
+    newcomer = Newcomer(job.id, tuple(decision.gpus), max(asked) if asked else None, job.profile,
+                        job.allowed_slowdown_pct)
+    return host_demands(state, host, rules, newcomer, priors)
+
+
+def _over_budget(host: Host, decision: Decision, demands: Sequence[GpuDemand], budget: float) -> str:
+    floors = sum(d.floor_w for d in demands)
+    return (f"with it on GPU {','.join(str(host.gpus[u].index) for u in decision.gpus)} the host's caps cannot go "
+            f"below {floors:.0f} W, over the {budget:g} W power budget")
 
 
 def _changed(before: Any, after: float) -> bool:

@@ -74,6 +74,8 @@ MAX_COMBINATIONS = 2000
 SD_Z = 2.0
 #: the least standard deviation a learned throughput is taken to have (normalized throughput)
 MIN_SD = 0.005
+#: the most alternatives a decision lists (``--explain``)
+MAX_ALTERNATIVES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +251,7 @@ class EnergyAwarePolicy:
         scored = self._ranked(state, job, candidates, outcomes, before)
         if not scored:
             return None
-        return self._decision(state, job, scored)
+        return self._decision(state, job, scored, self._set_aside(state, job, rules, scorer, scored, cap_for))
 
     def _elastic(self, state: StateGraph, job: JobRequest, rules: Rules, cap_for) -> Decision | None:
         """``--nproc-per-node gpu``: every free GPU the user may use (as ``exclusive`` finds them; sharing a GPU
@@ -313,12 +315,66 @@ class EnergyAwarePolicy:
                 slowdowns[other.id] = 100.0 * (1.0 / max(x_after, 1e-9) - 1.0)
                 share = before.gpu_power_w.get(u, 0.0) / max(1, len(state.jobs_on(u)))
                 lost += max(0.0, x_before - x_after) * share / max(x_before, 1e-9)
+        return self._cost(state, job, cand, out, before, lost, x_new), x_new, cand, out, slowdowns
+
+    def _cost(self, state: StateGraph, job: JobRequest, cand: Candidate, out: Outcome, before: Outcome, lost: float,
+              x_new: float) -> float:
+        """The objective (module docstring): power added per unit of the new job's work."""
         delta_w = sum(out.gpu_power_w[u] - before.gpu_power_w.get(u, 0.0) for u in cand.gpus)
         static = self.host_static_w * len(cand.gpus) / max(1, len(state.hosts[job.host].gpus)) if self.objective == "job" else 0.0
-        cost = (delta_w + static + lost) / x_new
-        return cost, x_new, cand, out, slowdowns
+        return (delta_w + static + lost) / x_new
 
-    def _decision(self, state: StateGraph, job: JobRequest, scored) -> Decision:
+    # --- what --explain shows beside the decision -------------------------------------------------
+    def _set_aside(self, state: StateGraph, job: JobRequest, rules: Rules, scorer: Scorer, scored,
+                   cap_for) -> list[dict]:
+        """The alternatives the ranking never weighed, predicted by the same scorer (for ``--explain``): on the
+        chosen GPUs, uncapped and one step below the chosen cap (a job with a measured curve alone there); the best
+        free set of each other GPU model and, for several GPUs, the best free set with a slower link (of the sets
+        nobody uses only the best-linked one is a candidate: module docstring)."""
+        cost, x_new, best, _, _ = scored[0]
+        host = state.hosts[job.host]
+        weighed = {r[2].gpus for r in scored}
+        cands: list[tuple[Candidate, str]] = []
+        if best.by_curve and not any(state.jobs_on(u) for u in best.gpus):
+            n, cap = len(best.gpus), best.caps_w[0]
+            bounds = job_cap_bounds(rules, [host.gpus[u] for u in best.gpus])
+            if cap is not None:
+                cands.append((Candidate(best.gpus, (None,) * n, by_curve=True), "uncapped"))
+            below = (cap if cap is not None else bounds[1] if bounds else 0.0) - DECISION_CAP_STEP_W
+            if bounds is not None and below >= bounds[0]:
+                cands.append((Candidate(best.gpus, (below,) * n, by_curve=True),
+                              "a lower cap" if cap is not None else "capped"))
+        for combo in set_aside_sets(state, job, rules, best.gpus):
+            uuids = tuple(g.uuid for g in combo)
+            if uuids not in weighed:
+                cap, _ = cap_for(job, combo, rules)
+                cands.append((Candidate(uuids, (cap,) * len(uuids), by_curve=best.by_curve), "set aside"))
+        if not best.by_curve:  # the job's power is not known yet: every GPU would be predicted alike, at its limit
+            why = ("the job's power is not known yet, so no GPU is predicted to save energy; of the free sets the "
+                   "policy takes the best-linked, lowest indexes first")
+            return [_alternative(cand, None, None, why) for cand, _ in cands]
+        if not cands:
+            return []
+        outcomes = scorer.predict([c for c, _ in cands])
+        before = scorer.current(sorted({u for c, _ in cands for u in c.gpus}))
+        out = []
+        for (cand, kind), outcome in zip(cands, outcomes):
+            x = outcome.throughput.get(job.id, 0.0)
+            c = self._cost(state, job, cand, outcome, before, 0.0, x) if x > 0 else math.inf
+            slow = 100.0 * (1.0 / x - 1.0) if x > 0 else math.inf
+            if slow > job.allowed_slowdown_pct + 1e-6:
+                why = f"over the job's {job.allowed_slowdown_pct:g} % bound"
+            elif kind == "a lower cap" and c < cost:
+                why = ("within the bound as predicted, but not with the margin the cap choice keeps back for what "
+                       "was not measured")
+            else:
+                why = _why_not(c, cost, x, x_new)
+                if kind == "set aside":
+                    why += "; of the free sets the policy takes the best-linked, lowest indexes first"
+            out.append(_alternative(cand, slow, c, why))
+        return out
+
+    def _decision(self, state: StateGraph, job: JobRequest, scored, set_aside: Sequence[dict] = ()) -> Decision:
         gpus = state.hosts[job.host].gpus
         cost, x_new, best, out, slow = scored[0]
         caps = dict(zip(best.gpus, best.caps_w))
@@ -331,16 +387,11 @@ class EnergyAwarePolicy:
                    f"of {len(scored)} candidate{'' if len(scored) == 1 else 's'} within every job's bound"]
         if best.why_cap:
             reasons.append(best.why_cap)
-        alternatives = []
-        # the alternatives a user can weigh: other GPU sets (with their own caps), and sharing
-        for c, x, cand, _, _s in scored[1:4]:
-            alternatives.append({
-                "gpus": list(cand.gpus),
-                "power_caps_w": dict(zip(cand.gpus, cand.caps_w)),
-                "predicted_slowdown_pct": round(100 * (1 / x - 1), 2),
-                "energy_w_per_work": round(c, 2),
-                "why_not": _why_not(c, cost, x, x_new),
-            })
+        # the alternatives a user can weigh: other GPU sets (with their own caps), and sharing; then those the
+        # ranking never weighed (other caps, other models, slower links)
+        alternatives = [_alternative(cand, 100 * (1 / x - 1), c, _why_not(c, cost, x, x_new))
+                        for c, x, cand, _, _s in scored[1:4]]
+        alternatives += list(set_aside)[: max(0, MAX_ALTERNATIVES - len(alternatives))]
         return Decision(
             policy=self.name,
             gpus=best.gpus,
@@ -359,6 +410,42 @@ class EnergyAwarePolicy:
             },
             alternatives=alternatives,
         )
+
+
+def set_aside_sets(state: StateGraph, job: JobRequest, rules: Rules, chosen: Sequence[str]) -> list[tuple[GpuNode, ...]]:
+    """Free GPU sets :func:`enumerate_candidates` leaves out (of the sets nobody uses it keeps the best-linked one):
+    the best set of each GPU model other than ``chosen``'s, then, for several GPUs, the best set of ``chosen``'s
+    model whose slowest link is slower than ``chosen``'s."""
+    host = state.hosts.get(job.host)
+    if host is None or not chosen:
+        return []
+    idle = [g for g in usable_gpus(state, job, rules) if not state.jobs_on(g.uuid)]
+    mine = {host.gpus[u].name for u in chosen}
+
+    def load(g: GpuNode) -> tuple:
+        return (g.util_gpu_pct or 0.0, g.memory_used_mib)
+
+    out = []
+    for model in sorted({g.name for g in idle} - mine):
+        found = best_set(host, [g for g in idle if g.name == model], job.nproc, load)
+        if found:
+            out.append(tuple(found))
+    same = [g for g in idle if g.name in mine]
+    if job.nproc > 1 and math.comb(len(same), job.nproc) <= MAX_COMBINATIONS:
+        link = worst_link(host, list(chosen))
+        slower = [c for c in itertools.combinations(same, job.nproc) if worst_link(host, [g.uuid for g in c]) > link]
+        if slower:
+            out.append(min(slower, key=lambda c: (worst_link(host, [g.uuid for g in c]), [g.index for g in c])))
+    return out
+
+
+def _alternative(cand: Candidate, slowdown_pct: float | None, cost: float | None, why_not: str) -> dict:
+    """One of a decision's ``alternatives``: GPUs, caps, predicted slowdown and cost (None: no prediction), why not."""
+    return {"gpus": list(cand.gpus), "power_caps_w": dict(zip(cand.gpus, cand.caps_w)),
+            "predicted_slowdown_pct": None if slowdown_pct is None or not math.isfinite(slowdown_pct)
+            else round(slowdown_pct, 2),
+            "energy_w_per_work": None if cost is None or not math.isfinite(cost) else round(cost, 2),
+            "why_not": why_not}
 
 
 def _energy_text(cost_w: float, job: JobRequest) -> str:

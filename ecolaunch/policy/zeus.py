@@ -38,6 +38,7 @@ class ZeusPolicy:
         caps: dict[str, float | None] = {}
         reasons = list(placed.reasons)
         host = state.hosts[job.host]
+        chosen = None  # the first GPU's choice: its predictions are the decision's (one cap per job)
         for uuid in placed.gpus:
             gpu = host.gpus[uuid]
             if gpu.power_limit_max_w is None or gpu.power_limit_min_w is None:
@@ -52,8 +53,22 @@ class ZeusPolicy:
             choice = choose_cap(model, cap_grid(low, high, self.cap_step_w), job.allowed_slowdown_pct, 1.0,
                                 gpu.power_limit_max_w, z=0.0, min_saving_pct=0.0)
             caps[uuid] = None if choice.cap_w >= gpu.power_limit_max_w else choice.cap_w
-            if uuid == placed.gpus[0]:
+            if chosen is None:
+                chosen = (uuid, model, choice)
                 reasons.append(choice.reason)
-        if all(w is None for w in caps.values()):
+        if chosen is None:
             reasons.append("no profile with power: default power limit")
-        return Decision(self.name, placed.gpus, caps, placed.colocated_with, reasons)
+            return Decision(self.name, placed.gpus, caps, placed.colocated_with, reasons)
+        uuid, model, choice = chosen
+        predicted = {"slowdown_pct": {job.id: round(choice.slowdown_pct, 2)},
+                     "gpu_power_w": {u: round(choice.predicted_power_w, 1) for u in placed.gpus if u in caps},
+                     "energy_j_per_iter": round(choice.predicted_energy_j_per_iter, 6), "predictor": "zeus curve"}
+        alternatives = []
+        if caps[uuid] is not None and choice.predicted_energy_j_per_iter > 0:  # uncapped: what the cap saves
+            top = model.predict(host.gpus[uuid].power_limit_max_w)
+            more_pct = 100.0 * (top.iter_time_s * top.power_w / choice.predicted_energy_j_per_iter - 1.0)
+            alternatives.append({"gpus": list(placed.gpus), "power_caps_w": dict.fromkeys(placed.gpus),
+                                 "predicted_slowdown_pct": 0.0, "energy_w_per_work": None,
+                                 "why_not": f"{more_pct:.1f} % more energy per iteration"})
+        return Decision(self.name, placed.gpus, caps, placed.colocated_with, reasons, predicted=predicted,
+                        alternatives=alternatives)

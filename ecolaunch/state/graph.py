@@ -17,6 +17,10 @@ booking that chose it and by each release (``ecolaunch.policy.budgeted``), read 
 the shared part of the state (another user's job file is not anyone else's to change), and is optional in the
 document: a graph written before budgets existed reads as having none.
 
+A queued job carries why it waits (``wait_reason``, a :class:`WaitReason`, and ``wait_detail``, in words), written by
+its own launcher as it changes and cleared by :meth:`StateGraph.book`; a file written before reasons existed reads as
+not judged yet.
+
 A graph also carries the job files it leaves out (``ignored``: never written, for ``ecolaunch status`` to flag):
 files the store refused (bad fields, a ``seq`` beyond :data:`MAX_SEQ`, an owner who is not the uid named) and jobs
 a transaction set aside (a job of another host naming this host's GPUs, ``state.reconcile``; a booking the admin
@@ -60,6 +64,29 @@ WHATIF_UUID = "GPU-whatif"
 class JobState(str, enum.Enum):
     QUEUED = "queued"
     RUNNING = "running"
+
+
+class WaitReason(str, enum.Enum):
+    """Why a queued job waits, in the words of Slurm's reason codes (``squeue``'s REASON column).
+
+    The waiting launcher judges it at each try (``ecolaunch.policy.waiting``) and records it with its job, so that
+    ``ecolaunch status`` shows it; the first that applies wins, in this order::
+
+        Priority     other jobs are ahead of it in this host's queue (a strict FIFO: only the head is placed)
+        UserLimit    the user's running jobs already hold their ``[users] max_gpus``
+        Reservation  enough GPUs are free, but some are reserved for others (``[reserve.*]``)
+        Resources    not enough free GPUs (busy with jobs or processes outside ecolaunch), or no placement the
+                     policy finds keeps every job within its bound
+        Memory       enough GPUs are free, but not with the memory per GPU the job needs
+        PowerBudget  a placement fits, but not under the host's power budget (``[power] max_total_w``)
+    """
+
+    PRIORITY = "Priority"
+    USER_LIMIT = "UserLimit"
+    RESERVATION = "Reservation"
+    RESOURCES = "Resources"
+    MEMORY = "Memory"
+    POWER_BUDGET = "PowerBudget"
 
 
 @dataclass(slots=True)
@@ -163,6 +190,9 @@ class Job:
     decision: dict[str, Any] = field(default_factory=dict)
     profile: Profile | None = None
     progress: JobProgress | None = None
+    #: why a queued job waits (None: running, or not judged yet) and the particulars in words (see WaitReason)
+    wait_reason: WaitReason | None = None
+    wait_detail: str | None = None
 
     @classmethod
     def queued(cls, id: str, *, user: str, host: str, nproc: int, seq: int, submitted_at: float,
@@ -253,6 +283,7 @@ class StateGraph:
         job.decision = dict(decision)
         job.profile = profile
         job.started_at = job.heartbeat_at = now
+        job.wait_reason = job.wait_detail = None
         return job
 
     def queue_position(self, job_id: str) -> int | None:
@@ -343,6 +374,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     serialize it (``json.dumps``) before changing the job if a snapshot is needed."""
     d = {name: getattr(job, name) for name in _JOB_FIELDS}
     d["state"] = job.state.value
+    d["wait_reason"] = None if job.wait_reason is None else job.wait_reason.value
     d["gpus"] = list(job.gpus)
     d["power_caps_w"] = dict(job.power_caps_w)
     d["profile"] = None if job.profile is None else profile_to_json(job.profile)
@@ -413,6 +445,7 @@ def job_from_dict(jid: str, raw: Any) -> Job:
         _expect(not gpus and not caps and raw.get("started_at") is None and raw.get("progress") is None,
                 f"jobs.{jid}", "a queued job without GPUs, caps, a start time or progress")
     _check_request(f"jobs.{jid}.request", raw["request"])
+    wait_reason, wait_detail = _wait_fields(jid, raw, state)
     profile = raw.get("profile")
     if profile is not None:
         try:
@@ -432,6 +465,8 @@ def job_from_dict(jid: str, raw: Any) -> Job:
         heartbeat_at=raw.get("heartbeat_at"),
         profile=profile,
         progress=progress,
+        wait_reason=wait_reason,
+        wait_detail=wait_detail,
     )
     return Job(**fields)
 
@@ -445,6 +480,7 @@ MAX_MEMORY_MIB = 1 << 30  # 1 PiB per GPU
 MAX_POWER_W = 100_000.0
 MAX_SLOWDOWN_PCT = 1000.0
 MAX_NAME_CHARS = 256
+MAX_DETAIL_CHARS = 1024
 _JOB_INT_RANGES = {
     "uid": (0, 2**32 - 2),
     "launcher_pid": (1, 2**31 - 1),
@@ -452,6 +488,19 @@ _JOB_INT_RANGES = {
     # the queue counter hands out 0, 1, 2, ...: a negative seq would sort ahead of every honest job
     "seq": (0, MAX_SEQ),
 }
+
+
+def _wait_fields(jid: str, raw: dict[str, Any], state: JobState) -> tuple[WaitReason | None, str | None]:
+    """A queued job's wait reason and its words (absent in files written before reasons were recorded)."""
+    reason, detail = raw.get("wait_reason"), raw.get("wait_detail")
+    try:
+        reason = None if reason is None else WaitReason(reason)
+    except ValueError:
+        raise ValueError(f"jobs.{jid}.wait_reason: {reason!r} is not a wait reason") from None
+    _expect(detail is None or (isinstance(detail, str) and len(detail) <= MAX_DETAIL_CHARS), f"jobs.{jid}.wait_detail",
+            f"null or at most {MAX_DETAIL_CHARS} characters")
+    _expect(state is JobState.QUEUED or reason is None, f"jobs.{jid}.wait_reason", "null for a running job")
+    return reason, detail
 
 
 def _check_request(where: str, request: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.profile.control import CapMove, ClosedLoop
 from ecolaunch.profile.sampler import GpuSample
+from ecolaunch.state.graph import WaitReason
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
 
@@ -188,7 +189,8 @@ def test_a_job_whose_floor_does_not_fit_waits_until_a_job_leaves(session: Sessio
     request = JobRequest(id="b", user="u", host="h", nproc=1, memory_mib=1000, allowed_slowdown_pct=10.0,
                          profile=STEEP)
     session.submit(request, launchers[1], name="b", info={"allowed_slowdown_pct": 10.0, "memory_mib": 1000})
-    assert session.try_place("b") == 1  # GPU 1 is free, but the budget is not: b waits at the head of the queue
+    waiting = session.try_place("b")  # GPU 1 is free, but the budget is not: b waits at the head of the queue
+    assert waiting.position == 1 and waiting.reason is WaitReason.POWER_BUDGET, waiting
     assert session.snapshot().budget_caps_w == {G0: 400.0}  # nothing was lowered for a job that did not start
     session.release("a")
     placed = session.try_place("b")

@@ -38,11 +38,11 @@ def test_the_head_of_the_queue_blocks_later_jobs_that_would_fit(session: Session
     assert isinstance(session.try_place("a"), Placement)
     submit(session, "big", 2)  # needs both GPUs: waits for "a"
     submit(session, "small", 1)  # would fit on the free GPU, but arrived later
-    assert session.try_place("big") == 1
-    assert session.try_place("small") == 2
+    assert session.try_place("big").position == 1
+    assert session.try_place("small").position == 2
     session.release("a")
     assert isinstance(session.try_place("big"), Placement)
-    assert session.try_place("small") == 1
+    assert session.try_place("small").position == 1
 
 
 def test_wait_timeout_and_no_wait_leave_the_queue(session: Session) -> None:

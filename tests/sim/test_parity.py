@@ -12,7 +12,7 @@ import pytest
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
-from ecolaunch.launch.session import Launcher, Session
+from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.sim.engine import Simulation, TraceJob
@@ -35,12 +35,12 @@ def test_same_state_same_decision(policy_name: str, state_dir: Path) -> None:
     for i in range(2):  # two running jobs booked through the launcher's own path
         req = JobRequest(id=f"r{i}", user="u", host="ws", nproc=1, memory_mib=6000, profile=PROFILE)
         session.submit(req, me, name="x", info={"allowed_slowdown_pct": 10.0, "memory_mib": 6000})
-        assert not isinstance(session.try_place(req.id), int)
+        assert isinstance(session.try_place(req.id), Placement)
     with session.store.transaction() as graph:  # the launcher's booking put each job's profile in the graph
         assert [j.profile for j in graph.jobs.values()] == [PROFILE, PROFILE]
     new = JobRequest(id="new", user="u", host="ws", nproc=1, memory_mib=6000, profile=PROFILE,
                      allowed_slowdown_pct=10.0)
-    launcher_decision, graph = session.preview(new)
+    launcher_decision, _, graph = session.preview(new)
 
     sim = Simulation(machine, make(), Rules(), profile_caps=False)
     sim.graph = StateGraph.from_dict(json.loads(json.dumps(graph.to_dict())))  # the launcher's state, verbatim

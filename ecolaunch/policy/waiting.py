@@ -1,0 +1,118 @@
+"""Why a job is not placed now: :func:`why_waiting`, a reason code (``state.graph.WaitReason``, Slurm's words) and
+the particulars in words.
+
+The waiting launcher asks at each try that leaves its job queued (``launch.session.Session.try_place``) and records
+the answer with its job, so that ``ecolaunch status`` and the launcher's own queue lines show it; ``--dry-run
+--explain`` asks for a job that would wait. The reasons are judged on the state the placement was just refused on,
+in the order of :class:`~ecolaunch.state.graph.WaitReason`: the queue ahead, the user's GPU limit, the GPUs free
+to this user, their memory, then the policy itself, the power budget and the admin rules (these last run the policy
+once more, so only for the head of the queue with enough free GPUs).
+
+What does not live here: the decision (``policy.place``), the order of the queue (``StateGraph.queued_jobs``), a
+request that can never fit (``launch.session``: refused before it is queued).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ecolaunch.admin.rules import Rules, user_gpu_limit
+from ecolaunch.jobmodel.capcurve import default_prior
+from ecolaunch.policy.admission import refusal
+from ecolaunch.policy.base import JobRequest, Policy
+from ecolaunch.policy.budgeted import over_budget
+from ecolaunch.policy.candidates import eligible_gpus, gpus_held_by, is_idle
+from ecolaunch.state.graph import MAX_DETAIL_CHARS, GpuNode, StateGraph, WaitReason
+
+__all__ = ["Waiting", "why_waiting"]
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A job that waits: its 1-based position in its host's queue (where it would join, for a job not queued),
+    why (:class:`~ecolaunch.state.graph.WaitReason`) and the particulars in words."""
+
+    position: int
+    reason: WaitReason
+    detail: str
+
+    def text(self) -> str:
+        return f"{self.reason.value} ({self.detail})"
+
+
+def why_waiting(state: StateGraph, request: JobRequest, policy: Policy, rules: Rules) -> Waiting:
+    """Why ``request``'s job (queued in ``state`` under ``request.id``, or not queued yet) is not placed now."""
+    queue = state.queued_jobs(request.host)
+    ids = [j.id for j in queue]
+    ahead = queue[: ids.index(request.id)] if request.id in ids else queue
+    position = len(ahead) + 1
+    if ahead:
+        head = ahead[0]
+        waits = f", which waits for {head.wait_reason.value}" if head.wait_reason is not None else ""
+        return Waiting(position, WaitReason.PRIORITY,
+                       _bounded(f"{len(ahead)} job(s) ahead in this host's queue; the first is {head.id} "
+                                f"({head.user}: {head.name}){waits}"))
+    reason, detail = _unplaced(state, request, policy, rules)
+    return Waiting(position, reason, _bounded(detail))
+
+
+def _unplaced(state: StateGraph, request: JobRequest, policy: Policy, rules: Rules) -> tuple[WaitReason, str]:
+    host = state.hosts.get(request.host)
+    if host is None:
+        return WaitReason.RESOURCES, f"host {request.host!r} has no GPUs in the state yet"
+    limit = user_gpu_limit(rules, request.user)
+    held = gpus_held_by(state, request.user, request.host)
+    if limit is not None and held + request.nproc > limit:
+        return WaitReason.USER_LIMIT, (f"user {request.user} holds {held} of the {limit} GPU(s) [users] max_gpus "
+                                       f"allows; the job needs {request.nproc}")
+    eligible = eligible_gpus(state, request, rules)
+    free = [g for g in eligible if is_idle(state, g)]
+    if len(free) < request.nproc:
+        mine = {g.uuid for g in eligible}
+        allocation = set(request.allowed_gpus) if request.allowed_gpus is not None else None
+        reserved = [g for g in sorted(host.gpus.values(), key=lambda g: g.index) if g.uuid not in mine
+                    and is_idle(state, g) and (allocation is None or g.uuid in allocation)]
+        if len(free) + len(reserved) >= request.nproc:
+            return WaitReason.RESERVATION, (f"GPU {_indexes(reserved)} free but reserved for others ([reserve]); "
+                                            f"{len(free)} of the {request.nproc} GPU(s) the job needs are free to "
+                                            f"user {request.user}")
+        return WaitReason.RESOURCES, (f"{len(free)} of the {request.nproc} GPU(s) the job needs are free; "
+                                      + _busy(state, [g for g in eligible if not is_idle(state, g)]))
+    need = request.memory_mib or 0
+    roomy = [g for g in free if g.memory_free_mib >= need]
+    if len(roomy) < request.nproc:
+        short = ", ".join(f"GPU {g.index} {g.memory_free_mib}" for g in free if g.memory_free_mib < need)
+        return WaitReason.MEMORY, (f"the job needs {need} MiB per GPU; free MiB on the free GPUs too small for it: "
+                                   f"{short}")
+    inner = getattr(policy, "inner", policy)  # the budget's wrapper (policy.budgeted) is judged on its own below
+    decision = inner.decide(state, request, rules)
+    if decision is None:
+        return WaitReason.RESOURCES, (f"policy {policy.name} finds no placement on the free GPUs that keeps every "
+                                      "job within its slowdown bound")
+    budget = over_budget(state, request, rules, decision, getattr(policy, "priors", default_prior))
+    if budget is not None:
+        return WaitReason.POWER_BUDGET, budget
+    why = refusal(state, request, rules, decision)
+    if why is not None:
+        return WaitReason.RESOURCES, f"the admin rules refuse policy {policy.name}'s choice: {why}"
+    return WaitReason.RESOURCES, "the GPUs were taken by another launch meanwhile; trying again"
+
+
+def _bounded(detail: str) -> str:
+    """At most what a job file may hold (``MAX_DETAIL_CHARS``: names come from other users' files, GPUs may be many)."""
+    return detail if len(detail) <= MAX_DETAIL_CHARS else detail[: MAX_DETAIL_CHARS - 3] + "..."
+
+
+def _busy(state: StateGraph, gpus: list[GpuNode]) -> str:
+    """``GPU 0,1 run job 3f2a9c1e (alice: train.py); GPU 2 runs processes outside ecolaunch (pid 4242)``"""
+    holders: dict[str, list[GpuNode]] = {}
+    for gpu in gpus:
+        who = [f"job {j.id} ({j.user}: {j.name})" for j in state.jobs_on(gpu.uuid)]
+        if gpu.foreign_pids:
+            who.append("processes outside ecolaunch (pid " + ", ".join(map(str, gpu.foreign_pids)) + ")")
+        holders.setdefault(" and ".join(who), []).append(gpu)
+    return "; ".join(f"GPU {_indexes(on)} run{'s' if len(on) == 1 else ''} {who}" for who, on in holders.items())
+
+
+def _indexes(gpus: list[GpuNode]) -> str:
+    return ",".join(str(g.index) for g in gpus)
