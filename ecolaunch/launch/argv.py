@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ecolaunch import config
@@ -83,17 +83,21 @@ class ParsedLaunch:
     python_exec: str | None = None
 
 
-def build_parser(env: Mapping[str, str], prog: str = "ecolaunch") -> argparse.ArgumentParser:
-    """torch's torchrun parser with ecolaunch's option group added."""
+def build_parser(env: Mapping[str, str], prog: str = "ecolaunch",
+                 subcommands: Collection[str] = ()) -> argparse.ArgumentParser:
+    """torch's torchrun parser with ecolaunch's option group added; its description lists ``subcommands`` (the CLI
+    passes the names it routes on, so that every registered subcommand is in the help)."""
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
     parser.prog = prog
     parser.description = (
         "Drop-in torchrun: places the job on GPUs shared with the other jobs of this machine, then launches it "
-        "exactly like torchrun. Subcommands: status, history, report, simulate, predict, policy, agent "
-        "(see 'ecolaunch SUBCOMMAND --help'); run a script named like a subcommand as ./NAME."
+        "exactly like torchrun."
     )
+    if subcommands:
+        parser.description += (f" Subcommands: {', '.join(sorted(subcommands))} (see '{prog} SUBCOMMAND --help'); "
+                               "run a script named like a subcommand as ./NAME.")
     group = parser.add_argument_group("ecolaunch options")
     for flags, env_var, takes_value, help_text in ECO_OPTIONS:
         dest = flags[-1].lstrip("-").replace("-", "_")
@@ -155,9 +159,11 @@ def _skip_eco_options(argv: list[str]) -> int:
     return i
 
 
-def parse(argv: Sequence[str], env: Mapping[str, str], executable: str = sys.executable) -> ParsedLaunch:
-    """Parse a launch command line; argparse errors exit 2 with its message, as torchrun."""
-    parser = build_parser(env)
+def parse(argv: Sequence[str], env: Mapping[str, str], executable: str = sys.executable,
+          subcommands: Collection[str] = ()) -> ParsedLaunch:
+    """Parse a launch command line; argparse errors exit 2 with its message, as torchrun (``subcommands``: the names
+    the help lists)."""
+    parser = build_parser(env, subcommands=subcommands)
     try:
         expanded, python_exec = expand_prefix(argv, executable)
     except ConfigError as e:

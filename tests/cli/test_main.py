@@ -44,6 +44,18 @@ def test_simulate_help_names_every_policy() -> None:
         assert name in text, name
 
 
+def test_launch_help_names_every_registered_subcommand() -> None:
+    from ecolaunch.cli.group import register
+
+    # one line per paragraph: argparse would otherwise wrap a name like init-state at its hyphen
+    out = subprocess.run(ecolaunch_cmd("--help"), env=clean_env(COLUMNS="1000"), cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    listed = text.split("Subcommands: ", 1)[1].split(" (see", 1)[0].split(", ")
+    assert listed == sorted(register().commands), text
+
+
 def test_launch_help_names_the_default_policy_the_launch_uses() -> None:
     from ecolaunch import config
 
