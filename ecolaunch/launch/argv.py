@@ -12,9 +12,16 @@ Rules this module keeps (tested against the installed torch in ``tests/launch/te
   passes in (a flag on the command line wins);
 * a bad value of an ecolaunch option or its variable (``--policy magic``, ``--profile sometimes``,
   ``--wait-timeout soon``, ``ECOLAUNCH_DRY_RUN=maybe``) is a usage error, exit 2, like argparse's own;
+* a bad ``--nproc-per-node`` (``0``, ``two``) and whatever torch's own checks of a launch refuse (``-m`` with
+  ``--no-python``, an unknown ``--logs-specs``) are usage errors too, exit 2, before anything is booked;
 * a training script that does not exist (unless ``-m`` or ``--no-python`` says it is no file) is a usage error
   too, exit 2, before anything is booked: torchrun would start every worker, each failing with python's
-  "can't open file". Torch's own value checks (``--nproc-per-node foo``) stay torchrun's: exit 1.
+  "can't open file" (python's own exit code for it is 2 as well);
+* a ``--no-python`` program that is not on ``PATH`` (or no such path) exits 127, one that is not executable 126,
+  the shell's codes for a command it cannot run, also before anything is booked (torchrun fails with a
+  ``FileNotFoundError`` traceback).
+
+Errors print argparse's way (``ecolaunch: error: ...``), then ``HINT: ...`` on a line of its own.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ from dataclasses import dataclass
 
 from ecolaunch import config
 from ecolaunch.config import LaunchOptions
-from ecolaunch.errors import ConfigError
+from ecolaunch.errors import ConfigError, ProgramNotFound, with_hint
+from ecolaunch.launch import exitcodes
+from ecolaunch.launch.torchrun import check_args
 from ecolaunch.policy.registry import policy_names
 from ecolaunch.profile.modes import DEFAULT_MODE, parse_mode
 from ecolaunch.validate import number_or_none
@@ -69,6 +78,9 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
 )
 
 _METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB", "--profile": "MODE"}
+#: the ``--nproc-per-node`` words ecolaunch resolves: as many GPUs as the policy grants; no GPU
+ELASTIC_NPROC = ("gpu", "auto")
+CPU_NPROC = "cpu"
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
@@ -167,13 +179,17 @@ def parse(argv: Sequence[str], env: Mapping[str, str], executable: str = sys.exe
     try:
         expanded, python_exec = expand_prefix(argv, executable)
     except ConfigError as e:
-        parser.error(f"{e} ({e.hint})")
+        parser.error(with_hint(str(e), e.hint))
     ns = parser.parse_args(expanded)
     try:
         options, memory_mib = _options(ns)
+        check_nproc(ns)
+        check_args(ns, nproc_override="1" if ns.nproc_per_node in ELASTIC_NPROC else None)
         check_script(ns)
+    except ProgramNotFound as e:
+        parser.exit(e.exit_code, f"{parser.prog}: error: {with_hint(str(e), e.hint)}\n")
     except ConfigError as e:
-        parser.error(f"{e} ({e.hint})" if e.hint else str(e))
+        parser.error(with_hint(str(e), e.hint))
     for flags, *_ in ECO_OPTIONS:
         delattr(ns, "eco_" + flags[-1].lstrip("-").replace("-", "_"))
     return ParsedLaunch(torch_args=ns, options=options, memory_mib=memory_mib, python_exec=python_exec)
@@ -197,11 +213,26 @@ def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
     return options, None if memory is None else int(memory)
 
 
+def check_nproc(ns: argparse.Namespace) -> None:
+    """ConfigError unless ``--nproc-per-node`` is a whole number >= 1 or one of the words ecolaunch resolves
+    (``gpu``/``auto``: as many GPUs as the policy grants; ``cpu``: no GPU)."""
+    value = ns.nproc_per_node
+    if value in (*ELASTIC_NPROC, CPU_NPROC) or (value.isdecimal() and int(value) >= 1):
+        return
+    raise ConfigError(f"--nproc-per-node must be a whole number >= 1, gpu, auto or cpu, got {value!r}",
+                      hint="e.g. --nproc-per-node 2 (one worker per GPU), gpu (every GPU the policy grants you) or "
+                           "cpu (no GPU)")
+
+
 def check_script(ns: argparse.Namespace) -> None:
     """ConfigError when the training script is meant to be a file (no ``-m``, no ``--no-python``) and none exists
     at that path (relative to the current directory, where the workers start). A directory or zip file counts:
-    python runs those too."""
-    if ns.module or ns.no_python:
+    python runs those too. With ``--no-python``, ProgramNotFound when the program is not on ``PATH`` or not
+    executable (the exit code is the shell's: 127, 126)."""
+    if ns.no_python:
+        check_program(ns.training_script)
+        return
+    if ns.module:
         return
     script = ns.training_script
     if not os.path.exists(script):
@@ -209,6 +240,21 @@ def check_script(ns: argparse.Namespace) -> None:
             f"training script {script!r} does not exist",
             hint="check the path; run a module with -m MODULE, a program on PATH with --no-python",
         )
+
+
+def check_program(program: str) -> None:
+    """ProgramNotFound unless ``program`` runs as the workers would start it (``execvp``): a name looked up on
+    ``PATH``, or a path (with a ``/``) to an executable file."""
+    if shutil.which(program) is not None:
+        return
+    if os.sep in program and os.path.exists(program):
+        what = "a directory" if os.path.isdir(program) else "not executable"
+        raise ProgramNotFound(f"--no-python program {program!r} is {what}", exitcodes.NOT_EXECUTABLE,
+                              hint=f"chmod +x {program}, or run a Python script without --no-python")
+    where = "does not exist" if os.sep in program else "is not on PATH"
+    raise ProgramNotFound(f"--no-python program {program!r} {where}", exitcodes.NOT_FOUND,
+                          hint="check the name (`command -v NAME`) or give its path; a Python script runs without "
+                               "--no-python")
 
 
 def _placement_policy(raw: str | None) -> str:

@@ -96,9 +96,9 @@ def test_a_missing_script_is_a_usage_error_before_anything_is_booked(args, sim_e
     out = _run(args, sim_env())
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith("usage: ecolaunch ")
-    assert out.stderr.splitlines()[-1] == (
-        "ecolaunch: error: training script 'nonexistent.py' does not exist "
-        "(check the path; run a module with -m MODULE, a program on PATH with --no-python)")
+    assert out.stderr.splitlines()[-2:] == [
+        "ecolaunch: error: training script 'nonexistent.py' does not exist",
+        "HINT: check the path; run a module with -m MODULE, a program on PATH with --no-python"]
     assert "would run" not in out.stdout + out.stderr
     assert list(state_dir.iterdir()) == []
 
