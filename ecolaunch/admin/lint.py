@@ -224,6 +224,8 @@ def _board_of_model(model: str, host_gpus: Sequence[GpuSnapshot] | None) -> tupl
 def _bounds_outside(bounds, board: tuple[str, float, float], where: str,
                     path: tuple[str, ...]) -> Iterable[PolicyWarning]:
     name, lo, hi = board
+    if not 0 < lo <= hi < float("inf"):
+        return  # a broken range from the driver: cap_bounds_w refuses it where it matters
     for key in CAP_KEYS:
         value = getattr(bounds, key)
         if value is None:
