@@ -247,9 +247,11 @@ def check_program(program: str) -> None:
     ``PATH``, or a path (with a ``/``) to an executable file."""
     if shutil.which(program) is not None:
         return
+    if os.sep in program and os.path.isdir(program):
+        raise ProgramNotFound(f"--no-python program {program!r} is a directory", exitcodes.NOT_EXECUTABLE,
+                              hint="give the path of the program inside it")
     if os.sep in program and os.path.exists(program):
-        what = "a directory" if os.path.isdir(program) else "not executable"
-        raise ProgramNotFound(f"--no-python program {program!r} is {what}", exitcodes.NOT_EXECUTABLE,
+        raise ProgramNotFound(f"--no-python program {program!r} is not executable", exitcodes.NOT_EXECUTABLE,
                               hint=f"chmod +x {program}, or run a Python script without --no-python")
     where = "does not exist" if os.sep in program else "is not on PATH"
     raise ProgramNotFound(f"--no-python program {program!r} {where}", exitcodes.NOT_FOUND,
