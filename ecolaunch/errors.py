@@ -5,6 +5,7 @@ Every error ecolaunch raises on purpose derives from :class:`EcolaunchError`; th
 
     EcolaunchError
     ├── ConfigError            bad environment variable or file value (exit 1; bad flags are usage errors, exit 2)
+    │   └── ProgramNotFound    the ``--no-python`` program cannot be run (exit 127 or 126, the shell's codes)
     ├── DeviceError            a GPU backend failed (vendor errors are translated into this, ``from e``)
     │   ├── DriverNotFound     no NVIDIA driver / NVML library: ecolaunch falls back to plain torchrun
     │   └── PermissionDenied   the caller may not change this setting (e.g. power limits without root)
@@ -46,6 +47,15 @@ def with_hint(text: str, hint: str | None) -> str:
 
 class ConfigError(EcolaunchError):
     """A flag, environment variable or file holds a value ecolaunch cannot use."""
+
+
+class ProgramNotFound(ConfigError):
+    """The ``--no-python`` program is not on ``PATH``, no such file, or not executable; ``exit_code`` is the
+    shell's for it (127 not found, 126 not executable)."""
+
+    def __init__(self, message: str, exit_code: int, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.exit_code = exit_code
 
 
 class DeviceError(EcolaunchError):

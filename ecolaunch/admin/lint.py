@@ -1,12 +1,15 @@
 """Checks of a valid policy file against this host's GPUs: warnings about rules that would not do what their admin
 meant, and the one error that depends on the host (the power budget).
 
-:func:`policy_warnings` looks for rules that apply to no GPU: a ``[caps.MODEL]`` table whose model no GPU
+:func:`policy_warnings` looks for rules that apply to nothing: a ``[caps.MODEL]`` table whose model no GPU
 reports (matched as :func:`ecolaunch.admin.rules.cap_bounds_w` matches it: the name NVML reports, without case,
-spacing or a leading ``NVIDIA``), and, when this host's GPUs are known, ``[caps.index.N]``, ``[reserve.N]`` (or a
-UUID) and ``[agent] gpus`` entries naming a GPU the host does not have, and a ``[power] max_total_w`` that cannot
-let every GPU run a job at once under the ``[caps]`` lower bounds. Such a file is valid — the same policy may
-serve several machines — so these are warnings, never errors.
+spacing or a leading ``NVIDIA``), or, when this host's GPUs are known, that this host does not have; a ``[caps]``
+bound outside its board's power-limit range (this host's GPU, else the catalogue's model), which the clip to the
+board's range turns into the range's edge; a user or group (``[reserve]``, ``[users]``, ``[state] group``) that
+this host's user database does not know; and, when this host's GPUs are known, ``[caps.index.N]``,
+``[reserve.N]`` (or a UUID) and ``[agent] gpus`` entries naming a GPU the host does not have, and a ``[power]
+max_total_w`` that cannot let every GPU run a job at once under the ``[caps]`` lower bounds. Such a file is valid
+— the same policy may serve several machines — so these are warnings, never errors.
 
 :func:`check_power_budget` is an error (``policy check`` exits 1): a ``[power] max_total_w`` below what this host
 needs to run a single job (the sum of its boards' minimum power limits, plus what a ``[caps]`` lower bound adds
@@ -14,18 +17,20 @@ for the GPU the job gets), or above what its boards can draw (the sum of their m
 GPU without a job at its minimum limit, as the budget itself does (:mod:`ecolaunch.admin.budget`).
 
 Validation proper lives in :mod:`ecolaunch.admin.schema`; nothing here reads a file or opens a device (the caller
-passes the GPUs in).
+passes the GPUs in); users and groups are looked up in the user database (``pwd``, ``grp``).
 """
 
 from __future__ import annotations
 
 import difflib
+import grp
+import pwd
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ecolaunch.admin.rules import Rules, budget_range_w, cap_bounds_w
-from ecolaunch.admin.schema import dotted, normalize_model, render
+from ecolaunch.admin.schema import ANY_USER, CAP_KEYS, dotted, normalize_model, render
 from ecolaunch.devices.catalogue import CATALOGUE, lookup
 from ecolaunch.errors import ConfigError
 
@@ -60,6 +65,8 @@ def policy_warnings(
     checks (a model name is still checked against the catalogue).
     """
     warnings = [_model_warning(model, sources, host_gpus) for model in rules.cap_bounds_model]
+    warnings += _range_warnings(rules, sources, host_gpus)
+    warnings += _account_warnings(rules, sources)
     if host_gpus is not None:
         warnings += _gpu_warnings(rules, sources, host_gpus)
         warnings.append(_budget_warning(rules, sources, host_gpus))
@@ -144,11 +151,22 @@ def _line_order(warning: PolicyWarning) -> tuple[str, int]:
 def _model_warning(
     model: str, sources: dict[str, str], host_gpus: Sequence[GpuSnapshot] | None
 ) -> PolicyWarning | None:
+    on_host = {normalize_model(g.name): _nvml_name(g.name) for g in host_gpus or ()}
     names = {normalize_model(n): n for n in (*(_nvml_name(m.full_name) for m in CATALOGUE.values()),
-                                             *(_nvml_name(g.name) for g in host_gpus or ()))}
-    if normalize_model(model) in names:
-        return None
+                                             *on_host.values())}
     where, key = sources.get(f"cap_bounds_model[{model}]", "?"), dotted(("caps", model))
+    if normalize_model(model) in on_host:
+        return None
+    if normalize_model(model) in names:
+        if host_gpus is None:
+            return None  # a model NVML reports: without this host's GPUs there is nothing more to check
+        # a real model this host does not have: fine where the same file serves a machine that has one
+        here = sorted(set(on_host.values()))
+        examples = " or ".join(f"[{dotted(('caps', m))}]" for m in here)
+        return PolicyWarning(where, key, f"this host has no {model} ({_describe_models(host_gpus)}): the bounds apply "
+                             "to no GPU here",
+                             "keep it if the file also serves machines with that GPU; else remove the table"
+                             + (f" or write this host's model, {examples}" if examples else ""))
     try:
         entry = lookup(model)
     except ConfigError:
@@ -163,6 +181,111 @@ def _model_warning(
     # a catalogue name that is not what NVML reports: the bounds would silently apply to nothing
     return PolicyWarning(where, key, f"no GPU reports the name {model!r}: NVML calls the {entry.name} "
                          f"{entry.full_name!r}", f"write [{dotted(('caps', _nvml_name(entry.full_name)))}]")
+
+
+def _describe_models(host_gpus: Sequence[GpuSnapshot]) -> str:
+    """``its GPUs are 4 x NVIDIA A100-SXM4-80GB``: this host's GPUs by model."""
+    if not host_gpus:
+        return "it has no GPUs"
+    counts: dict[str, int] = {}
+    for gpu in host_gpus:
+        counts[gpu.name] = counts.get(gpu.name, 0) + 1
+    return "its GPUs are " + ", ".join(f"{n} x {name}" for name, n in counts.items())
+
+
+def _range_warnings(rules: Rules, sources: dict[str, str],
+                    host_gpus: Sequence[GpuSnapshot] | None) -> Iterable[PolicyWarning]:
+    """A ``[caps]`` bound outside the power-limit range of the board it applies to: caps are always clipped into the
+    board's range, so such a bound does not do what it says (``max_w = 900`` on a 400 W board allows 400 W). The
+    board is this host's GPU of that model or index, else the catalogue's entry for the model."""
+    for model, bounds in rules.cap_bounds_model.items():
+        board = _board_of_model(model, host_gpus)
+        if board is not None:
+            yield from _bounds_outside(bounds, board, sources.get(f"cap_bounds_model[{model}]", "?"), ("caps", model))
+    by_index = {g.index: g for g in host_gpus or ()}
+    for index, bounds in rules.cap_bounds_index.items():
+        gpu = by_index.get(index)
+        if gpu is not None and gpu.power_limit_min_w is not None and gpu.power_limit_max_w is not None:
+            board = (f"{gpu.name} that is GPU {index}", gpu.power_limit_min_w, gpu.power_limit_max_w)
+            yield from _bounds_outside(bounds, board, sources.get(f"cap_bounds_index[{index}]", "?"),
+                                       ("caps", "index", str(index)))
+
+
+def _board_of_model(model: str, host_gpus: Sequence[GpuSnapshot] | None) -> tuple[str, float, float] | None:
+    """(name, minimum, maximum power limit in W) of the board ``[caps.<model>]`` applies to, or None if unknown."""
+    wanted = normalize_model(model)
+    for gpu in host_gpus or ():
+        if normalize_model(gpu.name) == wanted and gpu.power_limit_min_w is not None and gpu.power_limit_max_w is not None:
+            return gpu.name, gpu.power_limit_min_w, gpu.power_limit_max_w
+    entry = next((m for m in CATALOGUE.values() if normalize_model(m.full_name) == wanted), None)
+    return None if entry is None else (entry.full_name, entry.power_limit_min_w, entry.power_limit_max_w)
+
+
+def _bounds_outside(bounds, board: tuple[str, float, float], where: str,
+                    path: tuple[str, ...]) -> Iterable[PolicyWarning]:
+    name, lo, hi = board
+    if not 0 < lo <= hi < float("inf"):
+        return  # a broken range from the driver: cap_bounds_w refuses it where it matters
+    for key in CAP_KEYS:
+        value = getattr(bounds, key)
+        if value is None:
+            continue
+        fraction = key.endswith("_fraction")
+        watts = value * hi if fraction else value
+        if lo - 1e-9 <= watts <= hi + 1e-9:
+            continue
+        edge, side = (hi, "above") if watts > hi else (lo, "below")
+        shown = f"{value:g} ({watts:g} W)" if fraction else f"{value:g} W"
+        allowed = f"{lo / hi:.2f}-1" if fraction else f"{lo:g}-{hi:g} W"
+        yield PolicyWarning(where, dotted((*path, key)),
+                            f"{shown} is {side} the power-limit range of the {name}, {lo:g}-{hi:g} W: caps stay "
+                            f"within the board's range, so this bound means {edge:g} W",
+                            f"write a value within {allowed}, or leave {key} out for the board's own limit")
+
+
+def _account_warnings(rules: Rules, sources: dict[str, str]) -> Iterable[PolicyWarning]:
+    """A user or group the policy names that this host's user database does not know: the rule applies to nobody
+    (names are matched as written; ``[users."*"]`` is everyone else)."""
+    for gpu, users in rules.reserved.items():
+        for user in users:
+            if not _is_user(user):
+                yield PolicyWarning(sources.get(f"reserved[{gpu}]", "?"), dotted(("reserve", gpu, "users")),
+                                    f"no user {user!r} on this host: the reservation lets nobody of that name use "
+                                    f"GPU {_gpu(gpu)}", _ACCOUNT_HINT.format(kind="passwd", name=user))
+    for gpu, groups in rules.reserved_groups.items():
+        for group in groups:
+            if not _is_group(group):
+                yield PolicyWarning(sources.get(f"reserved_groups[{gpu}]", "?"), dotted(("reserve", gpu, "groups")),
+                                    f"no group {group!r} on this host: the reservation lets no member of it use "
+                                    f"GPU {_gpu(gpu)}", _ACCOUNT_HINT.format(kind="group", name=group))
+    for user in rules.user_gpu_limit:
+        if user != ANY_USER and not _is_user(user):
+            yield PolicyWarning(sources.get(f"user_gpu_limit[{user}]", "?"), dotted(("users", user, "max_gpus")),
+                                f"no user {user!r} on this host: the limit applies to nobody",
+                                _ACCOUNT_HINT.format(kind="passwd", name=user))
+    if rules.state_group is not None and not _is_group(rules.state_group):
+        yield PolicyWarning(sources.get("state_group", "?"), "state.group",
+                            f"no group {rules.state_group!r} on this host: `ecolaunch init-state` cannot give the "
+                            "state directory to it", _ACCOUNT_HINT.format(kind="group", name=rules.state_group))
+
+
+_ACCOUNT_HINT = "check the name with `getent {kind} {name}`; keep it if the file also serves machines that have it"
+
+
+def _is_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _is_group(name: str) -> bool:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _nvml_name(name: str) -> str:

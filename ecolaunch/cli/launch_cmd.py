@@ -16,7 +16,7 @@ import logging
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from ecolaunch.admin.interpreter import interpreter_warning
 from ecolaunch.cli.text import printable
@@ -45,9 +45,10 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-def launch(argv: list[str], env: Mapping[str, str]) -> int:
-    """Run one launch; returns the exit code (see ``ecolaunch.launch.exitcodes``)."""
-    parsed = launch_argv.parse(argv, env)  # argparse exits 2 on bad arguments, as torchrun
+def launch(argv: list[str], env: Mapping[str, str], subcommands: Collection[str] = ()) -> int:
+    """Run one launch; returns the exit code (see ``ecolaunch.launch.exitcodes``). ``subcommands``: the names the
+    help lists."""
+    parsed = launch_argv.parse(argv, env, subcommands=subcommands)  # argparse exits 2 on bad arguments, as torchrun
     # torch's import leaves about a million objects to the garbage collector; without this, the first full
     # collection during ecolaunch's own work costs tens of milliseconds on every launch
     gc.freeze()

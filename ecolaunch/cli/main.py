@@ -16,7 +16,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-#: the subcommands' names, known without importing them (a test checks them against the registered commands)
+#: the subcommands' names, known without importing them; the launch help lists them (a test checks them against
+#: the registered commands, and that the help names each)
 SUBCOMMANDS = frozenset({"status", "top", "cancel", "policy", "simulate", "agent", "predict", "history", "report",
                          "init-state", "calibrate", "exporter"})
 
@@ -34,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # lazy: the launch path (torch's parser, the pipeline) loads only for a launch, not for a subcommand
     from ecolaunch.cli.launch_cmd import launch
 
-    sys.exit(launch(args, os.environ))
+    sys.exit(launch(args, os.environ, SUBCOMMANDS))
 
 
 def _mistyped_subcommand(word: str) -> bool:

@@ -25,8 +25,8 @@ reading the placement policy uses too). Alone on the GPU at a measured cap, the 
 ``normalized_throughput`` = its time at the max limit / its time at that cap, ``gpu_power_w`` its measured power
 (``throughput_sd`` 0). Between measured caps it follows the curve (the Zeus prior's shape, corrected at each
 measurement); below the lowest it is extrapolated with the Zeus prior and the model's learned residual. Sharing the GPU multiplies the
-job's speed alone at that cap by the learned interference factor. Bad input: ``Error:`` naming the field, exit 1
-(including input nested deeper than :data:`MAX_DEPTH` and more than :data:`MAX_JOBS_PER_GPU` jobs on one GPU).
+job's speed alone at that cap by the learned interference factor. Bad input: ``Error:`` naming the field (``missing``
+when it is absent, else the value it got) and ``HINT:`` with the shortest valid scenario, exit 1 (including input nested deeper than :data:`MAX_DEPTH` and more than :data:`MAX_JOBS_PER_GPU` jobs on one GPU).
 Bad options: usage error, exit 2. More jobs on one GPU than the model was trained with
 (:data:`TRAINED_JOBS_PER_GPU`) are predicted with a note on stderr: those answers are extrapolations.
 """
@@ -41,7 +41,7 @@ from typing import Any
 
 import click
 
-from ecolaunch.cli.command import Command
+from ecolaunch.cli.command import Command, Failed
 from ecolaunch.config import Environment
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.codec import profile_from_json, profile_to_json
@@ -61,8 +61,21 @@ MAX_JOBS_PER_GPU = 64
 TRAINED_JOBS_PER_GPU = 4
 
 
+#: the fix printed with every bad input: the shortest valid scenario, and where every field is described
+INPUT_HINT = ('a scenario is {"gpu": "A100-SXM4-80GB", "power_cap_w": null, "jobs": [{"id": "a", "iter_time_s": 0.1, '
+              '"memory_mib": 6000}]} (or an array of them); every field: ecolaunch predict --help')
+
+
 class _Bad(Exception):
     """A field of the input is wrong; ``str(e)`` names it."""
+
+
+def _wrong(raw: dict[str, Any], key: str, where: str, want: str) -> _Bad:
+    """The error for field ``key`` of ``raw`` (at ``where``), which should be ``want``: ``missing (want)`` when the
+    key is absent, else ``expected want, got <its JSON>``."""
+    if key not in raw:
+        return _Bad(f"{where}: missing ({want})")
+    return _Bad(f"{where}: expected {want}, got {json.dumps(raw[key])[:60]}")
 
 
 def _number(value: Any, where: str, *, low: float = 0.0, high: float | None = None, positive: bool = False,
@@ -90,7 +103,7 @@ def _job(raw: Any, where: str) -> dict[str, Any]:
     the two fields a what-if needs that a profile may lack."""
     raw = _object(raw, where, _JOB_FIELDS)
     if not isinstance(raw.get("id"), str) or not raw["id"]:
-        raise _Bad(f"{where}.id: expected a non-empty string, got {json.dumps(raw.get('id'))}")
+        raise _wrong(raw, "id", f"{where}.id", "a non-empty string")
     points = raw.get("cap_points")
     for i, p in enumerate(points if isinstance(points, list) else []):  # not a list: the codec says so
         if isinstance(p, dict):
@@ -116,8 +129,7 @@ def parse_scenario(raw: Any, where: str = "") -> tuple[GpuModel, float | None, l
     raw = _object(raw, where, _SCENARIO_FIELDS)
     pre = f"{where}." if where else ""
     if not isinstance(raw.get("gpu"), str):
-        got = json.dumps(raw.get("gpu"))
-        raise _Bad(f"{pre}gpu: expected a catalogue GPU name such as \"V100-SXM2-32GB\", got {got}")
+        raise _wrong(raw, "gpu", f"{pre}gpu", 'a catalogue GPU name such as "V100-SXM2-32GB"')
     try:
         gpu = lookup(raw["gpu"])
     except ConfigError as e:
@@ -126,7 +138,7 @@ def parse_scenario(raw: Any, where: str = "") -> tuple[GpuModel, float | None, l
                   high=gpu.power_limit_max_w, nullable=True)
     jobs = raw.get("jobs")
     if not isinstance(jobs, list) or not jobs:
-        raise _Bad(f"{pre}jobs: expected a non-empty list of jobs, got {json.dumps(jobs)[:60]}")
+        raise _wrong(raw, "jobs", f"{pre}jobs", "a non-empty list of jobs")
     if len(jobs) > MAX_JOBS_PER_GPU:
         raise _Bad(f"{pre}jobs: {len(jobs)} jobs cannot share one GPU (at most {MAX_JOBS_PER_GPU}, the most any admin "
                    "policy allows)")
@@ -220,23 +232,35 @@ def predict(as_json: bool) -> None:
     """Predict each job's normalized throughput and the GPU's power for jobs sharing one GPU.
 
     Reads a scenario (or a JSON array of scenarios) from stdin: ecolaunch predict --json < scenario.json
+
+    \b
+    A scenario:
+      {"gpu": "A100-SXM4-80GB",      a catalogue GPU name
+       "power_cap_w": null,          null = uncapped, else watts within the board's range
+       "jobs": [{"id": "a",          unique per scenario
+                 "iter_time_s": 0.1, "memory_mib": 6000,      required
+                 "sm_util_pct": 45, "mem_bw_util_pct": 30,    optional (null: not measured)
+                 "power_w": 250,                              optional: solo, uncapped
+                 "cap_points": [{"power_cap_w": 200, "iter_time_s": 0.11, "power_w": 190}]}]}   optional
+
+    Bad input: Error naming the field, exit 1.
     """
     stdin = click.get_text_stream("stdin")
     if stdin.isatty():
         raise click.UsageError("give the scenario as JSON on stdin, e.g. ecolaunch predict < scenario.json")
     text = stdin.read()
     if _depth(text) > MAX_DEPTH:
-        raise click.ClickException(f"input: arrays and objects nested more than {MAX_DEPTH} deep (scenarios need 6)")
+        raise Failed(f"input: arrays and objects nested more than {MAX_DEPTH} deep (scenarios need 6)", INPUT_HINT)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise click.ClickException(f"stdin is not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise Failed(f"stdin is not JSON: {e.msg} at line {e.lineno} column {e.colno}", INPUT_HINT) from None
     except RecursionError:  # pragma: no cover - refused above
-        raise click.ClickException(f"input: arrays and objects nested more than {MAX_DEPTH} deep") from None
+        raise Failed(f"input: arrays and objects nested more than {MAX_DEPTH} deep", INPUT_HINT) from None
     many = isinstance(doc, list)
     items = doc if many else [doc]
     if many and not items:
-        raise click.ClickException("input: expected a scenario object or a non-empty array of them, got []")
+        raise Failed("input: expected a scenario object or a non-empty array of them, got []", INPUT_HINT)
     try:
         scenarios = [parse_scenario(s, f"[{i}]" if many else "") for i, s in enumerate(items)]
         # lazy: infer loads torch, which registering the subcommands must not; here only after the input parsed
@@ -244,7 +268,7 @@ def predict(as_json: bool) -> None:
 
         results = predict_scenarios(scenarios, chosen_weights(Environment.from_env()))
     except _Bad as e:
-        raise click.ClickException(str(e)) from None
+        raise Failed(str(e), INPUT_HINT) from None
     crowded = max(len(jobs) for _, _, jobs in scenarios)
     if crowded > TRAINED_JOBS_PER_GPU:
         click.echo(f"note: {crowded} jobs on one GPU; the model was trained with at most {TRAINED_JOBS_PER_GPU}, so these "

@@ -4,6 +4,7 @@ the report across jobs (``--by``, ``--since``, ``--user``, ``--format``: ``ecola
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
@@ -117,6 +118,18 @@ def gpu_indices(state_dir: Path) -> dict[str, int]:
     return {g.uuid: g.index for host in graph.hosts.values() for g in host.gpus.values()}
 
 
+def power_ylim(values) -> tuple[float, float] | None:
+    """The power axis's range for the plotted watts (None: nothing to plot): theirs with a margin of 5 % of the
+    span, and at least 5 % of their level or 5 W, so that a flat series (a steady 100 W job) sits in a readable
+    range (95-105 W) instead of filling the axis with its noise; never below 0 W."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return None
+    lo, hi = min(finite), max(finite)
+    pad = max(0.05 * (hi - lo), 0.05 * max(abs(lo), abs(hi)), 5.0)
+    return max(0.0, lo - pad), hi + pad
+
+
 def plot(rec, path: Path, indices: dict[str, int]) -> None:
     """Write a PNG of power (top) and GPU utilization (bottom) per GPU over the run."""
     try:
@@ -126,14 +139,31 @@ def plot(rec, path: Path, indices: dict[str, int]) -> None:
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
+    fig = figure(rec, indices, plt)
+    try:
+        fig.savefig(path, format="png")
+    except OSError as e:
+        raise click.ClickException(f"cannot write the plot {path}: {e.strerror or e}") from e
+    finally:
+        plt.close(fig)
+
+
+def figure(rec, indices: dict[str, int], plt):
+    """The plot's figure, drawn with ``plt`` (matplotlib.pyplot): power and caps above, utilization below."""
     fig, (ax_power, ax_util) = plt.subplots(2, 1, sharex=True, figsize=(9, 5.5))
     axes = {"power": ax_power, "util": ax_util}
     groups = plot_groups(rec, indices)
+    watts = []
     for k, (label, series) in enumerate(groups):
         # one colour per GPU; earlier GPUs drawn wider, so lines that nearly coincide still show both
         style = {"color": f"C{k % 10}", "linewidth": 1.2 + 1.2 * (len(groups) - 1 - k), "zorder": 2 + k}
         for key, axis, linestyle, what in _SERIES:
             axes[axis].plot(series["t_s"], series[key], linestyle=linestyle, label=f"{label} {what}", **style)
+            watts += series[key] if axis == "power" else []
+    limits = power_ylim(watts)
+    if limits is not None:
+        ax_power.set_ylim(*limits)
+    ax_power.ticklabel_format(axis="y", style="plain", useOffset=False)  # watts as watts: no "+1e2" offset
     ax_power.set_ylabel("power (W)")
     ax_util.set_ylabel("utilization (%)")
     ax_util.set_ylim(-5, 105)  # 0 % drawn above the axis line, not on it
@@ -143,12 +173,7 @@ def plot(rec, path: Path, indices: dict[str, int]) -> None:
     ax_power.legend(fontsize="small")
     ax_util.legend(fontsize="small")
     fig.tight_layout()
-    try:
-        fig.savefig(path, format="png")
-    except OSError as e:
-        raise click.ClickException(f"cannot write the plot {path}: {e.strerror or e}") from e
-    finally:
-        plt.close(fig)
+    return fig
 
 
 #: the options of the report across jobs, and their parameters' names

@@ -7,15 +7,18 @@ the other subcommands, registered beside this one, must not pay for).
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from ecolaunch.cli.command import Command
 from ecolaunch.config import Environment
+from ecolaunch.errors import ConfigError, with_hint
 
 
 def _fmt_h(seconds: float) -> str:
@@ -50,10 +53,33 @@ def _policy_help() -> str:
             "repeat to compare several in one run")
 
 
+def _refuse_machine_options(trace_name: str, own: str) -> None:
+    """A usage error when ``--gpus`` or ``--hosts`` was given for a measured trace, which runs on its own machine:
+    the models it plays are measurements of those boards, so another machine would be silently ignored."""
+    ctx = click.get_current_context()
+    given = [f"--{name}" for name in ("gpus", "hosts")
+             if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)]
+    if given:
+        raise click.UsageError(with_hint(
+            f"{' and '.join(given)} cannot apply to the measured trace {trace_name!r}: it runs on its own machine "
+            f"({own}), the boards its measurements are of",
+            f"leave out {' and '.join(given)}, or pick a trace of the model world for another machine: "
+            f"{', '.join(_model_traces())}"))
+
+
+def _model_traces() -> list[str]:
+    # lazy: as in _trace_help
+    from ecolaunch.sim.trace_registry import MODEL, trace_names
+
+    return trace_names(MODEL)
+
+
 @click.command(cls=Command)
 @click.option("--gpus", "gpus", default="8xA100-SXM4-80GB", show_default=True,
-              help="GPUs of one host: a spec like 8xA100-SXM4-80GB or 2xRTX4090+2xA6000, or a TOML machine file")
-@click.option("--hosts", default=1, show_default=True, type=click.IntRange(1, 1024), help="identical hosts")
+              help="GPUs of one host: a spec like 8xA100-SXM4-80GB or 2xRTX4090+2xA6000, or a TOML machine file "
+                   "(a measured trace runs on its own machine and refuses --gpus)")
+@click.option("--hosts", default=1, show_default=True, type=click.IntRange(1, 1024),
+              help="identical hosts (a measured trace refuses it)")
 @click.option("--trace", "trace_name", cls=_Listed, listing=_trace_help, default="workstation-light",
               show_default=True)
 @click.option("--policy", "policies", cls=_Listed, listing=_policy_help, multiple=True, default=("exclusive",),
@@ -72,9 +98,21 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     from ecolaunch.sim.policies import get_sim_policy  # lazy: as above
     from ecolaunch.sim.trace_registry import gpus_label, lookup  # lazy: as above
 
-    entry = lookup(trace_name)
+    from ecolaunch.sim.policies import ABLATIONS, sim_policy_names  # lazy: as above
+
+    known = [*sim_policy_names(), *ABLATIONS]
+    for name in policies:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            raise click.BadParameter(with_hint(f"no policy {name!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
+                                               f"choose from: {', '.join(known)}"), param_hint="'--policy'")
+    try:
+        entry = lookup(trace_name)
+    except ConfigError as e:
+        raise click.BadParameter(with_hint(str(e), e.hint), param_hint="'--trace'") from None
     machine = entry.machine(gpus, hosts)
     if entry.brings_machine:  # a measured trace runs on the boards its measurements are of
+        _refuse_machine_options(trace_name, gpus_label(machine))
         gpus = gpus_label(machine)
     trace = entry.build(machine, seed=seed, jobs=jobs)
     weights = Environment.from_env().gnn_weights

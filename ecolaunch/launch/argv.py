@@ -12,9 +12,16 @@ Rules this module keeps (tested against the installed torch in ``tests/launch/te
   passes in (a flag on the command line wins);
 * a bad value of an ecolaunch option or its variable (``--policy magic``, ``--profile sometimes``,
   ``--wait-timeout soon``, ``ECOLAUNCH_DRY_RUN=maybe``) is a usage error, exit 2, like argparse's own;
+* a bad ``--nproc-per-node`` (``0``, ``two``) and whatever torch's own checks of a launch refuse (``-m`` with
+  ``--no-python``, an unknown ``--logs-specs``) are usage errors too, exit 2, before anything is booked;
 * a training script that does not exist (unless ``-m`` or ``--no-python`` says it is no file) is a usage error
   too, exit 2, before anything is booked: torchrun would start every worker, each failing with python's
-  "can't open file". Torch's own value checks (``--nproc-per-node foo``) stay torchrun's: exit 1.
+  "can't open file" (python's own exit code for it is 2 as well);
+* a ``--no-python`` program that is not on ``PATH`` (or no such path) exits 127, one that is not executable 126,
+  the shell's codes for a command it cannot run, also before anything is booked (torchrun fails with a
+  ``FileNotFoundError`` traceback).
+
+Errors print argparse's way (``ecolaunch: error: ...``), then ``HINT: ...`` on a line of its own.
 """
 
 from __future__ import annotations
@@ -24,13 +31,14 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ecolaunch import config
 from ecolaunch.config import LaunchOptions
-from ecolaunch.errors import ConfigError
-from ecolaunch.launch.torchrun import FunctionCall
+from ecolaunch.errors import ConfigError, ProgramNotFound, with_hint
+from ecolaunch.launch import exitcodes
+from ecolaunch.launch.torchrun import FunctionCall, check_args
 from ecolaunch.policy.registry import policy_names
 from ecolaunch.profile.modes import DEFAULT_MODE, parse_mode
 from ecolaunch.validate import number_or_none
@@ -80,6 +88,9 @@ _METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdow
              "--name": "NAME"}
 #: what ``--name`` may be: it is typed back to ``ecolaunch cancel`` and shown in tables (no spaces, no controls)
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,63}")
+#: the ``--nproc-per-node`` words ecolaunch resolves: as many GPUs as the policy grants; no GPU
+ELASTIC_NPROC = ("gpu", "auto")
+CPU_NPROC = "cpu"
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
@@ -96,17 +107,21 @@ class ParsedLaunch:
     function: FunctionCall | None = None
 
 
-def build_parser(env: Mapping[str, str], prog: str = "ecolaunch") -> argparse.ArgumentParser:
-    """torch's torchrun parser with ecolaunch's option group added."""
+def build_parser(env: Mapping[str, str], prog: str = "ecolaunch",
+                 subcommands: Collection[str] = ()) -> argparse.ArgumentParser:
+    """torch's torchrun parser with ecolaunch's option group added; its description lists ``subcommands`` (the CLI
+    passes the names it routes on, so that every registered subcommand is in the help)."""
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
     parser.prog = prog
     parser.description = (
         "Drop-in torchrun: places the job on GPUs shared with the other jobs of this machine, then launches it "
-        "exactly like torchrun. Subcommands: status, history, report, simulate, predict, policy, agent "
-        "(see 'ecolaunch SUBCOMMAND --help'); run a script named like a subcommand as ./NAME."
+        "exactly like torchrun."
     )
+    if subcommands:
+        parser.description += (f" Subcommands: {', '.join(sorted(subcommands))} (see '{prog} SUBCOMMAND --help'); "
+                               "run a script named like a subcommand as ./NAME.")
     group = parser.add_argument_group("ecolaunch options")
     for flags, env_var, takes_value, help_text in ECO_OPTIONS:
         dest = flags[-1].lstrip("-").replace("-", "_")
@@ -168,19 +183,25 @@ def _skip_eco_options(argv: list[str]) -> int:
     return i
 
 
-def parse(argv: Sequence[str], env: Mapping[str, str], executable: str = sys.executable) -> ParsedLaunch:
-    """Parse a launch command line; argparse errors exit 2 with its message, as torchrun."""
-    parser = build_parser(env)
+def parse(argv: Sequence[str], env: Mapping[str, str], executable: str = sys.executable,
+          subcommands: Collection[str] = ()) -> ParsedLaunch:
+    """Parse a launch command line; argparse errors exit 2 with its message, as torchrun (``subcommands``: the names
+    the help lists)."""
+    parser = build_parser(env, subcommands=subcommands)
     try:
         expanded, python_exec = expand_prefix(argv, executable)
     except ConfigError as e:
-        parser.error(f"{e} ({e.hint})")
+        parser.error(with_hint(str(e), e.hint))
     ns = parser.parse_args(expanded)
     try:
         options, memory_mib = _options(ns)
+        check_nproc(ns)
+        check_args(ns, nproc_override="1" if ns.nproc_per_node in ELASTIC_NPROC else None)
         check_script(ns)
+    except ProgramNotFound as e:
+        parser.exit(e.exit_code, f"{parser.prog}: error: {with_hint(str(e), e.hint)}\n")
     except ConfigError as e:
-        parser.error(f"{e} ({e.hint})" if e.hint else str(e))
+        parser.error(with_hint(str(e), e.hint))
     for flags, *_ in ECO_OPTIONS:
         delattr(ns, "eco_" + flags[-1].lstrip("-").replace("-", "_"))
     return ParsedLaunch(torch_args=ns, options=options, memory_mib=memory_mib, python_exec=python_exec)
@@ -205,11 +226,26 @@ def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
     return options, None if memory is None else int(memory)
 
 
+def check_nproc(ns: argparse.Namespace) -> None:
+    """ConfigError unless ``--nproc-per-node`` is a whole number >= 1 or one of the words ecolaunch resolves
+    (``gpu``/``auto``: as many GPUs as the policy grants; ``cpu``: no GPU)."""
+    value = ns.nproc_per_node
+    if value in (*ELASTIC_NPROC, CPU_NPROC) or (value.isdecimal() and int(value) >= 1):
+        return
+    raise ConfigError(f"--nproc-per-node must be a whole number >= 1, gpu, auto or cpu, got {value!r}",
+                      hint="e.g. --nproc-per-node 2 (one worker per GPU), gpu (every GPU the policy grants you) or "
+                           "cpu (no GPU)")
+
+
 def check_script(ns: argparse.Namespace) -> None:
     """ConfigError when the training script is meant to be a file (no ``-m``, no ``--no-python``) and none exists
     at that path (relative to the current directory, where the workers start). A directory or zip file counts:
-    python runs those too."""
-    if ns.module or ns.no_python:
+    python runs those too. With ``--no-python``, ProgramNotFound when the program is not on ``PATH`` or not
+    executable (the exit code is the shell's: 127, 126)."""
+    if ns.no_python:
+        check_program(ns.training_script)
+        return
+    if ns.module:
         return
     script = ns.training_script
     if not os.path.exists(script):
@@ -217,6 +253,23 @@ def check_script(ns: argparse.Namespace) -> None:
             f"training script {script!r} does not exist",
             hint="check the path; run a module with -m MODULE, a program on PATH with --no-python",
         )
+
+
+def check_program(program: str) -> None:
+    """ProgramNotFound unless ``program`` runs as the workers would start it (``execvp``): a name looked up on
+    ``PATH``, or a path (with a ``/``) to an executable file."""
+    if shutil.which(program) is not None:
+        return
+    if os.sep in program and os.path.isdir(program):
+        raise ProgramNotFound(f"--no-python program {program!r} is a directory", exitcodes.NOT_EXECUTABLE,
+                              hint="give the path of the program inside it")
+    if os.sep in program and os.path.exists(program):
+        raise ProgramNotFound(f"--no-python program {program!r} is not executable", exitcodes.NOT_EXECUTABLE,
+                              hint=f"chmod +x {program}, or run a Python script without --no-python")
+    where = "does not exist" if os.sep in program else "is not on PATH"
+    raise ProgramNotFound(f"--no-python program {program!r} {where}", exitcodes.NOT_FOUND,
+                          hint="check the name (`command -v NAME`) or give its path; a Python script runs without "
+                               "--no-python")
 
 
 def _placement_policy(raw: str | None) -> str:

@@ -5,10 +5,13 @@ code      meaning
 ========  =========================================================================================
 0         every worker succeeded (or ``--dry-run`` printed its decision)
 1         ecolaunch itself failed (``Error: ...`` says why): state directory, GPU backend, policy file
-2         bad command line (argparse's message, as torchrun)
+2         bad command line (argparse's message, as torchrun): also a bad ``--nproc-per-node``, a missing
+          training script
 N         a worker failed: N is the failing worker's own exit code (a positive code is preferred over
           peers killed by signals; a worker killed by signal S gives 128+S)
 75        no GPUs now and ``--wait-timeout`` ran out (0 = do not wait) (EX_TEMPFAIL)
+126       the ``--no-python`` program is not executable (the shell's code)
+127       the ``--no-python`` program is not on PATH, or no such file (the shell's code)
 128+N     ecolaunch was stopped by signal N (130 for Ctrl-C, 143 for SIGTERM); workers were stopped too
 ========  =========================================================================================
 
@@ -23,6 +26,8 @@ OK = 0
 ERROR = 1
 USAGE = 2
 NO_PLACEMENT = 75
+NOT_EXECUTABLE = 126
+NOT_FOUND = 127
 SIGNAL_BASE = 128
 
 

@@ -27,11 +27,11 @@ from ecolaunch.admin.rules import job_bound_pct
 from ecolaunch.clock import SystemClock
 from ecolaunch.errors import DriverNotFound, EcolaunchError, StateError
 from ecolaunch.launch import exitcodes
-from ecolaunch.launch.argv import ParsedLaunch
+from ecolaunch.launch.argv import CPU_NPROC, ELASTIC_NPROC, ParsedLaunch
 from ecolaunch.launch.jobcaps import JobCaps, orphan_keeper
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
-from ecolaunch.launch.torchrun import WorkerOutcome, check_args, run_workers
+from ecolaunch.launch.torchrun import WorkerOutcome, run_workers
 from ecolaunch.launch.workerenv import allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.registry import get_policy
@@ -111,9 +111,8 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     args, opts = parsed.torch_args, parsed.options
     extra_env = {"PYTHON_EXEC": parsed.python_exec} if parsed.python_exec else {}
     environment, rules = ctx.environment, ctx.rules
-    # torch's own checks first: a bad command line must never wait in the queue or book GPUs
-    check_args(args, nproc_override="1" if args.nproc_per_node in ("gpu", "auto") else None)
-    if args.nproc_per_node == "cpu":
+    # the command line was checked when parsed (launch.argv.parse, torch's own checks included): nothing bad queues
+    if args.nproc_per_node == CPU_NPROC:
         return _plain(parsed, extra_env, "--nproc-per-node cpu asks for no GPUs", ui)
     try:
         backend = ctx.open_gpus()
@@ -276,8 +275,8 @@ def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed
     default, never above the admin's maximum); the memory per GPU the script declared where the command line
     says nothing."""
     args, opts, rules = parsed.torch_args, parsed.options, ctx.rules
-    elastic = args.nproc_per_node in ("gpu", "auto")
-    nproc = 1 if elastic else _int_nproc(args.nproc_per_node)
+    elastic = args.nproc_per_node in ELASTIC_NPROC
+    nproc = 1 if elastic else int(args.nproc_per_node)  # a whole number >= 1: launch.argv.check_nproc
     allowed_slowdown_pct = job_bound_pct(rules, opts.allowed_slowdown_pct, hints.get("max_slowdown_pct"))
     if opts.allowed_slowdown_pct is None and allowed_slowdown_pct != rules.default_slowdown_pct:
         ui.message(f"the script declares a {allowed_slowdown_pct:g} % slowdown bound (@ecolaunch.job); using it")
@@ -295,17 +294,6 @@ def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed
         allowed_slowdown_pct=allowed_slowdown_pct,
         allowed_gpus=allowed_gpus,
     )
-
-
-def _int_nproc(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        # torchrun's own message for the same value
-        raise EcolaunchError(f"Unsupported nproc_per_node value: {value}", hint="use an integer, gpu, auto or cpu") from None
-    if n < 1:
-        raise EcolaunchError(f"--nproc-per-node must be at least 1, got {n}", hint="use an integer >= 1, gpu or auto")
-    return n
 
 
 def _worker_args(args, placement: Placement, request: JobRequest):

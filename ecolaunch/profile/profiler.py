@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ecolaunch.clock import Clock
-from ecolaunch.errors import ConfigError
+from ecolaunch.errors import ConfigError, PermissionDenied
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.channel import iteration_times
@@ -274,7 +274,9 @@ class Profiler:
             try:
                 self._run_caps.set(uuid, cap_w)
             except Exception as e:  # noqa: BLE001 - an injected setter may fail in any way; caps stay safe
-                logger.warning("cannot set the power cap of GPU %s to %.0f W (%s); profiling at the current cap", uuid, cap_w, e)
+                # PermissionDenied: the job's cap owner has told the user once already (not root, no agent)
+                log = logger.info if isinstance(e, PermissionDenied) else logger.warning
+                log("cannot set the power cap of GPU %s to %.0f W (%s); profiling at the current cap", uuid, cap_w, e)
                 self._can_set = False
                 self._caps = self._caps[: self._k] or self._found_top()
                 self._run_caps.restore()

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ecolaunch.errors import PermissionDenied
+
 logger = logging.getLogger(__name__)
 
 
@@ -27,24 +29,33 @@ class RunCaps:
         #: each GPU's cap when the run began (None: not known)
         self.found: dict[str, float | None] = dict(found or {})
         self._set: dict[str, float] = {}  # what this run set since the last restore
+        self._refused = False  # the setter said caps may not be changed here
 
     @property
     def can_set(self) -> bool:
-        return self._setter is not None
+        """Whether caps may be changed: a setter, which has not refused with PermissionDenied."""
+        return self._setter is not None and not self._refused
 
     def set(self, uuid: str, watts: float) -> None:
-        """Set ``watts`` on GPU ``uuid``; the setter's exception passes (the cap stays as it was)."""
-        self._setter(uuid, watts)  # type: ignore[misc]
+        """Set ``watts`` on GPU ``uuid``; the setter's exception passes (the cap stays as it was). After a
+        PermissionDenied (caps may not be changed here, which the job's cap owner has told the user once) the run
+        asks no more: :attr:`can_set` is False."""
+        try:
+            self._setter(uuid, watts)  # type: ignore[misc]
+        except PermissionDenied:
+            self._refused = True
+            raise
         self._set[uuid] = watts
 
     def apply(self, cap_w: float, why: str) -> bool:
         """Set ``cap_w`` on every GPU of the job (``why``: logged); False (logged) at the first that fails, whose cap
-        stays as it was."""
+        stays as it was. A refusal the cap owner already said (PermissionDenied) is logged for ``-v`` only."""
         for uuid in self._uuids:
             try:
                 self.set(uuid, cap_w)
             except Exception as e:  # noqa: BLE001 - a failed live change leaves the cap as it was
-                logger.warning("could not set GPU %s to %.0f W (%s): %s", uuid, cap_w, why, e)
+                log = logger.info if isinstance(e, PermissionDenied) else logger.warning
+                log("could not set GPU %s to %.0f W (%s): %s", uuid, cap_w, why, e)
                 return False
         logger.info("job %s: %s", self._job_id, why)
         return True

@@ -96,11 +96,10 @@ from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
 from ecolaunch.profile.control import CapController
 from ecolaunch.jobmodel.capcurve import CapPrior, merge_points
-from ecolaunch.profile.zeus_data import load_power_traces
 from ecolaunch.profile.powercap import cap_grid, profile_caps
 from ecolaunch.sim.interference import fit_gavel, gavel_set, impute_held_type
 from ecolaunch.sim.models import gavel_solo, read_data_csv
-from ecolaunch.sim.truth import TruthCurve, zeus_truths, zeus_window_truths
+from ecolaunch.sim.truth import TruthCurve, vendored_zeus_curves, zeus_truths, zeus_window_truths
 from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB
 from ecolaunch.state.graph import GpuNode, StateGraph
 
@@ -227,7 +226,7 @@ def played_networks(kind: str) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=64)
 def _prior_without(networks: frozenset[str]) -> CapPrior:
-    keep = [c.points for c in load_power_traces() if c.workload.split("/")[-1] not in networks]
+    keep = [c.points for c in vendored_zeus_curves() if c.workload.split("/")[-1] not in networks]
     return CapPrior.fit(keep, source=f"Zeus curves without {', '.join(sorted(networks))} ({len(keep)} curves)")
 
 

@@ -282,3 +282,56 @@ def test_report_plot_writes_a_png(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stderr == f"plot written to {png}\n"
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+# --- the plot with matplotlib itself (a test dependency) ----------------------------------------------------------
+def _flat(job_id: str) -> JobRecord:
+    """A steady 100 W job: readings within ±0.07 W, no cap reading (the review's plot)."""
+    samples = [{"t_s": float(t), "power_w": 100.0 + (0.07 if t % 2 else -0.07), "power_limit_w": None,
+                "util_gpu_pct": 50.0, "util_mem_pct": 20.0, "memory_used_mib": 1000} for t in range(30)]
+    return record(job_id, 1_700_000_000.0, samples={"GPU-aaaaaaaa-1111": samples})
+
+
+def test_a_flat_power_series_gets_a_readable_axis_without_an_offset() -> None:
+    matplotlib = pytest.importorskip("matplotlib")  # in the test extra: skipped only outside it
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ecolaunch.cli.report_cmd import figure
+
+    fig = figure(_flat("f1a7f1a7"), {"GPU-aaaaaaaa-1111": 0}, plt)
+    try:
+        fig.canvas.draw()
+        ax_power = fig.axes[0]
+        lo, hi = ax_power.get_ylim()
+        assert 90.0 <= lo <= 95.0 and 105.0 <= hi <= 110.0, (lo, hi)  # not 99.93-100.07
+        formatter = ax_power.yaxis.get_major_formatter()
+        assert formatter.get_offset() == ""  # no "+1e2" above the axis
+        labels = [t.get_text() for t in ax_power.get_yticklabels() if t.get_text()]
+        assert labels and all(90.0 <= float(x.replace("\N{MINUS SIGN}", "-")) <= 110.0 for x in labels), labels
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(("values", "limits"), [
+    ([100.0, 100.07, 99.93], (94.9265, 105.0735)),  # flat: 5 % of the level on each side
+    ([100.0, 400.0], (80.0, 420.0)),             # a real range: 5 % of the top
+    ([2.0, 2.0], (0.0, 7.0)),                    # near 0 W: at least 5 W, never below 0
+    ([None, float("nan")], None),                # nothing to plot
+])
+def test_power_axis_limits(values, limits) -> None:
+    from ecolaunch.cli.report_cmd import power_ylim
+
+    got = power_ylim(values)
+    assert got == limits if limits is None else got == pytest.approx(limits)
+
+
+def test_report_plot_writes_a_png_from_the_command_line(state: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    History(state).record(_flat("f1a7f1a7"))
+    out = tmp_path / "flat.png"
+    run = subprocess.run(ecolaunch_cmd("report", "f1a7", "--plot", str(out)),
+                         env=clean_env(ECOLAUNCH_STATE_DIR=str(state), MPLCONFIGDIR=str(tmp_path / "mpl")),
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000

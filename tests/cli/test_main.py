@@ -44,6 +44,18 @@ def test_simulate_help_names_every_policy() -> None:
         assert name in text, name
 
 
+def test_launch_help_names_every_registered_subcommand() -> None:
+    from ecolaunch.cli.group import register
+
+    # one line per paragraph: argparse would otherwise wrap a name like init-state at its hyphen
+    out = subprocess.run(ecolaunch_cmd("--help"), env=clean_env(COLUMNS="1000"), cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    listed = text.split("Subcommands: ", 1)[1].split(" (see", 1)[0].split(", ")
+    assert listed == sorted(register().commands), text
+
+
 def test_launch_help_names_the_default_policy_the_launch_uses() -> None:
     from ecolaunch import config
 
@@ -84,9 +96,9 @@ def test_a_missing_script_is_a_usage_error_before_anything_is_booked(args, sim_e
     out = _run(args, sim_env())
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith("usage: ecolaunch ")
-    assert out.stderr.splitlines()[-1] == (
-        "ecolaunch: error: training script 'nonexistent.py' does not exist "
-        "(check the path; run a module with -m MODULE, a program on PATH with --no-python)")
+    assert out.stderr.splitlines()[-2:] == [
+        "ecolaunch: error: training script 'nonexistent.py' does not exist",
+        "HINT: check the path; run a module with -m MODULE, a program on PATH with --no-python"]
     assert "would run" not in out.stdout + out.stderr
     assert list(state_dir.iterdir()) == []
 

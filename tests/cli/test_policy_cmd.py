@@ -142,19 +142,47 @@ def _four_a40s(tmp_path: Path) -> dict[str, str]:
     return {"ECOLAUNCH_SIMULATE": "4xA40", "ECOLAUNCH_STATE_DIR": str(tmp_path / "state")}
 
 
-def test_check_ok(runner: CliRunner, policy_file: Path, tmp_path: Path) -> None:
-    result = invoke(runner, ["check", str(policy_file)], env=_four_a40s(tmp_path))
+@pytest.fixture
+def local_policy(tmp_path: Path) -> Path:
+    """POLICY naming users this host has (root): nothing in it applies to nobody here."""
+    path = tmp_path / "local.toml"
+    path.write_text(POLICY.replace('"alice"', '"root"').replace("[users.bob]", "[users.root]"))
+    return path
+
+
+def test_check_ok(runner: CliRunner, local_policy: Path, tmp_path: Path) -> None:
+    result = invoke(runner, ["check", str(local_policy)], env=_four_a40s(tmp_path))
     assert result.exit_code == 0, result.output
-    assert result.output == f"OK: {policy_file}\n"
+    assert result.output == f"OK: {local_policy}\n"
+
+
+def _missing(kind, names: list[str]) -> list[str]:
+    found = []
+    for name in names:
+        try:
+            kind(name)
+        except KeyError:
+            found.append(name)
+    return found
 
 
 def test_check_example_policy(runner: CliRunner, tmp_path: Path) -> None:
+    import grp
+    import pwd
+
+    # on its four A40s the example's only warnings are the lab's users and groups this host does not have
     result = invoke(runner, ["check", str(EXAMPLE)], env=_four_a40s(tmp_path))
     assert result.exit_code == 0, result.output
-    assert result.output == f"OK: {EXAMPLE}\n"
+    unknown = [*_missing(pwd.getpwnam, ["alice"]), *_missing(grp.getgrnam, ["vision-lab"]),  # in file order
+               *_missing(pwd.getpwnam, ["bob"]), *_missing(grp.getgrnam, ["gpu-users"])]
+    warnings = [line for line in result.output.splitlines() if line.startswith("Warning: ")]
+    assert [w.split(": no ", 1)[1].split("'")[1] for w in warnings] == unknown, result.output
+    count = f" ({len(unknown)} warning{'s' if len(unknown) > 1 else ''})" if unknown else ""
+    assert result.output.endswith(f"OK: {EXAMPLE}{count}\n")
 
 
-def test_check_says_when_gpu_indices_could_not_be_checked(runner: CliRunner, policy_file: Path) -> None:
+def test_check_says_when_gpu_indices_could_not_be_checked(runner: CliRunner, local_policy: Path) -> None:
+    policy_file = local_policy
     result = invoke(runner, ["check", str(policy_file)], env={"ECOLAUNCH_SIMULATE": "4xH9000"})
     assert result.exit_code == 0, result.output
     assert result.output.startswith("Note: GPU indices and UUIDs not checked against this host: bad machine spec "
@@ -218,7 +246,7 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
 def test_check_warns_about_rules_that_apply_to_no_gpu(tmp_path: Path) -> None:
     path = tmp_path / "p.toml"
     path.write_text('[caps.H9000]\nmax_w = 300\n[caps."V100-SXM2-32GB"]\nmax_w = 200\n[caps.index.7]\nmax_w = 200\n'
-                    '[reserve.99]\nusers = ["alice"]\n[agent]\ngpus = [0, 4]\n[caps.A40]\nmax_w = 250\n')
+                    '[reserve.99]\nusers = ["root"]\n[agent]\ngpus = [0, 4]\n[caps.A40]\nmax_w = 250\n')
     out = _cli(["check", str(path)], _four_a40s(tmp_path))
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"OK: {path} (5 warnings)\n"
@@ -254,3 +282,27 @@ def test_show_names_built_in_defaults_and_agent_gpus(tmp_path: Path) -> None:
     assert "profiling.max_caps            none (profiling tries at most 3 caps)" in out.stdout
     assert [line.split(None, 1)[1].rsplit(None, 1) for line in out.stdout.splitlines()
             if line.startswith("agent.")] == [["every GPU of the host", "default"]]
+
+
+def test_check_warns_about_rules_that_apply_to_nothing_on_this_host(tmp_path: Path) -> None:
+    """The README's promise: [caps.A40] on a host without A40s, a bound above the board's maximum, and a user or
+    group this host does not know are warnings (exit 0, counted in the summary), not a silent OK."""
+    path = tmp_path / "p.toml"
+    path.write_text('[caps.A40]\nmax_w = 250\n[caps."A100-SXM4-80GB"]\nmax_w = 900\n[users.no-such-user-9]\n'
+                    'max_gpus = 1\n[reserve.0]\ngroups = ["no-such-group-9"]\n')
+    out = _cli(["check", str(path)], {"ECOLAUNCH_SIMULATE": "4xA100-SXM4-80GB",
+                                      "ECOLAUNCH_STATE_DIR": str(tmp_path / "state")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"OK: {path} (4 warnings)\n"
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("Warning: ")]
+    assert warnings == [
+        f"Warning: {path}:1: caps.A40: this host has no A40 (its GPUs are 4 x NVIDIA A100-SXM4-80GB): the bounds "
+        "apply to no GPU here",
+        f"Warning: {path}:3: caps.A100-SXM4-80GB.max_w: 900 W is above the power-limit range of the NVIDIA "
+        "A100-SXM4-80GB, 100-400 W: caps stay within the board's range, so this bound means 400 W",
+        f"Warning: {path}:6: users.no-such-user-9.max_gpus: no user 'no-such-user-9' on this host: the limit applies "
+        "to nobody",
+        f"Warning: {path}:7: reserve.0.groups: no group 'no-such-group-9' on this host: the reservation lets no "
+        "member of it use GPU 0",
+    ]
+    assert len([line for line in out.stderr.splitlines() if line.startswith("HINT: ")]) == 4

@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from ecolaunch.cli.predict_cmd import predict
+from ecolaunch.cli.predict_cmd import INPUT_HINT, predict
 
 JOB = {"id": "a", "iter_time_s": 0.12, "sm_util_pct": 45, "mem_bw_util_pct": 30, "memory_mib": 6000, "power_w": None}
 HEAVY = {"id": "b", "iter_time_s": 0.3, "sm_util_pct": 90, "mem_bw_util_pct": 60, "memory_mib": 20000,
@@ -81,7 +81,7 @@ def test_table_without_json() -> None:
 def test_bad_input_names_the_field_and_exits_1(doc, message: str) -> None:
     result = invoke(doc, "--json")
     assert result.exit_code == 1, result.output
-    assert result.output == f"Error: {message}\n"
+    assert result.output == f"Error: {message}\nHINT: {INPUT_HINT}\n"
 
 
 def test_unknown_gpu_lists_close_names() -> None:
@@ -93,7 +93,7 @@ def test_unknown_gpu_lists_close_names() -> None:
 def test_not_json_exits_1() -> None:
     result = invoke(None, raw='{"gpu": ')
     assert result.exit_code == 1, result.output
-    assert result.output == "Error: stdin is not JSON: Expecting value at line 1 column 9\n"
+    assert result.output == f"Error: stdin is not JSON: Expecting value at line 1 column 9\nHINT: {INPUT_HINT}\n"
 
 
 def test_unknown_option_is_a_usage_error() -> None:
@@ -155,3 +155,26 @@ def test_a_measurement_above_the_cap_stays_the_measurement_and_a_prediction_neve
     alone, shared = json.loads(result.output)
     assert alone["gpu_power_w"] == 714.6 and alone["jobs"][0]["normalized_throughput"] == 1.0
     assert shared["gpu_power_w"] <= 550.0
+
+
+# --- the real command line: what a user typing a scenario by hand meets ------------------------------------------
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"jobs": [JOB]}, 'gpu: missing (a catalogue GPU name such as "V100-SXM2-32GB")'),
+    ({"gpu": "A40"}, "jobs: missing (a non-empty list of jobs)"),
+    ({"gpu": "A40", "jobs": [{"iter_time_s": 0.1, "memory_mib": 100}]}, "jobs[0].id: missing (a non-empty string)"),
+    ({"gpu": None, "jobs": [JOB]}, 'gpu: expected a catalogue GPU name such as "V100-SXM2-32GB", got null'),
+], ids=["no-gpu", "no-jobs", "no-id", "null-gpu"])
+def test_a_missing_key_reads_missing_and_every_error_has_the_hint(doc, message: str, tmp_path) -> None:
+    import subprocess
+
+    from tests.conftest import REPO, clean_env, ecolaunch_cmd
+
+    out = subprocess.run(ecolaunch_cmd("predict"), input=json.dumps(doc), env=clean_env(
+        ECOLAUNCH_STATE_DIR=str(tmp_path)), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr
+    assert out.stderr == f"Error: {message}\nHINT: {INPUT_HINT}\n"
+    assert "predict --help" in INPUT_HINT and '"memory_mib": 6000' in INPUT_HINT
+    help_text = subprocess.run(ecolaunch_cmd("predict", "--help"), env=clean_env(), cwd=REPO, capture_output=True,
+                               text=True, timeout=120).stdout
+    assert all(field in help_text for field in ("power_cap_w", "iter_time_s", "memory_mib", "sm_util_pct",
+                                                "mem_bw_util_pct", "power_w", "cap_points"))

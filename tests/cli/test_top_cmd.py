@@ -86,12 +86,12 @@ def test_a_queue_row_shows_its_reason_and_member_text_is_not_markup() -> None:
     from rich.console import Console
 
     doc = {"host": "h", "simulate": None, "gpus": [], "jobs": [], "caps_left": [], "ignored": [],
-           "queue": [{"id": "q1", "user": "eve", "name": "[bold]x\x1b[2J", "nproc": 2, "age_s": 75.0,
-                      "reason": "waiting for GPUs"}]}
+           "queue": [{"position": 1, "id": "q1", "user": "eve", "name": "[bold]x\x1b[2J", "nproc": 2, "age_s": 75.0,
+                      "reason": "Resources", "reason_detail": "0 of the 2 GPU(s) the job needs are free"}]}
     console = Console(width=200, no_color=True, record=True, file=open(os.devnull, "w"))
     console.print(render(doc, live=False))
     text = console.export_text()
-    assert _cells(text, "1", "q1") == ["1", "q1", "eve", "[bold]x\\x1b[2J", "2", "1:15", "waiting", "for", "GPUs"]
+    assert _cells(text, "1", "q1") == ["1", "q1", "eve", "[bold]x\\x1b[2J", "2", "1:15", "Resources"]
 
 
 @pytest.mark.parametrize("value, why", [

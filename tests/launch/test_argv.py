@@ -94,13 +94,15 @@ def test_eco_options_from_flags_and_env() -> None:
         (["t.py"], {"ECOLAUNCH_DRY_RUN": "maybe"}, "ECOLAUNCH_DRY_RUN='maybe' is not a boolean"),
         (["--nproc", "2", "t.py"], {}, "ambiguous option: --nproc"),
         (["python", "-u", "t.py"], {}, "interpreter option '-u' is not supported"),
-        (["--policy", "magic", "t.py"], {}, "--policy (or ECOLAUNCH_PLACEMENT_POLICY) must be a placement policy, got 'magic' (use one of: curve, eaco, exclusive, first-fit, gnn, lucid, zeus)"),
+        (["--policy", "magic", "t.py"], {}, "--policy (or ECOLAUNCH_PLACEMENT_POLICY) must be a placement policy, got 'magic'\nHINT: use one of: curve, eaco, exclusive, first-fit, gnn, lucid, zeus"),
         (["t.py"], {"ECOLAUNCH_PLACEMENT_POLICY": "magic"}, "must be a placement policy, got 'magic'"),
-        (["--profile", "sometimes", "t.py"], {}, "--profile 'sometimes' is not a profiling mode (use one of: auto, pre, inline, off)"),
+        (["--profile", "sometimes", "t.py"], {}, "--profile 'sometimes' is not a profiling mode\nHINT: use one of: auto, pre, inline, off"),
         (["--memory-mib", "lots", "t.py"], {}, "--memory-mib (or ECOLAUNCH_MEMORY_MIB) must be a number, got 'lots'"),
         (["missing.py"], {}, "training script 'missing.py' does not exist"),
         (["python", "missing.py", "--lr", "1"], {}, "training script 'missing.py' does not exist"),
         (["--run-path", "missing.py"], {}, "training script 'missing.py' does not exist"),
+        (["--nproc-per-node", "0", "t.py"], {}, "--nproc-per-node must be a whole number >= 1, gpu, auto or cpu, got '0'"),
+        (["--no-python", "-m", "t"], {}, "Don't use both the '--no-python' flag and the '--module' flag"),
     ],
 )
 def test_bad_input_exits_2_with_message(argv, env, message, capsys) -> None:
@@ -122,7 +124,7 @@ def test_prefix_forms() -> None:
 
 def test_a_script_that_is_no_file_is_not_looked_for() -> None:
     assert parse(["-m", "no.such.module"], {}).torch_args.module
-    assert parse(["--no-python", "no-such-program"], {}).torch_args.no_python
+    assert parse(["--no-python", "true"], {}).torch_args.no_python  # a program on PATH, not a file here
     assert parse(["python", "-m", "no.such.module"], {}).torch_args.training_script == "no.such.module"
 
 

@@ -141,3 +141,47 @@ def test_a_privileged_session_restores_what_a_dead_launcher_left(state_dir: Path
     other = Session(StateStore(state_dir), session.backend, CappingPolicy(None), RULES, cap_keeper=keeper)
     other.snapshot()  # e.g. `ecolaunch status` run as root: any transaction of a privileged process
     assert limit(session) == 400.0 and load_ledger(state_dir / LEDGER_FILE, "h") == {}
+
+
+def test_an_unprivileged_inline_profile_says_the_refused_cap_once(state_dir: Path, tmp_path: Path, caplog) -> None:
+    """A launch that is not root and has no agent: its real run is profiled inline on GPUs that draw power, the
+    profiler asks for a lower cap, the owner refuses and says so once; the profiler and the closed loop do not say
+    it again (the review saw it twice), and the run goes on at the caps it found."""
+    import logging
+    import subprocess
+    import sys
+
+    from ecolaunch.clock import SystemClock
+    from ecolaunch.launch.observe import ObserveConfig, RunObserver
+    from ecolaunch.profile.history import History
+    from ecolaunch.profile.modes import ProfilerSettings
+    from tests.conftest import BIN, clean_env
+
+    session, placement = placed(state_dir, None, privileged=False)
+    gpu = placement.job.gpus[0]
+    session.backend.attach(gpu, os.getpid(), 8_000, util_gpu_pct=90.0, util_mem_pct=30.0, power_w=280.0)
+    said: list[str] = []
+    caps = owner(session, placement, state_dir, [], said)
+    caps.begin()  # nothing decided: nothing said yet
+    config = ObserveConfig("j", (gpu,), state_dir, mode="inline", fingerprint="f" * 64, rules=RULES,
+                           allowed_slowdown_pct=10.0, user="u", name="stepper",
+                           settings=ProfilerSettings(warmup_iters=3, settle_iters=2, measured_iters=5),
+                           interval_s=0.05, poll_s=0.05)
+    caplog.set_level(logging.INFO, logger="ecolaunch")
+    observer = RunObserver(config, session.backend, clock=SystemClock(), history=History(state_dir),
+                           set_cap=caps.set_cap, ceiling_w=caps.ceiling_w)
+    try:
+        with observer:
+            env = clean_env(**observer.worker_env())
+            proc = subprocess.run([sys.executable, str(BIN / "stepper.py"), "120", "0.01"], env=env, cwd=tmp_path,
+                                  capture_output=True, text=True, timeout=120, check=False)
+            observer.set_exit_code(proc.returncode)
+    finally:
+        session.backend.detach(os.getpid())
+    assert proc.returncode == 0, proc.stderr
+    assert said == ["power caps cannot be set here (not root, and no cap agent serves this state directory): the job "
+                    "runs at its GPUs' current caps; run `ecolaunch agent` as root to apply them"]
+    loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud == [], loud  # what the user sees: the one line above
+    assert any("cannot set the power cap" in r.getMessage() for r in caplog.records)  # -v still tells
+    assert limit(session) == 400.0

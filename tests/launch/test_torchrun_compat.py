@@ -257,40 +257,46 @@ def test_auto_without_gpus_counts_like_torchrun(tmp_path: Path, state_dir: Path,
     assert plain.files() == world(_auto_on_this_machine())
 
 
-# --- argument errors torch raises as ValueError: both exit 1 with torch's message, no worker runs -------------
+# --- argument errors torch raises as ValueError: torchrun exits 1 with a traceback; ecolaunch refuses the command line
+# (exit 2, the README's bad command line) with torch's message (its own for --nproc-per-node) and a hint; no worker runs
 
+NO_PYTHON_WITH_MODULE = "Don't use both the '--no-python' flag and the '--module' flag"
 ERROR_CASES = [
     pytest.param(["--nproc-per-node=unknown", "--no-python", "{shell}", "{out}"], {},
-                 "Unsupported nproc_per_node value: unknown", id="nproc-unknown"),
+                 "Unsupported nproc_per_node value: unknown",
+                 "--nproc-per-node must be a whole number >= 1, gpu, auto or cpu, got 'unknown'", id="nproc-unknown"),
     pytest.param(["--nproc-per-node=2", "--no-python", "--module", "{shell}", "{out}"], {},
-                 "Don't use both the '--no-python' flag and the '--module' flag", id="no-python-with-module"),
+                 NO_PYTHON_WITH_MODULE, NO_PYTHON_WITH_MODULE, id="no-python-with-module"),
     pytest.param(["{shell}", "{out}"], {"PET_NPROC_PER_NODE": "2", "PET_NO_PYTHON": "1", "PET_MODULE": "1"},
-                 "Don't use both the '--no-python' flag and the '--module' flag", id="pet-no-python-with-module",
-                 marks=SLOW),
+                 NO_PYTHON_WITH_MODULE, NO_PYTHON_WITH_MODULE, id="pet-no-python-with-module", marks=SLOW),
     pytest.param(["--nproc-per-node=1", "--logs-specs=DOESNOT_EXIST", ENV_WORKER, "{out}"], {},
+                 "Could not find entrypoint under 'torchrun.logs_specs[DOESNOT_EXIST]' key",
                  "Could not find entrypoint under 'torchrun.logs_specs[DOESNOT_EXIST]' key", id="unknown-logs-specs",
                  marks=SLOW),
 ]
 
 
-@pytest.mark.parametrize(("argv", "env", "message"), ERROR_CASES)
+@pytest.mark.parametrize(("argv", "env", "theirs", "ours"), ERROR_CASES)
 def test_torch_value_errors_fail_in_both(
-    argv, env, message, tmp_path: Path, state_dir: Path, shell_worker: str
+    argv, env, theirs, ours, tmp_path: Path, state_dir: Path, shell_worker: str
 ) -> None:
     argv = [a.replace("{shell}", shell_worker) for a in argv]
     runs = launch_both(argv, tmp_path, state_dir, env)
-    for run in runs.values():
-        assert run.returncode == 1, run.why()
-        assert message in run.stderr, run.why()
-        assert run.files() == set()
+    assert runs["torchrun"].returncode == 1 and theirs in runs["torchrun"].stderr, runs["torchrun"].why()
     assert "ValueError" in runs["torchrun"].stderr  # torchrun: the uncaught exception's traceback
+    assert runs["ecolaunch"].returncode == 2, runs["ecolaunch"].why()
+    assert f"ecolaunch: error: {ours}" in runs["ecolaunch"].stderr, runs["ecolaunch"].why()
+    assert "\nHINT: " in runs["ecolaunch"].stderr, runs["ecolaunch"].why()
+    for run in runs.values():
+        assert run.files() == set()
 
 
 def test_torch_value_errors_are_clean_errors_before_any_booking(tmp_path: Path, state_dir: Path, shell_worker: str) -> None:
     run = launch("ecolaunch", ["--nproc-per-node=2", "--no-python", "-m", shell_worker, "{out}"], tmp_path, state_dir)
-    assert run.returncode == 1 and "Error: Don't use both" in run.stderr, run.why()
+    assert run.returncode == 2 and "ecolaunch: error: Don't use both" in run.stderr, run.why()
     assert "ecolaunch bug" not in run.stderr, run.why()
     assert " runs on GPU " not in run.stderr, run.why()  # torch's checks run before placement
+    assert list(state_dir.iterdir()) == [], run.why()  # nothing booked, no history record
 
 
 # --- torch.distributed.is_torchelastic_launched() (test_is_torchelastic_launched) ------------------------------

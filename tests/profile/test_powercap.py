@@ -12,10 +12,8 @@ from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.profile import capchoice as cc
 from ecolaunch.jobmodel import capcurve as jc
 from ecolaunch.profile import powercap as pc
-from ecolaunch.profile import zeus_data as zd
+from ecolaunch.sim.truth import vendored_zeus_curves
 
-needs_zeus = pytest.mark.skipif(not (zd.DEFAULT_DATA_DIR / "summary_power_v100.csv").exists(),
-                                reason="Zeus traces not found next to the repository (../shared/data/zeus-nsdi23)")
 
 
 def synthetic(p_free_w: float, exponent: float, caps: list[float], t0_s: float = 0.5) -> dict[float, CapPoint]:
@@ -120,22 +118,20 @@ def test_prior_is_monotone_and_normalized() -> None:
     assert prior.power_at(2.0) == pytest.approx(1.0, abs=0.01)
 
 
-@needs_zeus
 def test_default_prior_matches_a_refit_from_the_traces() -> None:
-    curves = zd.load_power_traces()
+    curves = vendored_zeus_curves()  # the loader's curves on the package's copies (tests/sim/test_truth.py)
     refit = jc.CapPrior.fit([c.points for c in curves])
     assert refit.u_grid == jc.DEFAULT_PRIOR.u_grid
     assert refit.time_ratio == pytest.approx(jc.DEFAULT_PRIOR.time_ratio, abs=1e-4)
     assert refit.power_ratio == pytest.approx(jc.DEFAULT_PRIOR.power_ratio, abs=1e-4)
 
 
-@needs_zeus
 @pytest.mark.parametrize(("gpu", "workload", "batch_size"), [
     ("V100", "imagenet/resnet50", 256), ("A40", "squad/bert_base_uncased", 32),
     ("RTX6000", "librispeech/deepspeech2", 32),
 ])
 def test_fit_on_real_zeus_rows(gpu: str, workload: str, batch_size: int) -> None:
-    curves = zd.load_power_traces()
+    curves = vendored_zeus_curves()
     (curve,) = [c for c in curves if (c.gpu, c.workload, c.batch_size) == (gpu, workload, batch_size)]
     network = workload.split("/")[1]
     prior = jc.CapPrior.fit([c.points for c in curves if c.workload.split("/")[1] != network])  # not trained on it

@@ -10,7 +10,7 @@ import pytest
 
 from ecolaunch.admin.rules import CapBounds, Rules, job_cap_bounds, profiler_settings
 from ecolaunch.devices.backend import GpuSnapshot
-from ecolaunch.errors import ConfigError, PermissionDenied
+from ecolaunch.errors import ConfigError, DeviceError, PermissionDenied
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.profiler import Phase, Profiler, check_early
@@ -117,16 +117,20 @@ def test_without_a_cap_setter_it_measures_at_the_found_cap(backend, vclock) -> N
     assert res.choice is not None  # still a recommendation, from the prior's shape
 
 
-def test_a_refused_cap_change_degrades_to_the_current_cap(backend, vclock, caplog) -> None:
+@pytest.mark.parametrize(("error", "level"), [
+    (PermissionDenied("no privilege", hint="run the cap agent"), logging.INFO),  # the cap owner said it once
+    (DeviceError("NVML: unknown error"), logging.WARNING),                      # a surprise: the user sees it
+], ids=["refused", "failed"])
+def test_a_refused_cap_change_degrades_to_the_current_cap(error, level, backend, vclock, caplog) -> None:
     def refuse(uuid, watts):
-        raise PermissionDenied("no privilege", hint="run the cap agent")
+        raise error
 
     profiler, sampler, _ = make(backend, vclock, set_cap=refuse)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         drive(profiler, sampler, SyntheticJob(vclock, backend, "GPU-0"), 200)
     assert profiler.phase is Phase.DONE
     assert [p.power_cap_w for p in profiler.result.profile.cap_points] == [350.0]
-    assert any("cannot set the power cap" in r.message for r in caplog.records)
+    assert [r.levelno for r in caplog.records if "cannot set the power cap" in r.message] == [level]
 
 
 def test_stamps_from_before_a_cap_change_are_not_counted_for_the_new_cap(backend, vclock) -> None:
