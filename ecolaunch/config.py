@@ -28,6 +28,8 @@ ENV_ALLOWED_SLOWDOWN = "ECOLAUNCH_ALLOWED_SLOWDOWN"
 ENV_VERBOSE = "ECOLAUNCH_VERBOSE"
 ENV_EXPLAIN = "ECOLAUNCH_EXPLAIN"
 ENV_PROFILE = "ECOLAUNCH_PROFILE"  # --profile auto|pre|inline|off
+ENV_JOB_KEY = "ECOLAUNCH_JOB_KEY"  # --job-key KEY: the job's history key
+ENV_FRESH_PROFILE = "ECOLAUNCH_FRESH_PROFILE"  # --fresh-profile: measure a new profile
 ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a GNN weight file; default: <state dir>/gnn/weights.pt when present
 
 # --- environment variables ecolaunch sets for the workers it launches ----------------------------
@@ -103,6 +105,9 @@ class LaunchOptions:
     verbose: bool = False
     explain: bool = False
     profile: str = "auto"
+    #: the job's history key (``--job-key``; None: matched on its script and arguments); ``--fresh-profile``
+    job_key: str | None = None
+    fresh_profile: bool = False
 
 
 @dataclass(frozen=True, slots=True)

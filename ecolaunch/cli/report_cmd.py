@@ -36,17 +36,20 @@ def _find(store, job: str):
                  hint="'ecolaunch history' lists the finished jobs")
 
 
-def render(rec) -> str:
-    """The text report of one JobRecord."""
+def render(rec, indices: dict[str, int] | None = None) -> str:
+    """The text report of one JobRecord; its GPUs named by their NVML index as ``ecolaunch status`` shows them
+    (``indices``: UUID → index; a GPU missing there is named by its UUID)."""
     exit_code = "N/A" if rec.exit_code is None else str(rec.exit_code)
     lines = [f"job {rec.job_id}  {rec.name}  (user {rec.user})",
              f"  ran         {fmt_time(rec.started)} to {fmt_time(rec.ended)}, {fmt_duration(rec.duration_s)}, exit {exit_code}"]
     for i, uuid in enumerate(rec.gpus):
         name = rec.gpu_names[i] if i < len(rec.gpu_names) else ""
         shared = ", ".join(rec.colocated_with.get(uuid, [])) or "nobody"
-        lines.append(f"  GPU         {uuid} ({name or 'N/A'}): cap {_na(rec.power_caps_w.get(uuid))} W, shared with {shared}")
+        gpu = f"{indices[uuid]} ({name or 'N/A'}, {uuid})" if indices and uuid in indices else f"{uuid} ({name or 'N/A'})"
+        lines.append(f"  GPU         {gpu}: cap {_na(rec.power_caps_w.get(uuid))} W, shared with {shared}")
     wh = "" if rec.energy_j is None else f" ({rec.energy_j / 3600:.3g} Wh)"
-    mean = (f"; mean GPU power {rec.gpu_energy_j / rec.duration_s:.0f} W"
+    n = max(1, len(rec.gpus))
+    mean = (f"; mean power {rec.gpu_energy_j / rec.duration_s / n:.0f} W per GPU" + (f" ({n} GPUs)" if n > 1 else "")
             if rec.gpu_energy_j is not None and rec.duration_s > 0 else "")
     lines.append(f"  energy      {fmt_energy(rec.energy_j)}{wh} charged to the job; its GPUs drew "
                  f"{fmt_energy(rec.gpu_energy_j)}{mean}")
@@ -67,6 +70,10 @@ def render(rec) -> str:
                          f"{pt.power_w:.0f} W")
     if rec.recommendation:
         lines.append(f"  power cap   {rec.recommendation}")
+    if rec.history_match:
+        lines.append(f"  history     matched on {rec.history_match}")
+    if rec.not_learned:
+        lines.append(f"              not updated from this run: {rec.not_learned}")
     lines += [f"  warning     {f}" for f in rec.findings]
     return "\n".join(lines)
 
@@ -158,7 +165,7 @@ def report(job: str, as_json: bool, plot_path: Path | None) -> None:
     if as_json:
         click.echo(json.dumps(to_json(rec), indent=2, sort_keys=True))
     else:
-        click.echo(render(rec))
+        click.echo(render(rec, gpu_indices(state_dir)))
     if plot_path is not None:
         plot(rec, plot_path, gpu_indices(state_dir))
         click.echo(f"plot written to {plot_path}", err=True)

@@ -65,10 +65,19 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
         "when to profile the job: auto (history; else pre if a previous run declared profile_safe; else inline), "
         "pre (a short profiling run first), inline (profile the real run's first iterations) or off",
     ),
+    (
+        ("--job-key",),
+        config.ENV_JOB_KEY,
+        True,
+        "the job's history key: launches with the same key (and worker count and GPU model) share one profile, "
+        "whatever their script and arguments (default: matched on the script and its arguments, see docs/profiling.md)",
+    ),
+    (("--fresh-profile",), config.ENV_FRESH_PROFILE, False, "ignore the job's stored profile: profile it again"),
     (("-v", "--verbose"), config.ENV_VERBOSE, False, "log each step; show tracebacks of ecolaunch errors"),
 )
 
-_METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB", "--profile": "MODE"}
+_METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB", "--profile": "MODE",
+             "--job-key": "KEY"}
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
@@ -187,6 +196,8 @@ def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
         verbose=_flag(ns.eco_verbose, config.ENV_VERBOSE),
         explain=_flag(ns.eco_explain, config.ENV_EXPLAIN),
         profile=_profile_mode(ns.eco_profile),
+        job_key=_job_key(ns.eco_job_key),
+        fresh_profile=_flag(ns.eco_fresh_profile, config.ENV_FRESH_PROFILE),
     )
     return options, None if memory is None else int(memory)
 
@@ -218,6 +229,16 @@ def _placement_policy(raw: str | None) -> str:
 
 def _profile_mode(raw: str | None) -> str:
     return parse_mode(raw or DEFAULT_MODE).value
+
+
+def _job_key(raw: str | None) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if not raw.strip() or len(raw) > 200:
+        raise ConfigError(f"--job-key (or {config.ENV_JOB_KEY}) must be 1 to 200 characters, not only spaces, "
+                          f"got {raw[:40]!r}{'...' if len(raw) > 40 else ''}",
+                          hint="name the job, e.g. --job-key bert-ft")
+    return raw
 
 
 def _flag(raw: str | None, env_var: str) -> bool:

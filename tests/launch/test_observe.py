@@ -87,7 +87,7 @@ def test_inline_profiles_sets_the_cap_live_and_records_the_job(backend, vclock, 
     assert rec.started == pytest.approx(1.7e9 + 1000.0) and rec.duration_s == pytest.approx(rec.ended - rec.started)
     s = obs.summary()
     assert s.energy_j == rec.energy_j and s.iterations == 300 and s.recommended_cap_w == chosen
-    assert s.mean_power_w == pytest.approx(rec.gpu_energy_j / rec.duration_s)
+    assert s.mean_power_w == pytest.approx(rec.gpu_energy_j / rec.duration_s / len(UUIDS))  # per GPU
     text = format_summary(s)
     assert "job job1 used" in text and "Wh" in text and "300 iterations" in text
     assert not Path(env["ECOLAUNCH_HOOK_DIR"]).exists()  # the channel directory is cleaned up

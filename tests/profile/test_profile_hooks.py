@@ -81,7 +81,7 @@ def test_active_path_stamps_reach_the_reader(tmp_path: Path) -> None:
     assert stamps == sorted(stamps)
     assert len(channel.iteration_times(stamps, warmup=3)) == len(stamps) - 4
     hints = channel.read_hints(hook_dir)
-    assert hints == {"name": "tiny", "max_slowdown_pct": 10, "memory_mib": 512, "profile_safe": True}
+    assert hints == {"name": "tiny", "max_slowdown_pct": 10, "memory_mib": 512, "profile_safe": True, "key": None}
 
 
 def test_reader_drops_a_torn_trailing_record(tmp_path: Path) -> None:
