@@ -303,8 +303,8 @@ class RunObserver:
         why = self.early.off_profile or (self.loop.controller.off_profile if self.loop is not None else None)
         if why is None:
             return None
-        return (f"{why}, far from what it says: a stall, a CPU or GPU shared with other work, or another job "
-                "under this history match (`ecolaunch history` says which; `--fresh-profile` measures it again)")
+        return (f"{why}: a stall, a CPU or GPU shared with other work, or another job under this history match "
+                f"(`ecolaunch history {self.job_id}` says which; `--fresh-profile` measures the job again)")
 
     # --- internals ---------------------------------------------------------------------------------
     def _guard(self, what: str, fn: Callable[..., None], *args: Any, **kwargs: Any) -> bool:
@@ -403,7 +403,9 @@ class RunObserver:
     def _early_check(self, stamps: Sequence[float]) -> None:
         finding = self.early.step(stamps, self.profile, self.allowed_slowdown_pct, self._bounds)
         if self.early.off_profile is not None:
-            logger.warning("job %s: %s: nothing is learned from this run", self.job_id, self.early.off_profile)
+            match = self.config.match
+            logger.warning("job %s: %s: a disturbed run, or not the job whose profile it matched (%s)", self.job_id,
+                           self.early.off_profile, match.how if match is not None else "its fingerprint")
         if finding is None:
             return
         # without the closed loop (caps may not be changed, or the GPU is shared) the check only reports

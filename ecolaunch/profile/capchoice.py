@@ -143,7 +143,7 @@ def off_profile(model: CapCurve, cap_w: float, measured: IterationStats) -> str 
     if max(ratio, 1.0 / ratio) >= max(FAR_MIN_RATIO, 1.0 + spread):
         how = f"{ratio:.3g} times" if ratio >= 1 else f"1/{1.0 / ratio:.3g} of"
         return (f"{measured.mean_s * 1e3:.4g} ms per iteration at {cap_w:.0f} W is {how} the profile's "
-                f"{expected * 1e3:.4g} ms there (spread {nearest.iter_time_cv_pct or 0.0:.0f} %)")
+                f"{expected * 1e3:.4g} ms there (spread {nearest.iter_time_cv_pct or 0.0:.2g} %)")
     return undercuts_reference(model, cap_w, measured)
 
 

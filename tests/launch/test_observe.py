@@ -3,13 +3,14 @@ the real channel; its parts have their own tests (test_observe_parts.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 import pytest
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.launch.observe import ObserveConfig, RunObserver, format_summary
+from ecolaunch.launch.observe import ObserveConfig, RunObserver, RunSummary, format_summary
 from ecolaunch.profile import channel
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.profile.history import History
@@ -229,3 +230,15 @@ def test_the_record_names_the_profiling_source(backend, vclock, tmp_path: Path) 
         obs.poll()
     assert obs.record.profile_action == "pre" and obs.record.profiling_energy_j == 1234.0
     assert "plus 1.23 kJ for the pre-launch profiling run" in format_summary(obs.summary())
+
+
+def test_the_summary_says_how_fast_in_words_and_power_per_gpu() -> None:
+    base = RunSummary("j1", 10.0, 1000.0, 1000.0, 50.0, 100, 0.02, "history", None, None, final_cap_w=400.0, gpus=2)
+    assert "mean power 50 W per GPU (2 GPUs)" in format_summary(base)
+    said = {slow: format_summary(dataclasses.replace(base, measured_slowdown_pct=slow)).splitlines()[-1]
+            for slow in (0.0, 2.6, -1.5)}
+    assert "measured as fast as alone and uncapped (kept in the history" in said[0.0]  # issue 23: "as fast than"
+    assert "measured 2.6 % slower than alone and uncapped" in said[2.6]
+    assert "measured 1.5 % faster than alone and uncapped" in said[-1.5]
+    off = format_summary(dataclasses.replace(base, measured_slowdown_pct=0.0, not_learned="why"))
+    assert off.splitlines()[-1] == "ecolaunch: history: not updated from this run: why" and "kept in" not in off
