@@ -299,9 +299,10 @@ class RunObserver:
     def not_learned(self) -> str | None:
         """Why this run updates nothing in the history: its iterations cannot be its profile's job undisturbed
         (:func:`~ecolaunch.profile.capchoice.off_profile`, seen by the early check or the closed loop); None when
-        it learns as usual."""
+        it learns as usual, and for a run that shared a GPU (the others slow it: its profile is the job alone; no
+        cap point is learned there anyway)."""
         why = self.early.off_profile or (self.loop.controller.off_profile if self.loop is not None else None)
-        if why is None:
+        if why is None or self.recorder.shared():  # on a shared GPU the others slow it: its profile is solo
             return None
         return (f"{why}: a stall, a CPU or GPU shared with other work, or another job under this history match "
                 f"(`ecolaunch history {self.job_id}` says which; `--fresh-profile` measures the job again)")
@@ -402,7 +403,7 @@ class RunObserver:
 
     def _early_check(self, stamps: Sequence[float]) -> None:
         finding = self.early.step(stamps, self.profile, self.allowed_slowdown_pct, self._bounds)
-        if self.early.off_profile is not None:
+        if self.early.off_profile is not None and not self.recorder.shared():
             match = self.config.match
             logger.warning("job %s: %s: a disturbed run, or not the job whose profile it matched (%s)", self.job_id,
                            self.early.off_profile, match.how if match is not None else "its fingerprint")

@@ -12,7 +12,7 @@ import pytest
 from ecolaunch.admin.rules import Rules
 from ecolaunch.launch.observe import ObserveConfig, RunObserver, RunSummary, format_summary
 from ecolaunch.profile import channel
-from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.history import History
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, resolve_mode
 from tests.profile.conftest import iter_time_at
@@ -242,3 +242,21 @@ def test_the_summary_says_how_fast_in_words_and_power_per_gpu() -> None:
     assert "measured 1.5 % faster than alone and uncapped" in said[-1.5]
     off = format_summary(dataclasses.replace(base, measured_slowdown_pct=0.0, not_learned="why"))
     assert off.splitlines()[-1] == "ecolaunch: history: not updated from this run: why" and "kept in" not in off
+
+
+def test_what_a_run_learns_uncapped_is_the_profiles_one_uncapped_figure(backend, vclock, tmp_path: Path) -> None:
+    for g in backend.gpus_:
+        g.limit_w = 400.0
+    # profiled 10 % faster than the job runs now: within its spread's reach, so the run's 400 W point is learned
+    solo = Profile(0.09, 80.0, 40.0, 10_000, 300.0, (CapPoint(400.0, 0.09, 300.0, 15, 2.0),))
+    obs = observer(backend, vclock, tmp_path, ProfileAction.HISTORY, profile=solo, fingerprint=FP)
+    with obs:
+        workers = FakeWorkers(obs.worker_env()["ECOLAUNCH_HOOK_DIR"], vclock, backend)
+        workers.run(300, obs)
+        workers.close()
+    assert obs.summary().not_learned is None
+    stored = History(tmp_path).lookup_profile(FP)
+    (top,) = [p for p in stored.cap_points if p.power_cap_w == 400.0]
+    assert 0.09 < top.iter_time_s < 0.1 and top.iterations > 15  # pooled with what the run measured
+    # the report's "alone and uncapped" and "at 400 W" are one figure (issue 23: 3.3 ms "alone", 289.9 ms at 400 W)
+    assert (stored.iter_time_s, stored.power_w) == (top.iter_time_s, top.power_w)
