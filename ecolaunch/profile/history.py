@@ -1,7 +1,8 @@
 """Job history in the state directory: finished-job records and the latest profile of each job fingerprint.
 
 What lives here: :class:`ProfileEntry` (a stored profile, :class:`ecolaunch.jobmodel.profile.Profile`, and what came
-with it), :class:`JobRecord` (one finished job), :func:`fingerprint`, and :class:`History` (the files). Their JSON
+with it), :class:`JobRecord` (one finished job), :func:`fingerprint`, :class:`JobIdentity` and :class:`JobMatch`
+(what a launch is matched on, and how it was), and :class:`History` (the files). Their JSON
 form, its versions and its validation are :mod:`ecolaunch.jobmodel.codec`'s: a record of an older version is migrated.
 
 **Layout** (under ``<state dir>/history/``, sticky; one directory per user, ``0755``, that only its user writes)::
@@ -24,12 +25,16 @@ that is torn anyway (written by something else), not JSON, or not of this format
 and treated as missing; nothing here raises on a bad file.
 
 **Fingerprint** (:func:`fingerprint`): sha256 over a canonical JSON of (format version, sha256 of the
-script file's bytes, the script's arguments in order, the worker count, the user, the GPU model name). The
-same script run the same way by the same user on the same kind of GPU has the same fingerprint; editing the
-script, changing an argument (even an output path or a seed), the worker count, the user or the GPU model
-makes a new one, because any of them can change the iteration time, power or memory. A ``-m module`` launch
-or a script that cannot be read is keyed by its name instead of its content (documented weakness: an edit
-then goes unnoticed).
+script file's bytes, the script's arguments in order but those of :data:`IGNORED_ARGS` (:func:`work_args`: run
+length, output/logging/checkpoint paths and intervals, seeds), the worker count, the user, the GPU model name).
+The same script run the same way by the same user on the same kind of GPU has the same fingerprint; editing the
+script, changing any other argument, the worker count, the user or the GPU model makes a new one, because any of
+them can change the iteration time, power or memory. A job key (``--job-key``, or ``@ecolaunch.job(key=...)``
+declared by the script and remembered under :meth:`JobIdentity.key_fingerprint` for its next launches) stands for
+the script and its arguments. A ``-m module`` launch or a script that cannot be read is keyed by its name instead
+of its content (documented weakness: an edit then goes unnoticed). :meth:`History.match` finds a launch's entry
+and says how (:class:`JobMatch`), and drops a stored profile that contradicts itself
+(:func:`~ecolaunch.profile.capchoice.contradiction`). docs/profiling.md lists the ignored options.
 """
 
 from __future__ import annotations
