@@ -9,7 +9,7 @@ import time
 
 import click
 
-from ecolaunch.cli.command import Command
+from ecolaunch.cli.command import Command, Failed
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
 from ecolaunch.errors import StateError, with_hint
 from ecolaunch.jobmodel.codec import to_json
@@ -93,6 +93,24 @@ def warn_squatted(store) -> None:
                              "directories aside and gives each user a fresh one"), err=True)
 
 
+def find_record(store, job: str):
+    """The record of ``job``: its id, or a unique prefix of one; Failed (with the choices, or the hint to list them)
+    otherwise."""
+    rec = store.get(job)
+    if rec is not None:
+        return rec
+    matches = sorted(i for i in store.job_ids() if i.startswith(job))
+    if len(matches) == 1:
+        rec = store.get(matches[0])
+        if rec is not None:
+            return rec
+    if len(matches) > 1:
+        raise Failed(f"job {job!r} is ambiguous: it starts {', '.join(matches[:8])}",
+                     hint="give more characters of the job id")
+    raise Failed(f"no finished job {job!r} in the history (or its record is unreadable)",
+                 hint="'ecolaunch history' lists the finished jobs")
+
+
 def profile_used(rec) -> str:
     """Where a job's profile came from, in one word: the job whose stored profile it used, ``new`` (measured in
     this run), or ``-`` (none); ``*`` after it: the run updated nothing in the history."""
@@ -126,10 +144,7 @@ def match_lines(rec) -> list[str]:
 def history(job: str | None, as_json: bool, limit: int) -> None:
     store, state_dir = open_history()
     if job is not None:
-        # lazy: as open_history's imports; report finds a job by a unique prefix of its id
-        from ecolaunch.cli.report_cmd import _find
-
-        rec = _find(store, job)
+        rec = find_record(store, job)
         if as_json:
             doc = to_json(rec)
             doc.pop("samples", None)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ecolaunch.cli.command import Command, Failed
-from ecolaunch.cli.history_cmd import fmt_duration, fmt_energy, fmt_time, open_history
+from ecolaunch.cli.history_cmd import find_record, fmt_duration, fmt_energy, fmt_time, open_history
 from ecolaunch.config import ENV_STATE_DIR
 from ecolaunch.jobmodel.codec import to_json
 from ecolaunch.state.graph import StateGraph
@@ -18,22 +18,6 @@ PLOT_HINT = "pip install matplotlib (or pip install 'ecolaunch[plot]')"
 
 def _na(value, fmt: str = "{:.0f}") -> str:
     return "N/A" if value is None else fmt.format(value)
-
-
-def _find(store, job: str):
-    rec = store.get(job)
-    if rec is not None:
-        return rec
-    matches = sorted(i for i in store.job_ids() if i.startswith(job))
-    if len(matches) == 1:
-        rec = store.get(matches[0])
-        if rec is not None:
-            return rec
-    if len(matches) > 1:
-        raise Failed(f"job {job!r} is ambiguous: it starts {', '.join(matches[:8])}",
-                     hint="give more characters of the job id")
-    raise Failed(f"no finished job {job!r} in the history (or its record is unreadable)",
-                 hint="'ecolaunch history' lists the finished jobs")
 
 
 def render(rec, indices: dict[str, int] | None = None) -> str:
@@ -161,7 +145,7 @@ def plot(rec, path: Path, indices: dict[str, int]) -> None:
               help=f"write a PNG of power and utilization over time (needs matplotlib: {PLOT_HINT})")
 def report(job: str, as_json: bool, plot_path: Path | None) -> None:
     store, state_dir = open_history()
-    rec = _find(store, job)
+    rec = find_record(store, job)
     if as_json:
         click.echo(json.dumps(to_json(rec), indent=2, sort_keys=True))
     else:
