@@ -123,12 +123,17 @@ def test_an_older_record_reads_and_says_it_predates_matching(sim_env, state_dir)
     env = sim_env()
     jobs = state_dir / "history" / current_user() / "jobs"
     jobs.mkdir(parents=True)
+    # version 1: cap points as [cap, time, power] lists; no word of how the launch matched
     (jobs / "0ld00001.json").write_text(json.dumps({
-        "format": "ecolaunch-job", "version": 2, "job_id": "0ld00001", "user": current_user(), "name": "old",
+        "format": "ecolaunch-job", "version": 1, "job_id": "0ld00001", "user": current_user(), "name": "old",
         "fingerprint": None, "started": 1.7e9, "ended": 1.7e9 + 60, "duration_s": 60.0, "exit_code": 0,
-        "gpus": ["GPU-x"], "gpu_names": [A100], "energy_j": 6000.0, "gpu_energy_j": 6000.0}))
+        "gpus": ["GPU-x"], "gpu_names": [A100], "energy_j": 6000.0, "gpu_energy_j": 6000.0, "profile_action": "inline",
+        "profile": {"iter_time_s": 0.1, "power_w": 300.0, "cap_points": [[400.0, 0.1, 300.0], [250.0, 0.11, 240.0]]}}))
     (rec,) = records(env)
     assert rec["history_match"] is None and rec["not_learned"] is None and rec["energy_j"] == 6000.0
+    assert rec["profile"]["cap_points"][1] == {"power_cap_w": 250.0, "iter_time_s": 0.11, "power_w": 240.0,
+                                               "iterations": 0, "iter_time_cv_pct": None}
     detail = run(["history", "0ld"], env)
     assert detail.returncode == 0, detail.stderr
     assert "  matched on  N/A (recorded before ecolaunch kept it" in detail.stdout
+    assert "  profile     measured in this run (inline)" in detail.stdout

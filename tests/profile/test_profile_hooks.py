@@ -175,6 +175,7 @@ def test_job_hints_bare_and_with_arguments(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kwargs", [
     {"max_slowdown_pct": -1}, {"max_slowdown_pct": "10"}, {"max_slowdown_pct": float("nan")},
     {"memory_mib": 0}, {"memory_mib": 1.5}, {"memory_mib": True}, {"profile_safe": "yes"}, {"name": ""},
+    {"key": ""}, {"key": "  "}, {"key": 7}, {"key": "k" * 201},
 ])
 def test_job_rejects_bad_hints(kwargs: dict) -> None:
     with pytest.raises(ConfigError):
