@@ -16,11 +16,15 @@ The parts, one job each:
 - :class:`~ecolaunch.launch.monitor.RunMonitor`: the GPUs' readings, the step marks, the monitor thread;
 - :class:`~ecolaunch.profile.profiler.Profiler`: the profile, in ``inline`` and ``pre`` mode;
 - :class:`~ecolaunch.profile.control.ClosedLoop`: the cap moves, with a known curve on GPUs the job has to itself;
-- :class:`~ecolaunch.launch.earlycheck.EarlyCheck`: once, with a known profile and no closed loop;
+- :class:`~ecolaunch.launch.earlycheck.EarlyCheck`: once, with a known profile (is this run its profile's job,
+  undisturbed? and, without a closed loop, within its bound?);
 - :class:`~ecolaunch.profile.runcaps.RunCaps`: the caps the run sets, and their one restore to those it found (when
   profiling ends, and on exit);
 - :class:`~ecolaunch.launch.record.RunRecorder`: energy attribution, the profile and the
-  :class:`~ecolaunch.profile.history.JobRecord` (a ``pre`` run stores the profile only).
+  :class:`~ecolaunch.profile.history.JobRecord` (a ``pre`` run stores the profile only). A run whose iterations
+  cannot be its profile's job undisturbed (the early check's or the closed loop's
+  :func:`~ecolaunch.profile.capchoice.off_profile`) stores nothing but its record, which says why
+  (:meth:`RunObserver.not_learned`).
 
 In ``inline`` mode the chosen cap is set live once profiling is done, and the closed loop follows it.
 
