@@ -6,7 +6,7 @@ script that is not launched by ecolaunch.
 
 Training-loop API (see :mod:`ecolaunch.profile.hooks`): ``step()`` marks one iteration,
 ``track(loader)`` marks each iteration of a loop, ``@train_step`` marks one step per call,
-``@job(name=None, max_slowdown_pct=None, memory_mib=None, profile_safe=False)`` passes hints to the
+``@job(name=None, max_slowdown_pct=None, memory_mib=None, profile_safe=False, key=None)`` passes hints to the
 launcher (``job_hints()`` reads them back, as a :class:`JobHints`), ``is_profiling()`` is True during a
 profiling run. All are no-ops outside an ecolaunch launch.
 

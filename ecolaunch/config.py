@@ -29,6 +29,8 @@ ENV_VERBOSE = "ECOLAUNCH_VERBOSE"
 ENV_EXPLAIN = "ECOLAUNCH_EXPLAIN"
 ENV_PROFILE = "ECOLAUNCH_PROFILE"  # --profile auto|pre|inline|off
 ENV_JOB_NAME = "ECOLAUNCH_JOB_NAME"  # --name: the job's name in status, history, the queue and ``ecolaunch cancel``
+ENV_JOB_KEY = "ECOLAUNCH_JOB_KEY"  # --job-key KEY: the job's history key
+ENV_FRESH_PROFILE = "ECOLAUNCH_FRESH_PROFILE"  # --fresh-profile: measure a new profile
 ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a GNN weight file; default: <state dir>/gnn/weights.pt when present
 
 # --- environment variables ecolaunch sets for the workers it launches ----------------------------
@@ -106,6 +108,9 @@ class LaunchOptions:
     profile: str = "auto"
     #: the job's name (``--name``); None: the training script's file name
     name: str | None = None
+    #: the job's history key (``--job-key``; None: matched on its script and arguments); ``--fresh-profile``
+    job_key: str | None = None
+    fresh_profile: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from ecolaunch.cli.command import Command
+from ecolaunch.cli.command import Command, Failed
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
 from ecolaunch.errors import StateError, with_hint
 from ecolaunch.jobmodel.codec import to_json
@@ -93,12 +93,65 @@ def warn_squatted(store) -> None:
                              "directories aside and gives each user a fresh one"), err=True)
 
 
+def find_record(store, job: str):
+    """The record of ``job``: its id, or a unique prefix of one; Failed (with the choices, or the hint to list them)
+    otherwise."""
+    rec = store.get(job)
+    if rec is not None:
+        return rec
+    matches = sorted(i for i in store.job_ids() if i.startswith(job))
+    if len(matches) == 1:
+        rec = store.get(matches[0])
+        if rec is not None:
+            return rec
+    if len(matches) > 1:
+        raise Failed(f"job {job!r} is ambiguous: it starts {', '.join(matches[:8])}",
+                     hint="give more characters of the job id")
+    raise Failed(f"no finished job {job!r} in the history (or its record is unreadable)",
+                 hint="'ecolaunch history' lists the finished jobs")
+
+
+def profile_used(rec) -> str:
+    """Where a job's profile came from, in one word: the job whose stored profile it used, ``new`` (measured in
+    this run), or ``-`` (none); ``*`` after it: the run updated nothing in the history."""
+    if rec.profile_from:
+        used = rec.profile_from[:9]
+    else:
+        used = "new" if rec.profile is not None and rec.profile_action in ("inline", "pre") else "-"
+    return used + ("*" if rec.not_learned else "")
+
+
+def match_lines(rec) -> list[str]:
+    """Which stored profile a launch used and why, and what its run taught the history."""
+    lines = [f"job {rec.job_id}  {rec.name}  (user {rec.user})"]
+    lines.append(f"  matched on  {rec.history_match or 'N/A (recorded before ecolaunch kept it, or no single GPU model)'}")
+    if rec.profile_from:
+        lines.append(f"  profile     the stored profile of job {rec.profile_from}")
+    elif rec.profile is not None and rec.profile_action in ("inline", "pre"):
+        lines.append(f"  profile     measured in this run ({rec.profile_action})")
+    else:
+        lines.append("  profile     none")
+    lines.append(f"  learned     not updated from this run: {rec.not_learned}" if rec.not_learned else
+                 "  learned     what it measured is in the history for the next launch")
+    return lines
+
+
 @click.command(cls=Command)
+@click.argument("job", required=False)
 @click.option("--json", "as_json", is_flag=True, help="print the records as JSON (without their sampled series)")
 @click.option("--limit", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
               help="show the newest N jobs; 0 shows all")
-def history(as_json: bool, limit: int) -> None:
+def history(job: str | None, as_json: bool, limit: int) -> None:
     store, state_dir = open_history()
+    if job is not None:
+        rec = find_record(store, job)
+        if as_json:
+            doc = to_json(rec)
+            doc.pop("samples", None)
+            click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        else:
+            click.echo("\n".join(match_lines(rec)))
+        return
     records = store.list(limit=limit or None)
     warn_squatted(store)
     if as_json:
@@ -113,19 +166,24 @@ def history(as_json: bool, limit: int) -> None:
         missing = "" if state_dir.exists() else " (the directory does not exist: nothing has run there yet)"
         click.echo(f"no finished jobs in the history of {state_dir}{missing}")
         return
-    header = f"{'JOB':<10}{'ENDED':<18}{'USER':<10}{'NAME':<20}{'TIME':>9}{'ENERGY':>10}{'GPUS':>5}  {'CAP (W)':<9}{'EXIT':>5}  SHARED WITH"
+    header = (f"{'JOB':<10}{'ENDED':<18}{'USER':<10}{'NAME':<20}{'TIME':>9}{'ENERGY':>10}{'GPUS':>5}  {'CAP (W)':<9}"
+              f"{'EXIT':>5}  {'PROFILE':<11}SHARED WITH")
     lines = [header]
     for r in records:
         shared = sorted({j for jobs in r.colocated_with.values() for j in jobs})
         exit_code = "N/A" if r.exit_code is None else str(r.exit_code)
         lines.append(f"{r.job_id[:9]:<10}{fmt_time(r.ended):<18}{r.user[:9]:<10}{r.name[:19]:<20}"
                      f"{fmt_duration(r.duration_s):>9}{fmt_energy(r.energy_j):>10}{len(r.gpus):>5}  "
-                     f"{fmt_caps(r.power_caps_w):<9}{exit_code:>5}  {', '.join(shared) or '-'}")
+                     f"{fmt_caps(r.power_caps_w):<9}{exit_code:>5}  {profile_used(r):<11}{', '.join(shared) or '-'}")
+    if any(r.not_learned for r in records):
+        lines.append("* updated nothing in the history: 'ecolaunch history JOB' says why")
     click.echo("\n".join(lines))
 
 
-history.help = f"""List finished jobs, newest first: energy (the job's share of its GPUs'), run time, power caps
-and the jobs that shared its GPUs.
+history.help = f"""List finished jobs, newest first: energy (the job's share of its GPUs'), run time, power caps,
+the stored profile each used (PROFILE: the job that measured it, 'new' when the run measured its own) and the
+jobs that shared its GPUs. With JOB (a unique prefix of its id), which stored profile that launch used and why
+(what it was matched on), and whether its run updated the history.
 
 Reads the history in the state directory ({ENV_STATE_DIR}, {ENV_SIMULATE} and {ENV_POLICY_FILE} as for the
 launcher). See one job in detail with 'ecolaunch report JOB'."""

@@ -12,7 +12,7 @@ from click.core import ParameterSource
 
 from ecolaunch.cli.accounting import DEFAULT_SINCE, FORMATS, SinceType, report_across
 from ecolaunch.cli.command import Command, Failed
-from ecolaunch.cli.history_cmd import fmt_duration, fmt_energy, fmt_time, open_history
+from ecolaunch.cli.history_cmd import find_record, fmt_duration, fmt_energy, fmt_time, open_history
 from ecolaunch.config import ENV_STATE_DIR
 from ecolaunch.errors import with_hint
 from ecolaunch.jobmodel.codec import to_json
@@ -25,33 +25,20 @@ def _na(value, fmt: str = "{:.0f}") -> str:
     return "N/A" if value is None else fmt.format(value)
 
 
-def _find(store, job: str):
-    rec = store.get(job)
-    if rec is not None:
-        return rec
-    matches = sorted(i for i in store.job_ids() if i.startswith(job))
-    if len(matches) == 1:
-        rec = store.get(matches[0])
-        if rec is not None:
-            return rec
-    if len(matches) > 1:
-        raise Failed(f"job {job!r} is ambiguous: it starts {', '.join(matches[:8])}",
-                     hint="give more characters of the job id")
-    raise Failed(f"no finished job {job!r} in the history (or its record is unreadable)",
-                 hint="'ecolaunch history' lists the finished jobs")
-
-
-def render(rec) -> str:
-    """The text report of one JobRecord."""
+def render(rec, indices: dict[str, int] | None = None) -> str:
+    """The text report of one JobRecord; its GPUs named by their NVML index as ``ecolaunch status`` shows them
+    (``indices``: UUID → index; a GPU missing there is named by its UUID)."""
     exit_code = "N/A" if rec.exit_code is None else str(rec.exit_code)
     lines = [f"job {rec.job_id}  {rec.name}  (user {rec.user})",
              f"  ran         {fmt_time(rec.started)} to {fmt_time(rec.ended)}, {fmt_duration(rec.duration_s)}, exit {exit_code}"]
     for i, uuid in enumerate(rec.gpus):
         name = rec.gpu_names[i] if i < len(rec.gpu_names) else ""
         shared = ", ".join(rec.colocated_with.get(uuid, [])) or "nobody"
-        lines.append(f"  GPU         {uuid} ({name or 'N/A'}): cap {_na(rec.power_caps_w.get(uuid))} W, shared with {shared}")
+        gpu = f"{indices[uuid]} ({name or 'N/A'}, {uuid})" if indices and uuid in indices else f"{uuid} ({name or 'N/A'})"
+        lines.append(f"  GPU         {gpu}: cap {_na(rec.power_caps_w.get(uuid))} W, shared with {shared}")
     wh = "" if rec.energy_j is None else f" ({rec.energy_j / 3600:.3g} Wh)"
-    mean = (f"; mean GPU power {rec.gpu_energy_j / rec.duration_s:.0f} W"
+    n = max(1, len(rec.gpus))
+    mean = (f"; mean power {rec.gpu_energy_j / rec.duration_s / n:.0f} W per GPU" + (f" ({n} GPUs)" if n > 1 else "")
             if rec.gpu_energy_j is not None and rec.duration_s > 0 else "")
     lines.append(f"  energy      {fmt_energy(rec.energy_j)}{wh} charged to the job; its GPUs drew "
                  f"{fmt_energy(rec.gpu_energy_j)}{mean}")
@@ -72,6 +59,10 @@ def render(rec) -> str:
                          f"{pt.power_w:.0f} W")
     if rec.recommendation:
         lines.append(f"  power cap   {rec.recommendation}")
+    if rec.history_match:
+        lines.append(f"  history     matched on {rec.history_match}")
+    if rec.not_learned:
+        lines.append(f"              not updated from this run: {rec.not_learned}")
     lines += [f"  warning     {f}" for f in rec.findings]
     return "\n".join(lines)
 
@@ -211,11 +202,11 @@ def report(ctx: click.Context, job: str | None, as_json: bool, plot_path: Path |
         raise click.UsageError(with_hint(f"{options} {'is' if len(given) == 1 else 'are'} for the report across jobs, "
                                          f"not for one job ({job})", f"leave out JOB ({job}), or {options}"))
     store, state_dir = open_history()
-    rec = _find(store, job)
+    rec = find_record(store, job)
     if as_json:
         click.echo(json.dumps(to_json(rec), indent=2, sort_keys=True))
     else:
-        click.echo(render(rec))
+        click.echo(render(rec, gpu_indices(state_dir)))
     if plot_path is not None:
         plot(rec, plot_path, gpu_indices(state_dir))
         click.echo(f"plot written to {plot_path}", err=True)

@@ -168,7 +168,10 @@ class CapCurve:
     def predict(self, cap_w: float) -> CapPoint:
         """Predicted mean iteration time and board power at ``cap_w``. Below the lowest measured cap the power is
         at most the cap (the prior's end values hold below its grid, which would let a board draw more than its
-        limit; measured boards overshoot theirs by a few percent at most, and a measured cap keeps what it read)."""
+        limit; measured boards overshoot theirs by a few percent at most, and a measured cap keeps what it read).
+        At or below the reference cap the time is never below the reference time: a lower cap never makes a job
+        faster, so a measurement saying so (noise, or a disturbed reference) reads as no slowdown, never as a
+        negative one."""
         if not (cap_w > 0 and math.isfinite(cap_w)):
             raise ConfigError(f"power cap must be a positive number of watts, got {cap_w!r}")
         u = cap_w / self.reference_power_w
@@ -177,6 +180,8 @@ class CapCurve:
         ratio = (1.0 + _interp(self.knots_w, self.time_scale, cap_w) * excess
                  + _interp(self.knots_w, self.time_offset, cap_w))
         power = _interp(self.knots_w, self.power_scale, cap_w) * self.prior.power_at(u) / self.prior.power_at(u_ref)
+        if cap_w <= self.reference_cap_w + _CAP_TOLERANCE_W:
+            ratio = max(1.0, ratio)
         power_w = self.reference_power_w * power
         if cap_w < self.points[0].power_cap_w:
             power_w = min(power_w, cap_w)

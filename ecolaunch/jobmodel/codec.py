@@ -16,7 +16,9 @@ later change that adds a field bumps :data:`VERSION` and adds one function). Ver
 cap points were ``[cap, time, power]`` lists (the simulator's) or objects whose ``iterations`` and
 ``iter_time_cv_pct`` were left out, or null, when unknown, and a job file's ``memory_mib`` could be a whole float;
 a job file's profile carried no version. Version 2: cap points are objects with all five fields; a profile inside
-a job file carries its own ``version``.
+a job file carries its own ``version``. Version 3: a job record says how its launch was matched in the history
+(``history_match``), whose profile it used (``profile_from``) and why it updated nothing (``not_learned``); a
+version-2 record reads with all three unknown (null), and version-2 profiles are version-3 profiles unchanged.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.validate import is_integer
 
-VERSION = 2
+VERSION = 3
 
 T = TypeVar("T")
 _PATH = re.compile(r"^(?P<why>.*) - at `\$(?P<path>[^`]*)`$")
@@ -72,10 +74,15 @@ def _record_v1(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _v2(doc: Any) -> Any:
+    """A version-2 document at version 3: what version 3 adds is unknown in it (its fields' defaults)."""
+    return dict(doc, version=3) if isinstance(doc, dict) else doc
+
+
 #: version -> the function that lifts a document of that version to the next
 _MIGRATIONS: dict[str, dict[int, Callable[[Any], Any]]] = {
-    "record": {1: _record_v1},
-    "profile": {1: _profile_v1},
+    "record": {1: _record_v1, 2: _v2},
+    "profile": {1: _profile_v1, 2: _v2},
 }
 
 

@@ -81,11 +81,19 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
         "the job's name in status, history and the queue, and for 'ecolaunch cancel NAME' (default: the script's "
         "file name)",
     ),
+    (
+        ("--job-key",),
+        config.ENV_JOB_KEY,
+        True,
+        "the job's history key: launches with the same key (and worker count and GPU model) share one profile, "
+        "whatever their script and arguments (default: matched on the script and its arguments, see docs/profiling.md)",
+    ),
+    (("--fresh-profile",), config.ENV_FRESH_PROFILE, False, "ignore the job's stored profile: profile it again"),
     (("-v", "--verbose"), config.ENV_VERBOSE, False, "log each step; show tracebacks of ecolaunch errors"),
 )
 
 _METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB", "--profile": "MODE",
-             "--name": "NAME"}
+             "--name": "NAME", "--job-key": "KEY"}
 #: what ``--name`` may be: it is typed back to ``ecolaunch cancel`` and shown in tables (no spaces, no controls)
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,63}")
 #: the ``--nproc-per-node`` words ecolaunch resolves: as many GPUs as the policy grants; no GPU
@@ -222,6 +230,8 @@ def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
         explain=_flag(ns.eco_explain, config.ENV_EXPLAIN),
         profile=_profile_mode(ns.eco_profile),
         name=_job_name(ns.eco_name),
+        job_key=_job_key(ns.eco_job_key),
+        fresh_profile=_flag(ns.eco_fresh_profile, config.ENV_FRESH_PROFILE),
     )
     return options, None if memory is None else int(memory)
 
@@ -294,6 +304,16 @@ def _job_name(raw: str | None) -> str | None:
 
 def _profile_mode(raw: str | None) -> str:
     return parse_mode(raw or DEFAULT_MODE).value
+
+
+def _job_key(raw: str | None) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if not raw.strip() or len(raw) > 200:
+        raise ConfigError(f"--job-key (or {config.ENV_JOB_KEY}) must be 1 to 200 characters, not only spaces, "
+                          f"got {raw[:40]!r}{'...' if len(raw) > 40 else ''}",
+                          hint="name the job, e.g. --job-key bert-ft")
+    return raw
 
 
 def _flag(raw: str | None, env_var: str) -> bool:

@@ -1,16 +1,26 @@
-"""The early-stage check of a run with a known profile: once, is the job slower than its bound at the cap it runs at?
+"""The early-stage check of a run with a known profile: once, is this run its profile's job, and is it slower than
+its bound at the cap it runs at?
 
 :class:`EarlyCheck` waits, from the moment it is armed, for ``skip`` iterations (the job's start-up, or the settling
-after a cap change) and then ``measured_iters`` more, and compares their median iteration time with the profile's
-(:func:`~ecolaunch.profile.profiler.check_early`). It only reports: the run observer logs the finding and keeps it
-for the summary and the history record.
+after a cap change) and then ``measured_iters`` more, and reads their iteration times twice:
+
+- against the profile's curve at the cap they ran at (:func:`~ecolaunch.profile.capchoice.off_profile`): far outside
+  its spread, they are another job's (a wrong history match: ``--job-key``, ``--fresh-profile``) or a disturbed
+  run's; :attr:`EarlyCheck.off_profile` says why, and the run observer then learns nothing from the run;
+- when armed with ``slowdown=True``, their median against the profile's uncapped time
+  (:func:`~ecolaunch.profile.profiler.check_early`): the :class:`~ecolaunch.profile.profiler.SlowdownFinding`
+  when the job runs slower than its bound.
+
+It only reports: the run observer logs the findings and keeps them for the summary and the history record.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ecolaunch.jobmodel.capcurve import profile_curve
 from ecolaunch.profile import channel
+from ecolaunch.profile.capchoice import iteration_stats, off_profile
 from ecolaunch.profile.history import Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.profiler import SlowdownFinding, check_early
@@ -25,14 +35,18 @@ class EarlyCheck:
         self._sampler, self._uuids = sampler, tuple(gpu_uuids)
         self._from_s: float | None = None
         self._skip = settings.warmup_iters
+        self._slowdown = False
+        #: why the checked iterations cannot be the profile's job undisturbed, once checked (None: they can)
+        self.off_profile: str | None = None
 
     @property
     def armed(self) -> bool:
         return self._from_s is not None
 
-    def arm(self, from_s: float, skip: int) -> None:
-        """Check the iterations that start after ``from_s``, but the first ``skip`` of them."""
-        self._from_s, self._skip = from_s, skip
+    def arm(self, from_s: float, skip: int, *, slowdown: bool) -> None:
+        """Check the iterations that start after ``from_s``, but the first ``skip`` of them; ``slowdown``: against
+        the bound too (the closed loop, where it runs, measures that itself)."""
+        self._from_s, self._skip, self._slowdown = from_s, skip, slowdown
 
     def step(self, stamps: Sequence[float], profile: Profile | None, allowed_slowdown_pct: float,
              bounds_w: tuple[float, float] | None) -> SlowdownFinding | None:
@@ -45,5 +59,12 @@ class EarlyCheck:
         self._from_s = None  # once per run
         series = self._sampler.series(self._uuids[0])
         cap = series[-1].power_limit_w if series else None
+        top = bounds_w[1] if bounds_w is not None else cap
+        curve = profile_curve(profile, top) if top else None
+        stats = iteration_stats(times)
+        if curve is not None and stats is not None:
+            self.off_profile = off_profile(curve, cap or top, stats)
+        if not self._slowdown:
+            return None
         return check_early(profile, times, allowed_slowdown_pct, cap_w=cap,
                            max_cap_w=None if bounds_w is None else bounds_w[1])

@@ -16,11 +16,15 @@ The parts, one job each:
 - :class:`~ecolaunch.launch.monitor.RunMonitor`: the GPUs' readings, the step marks, the monitor thread;
 - :class:`~ecolaunch.profile.profiler.Profiler`: the profile, in ``inline`` and ``pre`` mode;
 - :class:`~ecolaunch.profile.control.ClosedLoop`: the cap moves, with a known curve on GPUs the job has to itself;
-- :class:`~ecolaunch.launch.earlycheck.EarlyCheck`: once, with a known profile and no closed loop;
+- :class:`~ecolaunch.launch.earlycheck.EarlyCheck`: once, with a known profile (is this run its profile's job,
+  undisturbed? and, without a closed loop, within its bound?);
 - :class:`~ecolaunch.profile.runcaps.RunCaps`: the caps the run sets, and their one restore to those it found (when
   profiling ends, and on exit);
 - :class:`~ecolaunch.launch.record.RunRecorder`: energy attribution, the profile and the
-  :class:`~ecolaunch.profile.history.JobRecord` (a ``pre`` run stores the profile only).
+  :class:`~ecolaunch.profile.history.JobRecord` (a ``pre`` run stores the profile only). A run whose iterations
+  cannot be its profile's job undisturbed (the early check's or the closed loop's
+  :func:`~ecolaunch.profile.capchoice.off_profile`) stores nothing but its record, which says why
+  (:meth:`RunObserver.not_learned`).
 
 In ``inline`` mode the chosen cap is set live once profiling is done, and the closed loop follows it.
 
@@ -52,7 +56,7 @@ from ecolaunch.launch.record import RunRecorder, RunSpan
 from ecolaunch.profile import channel
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.jobmodel.progress import JobProgress
-from ecolaunch.profile.history import History, JobRecord, launch_hints
+from ecolaunch.profile.history import History, JobMatch, JobRecord, launch_hints
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, pre_run_env
 from ecolaunch.jobmodel.capcurve import merge_points
 from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult
@@ -71,7 +75,9 @@ class ObserveConfig:
 
     Args:
         mode: the resolved profiling action (:class:`~ecolaunch.profile.modes.ProfileAction` or its value).
-        fingerprint: the job's history key (None: no profile is stored).
+        fingerprint: the job's history key (None: no profile is stored); match: how the launch matched its history
+            (:meth:`~ecolaunch.profile.history.History.match`: its record says so; a key the script declares is
+            remembered through it), None: not matched.
         rules, allowed_slowdown_pct: the admin policy (cap bounds, eta) and the job's bound, resolved by the launch
             (:func:`~ecolaunch.admin.rules.job_bound_pct`).
         profile: what is known of the job before this run (history, or a pre-launch run).
@@ -109,6 +115,7 @@ class ObserveConfig:
     profiling_energy_j: float | None = None
     profile_source: str | None = None
     closed_loop: bool = True
+    match: JobMatch | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", ProfileAction(self.mode))
@@ -126,7 +133,8 @@ class ObserveConfig:
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
-    """What the CLI shows when a job ends. Energies in J; ``None``: not known."""
+    """What the CLI shows when a job ends. Energies in J; ``None``: not known. ``mean_power_w`` is per GPU (the
+    GPUs' energy over the run, divided by the run time and by ``gpus``, their number)."""
 
     job_id: str
     duration_s: float
@@ -144,6 +152,9 @@ class RunSummary:
     cap_moves: tuple[str, ...] = ()
     measured_slowdown_pct: float | None = None
     final_cap_w: float | None = None
+    gpus: int = 1
+    #: why this run updated nothing in the history (its iterations were not its profile's job undisturbed)
+    not_learned: str | None = None
 
     @property
     def energy_wh(self) -> float | None:
@@ -154,10 +165,22 @@ class RunSummary:
                 "energy_wh": self.energy_wh}
 
 
+def with_points(profile: Profile, points: Sequence[Any], top_cap_w: float) -> Profile:
+    """``profile`` with ``points`` as its cap points (those at one cap pooled); when one lies at ``top_cap_w`` (the
+    admin's maximum: uncapped), the profile's uncapped iteration time and power are that point's, so that the
+    profile never holds two figures for the uncapped job."""
+    merged = merge_points(points)
+    top = next((p for p in merged if p.power_cap_w >= top_cap_w - 1e-6), None)
+    if top is None:
+        return replace(profile, cap_points=merged)
+    return replace(profile, cap_points=merged, iter_time_s=top.iter_time_s, power_w=top.power_w)
+
+
 def format_summary(s: RunSummary) -> str:
     """The end-of-job lines, each starting ``ecolaunch:``."""
     energy = "energy N/A" if s.energy_j is None else f"{s.energy_j / 1e3:.3g} kJ ({s.energy_wh:.3g} Wh)"
-    power = "" if s.mean_power_w is None else f", mean GPU power {s.mean_power_w:.0f} W"
+    power = "" if s.mean_power_w is None else f", mean power {s.mean_power_w:.0f} W per GPU" + (
+        f" ({s.gpus} GPUs)" if s.gpus > 1 else "")
     shared = ("" if s.gpu_energy_j is None or s.energy_j is None or abs(s.gpu_energy_j - s.energy_j) < 0.5
               else f" (its share of {s.gpu_energy_j / 1e3:.3g} kJ on shared GPUs)")
     lines = [f"ecolaunch: job {s.job_id} used {energy}{shared} in {s.duration_s:.1f} s{power}"]
@@ -169,12 +192,15 @@ def format_summary(s: RunSummary) -> str:
     if s.recommendation:
         lines.append(f"ecolaunch: power cap: {s.recommendation}")
     lines += [f"ecolaunch: power cap: {m}" for m in s.cap_moves]
-    if s.measured_slowdown_pct is not None and s.final_cap_w is not None:
+    if s.measured_slowdown_pct is not None and s.final_cap_w is not None and s.not_learned is None:
         slow = s.measured_slowdown_pct
-        how = f"{slow:.1f} % slower" if slow >= 0.05 else ("as fast" if slow > -0.05 else f"{-slow:.1f} % faster")
-        lines.append(f"ecolaunch: power cap: ended at {s.final_cap_w:.0f} W, measured {how} than alone and uncapped "
+        how = (f"{slow:.1f} % slower than" if slow >= 0.05 else "as fast as" if slow > -0.05 else
+               f"{-slow:.1f} % faster than")
+        lines.append(f"ecolaunch: power cap: ended at {s.final_cap_w:.0f} W, measured {how} alone and uncapped "
                      "(kept in the history for the next launch)")
     lines += [f"ecolaunch: warning: {f}" for f in s.findings]
+    if s.not_learned is not None:
+        lines.append(f"ecolaunch: history: not updated from this run: {s.not_learned}")
     return "\n".join(lines)
 
 
@@ -211,6 +237,7 @@ class RunObserver:
                                   background=config.background)
         self.caps = RunCaps(config.job_id, self._uuids, set_cap)
         self.recorder = RunRecorder(config.job_id, self._uuids, history=history, fingerprint=config.fingerprint,
+                                    match=config.match,
                                     sampler=self.monitor.sampler, clock=clock, wall_clock=wall_clock,
                                     colocated_with=config.colocated_with,
                                     co_resident_power_w=config.co_resident_power_w, idle_power_w=config.idle_power_w)
@@ -283,14 +310,26 @@ class RunObserver:
         ctl = self.loop.controller if self.loop is not None else None
         duration = rec.duration_s if rec else max(0.0, self._t1 - self._t0)
         gpu_j = rec.gpu_energy_j if rec else None
+        n = max(1, len(self._uuids))
         return RunSummary(
             self.job_id, duration, rec.energy_j if rec else None, gpu_j,
-            gpu_j / duration if gpu_j is not None and duration > 0 else None,
+            gpu_j / duration / n if gpu_j is not None and duration > 0 else None,
             rec.iterations if rec else None, rec.iter_time_s if rec else None, self.config.source,
             self.result.recommended_cap_w if self.result else None, self.result.reason if self.result else None,
             tuple(self.findings), self.config.profiling_energy_j,
             tuple(m.reason for m in ctl.moves) if ctl else (), ctl.measured_slowdown_pct if ctl else None,
-            ctl.cap_w if ctl and ctl.measured_slowdown_pct is not None else None)
+            ctl.cap_w if ctl and ctl.measured_slowdown_pct is not None else None, n, self.not_learned())
+
+    def not_learned(self) -> str | None:
+        """Why this run updates nothing in the history: its iterations cannot be its profile's job undisturbed
+        (:func:`~ecolaunch.profile.capchoice.off_profile`, seen by the early check or the closed loop); None when
+        it learns as usual, and for a run that shared a GPU (the others slow it: its profile is the job alone; no
+        cap point is learned there anyway)."""
+        why = self.early.off_profile or (self.loop.controller.off_profile if self.loop is not None else None)
+        if why is None or self.recorder.shared():  # on a shared GPU the others slow it: its profile is solo
+            return None
+        return (f"{why}: a stall, a CPU or GPU shared with other work, or another job under this history match "
+                f"(`ecolaunch history {self.job_id}` says which; `--fresh-profile` measures the job again)")
 
     # --- internals ---------------------------------------------------------------------------------
     def _guard(self, what: str, fn: Callable[..., None], *args: Any, **kwargs: Any) -> bool:
@@ -318,8 +357,8 @@ class RunObserver:
         elif self.profile is not None:
             current = [c for c in self.caps.found.values() if c is not None]
             # the first iterations are the job's own start-up (allocator, autotuning): the loop starts after them
-            if not self._follow_from(min(current) if current else None, self.settings.warmup_iters):
-                self.early.arm(self._t0, self.settings.warmup_iters)
+            looped = self._follow_from(min(current) if current else None, self.settings.warmup_iters)
+            self.early.arm(self._t0, self.settings.warmup_iters, slowdown=not looped)
         self.monitor.start(self.poll, self._on_monitor_failure)
 
     def _on_monitor_failure(self) -> None:
@@ -373,8 +412,8 @@ class RunObserver:
             if (found and abs(min(found) - choice.cap_w) <= 0.5) or self.caps.apply(
                     choice.cap_w, f"profiled: setting the power cap to {choice.cap_w:.0f} W"):
                 self._follow_from(choice.cap_w, self.monitor.reader.count())
-        if not final and self.loop is None:
-            self.early.arm(self._clock.now(), self.settings.settle_iters)
+        if not final and self.profile is not None:
+            self.early.arm(self._clock.now(), self.settings.settle_iters, slowdown=self.loop is None)
 
     def _follow_from(self, cap_w: float | None, stamp_index: int) -> bool:
         """Start the closed loop at ``cap_w`` (None: the top of the bounds) when it can run: a known curve, caps
@@ -390,6 +429,10 @@ class RunObserver:
 
     def _early_check(self, stamps: Sequence[float]) -> None:
         finding = self.early.step(stamps, self.profile, self.allowed_slowdown_pct, self._bounds)
+        if self.early.off_profile is not None and not self.recorder.shared():
+            match = self.config.match
+            logger.warning("job %s: %s: a disturbed run, or not the job whose profile it matched (%s)", self.job_id,
+                           self.early.off_profile, match.how if match is not None else "its fingerprint")
         if finding is None:
             return
         # without the closed loop (caps may not be changed, or the GPU is shared) the check only reports
@@ -404,17 +447,21 @@ class RunObserver:
             self._guard("restore the power caps", self.profiler.abort, "observation failed")
         self._guard("restore the power caps", self.caps.restore)
         hints = self.monitor.hints()
-        learned = self.loop.controller.learned() if self.loop is not None else ()
-        if learned and self.profile is not None:
+        not_learned = self.not_learned()
+        learned = self.loop.controller.learned() if self.loop is not None and not_learned is None else ()
+        if learned and self.profile is not None and self._bounds is not None:
             # what the run measured at the caps it ran at: the next launch starts from the corrected curve
-            self.profile = replace(self.profile, cap_points=merge_points((*self.profile.cap_points, *learned)))
+            self.profile = with_points(self.profile, (*self.profile.cap_points, *learned), self._bounds[1])
         reader = self.monitor.reader
         self.record = self.recorder.build(
             RunSpan(self._t0, self._t1, self._wall0, self._wall1), user=self.config.user, name=self.config.name,
             name_given=self.config.name_given, hints=hints, profile=self.profile, exit_code=self._exit_code, iterations=reader.count(),
             iter_time_s=reader.mean_iter_time_s(self.settings.warmup_iters), source=self.config.source,
-            result=self.result, findings=self.findings, profiling_energy_j=self.config.profiling_energy_j)
-        if learned and self.profile is not None or (self.result is None and self.recorder.hints_changed(hints)):
+            result=self.result, findings=self.findings, profiling_energy_j=self.config.profiling_energy_j,
+            not_learned=not_learned)
+        if not_learned is not None:
+            logger.info("job %s: the history is not updated from this run: %s", self.job_id, not_learned)
+        elif learned and self.profile is not None or (self.result is None and self.recorder.hints_changed(hints)):
             # the corrected curve; or what the script declared, for the next launch (--profile auto, its bound)
             self._store_profile(hints)
         if self.mode is not ProfileAction.PRE:  # a profiling run leaves its profile only

@@ -36,7 +36,7 @@ from ecolaunch.launch.workerenv import allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.waiting import Waiting
-from ecolaunch.profile.history import History, fingerprint
+from ecolaunch.profile.history import History, JobIdentity, JobMatch
 from ecolaunch.profile.modes import ProfileAction, resolve_mode
 from ecolaunch.state.graph import Job
 from ecolaunch.state.reconcile import process_start_time
@@ -131,7 +131,8 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     host_gpus = _host_gpus(session)
     allowed = allowed_by_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), host_gpus)
     history = History(environment.state_dir)
-    fp, plan, entry = _profile_plan(parsed, ctx.user, allowed, history, host_gpus)
+    match, plan = _profile_plan(parsed, ctx.user, allowed, history, host_gpus)
+    entry = match.entry if match is not None else None
     logger.info("profiling: %s", plan.reason)
     request = _request(parsed, session, ctx, allowed, entry.hints if entry is not None else {}, ui)
     request = _with_profile(request, plan.profile)
@@ -140,7 +141,7 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
         ui.decision(decision, graph.hosts[session.host].gpus, "-", 0.0, True, waiting)
         return exitcodes.OK
     launcher = Launcher(pid=os.getpid(), start_time=_own_start_time(), uid=os.getuid(), user=request.user)
-    run = _Run(session, launcher, parsed, extra_env, rules, environment.state_dir, history, fp, env, ui)
+    run = _Run(session, launcher, parsed, extra_env, rules, environment.state_dir, history, match, env, ui)
     action, profiling_energy_j, source = plan.action, None, None
     if action is ProfileAction.PRE:
         ui.message(plan.reason)
@@ -171,7 +172,7 @@ class _Run:
     rules: Any
     state_dir: Any
     history: Any
-    fp: str | None
+    match: JobMatch | None
     env: Mapping[str, str]
     ui: LaunchCallbacks
 
@@ -197,7 +198,8 @@ class _Run:
             if pre:
                 worker_args.max_restarts = 0  # a profiling run that is stopped must not be restarted
             config = ObserveConfig(
-                job.id, placement.decision.gpus, self.state_dir, mode=action, fingerprint=self.fp, rules=self.rules,
+                job.id, placement.decision.gpus, self.state_dir, mode=action, rules=self.rules,
+                fingerprint=self.match.fingerprint if self.match is not None else None, match=self.match,
                 allowed_slowdown_pct=request.allowed_slowdown_pct, user=request.user, name=name,
                 name_given=parsed.options.name is not None, profile=request.profile,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
@@ -219,19 +221,20 @@ class _Run:
         return outcome, observer
 
 
-def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history, host_gpus: list):
-    """The job's fingerprint, what ``--profile`` resolves to against its history, and its history entry
-    (fingerprint None: the GPU model the job will get on ``allowed_gpus`` is not known before placement, on a host
-    with mixed or no GPUs)."""
-    args = parsed.torch_args
+def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history: History, host_gpus: list):
+    """How the job matched its history (:meth:`~ecolaunch.profile.history.History.match`) and what ``--profile``
+    resolves to against it (the match None: the GPU model the job will get on ``allowed_gpus`` is not known before
+    placement, on a host with mixed or no GPUs)."""
+    args, opts = parsed.torch_args, parsed.options
     gpus = [g for g in host_gpus if allowed_gpus is None or g.uuid in allowed_gpus]
     models = sorted({g.name for g in gpus})
     if len(models) != 1:
-        return None, resolve_mode(parsed.options.profile if models else "off", None), None
-    fp = fingerprint(args.training_script, list(args.training_script_args), args.nproc_per_node, user,
-                     models[0], module=bool(args.module))
-    entry = history.lookup(fp)
-    return fp, resolve_mode(parsed.options.profile, entry), entry
+        return None, resolve_mode(opts.profile if models else "off", None)
+    identity = JobIdentity(args.training_script, tuple(args.training_script_args), str(args.nproc_per_node), user,
+                           models[0], module=bool(args.module))
+    match = history.match(identity, key=opts.job_key, fresh=opts.fresh_profile)
+    logger.info("history: %s", match.how)
+    return match, resolve_mode(opts.profile, match.entry)
 
 
 def _with_profile(request: JobRequest, profile) -> JobRequest:

@@ -21,7 +21,7 @@ from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.capcurve import CapCurve, profile_curve
 from ecolaunch.profile.attribution import attribute, demand_weight, intervals_from_samples
-from ecolaunch.profile.history import History, JobRecord, Profile, launch_hints
+from ecolaunch.profile.history import History, JobMatch, JobRecord, Profile, launch_hints
 from ecolaunch.profile.profiler import ProfileResult
 from ecolaunch.profile.sampler import Sampler, downsample
 
@@ -45,18 +45,21 @@ class RunRecorder:
 
     Args:
         history, fingerprint: where the profile and the record go (fingerprint None: no profile is stored).
+        match: how the launch matched its history (the record keeps it); a key the script declares
+            (``@ecolaunch.job(key=...)``) where the command line gave none moves the profile under that key, and
+            the script's next launches are matched by it.
         colocated_with, co_resident_power_w: per GPU the jobs already on it (the decision's), and their profiles'
             ``power_w`` where known; idle_power_w: per GPU (default: the catalogue's assumption).
         wall_clock: the time a stored profile is stamped with.
     """
 
     def __init__(self, job_id: str, gpu_uuids: tuple[str, ...], *, history: History, fingerprint: str | None,
-                 sampler: Sampler, clock: Clock, wall_clock: Any,
+                 sampler: Sampler, clock: Clock, wall_clock: Any, match: JobMatch | None = None,
                  colocated_with: Mapping[str, Sequence[str]] | None = None,
                  co_resident_power_w: Mapping[str, float | None] | None = None,
                  idle_power_w: Mapping[str, float | None] | None = None) -> None:
         self._job_id, self._uuids = job_id, gpu_uuids
-        self._history, self.fingerprint = history, fingerprint
+        self._history, self.fingerprint, self._match = history, fingerprint, match
         self._sampler, self._clock, self._wall = sampler, clock, wall_clock
         self._idle_given = dict(idle_power_w or {})
         #: each GPU's model name (read when the run begins)
@@ -93,8 +96,10 @@ class RunRecorder:
         declared in ``hints``."""
         if self.fingerprint is None:
             return
+        before = self._history.lookup(self.fingerprint)
+        self._adopt_key(launch_hints(hints).get("key"))
         entry = self._history.lookup(self.fingerprint)
-        profile = measured or (entry.profile if entry else None)
+        profile = measured or (entry.profile if entry else None) or (before.profile if before else None)
         safe = hints.get("profile_safe") is True or bool(entry and entry.profile_safe)
         declared = {**(entry.hints if entry else {}), **launch_hints(hints)}
         if profile is not None and not profile.memory_mib and declared.get("memory_mib"):
@@ -108,10 +113,24 @@ class RunRecorder:
         except Exception as e:  # noqa: BLE001
             logger.warning("could not store the profile of job %s: %s", self._job_id, e)
 
+    def _adopt_key(self, key: str | None) -> None:
+        """The script declares ``key``: from now on its profile is the key's, and its next launches find the key
+        (a key on the command line wins)."""
+        match = self._match
+        if key is None or match is None or match.key_from_cli or key == match.key:
+            return
+        self.fingerprint = match.identity.fingerprint(key)
+        try:
+            self._history.store_profile(match.identity.key_fingerprint(), None, job_id=self._job_id,
+                                        now=self._wall(), hints={"key": key})
+        except Exception as e:  # noqa: BLE001
+            logger.warning("could not remember the job key of job %s: %s", self._job_id, e)
+
     def build(self, span: RunSpan, *, user: str, name: str, hints: Mapping[str, Any], profile: Profile | None,
               exit_code: int | None, iterations: int, iter_time_s: float | None, source: str,
               result: ProfileResult | None, findings: Sequence[str],
-              profiling_energy_j: float | None, name_given: bool = False) -> JobRecord:
+              profiling_energy_j: float | None, name_given: bool = False,
+              not_learned: str | None = None) -> JobRecord:
         """The run's record: the job's share of each GPU's energy, the caps it ran at, a short sample series; named
         ``name`` when ``name_given`` (``--name``), else as the script declares, else ``name``."""
         job_j = gpu_j = 0.0
@@ -132,7 +151,8 @@ class RunRecorder:
             iter_time_s=iter_time_s, profile=profile,
             profile_action=source, recommended_cap_w=result.recommended_cap_w if result else None,
             recommendation=result.reason if result else None, findings=tuple(findings),
-            samples=samples)
+            samples=samples, history_match=self._match.how if self._match else None,
+            profile_from=self._match.profile_from if self._match else None, not_learned=not_learned)
 
     def so_far(self, profile: Profile | None, top_cap_w: float | None) -> tuple[float, float | None]:
         """The job's share of its GPUs' energy so far (J, as :meth:`build` attributes it), and the estimated saving

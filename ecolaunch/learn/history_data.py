@@ -22,6 +22,8 @@ catalogue knows; the power limits come from there):
   uncapped). Its GPU's mean power (``gpu_energy_j / duration_s``) labels the GPU. A co-runner must have a record
   with a profile and must have run for at least ``min_overlap`` of this run; otherwise the run is skipped (who
   shared the GPU for how long is not known well enough). The co-runners' own labels come from their own records.
+  A run whose record says it updated nothing (``not_learned``: its iterations were far outside its profile, a
+  stall or contention) labels nothing either.
 
 Every sample weighs ``weight`` (default 3.0, like Gavel's measured pairs) against a simulator-labelled state,
 so a lab's measurements pull the model towards its machines while the simulator's data keeps it sane
@@ -135,6 +137,9 @@ def _run_sample(rec: JobRecord, model: GpuModel, by_id: Mapping[str, JobRecord],
         return None
     if rec.exit_code != 0 or (rec.iterations or 0) < min_iterations or not rec.iter_time_s:
         skipped["run failed or too short"] += 1
+        return None
+    if rec.not_learned:
+        skipped["run disturbed: far outside its profile"] += 1
         return None
     if len(rec.gpus) != 1 or rec.profile is None or not rec.profile.iter_time_s:
         skipped["multi-GPU run or no solo iteration time"] += 1

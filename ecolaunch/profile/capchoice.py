@@ -5,7 +5,8 @@ What lives here: :func:`job_cap_choice`, the call every path makes (the profiler
 policy on a repeat run and in the simulator, the closed loop during a run), :func:`choose_cap` ->
 :class:`CapChoice` (least energy per iteration, or Zeus's cost ``eta*E + (1-eta)*P_max*T`` for ``eta < 1``, whose
 slowdown plus margin stays within the bound), :func:`cap_margin_pct` (the part of a bound kept back for what is not
-known) and :func:`iteration_stats` (a robust mean of iteration times and their spread). What does not: the curve
+known), :func:`iteration_stats` (a robust mean of iteration times and their spread) and :func:`off_profile` (whether
+iterations can be the profiled job's, undisturbed). What does not: the curve
 model (:mod:`ecolaunch.profile.powercap`), measuring, setting caps.
 """
 
@@ -85,6 +86,11 @@ class IterationStats:
         return self.cv_pct / math.sqrt(self.count) if self.count else 0.0
 
 
+def point_stats(point: CapPoint) -> IterationStats:
+    """What a measured cap point says of its iterations, as :class:`IterationStats` (spread 0 when not known)."""
+    return IterationStats(point.iter_time_s, point.iter_time_cv_pct or 0.0, point.iterations)
+
+
 def iteration_stats(times_s: Sequence[float]) -> IterationStats | None:
     """Trimmed mean of ``times_s`` (``TRIM_FRACTION`` off each end) and its spread; None for an empty sequence.
 
@@ -100,6 +106,72 @@ def iteration_stats(times_s: Sequence[float]) -> IterationStats | None:
     med = statistics.median(xs)
     mad = statistics.median(abs(x - med) for x in xs)
     return IterationStats(statistics.fmean(kept), 100.0 * 1.4826 * mad / med if med > 0 else 0.0, len(xs))
+
+
+#: a run's iterations count as far outside its profile's spread when their robust mean lies more than this many of
+#: the profile's robust spreads (its per-iteration coefficient of variation at the nearest measured cap) from what
+#: the profile says at the cap they ran at, ...
+FAR_SPREADS = 4.0
+#: ... and at least this factor away, either way: a cap the curve mispredicts moves a job by a few tens of percent
+#: at most within the caps the choice keeps within a bound; a stalled data loader, a CPU shared with other
+#: processes, or another job under the same history key moves it by more
+FAR_MIN_RATIO = 1.5
+#: the least a time measured at a lower cap must undercut the uncapped reference by, beyond its measurement error,
+#: to contradict it (a lower cap never makes a job faster). Less is read as no slowdown (the curve never predicts
+#: a lower cap faster): windows of 15 iterations of a millisecond-long CPU step on a loaded host differ by several
+#: percent without any stall, and such a profile must not be thrown away for it.
+CONTRADICTION_MIN_PCT = 10.0
+
+
+def off_profile(model: CapCurve, cap_w: float, measured: IterationStats) -> str | None:
+    """Why iterations measured at ``cap_w`` (their robust statistics) cannot be this profile's job running
+    undisturbed, or None when they can:
+
+    - *far outside its spread*: their mean is at least :data:`FAR_MIN_RATIO` times, and :data:`FAR_SPREADS`
+      spreads of the nearest measured point, away from what the curve says at ``cap_w`` (slower: a stall, contention
+      or another job; faster: a profile measured while disturbed, or another job);
+    - *faster than uncapped*: at a cap below the reference cap, their mean undercuts the reference time by more
+      than ``MARGIN_Z`` standard errors of the two, than the reference's own spread, and than
+      :data:`CONTRADICTION_MIN_PCT`: no cap makes a job faster, so one of the two measurements was disturbed.
+
+    What such a run measured must teach the curve nothing (the closed loop, the history); the reason is one phrase.
+    """
+    expected = model.at(cap_w).iter_time_s
+    nearest = min(model.points, key=lambda p: abs(p.power_cap_w - cap_w))
+    spread = FAR_SPREADS * (nearest.iter_time_cv_pct or 0.0) / 100.0
+    ratio = measured.mean_s / expected
+    if max(ratio, 1.0 / ratio) >= max(FAR_MIN_RATIO, 1.0 + spread):
+        how = f"{ratio:.3g} times" if ratio >= 1 else f"1/{1.0 / ratio:.3g} of"
+        return (f"{measured.mean_s * 1e3:.4g} ms per iteration at {cap_w:.0f} W is {how} the profile's "
+                f"{expected * 1e3:.4g} ms there (spread {nearest.iter_time_cv_pct or 0.0:.2g} %)")
+    return undercuts_reference(model, cap_w, measured)
+
+
+def contradiction(points: Sequence[CapPoint]) -> str | None:
+    """Why a job's measured points contradict each other (:func:`undercuts_reference`: a lower cap measured
+    faster than uncapped, beyond the error of both), or None: such a curve was measured while disturbed, and read
+    as it stands it would promise low caps that cost nothing."""
+    if not points:
+        return None
+    model = fit_curve(points)
+    return next(filter(None, (undercuts_reference(model, p.power_cap_w, point_stats(p)) for p in model.points)),
+                None)
+
+
+def undercuts_reference(model: CapCurve, cap_w: float, measured: IterationStats) -> str | None:
+    """The second test of :func:`off_profile` alone (the profiler's check of its own points): why iterations at
+    ``cap_w`` below the reference cap are faster than the reference time beyond both measurements' error, or None."""
+    if cap_w >= model.reference_cap_w - _EPS:
+        return None
+    ref = model.reference_iter_time_s
+    # the reference's own spread too: windows of a jittery job (a loaded host) differ by a part of it, stall or not
+    spread = max((p.iter_time_cv_pct or 0.0 for p in _replicates(model)), default=0.0)
+    error = max(CONTRADICTION_MIN_PCT, spread, MARGIN_Z * math.hypot(reference_se_pct(model), measured.se_pct))
+    undercut = 100.0 * (1.0 - measured.mean_s / ref)
+    if undercut <= error:
+        return None
+    return (f"{measured.mean_s * 1e3:.4g} ms per iteration at {cap_w:.0f} W is {undercut:.0f} % faster than "
+            f"{ref * 1e3:.4g} ms uncapped, which no cap does")
 
 
 def cap_margin_pct(model: CapCurve, cap_w: float, z: float = MARGIN_Z) -> float:

@@ -27,6 +27,12 @@ work whose slowdown plus margin stays within the bound) is asked again:
   ``deadband_pp`` below the bound's limit: the cap moves down to it, at most ``max_down_moves`` times a run.
 - otherwise it stays.
 
+**A disturbed run.** A window whose iterations cannot be the profiled job's undisturbed
+(:func:`~ecolaunch.profile.capchoice.off_profile`: far outside the profile's spread at that cap, or faster than
+uncapped at a lower cap) is not learned (the curve is refitted without it), and never moves the cap down; a too-slow
+one still moves it up (the safe side). :attr:`CapController.off_profile` keeps why, for the run observer: such a
+run updates nothing in the history.
+
 :meth:`CapController.learned` is what the run measured, one point per cap it ran at; the run observer stores
 them with the job's profile, so the next launch starts from the corrected curve.
 
@@ -57,7 +63,7 @@ from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.profile.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, iteration_stats,
-                                         model_cap_choice, reference_se_pct)
+                                         model_cap_choice, off_profile, reference_se_pct)
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.channel import StepReader, iteration_times
 from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve
@@ -124,6 +130,10 @@ class CapController:
         if not (allowed_slowdown_pct >= 0 and math.isfinite(allowed_slowdown_pct)):
             raise ConfigError(f"allowed slowdown must be >= 0 %, got {allowed_slowdown_pct!r}")
         self._profiled = tuple(points)
+        self._profile_curve = fit_curve(self._profiled, prior) if prior else fit_curve(self._profiled)
+        #: why this run's iterations cannot be its profile's job undisturbed (:func:`off_profile`), first seen;
+        #: None while they can
+        self.off_profile: str | None = None
         self._bounds = (float(bounds_w[0]), float(bounds_w[1]))
         self.allowed_slowdown_pct = float(allowed_slowdown_pct)
         self._eta = eta
@@ -175,8 +185,15 @@ class CapController:
         if stats is None or self._power_s <= 0:
             return None
         cap = self.cap_w
-        self._observed[cap] = CapPoint(cap, stats.mean_s, self._energy_j / self._power_s, stats.count,
-                                       stats.cv_pct)
+        off = off_profile(self._profile_curve, cap, stats)
+        if off is None:
+            self._observed[cap] = CapPoint(cap, stats.mean_s, self._energy_j / self._power_s, stats.count,
+                                           stats.cv_pct)
+        else:  # disturbed (or another job): what these iterations measured teaches the curve nothing
+            self._observed.pop(cap, None)
+            if self.off_profile is None:
+                logger.info("cap control: %s: not learned from", off)
+                self.off_profile = off
         points = self.points()
         lo, hi = self._bounds
         model = fit_curve(points, self._prior) if self._prior else fit_curve(points)
@@ -196,7 +213,7 @@ class CapController:
                    f"back for measurement error): raising the cap to {target:.0f} W, {where}")
             return self._move(target, slow, why)
         floor = max(self._floors, default=-math.inf)
-        if (choice.cap_w < cap - self.settings.step_w / 2 and choice.cap_w > floor and cap > lo
+        if (off is None and choice.cap_w < cap - self.settings.step_w / 2 and choice.cap_w > floor and cap > lo
                 and self._down_moves < self.settings.max_down_moves and slow + self.settings.deadband_pp <= limit):
             here = model.predict(cap)
             gain = 100.0 * (1.0 - choice.predicted_energy_j_per_iter / (here.iter_time_s * here.power_w))

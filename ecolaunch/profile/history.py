@@ -1,7 +1,8 @@
 """Job history in the state directory: finished-job records and the latest profile of each job fingerprint.
 
 What lives here: :class:`ProfileEntry` (a stored profile, :class:`ecolaunch.jobmodel.profile.Profile`, and what came
-with it), :class:`JobRecord` (one finished job), :func:`fingerprint`, and :class:`History` (the files). Their JSON
+with it), :class:`JobRecord` (one finished job), :func:`fingerprint`, :class:`JobIdentity` and :class:`JobMatch`
+(what a launch is matched on, and how it was), and :class:`History` (the files). Their JSON
 form, its versions and its validation are :mod:`ecolaunch.jobmodel.codec`'s: a record of an older version is migrated.
 
 **Layout** (under ``<state dir>/history/``, sticky; one directory per user, ``0755``, that only its user writes)::
@@ -24,12 +25,16 @@ that is torn anyway (written by something else), not JSON, or not of this format
 and treated as missing; nothing here raises on a bad file.
 
 **Fingerprint** (:func:`fingerprint`): sha256 over a canonical JSON of (format version, sha256 of the
-script file's bytes, the script's arguments in order, the worker count, the user, the GPU model name). The
-same script run the same way by the same user on the same kind of GPU has the same fingerprint; editing the
-script, changing an argument (even an output path or a seed), the worker count, the user or the GPU model
-makes a new one, because any of them can change the iteration time, power or memory. A ``-m module`` launch
-or a script that cannot be read is keyed by its name instead of its content (documented weakness: an edit
-then goes unnoticed).
+script file's bytes, the script's arguments in order but those of :data:`IGNORED_ARGS` (:func:`work_args`: run
+length, output/logging/checkpoint paths and intervals, seeds), the worker count, the user, the GPU model name).
+The same script run the same way by the same user on the same kind of GPU has the same fingerprint; editing the
+script, changing any other argument, the worker count, the user or the GPU model makes a new one, because any of
+them can change the iteration time, power or memory. A job key (``--job-key``, or ``@ecolaunch.job(key=...)``
+declared by the script and remembered under :meth:`JobIdentity.key_fingerprint` for its next launches) stands for
+the script and its arguments. A ``-m module`` launch or a script that cannot be read is keyed by its name instead
+of its content (documented weakness: an edit then goes unnoticed). :meth:`History.match` finds a launch's entry
+and says how (:class:`JobMatch`), and drops a stored profile that contradicts itself
+(:func:`~ecolaunch.profile.capchoice.contradiction`). docs/profiling.md lists the ignored options.
 """
 
 from __future__ import annotations
@@ -97,12 +102,14 @@ class ProfileEntry:
 
 
 _HINTS: dict[str, Any] = {"max_slowdown_pct": Annotated[float, Meta(ge=0, le=1000)],
-                          "memory_mib": Annotated[int, Meta(ge=0, le=2 ** 31)]}
+                          "memory_mib": Annotated[int, Meta(ge=0, le=2 ** 31)],
+                          "key": Annotated[str, Meta(min_length=1, max_length=200)]}
 
 
 def launch_hints(raw: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The hints a launch can use, validated: ``max_slowdown_pct`` (a number in 0-1000) and ``memory_mib`` (a whole
-    number >= 0) of ``@ecolaunch.job``; anything else, or a value of the wrong kind, is left out."""
+    """The hints a launch can use, validated: ``max_slowdown_pct`` (a number in 0-1000), ``memory_mib`` (a whole
+    number >= 0) and ``key`` (a string of 1-200 characters) of ``@ecolaunch.job``; anything else, or a value of the
+    wrong kind, is left out."""
     out: dict[str, Any] = {}
     raw = raw if isinstance(raw, Mapping) else {}
     for key, kind in _HINTS.items():
@@ -148,23 +155,144 @@ class JobRecord:
     recommendation: str | None = None
     findings: tuple[str, ...] = ()
     samples: dict[str, list[Any]] = field(default_factory=dict)
+    #: how the launch was matched in the history (:attr:`JobMatch.how`), and the job whose stored profile it used
+    history_match: str | None = None
+    profile_from: JobId | None = None
+    #: why the run updated nothing in the history (its iterations were not its profile's job undisturbed)
+    not_learned: str | None = None
 
 
 # --- fingerprint -----------------------------------------------------------------------------------
+#: the options of a training script whose value never changes the work of one iteration, left out of its
+#: fingerprint (spelled with ``-`` or ``_``, any case; ``--opt value`` or ``--opt=value``): how long it runs, where
+#: its output, logs and checkpoints go, how often it logs and saves, and its seed
+IGNORED_ARGS = frozenset({
+    # run length
+    "steps", "max-steps", "total-steps", "train-steps", "num-steps", "iters", "max-iters", "epochs",
+    "num-epochs", "max-epochs", "num-train-epochs",
+    # output, logging and checkpoint paths, and the run's name
+    "output-dir", "out-dir", "save-dir", "checkpoint-dir", "ckpt-dir", "logging-dir", "log-dir",
+    "resume-from-checkpoint", "run-name", "wandb-project",
+    # logging and checkpoint intervals
+    "log-interval", "log-every", "logging-steps", "save-steps", "save-interval", "save-every",
+    "checkpoint-interval", "checkpoint-every",
+    # seeds
+    "seed", "data-seed",
+})
+
+
+def work_args(script_args: Sequence[str]) -> tuple[builtins.list[str], builtins.list[str]]:
+    """``(kept, dropped)``: the script's arguments that go into its fingerprint, and those of :data:`IGNORED_ARGS`
+    left out (the option and its value: ``--steps=600``, or ``--steps 600`` unless the next word is an option)."""
+    kept: builtins.list[str] = []
+    dropped: builtins.list[str] = []
+    args = [str(a) for a in script_args]
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, _ = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        if name.lower().replace("_", "-") not in IGNORED_ARGS:
+            kept.append(arg)
+            i += 1
+            continue
+        takes_next = not eq and i + 1 < len(args) and not _is_option(args[i + 1])
+        dropped += args[i:i + 2] if takes_next else [arg]
+        i += 2 if takes_next else 1
+    return kept, dropped
+
+
+def _is_option(word: str) -> bool:
+    if not word.startswith("-"):
+        return False
+    try:
+        float(word)
+    except ValueError:
+        return True
+    return False  # a negative number is a value
+
+
 def fingerprint(script: str | os.PathLike[str], script_args: Sequence[str], nproc: int | str, user: str,
-                gpu_model: str, *, module: bool = False) -> str:
-    """The job's fingerprint: 64 hex digits (see the module docstring for what goes in and why)."""
-    if module:
-        script_key = f"module:{os.fspath(script)}"
+                gpu_model: str, *, module: bool = False, key: str | None = None) -> str:
+    """The job's fingerprint: 64 hex digits (see the module docstring for what goes in and why). With ``key`` (a
+    user's ``--job-key`` or the script's ``@ecolaunch.job(key=...)``), the key stands for the script and its
+    arguments."""
+    doc: dict[str, Any] = {"v": _FINGERPRINT_VERSION, "nproc": str(nproc), "user": str(user),
+                           "gpu_model": " ".join(str(gpu_model).split())}
+    if key is not None:
+        doc["key"] = str(key)
     else:
-        try:
-            script_key = "sha256:" + hashlib.sha256(Path(script).read_bytes()).hexdigest()
-        except OSError as e:
-            logger.debug("cannot read script %s for its fingerprint (%s); using its path", script, e)
-            script_key = f"path:{os.path.abspath(os.fspath(script))}"
-    doc = {"v": _FINGERPRINT_VERSION, "script": script_key, "args": [str(a) for a in script_args],
-           "nproc": str(nproc), "user": str(user), "gpu_model": " ".join(str(gpu_model).split())}
+        doc.update(script=_script_key(script, module), args=work_args(script_args)[0])
+    return _digest(doc)
+
+
+def _script_key(script: str | os.PathLike[str], module: bool) -> str:
+    if module:
+        return f"module:{os.fspath(script)}"
+    try:
+        return "sha256:" + hashlib.sha256(Path(script).read_bytes()).hexdigest()
+    except OSError as e:
+        logger.debug("cannot read script %s for its fingerprint (%s); using its path", script, e)
+        return f"path:{os.path.abspath(os.fspath(script))}"
+
+
+def _digest(doc: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class JobIdentity:
+    """What a launch is matched on in the history: the script (its content, or a module's name), its arguments,
+    the worker count, the user and the GPU model (see :meth:`History.match`)."""
+
+    script: str
+    script_args: tuple[str, ...]
+    nproc: str
+    user: str
+    gpu_model: str
+    module: bool = False
+
+    def fingerprint(self, key: str | None = None) -> str:
+        return fingerprint(self.script, self.script_args, self.nproc, self.user, self.gpu_model, module=self.module,
+                           key=key)
+
+    def key_fingerprint(self) -> str:
+        """Where the key the script declared (``@ecolaunch.job(key=...)``) is remembered for its next launch: the
+        script, worker count, user and GPU model, whatever its arguments."""
+        return _digest({"v": _FINGERPRINT_VERSION, "declares": "key", "script": _script_key(self.script, self.module),
+                        "nproc": self.nproc, "user": self.user, "gpu_model": " ".join(self.gpu_model.split())})
+
+    def describe(self) -> str:
+        """The script, worker count and GPU model in words."""
+        workers = "1 worker" if self.nproc == "1" else f"{self.nproc} workers"
+        what = f"module {self.script}" if self.module else f"script {os.path.basename(self.script)}"
+        return f"{what}, {workers}, {self.gpu_model}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobMatch:
+    """How the launch of ``identity`` was matched in the history: the fingerprint its profile is stored under, how
+    (``how``, one phrase: ``ecolaunch history JOB`` shows it), the key it was matched by (None: its arguments) and
+    whether that came from the command line (``--job-key``), and the stored entry (None: none; its profile None
+    with ``--fresh-profile``)."""
+
+    identity: JobIdentity
+    fingerprint: str
+    how: str
+    key: str | None
+    key_from_cli: bool
+    entry: ProfileEntry | None
+
+    @property
+    def profile_from(self) -> str | None:
+        """The job whose stored profile the launch uses (None: it uses none)."""
+        return self.entry.job_id if self.entry is not None and self.entry.profile is not None else None
+
+
+def _contradiction(profile: Profile) -> str | None:
+    # lazy: the cap choice (and its curve) load only for a launch that matches a stored profile
+    from ecolaunch.profile.capchoice import contradiction
+
+    return contradiction(profile.cap_points)
 
 
 # --- the store -------------------------------------------------------------------------------------
@@ -185,6 +313,40 @@ class History:
 
     def __repr__(self) -> str:
         return f"History({str(self.root.parent)!r})"
+
+    # --- matching ----------------------------------------------------------------------------------
+    def match(self, identity: JobIdentity, *, key: str | None = None, fresh: bool = False) -> JobMatch:
+        """The history entry of a launch: by ``key`` (``--job-key``) when given; else by the key the script
+        declared on an earlier run (``@ecolaunch.job(key=...)``); else by its fingerprint (the script, its
+        arguments but :data:`IGNORED_ARGS`, the worker count, the user, the GPU model). ``fresh``
+        (``--fresh-profile``): no stored profile is used, and the one this run measures replaces it."""
+        where, cli = identity.describe(), key is not None
+        if key is not None:
+            fp, how = identity.fingerprint(key), f"job key {key!r} (--job-key), {where}"
+        else:
+            declared = self.lookup(identity.key_fingerprint())
+            key = declared.hints.get("key") if declared is not None else None
+            if key is not None:
+                fp, how = identity.fingerprint(key), f"job key {key!r} (the script's @ecolaunch.job), {where}"
+            else:
+                kept, dropped = work_args(identity.script_args)
+                fp = identity.fingerprint()
+                args = ("its arguments" if kept else "no arguments") + (
+                    f" (ignoring {' '.join(dropped)})" if dropped else "")
+                how = f"{where}, {args}"
+        entry = self.lookup(fp)
+        if fresh:
+            # what the script declared stays (its bound, profile_safe); its profile is measured again
+            entry = None if entry is None else dataclasses.replace(entry, profile=None)
+            how += "; --fresh-profile: its stored profile not used"
+        elif entry is None or entry.profile is None:
+            how += "; no stored profile"
+        elif (disturbed := _contradiction(entry.profile)) is not None:
+            entry = dataclasses.replace(entry, profile=None)
+            how += f"; its stored profile (job {entry.job_id}) was measured while disturbed ({disturbed}): profiling again"
+        else:
+            how += f"; profile of job {entry.job_id}" if entry.job_id else "; stored profile"
+        return JobMatch(identity, fp, how, key, cli, entry)
 
     # --- profiles ----------------------------------------------------------------------------------
     def lookup(self, fp: str) -> ProfileEntry | None:

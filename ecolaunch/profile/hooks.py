@@ -70,14 +70,15 @@ class JobHints:
     must not pay in a script that is not launched by ecolaunch.
     """
 
-    __slots__ = ("name", "max_slowdown_pct", "memory_mib", "profile_safe")
+    __slots__ = ("name", "max_slowdown_pct", "memory_mib", "profile_safe", "key")
     name: str | None
     max_slowdown_pct: float | None
     memory_mib: int | None
     profile_safe: bool
+    key: str | None
 
     def __init__(self, name: str | None = None, max_slowdown_pct: float | None = None,
-                 memory_mib: int | None = None, profile_safe: bool = False) -> None:
+                 memory_mib: int | None = None, profile_safe: bool = False, key: str | None = None) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ConfigError(f"job name must be a non-empty string, got {name!r}")
         if max_slowdown_pct is not None and (not is_number(max_slowdown_pct) or max_slowdown_pct < 0):
@@ -87,7 +88,10 @@ class JobHints:
             raise ConfigError(f"memory_mib must be a positive integer (MiB), got {memory_mib!r}")
         if not isinstance(profile_safe, bool):
             raise ConfigError(f"profile_safe must be True or False, got {profile_safe!r}")
-        for slot, value in zip(self.__slots__, (name, max_slowdown_pct, memory_mib, profile_safe)):
+        if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 200):
+            raise ConfigError(f"key must be a non-empty string of at most 200 characters, got {key!r}",
+                              hint="e.g. key='bert-ft': launches with this key share one profile in the history")
+        for slot, value in zip(self.__slots__, (name, max_slowdown_pct, memory_mib, profile_safe, key)):
             object.__setattr__(self, slot, value)
 
     def __setattr__(self, key: str, value: object) -> None:
@@ -278,18 +282,21 @@ def train_step(fn: F | None = None) -> Any:
 
 
 def job(name: str | Callable[..., Any] | None = None, max_slowdown_pct: float | None = None,
-        memory_mib: int | None = None, profile_safe: bool = False) -> Any:
+        memory_mib: int | None = None, profile_safe: bool = False, key: str | None = None) -> Any:
     """Decorator for a script's main function carrying hints for the launcher.
 
     ``name``: a readable job name; ``max_slowdown_pct``: the slowdown this job accepts (within the admin's
     bound); ``memory_mib``: expected peak GPU memory per worker; ``profile_safe``: True if running the
-    first iterations twice (a pre-launch profiling run, then the real run) has no harmful side effects.
+    first iterations twice (a pre-launch profiling run, then the real run) has no harmful side effects;
+    ``key``: the job's history key, for a user who knows better than its arguments which launches are the same work
+    (every launch of this script then shares the key's profile, from its next launch on: the launcher learns the key
+    when the script runs; ``--job-key`` sets it on the command line, for this launch already).
     Works bare (``@job``) or with arguments. The hints are stored for this process (:func:`job_hints`)
     and, under ecolaunch, written once to the channel. The function is returned unchanged.
     """
     if callable(name):  # bare @job
         return job()(name)
-    hints = JobHints(name, max_slowdown_pct, memory_mib, profile_safe)
+    hints = JobHints(name, max_slowdown_pct, memory_mib, profile_safe, key)
 
     def decorate(f: F) -> F:
         if not callable(f):

@@ -14,6 +14,10 @@ long and within which caps (``modes``), reading stamps (``channel``) or GPUs (``
 
 Cap 0 is the top of the admin's bounds (the job "uncapped"); after it is measured, :func:`profile_caps`
 picks at most ``max_caps - 1`` lower caps that can bind this job (an input-bound job stops after one).
+When a lower cap ran faster than the top beyond what both measured
+(:func:`~ecolaunch.profile.capchoice.contradiction`: the job was still speeding up after its warm-up, or a window was
+disturbed), the top cap is measured once more, last, and that window replaces the first; a profile that still
+contradicts itself is not kept (the job runs uncapped; its next launch profiles it again).
 Caps are set through the run's :class:`~ecolaunch.profile.runcaps.RunCaps`, only inside the bounds; on DONE
 every GPU gets back the cap it had when profiling began (:meth:`~ecolaunch.profile.runcaps.RunCaps.restore`). A
 window starts at the first stamp after the new cap is *seen* in the GPUs' readings (a cap agent may apply it late), so iterations run under another cap never count for it;
@@ -43,7 +47,7 @@ from ecolaunch.errors import ConfigError, PermissionDenied
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.channel import iteration_times
-from ecolaunch.profile.capchoice import CapChoice, iteration_stats, job_cap_choice
+from ecolaunch.profile.capchoice import CapChoice, contradiction, iteration_stats, job_cap_choice
 from ecolaunch.jobmodel.capcurve import NON_BINDING_RATIO, fit_curve
 from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid, profile_caps
 from ecolaunch.profile.runcaps import RunCaps
@@ -126,6 +130,7 @@ class Profiler:
         self._first_stamp = 0
         self._used = 0
         self._points: list[CapPoint] = []
+        self._remeasured = False  # the top cap measured a second time (its first window contradicted a lower cap)
         self._top: list[WindowStats] = []
         self._top_iter_s: float | None = None
         self._budget_from: float | None = None  # the time budget runs from the first step (or window)
@@ -212,11 +217,21 @@ class Profiler:
         # which sets the margin the cap choice keeps for measurement error
         its = iteration_stats(iteration_times(stamps[self._seg:end + 1], 0))
         if cap is not None and power is not None and power > 0 and its is not None:
-            self._points.append(CapPoint(cap, its.mean_s, power, its.count, its.cv_pct))
+            point = CapPoint(cap, its.mean_s, power, its.count, its.cv_pct)
+            if self._k > 0 and self._k == len(self._caps) - 1 and self._remeasured:
+                self._points = [point] + [p for p in self._points if p.power_cap_w != cap]  # the top, again
+            else:
+                self._points.append(point)
         if self._k == 0:
             self._top, self._top_iter_s = stats, its.mean_s if its is not None else (t1 - t0) / s.measured_iters
             self._plan(power)
         self._k += 1
+        if (self._k == len(self._caps) and not self._remeasured and self._can_set and len(self._caps) > 1
+                and contradiction(self._points) is not None):
+            # a lower cap ran faster than the top: the job was still speeding up (or disturbed) while the top
+            # was measured; measure the top once more, last, and keep that
+            self._remeasured = True
+            self._caps.append(self._caps[0])
         more = self._k < len(self._caps)
         if more and s.max_iterations is not None and self._used + s.settle_iters + s.measured_iters > s.max_iterations:
             self._finish(f"profiling iteration budget of {s.max_iterations} spent")
@@ -318,6 +333,14 @@ class Profiler:
             return ProfileResult(profile, None, rec, f"{why}: no iteration time, so no slowdown can be measured; "
                                  + advice, self._used, False)
         model = fit_curve(self._points)
+        caps = ", ".join(f"{p.power_cap_w:.0f}" for p in self._points)
+        measured = f"{why} at {len(self._points)} cap(s) ({caps} W) in {self._used} iterations"
+        disturbed = contradiction(self._points)
+        if disturbed is not None:
+            # a disturbed window (a stall, contention): a curve read from it would promise caps that cost nothing
+            return ProfileResult(None, None, None, f"{measured}, but {disturbed}: the measurement was disturbed "
+                                 "(a stall, or a CPU or GPU shared with other work), so it is not kept; the job runs "
+                                 "uncapped and its next launch profiles it again", self._used, False)
         top_point = self._points[0]
         t0, p0 = top_point.iter_time_s, top_point.power_w
         choice = None
@@ -330,8 +353,7 @@ class Profiler:
             choice = job_cap_choice(self._points, (lo, hi), self.allowed_slowdown_pct, self._eta)
         profile = Profile(t0, util, mem_bw, memory, p0, tuple(self._points), instrumented=True)
         complete = why == "profiled"
-        caps = ", ".join(f"{p.power_cap_w:.0f}" for p in self._points)
-        reason = f"{why} at {len(self._points)} cap(s) ({caps} W) in {self._used} iterations" + (
+        reason = measured + (
             f"; {choice.reason}" if choice else "; no cap bounds known, no cap choice")
         return ProfileResult(profile, choice, None if choice is None else choice.cap_w, reason, self._used, complete)
 

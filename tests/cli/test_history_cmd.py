@@ -72,9 +72,9 @@ def test_history_table(filled: History, state: Path) -> None:
     result = invoke(history, [], state)
     assert result.exit_code == 0, result.output
     assert result.output == (
-        "JOB       ENDED             USER      NAME                     TIME    ENERGY GPUS  CAP (W)   EXIT  SHARED WITH\n"
-        "a1ff0000  2023-11-14 23:13  bob       resnet                  12.3s     512 J    1  N/A          1  a1b2c3d4\n"
-        "a1b2c3d4  2023-11-14 22:13  alice     bert-ft                 1h02m   1.23 MJ    1  250          0  -\n"
+        "JOB       ENDED             USER      NAME                     TIME    ENERGY GPUS  CAP (W)   EXIT  PROFILE    SHARED WITH\n"
+        "a1ff0000  2023-11-14 23:13  bob       resnet                  12.3s     512 J    1  N/A          1  -          a1b2c3d4\n"
+        "a1b2c3d4  2023-11-14 22:13  alice     bert-ft                 1h02m   1.23 MJ    1  250          0  new        -\n"
     )
 
 
@@ -114,7 +114,7 @@ def test_report_text(filled: History, state: Path) -> None:
         "job a1b2c3d4  bert-ft  (user alice)\n"
         "  ran         2023-11-14 21:11 to 2023-11-14 22:13, 1h02m, exit 0\n"
         "  GPU         GPU-aaaaaaaa-1111 (NVIDIA A100-SXM4-80GB): cap 250 W, shared with nobody\n"
-        "  energy      1.23 MJ (343 Wh) charged to the job; its GPUs drew 1.23 MJ; mean GPU power 331 W\n"
+        "  energy      1.23 MJ (343 Wh) charged to the job; its GPUs drew 1.23 MJ; mean power 331 W per GPU\n"
         "  iterations  70000, 53.2 ms each\n"
         "  profile     (inline) alone and uncapped: 50.0 ms/iteration, 290 W, SM 82 %, memory bandwidth 40 %, "
         "memory 12000 MiB\n"

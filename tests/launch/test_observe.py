@@ -3,15 +3,16 @@ the real channel; its parts have their own tests (test_observe_parts.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 import pytest
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.launch.observe import ObserveConfig, RunObserver, format_summary
+from ecolaunch.launch.observe import ObserveConfig, RunObserver, RunSummary, format_summary
 from ecolaunch.profile import channel
-from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.history import History
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, resolve_mode
 from tests.profile.conftest import iter_time_at
@@ -87,7 +88,7 @@ def test_inline_profiles_sets_the_cap_live_and_records_the_job(backend, vclock, 
     assert rec.started == pytest.approx(1.7e9 + 1000.0) and rec.duration_s == pytest.approx(rec.ended - rec.started)
     s = obs.summary()
     assert s.energy_j == rec.energy_j and s.iterations == 300 and s.recommended_cap_w == chosen
-    assert s.mean_power_w == pytest.approx(rec.gpu_energy_j / rec.duration_s)
+    assert s.mean_power_w == pytest.approx(rec.gpu_energy_j / rec.duration_s / len(UUIDS))  # per GPU
     text = format_summary(s)
     assert "job job1 used" in text and "Wh" in text and "300 iterations" in text
     assert not Path(env["ECOLAUNCH_HOOK_DIR"]).exists()  # the channel directory is cleaned up
@@ -229,3 +230,33 @@ def test_the_record_names_the_profiling_source(backend, vclock, tmp_path: Path) 
         obs.poll()
     assert obs.record.profile_action == "pre" and obs.record.profiling_energy_j == 1234.0
     assert "plus 1.23 kJ for the pre-launch profiling run" in format_summary(obs.summary())
+
+
+def test_the_summary_says_how_fast_in_words_and_power_per_gpu() -> None:
+    base = RunSummary("j1", 10.0, 1000.0, 1000.0, 50.0, 100, 0.02, "history", None, None, final_cap_w=400.0, gpus=2)
+    assert "mean power 50 W per GPU (2 GPUs)" in format_summary(base)
+    said = {slow: format_summary(dataclasses.replace(base, measured_slowdown_pct=slow)).splitlines()[-1]
+            for slow in (0.0, 2.6, -1.5)}
+    assert "measured as fast as alone and uncapped (kept in the history" in said[0.0]  # issue 23: "as fast than"
+    assert "measured 2.6 % slower than alone and uncapped" in said[2.6]
+    assert "measured 1.5 % faster than alone and uncapped" in said[-1.5]
+    off = format_summary(dataclasses.replace(base, measured_slowdown_pct=0.0, not_learned="why"))
+    assert off.splitlines()[-1] == "ecolaunch: history: not updated from this run: why" and "kept in" not in off
+
+
+def test_what_a_run_learns_uncapped_is_the_profiles_one_uncapped_figure(backend, vclock, tmp_path: Path) -> None:
+    for g in backend.gpus_:
+        g.limit_w = 400.0
+    # profiled 10 % faster than the job runs now: within its spread's reach, so the run's 400 W point is learned
+    solo = Profile(0.09, 80.0, 40.0, 10_000, 300.0, (CapPoint(400.0, 0.09, 300.0, 15, 2.0),))
+    obs = observer(backend, vclock, tmp_path, ProfileAction.HISTORY, profile=solo, fingerprint=FP)
+    with obs:
+        workers = FakeWorkers(obs.worker_env()["ECOLAUNCH_HOOK_DIR"], vclock, backend)
+        workers.run(300, obs)
+        workers.close()
+    assert obs.summary().not_learned is None
+    stored = History(tmp_path).lookup_profile(FP)
+    (top,) = [p for p in stored.cap_points if p.power_cap_w == 400.0]
+    assert 0.09 < top.iter_time_s < 0.1 and top.iterations > 15  # pooled with what the run measured
+    # the report's "alone and uncapped" and "at 400 W" are one figure (issue 23: 3.3 ms "alone", 289.9 ms at 400 W)
+    assert (stored.iter_time_s, stored.power_w) == (top.iter_time_s, top.power_w)

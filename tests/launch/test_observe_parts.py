@@ -111,14 +111,16 @@ def test_the_early_check_runs_once_after_the_skipped_iterations(backend, vclock)
     sampler.sample_once()
     check = EarlyCheck(settings, sampler, UUIDS)
     assert not check.armed
-    check.arm(0.0, 2)
+    check.arm(0.0, 2, slowdown=True)
     known = Profile(0.1, None, None, None, 300.0)
     slow = [0.2 * i for i in range(1, 8)]  # 0.2 s per iteration, twice the profile's
     assert check.step(slow, known, 10.0, (100.0, 400.0)) is None and check.armed  # 2 skipped + 5 measured: 8 stamps
     finding = check.step([*slow, 1.6], known, 10.0, (100.0, 400.0))
     assert finding is not None and finding.slowdown_pct == pytest.approx(100.0) and finding.cap_w == 250.0
+    # nearly twice what the profile says at 250 W (its prior-shaped curve): far outside its spread (unknown: 0)
+    assert check.off_profile is not None and "1.86 times the profile's 107.5 ms" in check.off_profile
     assert not check.armed  # once per run
-    check.arm(0.0, 0)
+    check.arm(0.0, 0, slowdown=True)
     assert check.step([0.1 * i for i in range(1, 7)], known, 10.0, None) is None  # within the bound
     assert not check.armed
 

@@ -93,6 +93,7 @@ def test_a_shared_run_carries_its_co_runner_and_labels_only_itself(tmp_path: Pat
     ({"gpus": ("GPU-0", "GPU-1"), "gpu_names": (A100, A100)}, "multi-GPU run or no solo iteration time"),
     ({"gpu_names": ("Imaginary GPU 9000",)}, "GPU model not in the catalogue"),
     ({"colocated_with": {"GPU-0": ["ghost"]}}, "co-runner unknown or sharing only part of the run"),
+    ({"not_learned": "5 times the profile's time"}, "run disturbed: far outside its profile"),
 ])
 def test_runs_that_cannot_be_labelled_are_left_out_with_a_reason(tmp_path: Path, change: dict, reason: str) -> None:
     rec = record("a", profile=replace(PROFILE, cap_points=()), **change)

@@ -131,3 +131,21 @@ def test_hysteresis_a_cap_found_too_slow_is_never_gone_back_to() -> None:
     run(ctl, 5000, time_at=lambda cap: 0.1, power_at=lambda cap: min(cap, 300.0) * 0.9)
     assert all(m.cap_w > 250.0 for m in ctl.moves)
     assert ctl.cap_w <= raised  # the slack was taken, above the floor
+
+
+def test_a_disturbed_run_is_not_learned_and_never_moves_the_cap_down() -> None:
+    # contention: every iteration three times what the profile says at that cap
+    ctl = CapController(profiled(2.0), BOUNDS, 10.0, 250.0)
+    caps = run(ctl, 300, time_at=lambda c: 3.0 * truth_time(c))
+    assert ctl.off_profile is not None and "times the profile's" in ctl.off_profile
+    assert ctl.learned() == ()  # nothing of it reaches the curve (or the history)
+    assert all(c > 250.0 for c in caps)  # too slow: up (the safe side), never down
+    # the reverse: a run far faster than its profile (one measured while disturbed) never lowers the cap on it
+    fast = CapController(profiled(2.0), BOUNDS, 10.0, 400.0)
+    assert run(fast, 300, time_at=lambda c: truth_time(c) / 3.0) == [] and fast.cap_w == 400.0
+    assert fast.off_profile is not None and fast.learned() == ()
+    # a lower cap measured faster than uncapped contradicts the profile: not learned, no move down
+    odd = CapController(profiled(2.0), BOUNDS, 10.0, 250.0)
+    run(odd, 300, time_at=lambda c: 0.8 * truth_time(400.0))
+    assert odd.off_profile is not None and "faster than" in odd.off_profile and odd.learned() == ()
+    assert all(m.up for m in odd.moves)

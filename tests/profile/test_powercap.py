@@ -288,3 +288,17 @@ def test_points_at_one_cap_pool_by_iterations() -> None:
     assert [p.power_cap_w for p in merged] == [250, 400]
     assert merged[0].iterations == 600 and merged[0].iter_time_s == pytest.approx((15 * 0.11 + 585 * 0.12) / 600)
     assert merged[0].iter_time_cv_pct == pytest.approx(((15 * 9 + 585 * 1) / 600) ** 0.5)
+
+
+def test_no_cap_is_predicted_faster_than_uncapped() -> None:
+    """A point measured faster at a lower cap (a disturbed reference, noise) reads as no slowdown, never a negative
+    one, and the cap choice on it never reports one (issue 23: "predicted -97.5 % slower")."""
+    points = [CapPoint(400.0, 0.8686, 160.0, 15, 0.7), CapPoint(125.0, 0.4574, 117.4, 15, 143.6),
+              CapPoint(100.0, 0.0106, 100.1, 462, 63.2)]  # the junk profile of the issue's disturbed first run
+    curve = jc.fit_curve(points)
+    for cap in range(100, 401, 5):
+        assert curve.predict(float(cap)).iter_time_s >= curve.reference_iter_time_s - 1e-12
+    choice = cc.choose_cap(curve, [float(c) for c in range(100, 401, 5)], 10.0, 1.0, 400.0)
+    assert choice.slowdown_pct >= 0.0 and "slowdown -" not in choice.reason
+    assert cc.contradiction(points) is not None and "faster than" in cc.contradiction(points)
+    assert cc.contradiction([CapPoint(400.0, 0.1, 300.0, 15, 2.0), CapPoint(250.0, 0.098, 250.0, 15, 2.0)]) is None

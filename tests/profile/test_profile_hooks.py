@@ -81,7 +81,7 @@ def test_active_path_stamps_reach_the_reader(tmp_path: Path) -> None:
     assert stamps == sorted(stamps)
     assert len(channel.iteration_times(stamps, warmup=3)) == len(stamps) - 4
     hints = channel.read_hints(hook_dir)
-    assert hints == {"name": "tiny", "max_slowdown_pct": 10, "memory_mib": 512, "profile_safe": True}
+    assert hints == {"name": "tiny", "max_slowdown_pct": 10, "memory_mib": 512, "profile_safe": True, "key": None}
 
 
 def test_reader_drops_a_torn_trailing_record(tmp_path: Path) -> None:
@@ -175,6 +175,7 @@ def test_job_hints_bare_and_with_arguments(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kwargs", [
     {"max_slowdown_pct": -1}, {"max_slowdown_pct": "10"}, {"max_slowdown_pct": float("nan")},
     {"memory_mib": 0}, {"memory_mib": 1.5}, {"memory_mib": True}, {"profile_safe": "yes"}, {"name": ""},
+    {"key": ""}, {"key": "  "}, {"key": 7}, {"key": "k" * 201},
 ])
 def test_job_rejects_bad_hints(kwargs: dict) -> None:
     with pytest.raises(ConfigError):

@@ -343,3 +343,43 @@ def test_a_cap_never_applied_ends_profiling(backend, vclock) -> None:
     assert "was not seen on the GPUs 60 s after it was set" in profiler.result.reason
     assert [p.power_cap_w for p in profiler.result.profile.cap_points] == [400.0]
     assert all(w == 400.0 for w, _ in agent.wanted.values())  # the wish is taken back
+
+
+class _SlowAtTheTop(SyntheticJob):
+    """A job whose iterations under the top cap take ``factor`` times longer while ``slow(n)`` holds for the n-th
+    iteration (a warm-up that is not over, or a disturbance exactly while the top cap is measured)."""
+
+    def __init__(self, *args, slow, factor: float = 2.0, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.slow, self.factor = slow, factor
+
+    def run(self, n: int, on_stamp=None) -> None:
+        for _ in range(n):
+            g = self.backend.gpu(self.uuid)
+            t = iter_time_at(g.limit_w, g.demand_w, self.base_s)
+            self.clock.advance(t * (self.factor if g.limit_w >= 400.0 and self.slow(len(self.stamps)) else 1.0))
+            self.stamps.append(self.clock.now())
+
+
+def test_a_top_cap_measured_while_the_job_still_sped_up_is_measured_again(backend, vclock) -> None:
+    profiler, sampler, _ = make(backend, vclock, eta=1.0)
+    job = _SlowAtTheTop(vclock, backend, "GPU-0", slow=lambda n: n < 30)  # the first window at 400 W: twice as slow
+    drive(profiler, sampler, job, 300)
+    res = profiler.result
+    assert res is not None and res.complete and res.profile is not None
+    caps = [w for _, w in backend.calls]
+    assert caps.count(400.0) == 4  # the top cap set twice on both GPUs: first, and once more at the end
+    top = next(p for p in res.profile.cap_points if p.power_cap_w == 400.0)
+    assert top.iter_time_s == pytest.approx(0.1) and res.profile.iter_time_s == pytest.approx(0.1)  # the second window
+    assert res.choice is not None and res.choice.slowdown_pct >= 0.0
+
+
+def test_a_profile_that_contradicts_itself_is_not_kept(backend, vclock) -> None:
+    profiler, sampler, _ = make(backend, vclock, eta=1.0)
+    job = _SlowAtTheTop(vclock, backend, "GPU-0", slow=lambda n: True)  # every window at 400 W disturbed
+    drive(profiler, sampler, job, 300)
+    res = profiler.result
+    assert res is not None and res.profile is None and res.choice is None and res.recommended_cap_w is None
+    assert "faster than" in res.reason and "which no cap does" in res.reason
+    assert "not kept; the job runs uncapped and its next launch profiles it again" in res.reason
+    assert all(g.limit_w == 350.0 for g in backend.gpus_)  # restored
