@@ -234,29 +234,44 @@ def _policy(name: str, trace, weights):
 
 def training_sources() -> list[Path]:
     """The source files of every ecolaunch module :mod:`ecolaunch.learn.train` imports, at any depth, lazy imports
-    inside functions included (read from their import statements, so nothing is imported or run)."""
+    inside functions included (read from their import statements, so nothing is imported or run). A package reached
+    only as the parent of a module (its ``__init__`` runs first) counts with its module-level imports alone: its
+    functions are not called by being imported (the package root's lazy ``launch()`` would drag in the launcher)."""
     import ecolaunch
 
     root = Path(ecolaunch.__file__).resolve().parents[1]
     found: dict[str, Path] = {}
-    todo = ["ecolaunch.learn.train"]
+    walked: dict[str, bool] = {}  # module -> whether its function bodies were walked too
+    todo = [("ecolaunch.learn.train", True)]
     while todo:
-        name = todo.pop()
-        if name in found or not name.startswith("ecolaunch"):
+        name, deep = todo.pop()
+        if not name.startswith("ecolaunch") or walked.get(name, False) or (name in walked and not deep):
             continue
         base = root.joinpath(*name.split("."))
         path = next((p for p in (base / "__init__.py", base.with_suffix(".py")) if p.is_file()), None)
         if path is None:  # a name imported from a module, not a module
             continue
-        found[name] = path
+        found[name], walked[name] = path, deep
         parts = name.split(".")
-        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages, whose __init__ runs first
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        todo += [(".".join(parts[:i]), False) for i in range(1, len(parts))]  # its packages, whose __init__ runs first
+        for node in _import_nodes(ast.parse(path.read_text(), str(path)), deep):
             if isinstance(node, ast.Import):
-                todo += [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                todo += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                todo += [(a.name, True) for a in node.names]
+            elif node.module:
+                todo += [(node.module, True), *((f"{node.module}.{a.name}", True) for a in node.names)]
     return sorted(found.values())
+
+
+def _import_nodes(tree: ast.AST, deep: bool) -> list:
+    """The import statements of a module: all of them, or (``deep`` False) those outside functions."""
+    out, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        elif deep or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+    return out
 
 
 def training_fingerprint() -> str:

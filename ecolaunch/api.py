@@ -168,9 +168,12 @@ def _parse(argv: list[str], env: Mapping[str, str]):
         with contextlib.redirect_stderr(err):
             return parse(argv, env)
     except SystemExit:
+        # the parser's last "error: ..." line, and the HINT line after it when there is one
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
-        message = lines[-1].split("error: ", 1)[-1] if lines else f"bad launch arguments {argv!r}"
-        raise ValueError(message) from None
+        at = max((i for i, line in enumerate(lines) if "error: " in line), default=None)
+        if at is None:
+            raise ValueError(f"bad launch arguments {argv!r}") from None
+        raise ValueError("\n".join([lines[at].split("error: ", 1)[1], *lines[at + 1:at + 2]])) from None
 
 
 def _check_picklable(function) -> None:

@@ -28,7 +28,7 @@ from tests.conftest import REPO, clean_env
 EXAMPLE = REPO / "examples" / "instrumented_ddp.py"
 # a warm-up long enough for the job to reach its speed: a top cap measured while it still speeds up reads slower
 # than the lower caps after it, and such a profile is not kept
-SETTINGS = ProfilerSettings(warmup_iters=40, settle_iters=2, measured_iters=5)
+SETTINGS = ProfilerSettings(warmup_iters=100, settle_iters=5, measured_iters=60)
 
 
 @pytest.fixture
@@ -80,19 +80,19 @@ def test_pre_run_of_two_ddp_workers_stops_together_and_stores_a_profile(sim, tmp
 def test_inline_run_ends_with_energy_and_a_profile_in_history(sim, tmp_path: Path) -> None:
     backend, uuids = sim
     state = tmp_path / "state"
-    fp = fingerprint(EXAMPLE, ["--steps", "300"], 1, "tester", "NVIDIA A100-SXM4-80GB")
+    fp = fingerprint(EXAMPLE, ["--steps", "1500", "--batch-size", "1024"], 1, "tester", "NVIDIA A100-SXM4-80GB")
     obs = make_observer(backend, uuids[:1], state, "inline", fp)
     with obs:
         env = clean_env(**obs.worker_env(), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                         MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-        proc = subprocess.run([sys.executable, str(EXAMPLE), "--steps", "300"], env=env, cwd=tmp_path,
+        proc = subprocess.run([sys.executable, str(EXAMPLE), "--steps", "1500", "--batch-size", "1024"], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=180, check=False)
         obs.set_exit_code(proc.returncode)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "done: 300 steps" in proc.stdout and "profiling False" in proc.stdout
+    assert "done: 1500 steps" in proc.stdout and "profiling False" in proc.stdout
     rec = History(state).get("e2e1")
     assert rec is not None and rec.exit_code == 0 and rec.name == "instrumented-ddp"
-    assert rec.iterations == 300  # track() marks each of the 300 batches once
+    assert rec.iterations == 1500  # track() marks each of the 1500 batches once
     assert rec.energy_j > 0 and rec.energy_j == pytest.approx(rec.gpu_energy_j)
     assert rec.profile is not None and rec.profile.iter_time_s > 0, rec.recommendation
     assert History(state).lookup_profile(fp) == rec.profile
