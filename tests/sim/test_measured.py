@@ -120,9 +120,9 @@ def test_a_folds_training_set_holds_no_zeus_row_of_a_network_its_types_play_on_t
 
 def test_every_types_prior_is_fitted_without_the_networks_it_plays():
     from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior
-    from ecolaunch.profile.zeus_data import load_power_traces
+    from ecolaunch.sim.truth import vendored_zeus_curves
 
-    curves = load_power_traces()
+    curves = vendored_zeus_curves()  # the package's copies (a clean clone has no ../shared)
     world = MeasuredWorld()
     for kind in job_kinds():
         played = {network_of(world.job_kind(kind, b).curve) for b in BOARDS}
