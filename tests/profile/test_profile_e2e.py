@@ -59,12 +59,12 @@ def free_port() -> int:
 def test_pre_run_of_two_ddp_workers_stops_together_and_stores_a_profile(sim, tmp_path: Path) -> None:
     backend, uuids = sim
     state = tmp_path / "state"
-    fp = fingerprint(EXAMPLE, ["--steps", "500"], 2, "tester", "NVIDIA A100-SXM4-80GB")
+    fp = fingerprint(EXAMPLE, ["--steps", "3000"], 2, "tester", "NVIDIA A100-SXM4-80GB")
     obs = make_observer(backend, uuids, state, "pre", fp)
     with obs:
         env = clean_env(**obs.worker_env(), OMP_NUM_THREADS="1")
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-                               str(EXAMPLE), "--steps", "500"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                               str(EXAMPLE), "--steps", "3000"], env=env, cwd=tmp_path, capture_output=True, text=True,
                               timeout=180, check=False)
         obs.set_exit_code(proc.returncode)
     assert proc.returncode == 0, proc.stderr[-3000:]
