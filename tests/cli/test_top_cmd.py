@@ -132,13 +132,22 @@ class Tmux:
             if re.search(pattern, screen):
                 return screen
             if time.monotonic() > deadline:
-                raise AssertionError(f"{pattern!r} never appeared on the screen:\n{screen}")
+                raise AssertionError(f"{pattern!r} never appeared on the screen:\n{screen}\n"
+                                     f"the pane's processes, where each waits:\n{self.processes()}")
             time.sleep(0.2)
 
     def tty_flags(self) -> list[str]:
         """The pane's terminal modes (``stty -a`` of its tty, read from outside)."""
         tty = self("display-message", "-p", "-t", "top", "#{pane_tty}").strip()
         return subprocess.run(["stty", "-F", tty, "-a"], capture_output=True, text=True, check=True).stdout.split()
+
+    def processes(self) -> str:
+        """``ps`` of the processes on the pane's terminal with the kernel function each sleeps in (``wchan``): a view
+        waiting for a key sleeps in ``poll_schedule_timeout`` (its ``select``); one blocked writing or on a lock shows
+        where. Printed when a screen never appears, since a terminal test that fails on CI alone has nothing else."""
+        tty = self("display-message", "-p", "-t", "top", "#{pane_tty}").strip()
+        return subprocess.run(["ps", "-t", tty.removeprefix("/dev/"), "-o", "pid,stat,wchan:28,etime,args"],
+                              capture_output=True, text=True).stdout
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-S", str(self.socket), "kill-server"], capture_output=True, timeout=30)
