@@ -26,10 +26,11 @@ fitted models the policies predict with (kept to compare with earlier results: c
 
 Rows: the policies of :func:`ecolaunch.sim.policies.sim_policy_names` (``curve``, the default, among them), the
 oracle, the ablations ``zeus-5w`` (Zeus's cap rule on the 5 W grid) and ``zeus-5w-margin`` (the same with 5 % of
-the bound kept back), and, in the measured world, two bounds for a first-launch predictor
+the bound kept back), and, in the measured world, three rows for what a first launch can be told before it runs
 (:mod:`ecolaunch.sim.first_curves`): ``pessimistic-curve`` (``curve`` with each first launch told the most
-pessimistic curve of the other folds' job types: the rule to beat) and ``exact-first-curve`` (told its true curve:
-what a perfect predictor would add). The simulator's ablation ``no-gnn`` (the gnn policy with its learned part removed) is built as
+pessimistic curve of the other folds' job types: the rule to beat), ``history-first-curve`` (told what the machine's
+history holds of the same job from another user, else the pessimistic curve) and ``exact-first-curve`` (told its true
+curve: what a perfect predictor would add). The simulator's ablation ``no-gnn`` (the gnn policy with its learned part removed) is built as
 the ``curve`` policy under another name, so it is not a row of its own (``--policy no-gnn`` still runs it).
 ``learned_pct``: the share of a policy's placements its learned part decided (``Decision.predicted["learned"]``).
 
@@ -52,9 +53,9 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
 job at its minimum: what ``power-budget``'s budget bounds) and, in the measured world, ``first_launches``,
 ``repeat_launches``, ``oom_failures``. ``vs_exclusive``: each seed's ``100 * (policy / exclusive - 1)``. ``goals``:
 each seed's saving of ``gnn`` against ``curve`` (``100 * (1 - gnn / curve)``), its violations minus ``curve``'s and
-its node energy over the oracle's. ``first_launch`` (traces with ``curve``, both first-curve rows and the oracle):
-each seed's node energy saved by ``pessimistic-curve``, ``exact-first-curve`` and the oracle against ``curve``, and by
-exact against pessimistic, with the violations' difference.
+its node energy over the oracle's. ``first_launch`` (traces with ``curve``, the first-curve rows and the oracle):
+each seed's node energy saved by each first-curve row and the oracle against ``curve``, by history and exact against
+pessimistic and by exact against history, with the violations' difference.
 
 **Fold weights** are cached under a tag of what they were trained without and a fingerprint of what training reads
 (:func:`training_fingerprint`): weights trained by other code or on other data are never reused.
@@ -83,8 +84,9 @@ KEYS = ("node_energy_kwh", "gpu_energy_kwh", "job_energy_kwh", "mean_jct_s", "p9
         "qos_violations_pct", "makespan_s")
 ABLATIONS = ("zeus-5w", "zeus-5w-margin")
 #: ``curve`` with a first launch's missing curve supplied (measured world only; :mod:`ecolaunch.sim.first_curves`):
-#: the most pessimistic curve of the other folds' types (the rule to beat), or its true curve (an upper bound)
-FIRST_CURVE_ROWS = ("pessimistic-curve", "exact-first-curve")
+#: the most pessimistic curve of the other folds' types (the rule to beat), the machine's history of the same job from
+#: another user (else the pessimistic curve), or its true curve (an upper bound)
+FIRST_CURVE_ROWS = ("pessimistic-curve", "exact-first-curve", "history-first-curve")
 #: the seed every fold's GNN is trained with (the folds serve every run seed)
 TRAIN_SEED = 0
 #: the per-seed differences against ``exclusive``: name -> the row key it compares
@@ -213,11 +215,14 @@ def _policy(name: str, trace, weights):
     if name in FIRST_CURVE_ROWS and trace is not None:
         from ecolaunch.policy.budgeted import BudgetedPolicy
         from ecolaunch.policy.curve import CurvePolicy
-        from ecolaunch.sim.first_curves import ExactFirstCurve, FirstLaunchCurves, PessimisticFirstCurve
+        from ecolaunch.sim.first_curves import (ExactFirstCurve, HistoryFirstCurve, PessimisticFirstCurve,
+                                                SimFirstLaunchCurves)
 
         kind_of = {j.id: j.kind for j in trace.jobs}
-        supply = (PessimisticFirstCurve if name == "pessimistic-curve" else ExactFirstCurve)(kind_of)
-        return FirstLaunchCurves(BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors), supply, name)
+        supply = {"pessimistic-curve": lambda: PessimisticFirstCurve(kind_of),
+                  "exact-first-curve": lambda: ExactFirstCurve(kind_of),
+                  "history-first-curve": lambda: HistoryFirstCurve(kind_of, PessimisticFirstCurve(kind_of))}[name]()
+        return SimFirstLaunchCurves(BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors), supply, name)
     if name == "gnn" and weights:
         from ecolaunch.sim.policies import FoldedPolicy
 
@@ -348,10 +353,12 @@ def goals(traces: dict) -> dict:
 
 def first_launch(traces: dict) -> dict:
     """What telling a first launch its curve is worth, on each trace that has the rows, paired by seed: the node energy
-    ``pessimistic-curve``, ``exact-first-curve`` and the oracle save against ``curve`` (and exact against pessimistic:
-    what a perfect predictor adds over the rule), with each one's violations minus ``curve``'s."""
-    pairs = (("pessimistic-curve", "curve"), ("exact-first-curve", "curve"), ("exact-first-curve", "pessimistic-curve"),
-             ("oracle", "curve"))
+    ``pessimistic-curve``, ``history-first-curve``, ``exact-first-curve`` and the oracle save against ``curve`` (and
+    against each other: what the machine's history adds over the rule, what a perfect predictor adds over the history),
+    with each one's violations minus the other's."""
+    pairs = (("pessimistic-curve", "curve"), ("history-first-curve", "curve"), ("exact-first-curve", "curve"),
+             ("oracle", "curve"), ("history-first-curve", "pessimistic-curve"),
+             ("exact-first-curve", "pessimistic-curve"), ("exact-first-curve", "history-first-curve"))
     out = {}
     for name, rows in traces.items():
         if not all(p in rows for p in ("curve", *FIRST_CURVE_ROWS, "oracle")):

@@ -290,6 +290,13 @@ class RunObserver:
         """
         return self._guard("follow the run", self._poll, final=False)
 
+    def measured_profile(self) -> Profile | None:
+        """The profile this run measured (its profiler done, with power), None before or without one (for the
+        heartbeat, another thread: one attribute read)."""
+        result = self.result
+        profile = None if result is None else result.profile
+        return profile if profile is not None and profile.knows_power else None
+
     def progress(self) -> JobProgress | None:
         """The run so far (for the heartbeat, another thread): the steps and the mean step time the monitor thread
         last read, the job's share of its GPUs' energy and the estimated saving against uncapped

@@ -36,6 +36,7 @@ from ecolaunch.launch.workerenv import allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.waiting import Waiting
+from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.profile.history import History, JobIdentity, JobMatch
 from ecolaunch.profile.modes import ProfileAction, resolve_mode
 from ecolaunch.state.graph import Job
@@ -136,6 +137,8 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     logger.info("profiling: %s", plan.reason)
     request = _request(parsed, session, ctx, allowed, entry.hints if entry is not None else {}, ui)
     request = _with_profile(request, plan.profile)
+    if plan.action in (ProfileAction.INLINE, ProfileAction.PRE) and not opts.fresh_profile:
+        _tell_first_curve(session, request, match, history)
     if opts.dry_run:
         decision, waiting, graph = session.preview(request)
         ui.decision(decision, graph.hosts[session.host].gpus, "-", 0.0, True, waiting)
@@ -237,6 +240,39 @@ def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history: Histor
     return match, resolve_mode(opts.profile, match.entry)
 
 
+def _tell_first_curve(session: Session, request: JobRequest, match: JobMatch | None, history: History) -> None:
+    """A first launch (no profile of its own; one that will be profiled) whose job another user of this machine has
+    run: the session's policy decides it with the colleague's curve
+    (:class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves`), so a power budget can admit it at a cap now rather
+    than hold it at its no-curve floor. The run still profiles its own, which its closed loop and its history then
+    use; ``--fresh-profile`` and ``--profile off`` read no stored profile, a colleague's neither."""
+    if match is None or request.profile is not None:
+        return
+    told = history.colleague_profile(match.identity, key=match.key)
+    if told is None:
+        return
+    who, entry = told
+    logger.info("history: no profile of your own; %s's profile of the same job (job %s) tells its first decision",
+                who, entry.job_id)
+    # its curve only: what memory the job needs is its own to say (a colleague's figure would decide who shares)
+    curve = dataclasses.replace(entry.profile, memory_mib=request.memory_mib)
+    why = (f"first launch: decided with {who}'s profile of the same job"
+           + (f" (job {entry.job_id})" if entry.job_id else "") + "; its own is measured as it runs")
+    session.policy = FirstLaunchCurves(session.policy, _ColleagueCurve(request.id, curve), why=why)
+
+
+class _ColleagueCurve:
+    """The supplier of :func:`_tell_first_curve`: ``curve`` for job ``job_id``, nothing for any other."""
+
+    name = "colleague"
+
+    def __init__(self, job_id: str, curve) -> None:
+        self.job_id, self.curve = job_id, curve
+
+    def __call__(self, state, job: JobRequest):
+        return self.curve if job.id == self.job_id else None
+
+
 def _with_profile(request: JobRequest, profile) -> JobRequest:
     """The request with a known profile (history or a profiling run): the policy places with full knowledge."""
     if profile is None:
@@ -308,12 +344,12 @@ def _worker_args(args, placement: Placement, request: JobRequest):
 
 def _heartbeat(session: Session, placement: Placement, observer, stop: threading.Event) -> None:
     """Every HEARTBEAT_S: refresh the job's lease with the run's progress so far (for ``ecolaunch status`` and
-    ``top``), and tell the observer who shares its GPUs now (energy shares, and the closed loop, which stops on a GPU
+    ``top``) and, once this run profiled a job booked without a profile, its measured profile; and tell the observer who shares its GPUs now (energy shares, and the closed loop, which stops on a GPU
     that became shared)."""
     failing: str | None = None  # the kind of failure already reported: each kind is one warning, not one a beat
     while not stop.wait(HEARTBEAT_S):
         try:
-            residents = session.heartbeat(placement.job, observer.progress())
+            residents = session.heartbeat(placement.job, observer.progress(), observer.measured_profile())
             for gpu, jobs in residents.items():
                 observer.set_co_residents(gpu, jobs)
         except Exception as e:  # noqa: BLE001 - a missed heartbeat must never kill the run

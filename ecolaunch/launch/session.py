@@ -25,6 +25,8 @@ This module decides nothing itself (the policy does) and prints nothing (the CLI
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import random
 import time
@@ -223,16 +225,24 @@ class Session:
                 on_wait(outcome, waited)
             self.clock.sleep(POLL_INTERVAL_S * (1.0 + 0.5 * random.random()))
 
-    def heartbeat(self, job: Job, progress: JobProgress | None = None) -> dict[str, dict[str, float | None]]:
+    def heartbeat(self, job: Job, progress: JobProgress | None = None,
+                  measured: Profile | None = None) -> dict[str, dict[str, float | None]]:
         """Refresh the job's heartbeat, with what its launcher measured of the run so far (``progress``, kept when
-        None); re-register it if the state was rebuilt under it. Returns, per GPU of the job, the other jobs on it now
-        (job id -> its profile's ``power_w``)."""
+        None); re-register it if the state was rebuilt under it. ``measured``: the profile this run measured of a
+        job that was booked without one (a first launch, profiled as it runs), booked on the job from now on, so
+        that every later decision (a power budget's above all) reads the job's curve, as the simulator's jobs are
+        read once profiled. Returns, per GPU of the job, the other jobs on it now (job id -> its profile's
+        ``power_w``)."""
         with self.store.transaction() as graph:
             self.refresh(graph)
             current = graph.jobs.get(job.id)
             if current is None:
                 logger.warning("job %s was missing from the state graph (rebuilt?); registering it again", job.id)
                 graph.jobs[job.id] = current = job
+            if measured is not None and measured.knows_power and not (current.profile and current.profile.knows_power):
+                # read by the next decision and the next refresh of the budget (the next beat at the latest)
+                memory = current.profile.memory_mib if current.profile else None
+                current.profile = dataclasses.replace(measured, memory_mib=memory or measured.memory_mib)
             current.heartbeat_at = time.time()
             if progress is not None:
                 current.progress = progress

@@ -348,6 +348,32 @@ class History:
             how += f"; profile of job {entry.job_id}" if entry.job_id else "; stored profile"
         return JobMatch(identity, fp, how, key, cli, entry)
 
+    def colleague_profile(self, identity: JobIdentity, *, key: str | None = None) -> tuple[str, ProfileEntry] | None:
+        """What the history of this machine holds of the same job from another user: ``(their name, their entry)``
+        of the newest profile with power that another user stored for ``identity`` run by them (the same script
+        content, arguments but :data:`IGNORED_ARGS`, worker count and GPU model; or the same ``key``), or None.
+
+        Each user's file is found by the fingerprint that user's own launch of it has, and read with the checks of
+        every history read (the kernel says it is theirs, a regular file, within size); one that contradicts itself
+        is not used. What it is used for is a first launch's decision alone (:mod:`ecolaunch.policy.firstcurve`):
+        that launch profiles its own as it runs, and nothing of the colleague's is stored as the user's."""
+        best: tuple[str, ProfileEntry] | None = None
+        for name, uid in self._tree.users():
+            if uid == self._tree.uid:
+                continue
+            theirs = dataclasses.replace(identity, user=account_name(uid))
+            fp = theirs.fingerprint(key)
+            entry = self._read(name, uid, "profiles", f"{fp}.json", _PROFILE_FORMAT, ProfileEntry)
+            if entry is None or entry.profile is None or not entry.profile.knows_power:
+                continue
+            if (disturbed := _contradiction(entry.profile)) is not None:
+                logger.info("history: %s's profile of the same job was measured while disturbed (%s): not used",
+                            name, disturbed)
+                continue
+            if best is None or entry.updated_at > best[1].updated_at:
+                best = (name, dataclasses.replace(entry, fingerprint=fp, hints=launch_hints(entry.hints)))
+        return best
+
     # --- profiles ----------------------------------------------------------------------------------
     def lookup(self, fp: str) -> ProfileEntry | None:
         """The stored profile entry of a fingerprint, or None (missing or unreadable: warned)."""

@@ -1,39 +1,42 @@
 """What a first launch's cap curve could be told before it runs, in the measured world: the bounds a predictor is
-judged between.
+judged between, and what the machine's history gives.
 
-What lives here: :class:`FirstLaunchCurves` (any policy, with a first launch's missing curve supplied before it
-decides) and the two suppliers the energy benchmark compares a predictor with: :class:`PessimisticFirstCurve` (the
-rule a skeptic tries first: the most pessimistic curve of the job types of the *other* folds, on the job's board)
-and :class:`ExactFirstCurve` (the job's true curve: what a perfect first-launch predictor would say, an upper
-bound). What does not: the world's truth (:mod:`ecolaunch.sim.measured`), the budget that reads the curve
+What lives here: the three suppliers the energy benchmark compares, each a first launch's curve for
+:class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves` (the policy layer's wrapper; :class:`SimFirstLaunchCurves`
+binds it to the simulation's world): :class:`PessimisticFirstCurve` (the rule a skeptic tries first: the most
+pessimistic curve of the job types of the *other* folds, on the job's board), :class:`HistoryFirstCurve` (what the
+launcher does: the profile another user measured of the same job on this machine, else the pessimistic curve) and
+:class:`ExactFirstCurve` (the job's true curve: what a perfect first-launch predictor would say, an upper bound).
+What does not: the world's truth (:mod:`ecolaunch.sim.measured`), the budget that reads the curve
 (:mod:`ecolaunch.admin.budget`).
 
-**Why.** A job with no curve cannot be capped: under a power budget it waits for watts the running jobs' margins
-keep (the budget never lowers a job it knows nothing of, :func:`ecolaunch.admin.budget.no_curve_floor_w`). A
-supplied curve lets the budget admit it at once at a cap the curve allows within its bound; the job is still
-profiled inline when it starts, and its profiler and closed loop take over from the measurement. The supplied curve
-is the decision's alone: the job's record keeps what was measured.
+**Why** a first launch is told a curve at all: :mod:`ecolaunch.policy.firstcurve`.
 
 **The pessimistic curve.** On the job's board, for every cap of the 25 W grid, the highest time ratio (capped /
 uncapped) and the highest power any job type outside the job's fold shows there (a type's own curve never informs
 its own launch), with the median uncapped iteration time of those types standing in for the job's (only ratios
 and the budget's tie-breaks read it). Pointwise maxima: no single type is that slow and that hungry at once, which
 is what makes it a safe rule rather than a prediction.
+
+**The history's curve** is another user's measured one of the same type (the world's
+:meth:`~ecolaunch.sim.measured.MeasuredWorld.machine_history_profile`): its profiled points and what its closed
+loop learned, with their noise. The world's users run each other's job types (a lab's shared scripts), so most
+first launches by a user find one.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections.abc import Mapping
 
 from ecolaunch.jobmodel.profile import CapPoint, Profile
-from ecolaunch.policy.base import Decision, JobRequest
+from ecolaunch.policy.base import JobRequest
+from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.sim.measured import MeasuredWorld
 from ecolaunch.state.graph import StateGraph
 
-__all__ = ["ExactFirstCurve", "FirstLaunchCurves", "PessimisticFirstCurve"]
+__all__ = ["ExactFirstCurve", "HistoryFirstCurve", "PessimisticFirstCurve", "SimFirstLaunchCurves"]
 
 #: the grid a supplied curve is given on (the oracle's and the truth profile's)
 CURVE_STEP_W = 25.0
@@ -88,31 +91,37 @@ class PessimisticFirstCurve:
         return Profile(t0, None, None, None, points[-1].power_w, points)
 
 
-class FirstLaunchCurves:
-    """``policy`` deciding a job that has no curve (a first launch) as if ``supply`` had told it one; the decision
-    says so in ``predicted["first_curve"]`` (the supplier's name). ``supply(state, job)``: a profile, or None (the
-    job is decided as it is)."""
+class HistoryFirstCurve:
+    """What the history of the machine says of a first launch: the profile another user measured of the same job
+    type on the job's board (:meth:`~ecolaunch.sim.measured.MeasuredWorld.machine_history_profile`: a colleague ran
+    the same script the same way), else ``fallback``'s curve. The world is the simulation's own, bound when it is
+    made (:meth:`bind_world`): its history grows as the run goes."""
 
-    def __init__(self, policy, supply, name: str) -> None:
-        self.policy, self.supply, self.name = policy, supply, name
+    name = "history"
 
-    def __repr__(self) -> str:
-        return f"FirstLaunchCurves({self.policy!r}, {self.supply.name})"
+    def __init__(self, kind_of: Mapping[str, str], fallback) -> None:
+        self.kind_of, self.fallback = dict(kind_of), fallback
+        self.world: MeasuredWorld | None = None
+        self.told = {"history": 0, "fallback": 0}
 
-    def __getattr__(self, name: str):  # the inner policy's (a power budget's ``rebalance``)
-        return getattr(self.__dict__["policy"], name)
+    def bind_world(self, world: MeasuredWorld) -> None:
+        self.world = world
 
-    def decide(self, state: StateGraph, job: JobRequest, rules) -> Decision | None:
-        supplied = None
-        if not (job.profile and job.profile.knows_power) and not job.elastic:
-            supplied = self.supply(state, job)
-        if supplied is None:
-            decision = self.policy.decide(state, job, rules)
-            return None if decision is None else dataclasses.replace(decision, policy=self.name)
-        memory = job.memory_mib
-        decision = self.policy.decide(state, dataclasses.replace(job, profile=dataclasses.replace(
-            supplied, memory_mib=memory if memory is not None else supplied.memory_mib)), rules)
-        if decision is None:
+    def __call__(self, state: StateGraph, job: JobRequest) -> Profile | None:
+        if self.world is None:
+            raise RuntimeError("HistoryFirstCurve reads the simulation's world: bind_world() it first")
+        board = _board(self.world, state, job)
+        if board is None:
             return None
-        return dataclasses.replace(decision, policy=self.name,
-                                   predicted={**decision.predicted, "first_curve": self.supply.name})
+        known = self.world.machine_history_profile(job.user, self.kind_of[job.id], board)
+        self.told["history" if known is not None else "fallback"] += 1
+        return known if known is not None else self.fallback(state, job)
+
+
+class SimFirstLaunchCurves(FirstLaunchCurves):
+    """:class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves` in the simulator: the supplier reads the simulation's
+    own world where it needs one (:class:`HistoryFirstCurve`), bound when the simulation is made."""
+
+    def bind_world(self, world: MeasuredWorld) -> None:
+        if hasattr(self.supply, "bind_world"):
+            self.supply.bind_world(world)

@@ -438,6 +438,14 @@ class MeasuredWorld:
                        for c in cap_grid(m.power_limit_min_w, m.power_limit_max_w, 25.0))
         return Profile(j.iter_time_s, None, None, _memory_mib(kind), j.power_w, points)
 
+    def machine_history_profile(self, user: str, kind: str, board: str | None = None) -> Profile | None:
+        """What the history of this machine holds of the type on ``board`` from *other* users (the same script run the
+        same way by a colleague): the profile the most recent of them arrives with (as :meth:`request_profile` reads
+        it), None when no other user has run it there."""
+        board = board or self.board
+        others = [u for (u, k, b) in self._history if k == kind and b == board and u != user]
+        return self.request_profile(others[-1], kind, board) if others else None
+
     def is_first(self, user: str, kind: str, board: str | None = None) -> bool:
         return (user, kind, board or self.board) not in self._history
 

@@ -113,7 +113,7 @@ def measured_rules(name: str, rules: Rules) -> Rules:
 
 
 #: the policies whose jobs run under ecolaunch's own profiler and closed loop (``Simulation(closed_loop=True)``)
-ECOLAUNCH_POLICIES = ("curve", "gnn", "no-gnn", "pessimistic-curve", "exact-first-curve")
+ECOLAUNCH_POLICIES = ("curve", "gnn", "no-gnn", "pessimistic-curve", "exact-first-curve", "history-first-curve")
 
 
 def measured_simulation(name: str, machine: MachineSpec, trace: Trace, policy_name: str, policy=None, *,
@@ -124,6 +124,8 @@ def measured_simulation(name: str, machine: MachineSpec, trace: Trace, policy_na
     world = MeasuredWorld(seed=seed)
     if policy_name == "oracle":
         policy = measured_oracle(world, {j.id: j.kind for j in trace.jobs})
+    elif "bind_world" in dir(type(policy)):  # a policy told what the machine's history holds (sim/first_curves.py)
+        policy.bind_world(world)
     return Simulation(machine, policy, measured_rules(name, Rules()), world=world,
                       closed_loop=policy_name in ECOLAUNCH_POLICIES, omniscient=policy_name == "oracle")
 

@@ -126,3 +126,30 @@ def test_the_heartbeat_writes_the_progress_that_status_shows(state_dir: Path, mo
     assert (row["id"], row["iterations"], row["saving_j"]) == (job.id, 30, None)
     assert row["iter_time_s"] == pytest.approx(0.2) and row["energy_j"] == pytest.approx(progress.energy_j)
     session.release(job.id)
+
+
+def test_a_first_launchs_measured_profile_is_booked_on_its_job_once_and_never_replaces_a_known_one(
+        state_dir: Path) -> None:
+    """What the run measured of a job booked without a profile reaches the state graph at the next heartbeat (so a
+    power budget reads its curve from then on); a job booked with one keeps it."""
+    env = {"ECOLAUNCH_SIMULATE": "2xA100-SXM4-80GB", "ECOLAUNCH_STATE_DIR": str(state_dir), "ECOLAUNCH_POLICY": ""}
+    backend = open_gpus(resolve(env)[0])
+    session = Session(StateStore(state_dir), backend, ExclusivePolicy(), Rules())
+    me = Launcher(pid=os.getpid(), start_time=process_start_time(os.getpid()), uid=os.getuid(), user="u")
+    measured = Profile(0.1, 80.0, 40.0, None, 300.0, (CapPoint(250.0, 0.11, 240.0), CapPoint(400.0, 0.1, 300.0)))
+
+    def booked(jid: str, profile: Profile | None):
+        job = session.submit(JobRequest(id=jid, user="u", host=backend.hostname(), nproc=1, memory_mib=2048,
+                                        profile=profile), me, name="t.py", info={})
+        placement = session.try_place(job.id)
+        assert not isinstance(placement, int)
+        return placement.job
+
+    first = booked("first001", None)
+    session.heartbeat(first, None, None)  # profiling not done yet: nothing to book
+    assert StateStore(state_dir).read().jobs["first001"].profile is None
+    session.heartbeat(first, None, measured)
+    assert StateStore(state_dir).read().jobs["first001"].profile == measured  # memory: the measured one's (none)
+    known = booked("known001", SOLO)
+    session.heartbeat(known, None, measured)
+    assert StateStore(state_dir).read().jobs["known001"].profile == SOLO

@@ -111,6 +111,9 @@ class _Residents:
     def progress(self) -> None:
         return None
 
+    def measured_profile(self) -> None:
+        return None
+
 
 def test_a_heartbeat_on_a_full_disk_warns_once_without_a_traceback_and_keeps_going(small_fs, monkeypatch) -> None:
     env = {"ECOLAUNCH_SIMULATE": SPEC, "ECOLAUNCH_STATE_DIR": str(small_fs / "state")}

@@ -1,6 +1,6 @@
 """The curves a first launch can be told before it runs (ecolaunch.sim.first_curves): the pessimistic rule reads only
-the other folds' types, the exact one the truth, and a policy decides a first launch with the supplied curve while a
-repeat keeps its own."""
+the other folds' types, the exact one the truth, the history one another user's measurement of the same type; a
+policy decides a first launch with the supplied curve while a repeat keeps its own."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.curve import CurvePolicy
-from ecolaunch.sim.first_curves import ExactFirstCurve, FirstLaunchCurves, PessimisticFirstCurve
+from ecolaunch.policy.firstcurve import FirstLaunchCurves
+from ecolaunch.sim.first_curves import ExactFirstCurve, HistoryFirstCurve, PessimisticFirstCurve
 from ecolaunch.sim.measured import BOARD, MeasuredWorld
 from ecolaunch.state.graph import GpuNode, Host, StateGraph
 from ecolaunch.devices.catalogue import lookup
@@ -69,3 +70,20 @@ def test_a_first_launch_is_capped_from_the_supplied_curve_and_a_repeat_from_its_
     # a repeat launch reads its own measurements: nothing is supplied
     repeat = policy.decide(machine(), request("j", world.true_profile(kind)), Rules())
     assert repeat is not None and "first_curve" not in repeat.predicted
+
+
+def test_the_history_curve_is_another_users_measured_profile_of_the_type_else_the_fallback() -> None:
+    world = MeasuredWorld(seed=3)
+    kind = sorted(world.kinds)[5]
+    rule = PessimisticFirstCurve({"j": kind})
+    supply = HistoryFirstCurve({"j": kind}, rule)
+    supply.bind_world(world)
+    state = machine()
+    assert supply(state, request("j")) == rule(state, request("j"))  # nobody ran it yet: the rule's curve
+    alices = world.profile_inline("alice", kind)  # alice's first launch of the type, profiled inline
+    told = supply(state, request("j"))  # u's first launch of it now reads alice's measurement
+    assert told == alices and told.cap_points and told.knows_power
+    assert world.machine_history_profile("alice", kind) is None  # her own runs are hers, not a colleague's
+    other = sorted(world.kinds)[6]
+    assert world.machine_history_profile("u", other) is None  # another type is not the same job
+    assert supply.told == {"history": 1, "fallback": 1}

@@ -1,0 +1,57 @@
+"""A first launch decided with a curve it was told: what the launcher knows of a job before its own profile exists.
+
+What lives here: :class:`FirstLaunchCurves` (any policy, with a first launch's missing curve supplied before it
+decides). Who supplies it: the launcher, from what the history of this machine holds of the same job from another
+user (:meth:`ecolaunch.profile.history.History.colleague_profile`, wired in :mod:`ecolaunch.launch.pipeline`); the
+simulator's bounds on any such prediction (:mod:`ecolaunch.sim.first_curves`). What does not: the budget that reads
+the curve (:mod:`ecolaunch.admin.budget`), the profiler that measures the job's own.
+
+**Why.** A job with no curve cannot be capped: under a power budget it waits for watts the running jobs' margins
+keep (the budget never lowers a job it knows nothing of, :func:`ecolaunch.admin.budget.no_curve_floor_w`). A
+supplied curve lets the budget admit it at once at a cap that curve allows within its bound. The job is still
+profiled as it starts, and its profiler and closed loop take over from its own measurement. The supplied curve is
+the decision's alone: the job's record keeps what was measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ecolaunch.policy.base import Decision, JobRequest
+from ecolaunch.state.graph import StateGraph
+
+__all__ = ["FirstLaunchCurves"]
+
+
+class FirstLaunchCurves:
+    """``policy`` deciding a job that has no curve (a first launch) as if ``supply`` had told it one; the decision
+    says so in ``predicted["first_curve"]`` (the supplier's ``name``) and, with ``why``, in its first reason.
+    ``supply(state, job)``: a profile with power, or None (the job is decided as it is). ``name``: the decision's
+    policy name (None: the inner policy's)."""
+
+    def __init__(self, policy, supply, name: str | None = None, *, why: str | None = None) -> None:
+        self.policy, self.supply = policy, supply
+        self.name = policy.name if name is None else name
+        self.why = why
+
+    def __repr__(self) -> str:
+        return f"FirstLaunchCurves({self.policy!r}, {self.supply.name})"
+
+    def __getattr__(self, name: str):  # the inner policy's (a power budget's ``rebalance``)
+        return getattr(self.__dict__["policy"], name)
+
+    def decide(self, state: StateGraph, job: JobRequest, rules) -> Decision | None:
+        supplied = None
+        if not (job.profile and job.profile.knows_power) and not job.elastic:
+            supplied = self.supply(state, job)
+        if supplied is None:
+            decision = self.policy.decide(state, job, rules)
+            return None if decision is None else dataclasses.replace(decision, policy=self.name)
+        memory = job.memory_mib
+        decision = self.policy.decide(state, dataclasses.replace(job, profile=dataclasses.replace(
+            supplied, memory_mib=memory if memory is not None else supplied.memory_mib)), rules)
+        if decision is None:
+            return None
+        reasons = [self.why, *decision.reasons] if self.why else decision.reasons
+        return dataclasses.replace(decision, policy=self.name, reasons=reasons,
+                                   predicted={**decision.predicted, "first_curve": self.supply.name})
