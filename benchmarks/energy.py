@@ -3,6 +3,7 @@ QoS, ablations, each as a mean with its 95 % interval.
 
     python benchmarks/energy.py [--seeds 5] [--first-seed 0] [--json] [--out benchmarks/results]
                                 [--world measured|model|both] [--trace NAME ...] [--policy NAME ...] [--no-folds]
+                                [--margin-scale S]
 
 **Seeds.** Every trace and policy runs on the seeds ``first_seed .. first_seed + seeds - 1``; a seed draws the
 trace (its window of arrivals, its run times, its job types and users) and the world's noise, so one seed measures
@@ -29,8 +30,9 @@ oracle, the ablations ``zeus-5w`` (Zeus's cap rule on the 5 W grid) and ``zeus-5
 the bound kept back), and, in the measured world, three rows for what a first launch can be told before it runs
 (:mod:`ecolaunch.sim.first_curves`): ``pessimistic-curve`` (``curve`` with each first launch told the most
 pessimistic curve of the other folds' job types: the rule to beat), ``history-first-curve`` (told what the machine's
-history holds of the same job from another user, else the pessimistic curve) and ``exact-first-curve`` (told its true
-curve: what a perfect predictor would add). The simulator's ablation ``no-gnn`` (the gnn policy with its learned part removed) is built as
+history holds of the same job from another user, else nothing: what the launcher does with any policy),
+``history-pessimistic-curve`` (that, else the pessimistic curve) and ``exact-first-curve`` (told its true curve: what
+a perfect predictor would add). The simulator's ablation ``no-gnn`` (the gnn policy with its learned part removed) is built as
 the ``curve`` policy under another name, so it is not a row of its own (``--policy no-gnn`` still runs it).
 ``learned_pct``: the share of a policy's placements its learned part decided (``Decision.predicted["learned"]``).
 
@@ -45,7 +47,9 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "goals": {TRACE: {"gnn_vs_curve_energy_pct" | "gnn_vs_curve_jct_pct" | "violations_over_curve_pp"
                        | "gnn_over_oracle_energy_pct": {"mean", "ci95"}, "met": bool}},
      "first_launch": {TRACE: {"A vs B": {"energy_saved_pct" | "violations_pp": {"mean", "ci95", "per_seed"}}}},
-     "folds": {FOLD: {"types", "weights", "sd_z"}} | null}
+     "folds": {FOLD: {"types", "weights", "sd_z"}} | null,
+     "coverage": {TRACE: {POLICY: {"jobs", "covered_pct", "by_fold": {FOLD: {"jobs", "covered_pct"}}}}},
+     "margin_scale": S}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
 ``mean_slowdown_pct``, ``qos_violations_pct``, ``makespan_s``, ``jobs``, ``shared_jobs_pct``, ``learned_pct``,
@@ -55,7 +59,10 @@ job at its minimum: what ``power-budget``'s budget bounds) and, in the measured 
 each seed's saving of ``gnn`` against ``curve`` (``100 * (1 - gnn / curve)``), its violations minus ``curve``'s and
 its node energy over the oracle's. ``first_launch`` (traces with ``curve``, the first-curve rows and the oracle):
 each seed's node energy saved by each first-curve row and the oracle against ``curve``, by history and exact against
-pessimistic and by exact against history, with the violations' difference.
+pessimistic and by exact against history, with the violations' difference. ``coverage`` (measured world, rows
+whose jobs the closed loop caps): of every job capped alone on its GPUs, over all seeds, the share whose true slowdown
+at the cap it settled at stayed within its curve's prediction plus the cap margin, in all and per fold of job types
+(what the margin is for: its ``z`` of 2.33 aims at 99 %).
 
 **Fold weights** are cached under a tag of what they were trained without and a fingerprint of what training reads
 (:func:`training_fingerprint`): weights trained by other code or on other data are never reused.
@@ -84,9 +91,9 @@ KEYS = ("node_energy_kwh", "gpu_energy_kwh", "job_energy_kwh", "mean_jct_s", "p9
         "qos_violations_pct", "makespan_s")
 ABLATIONS = ("zeus-5w", "zeus-5w-margin")
 #: ``curve`` with a first launch's missing curve supplied (measured world only; :mod:`ecolaunch.sim.first_curves`):
-#: the most pessimistic curve of the other folds' types (the rule to beat), the machine's history of the same job from
-#: another user (else the pessimistic curve), or its true curve (an upper bound)
-FIRST_CURVE_ROWS = ("pessimistic-curve", "exact-first-curve", "history-first-curve")
+#: the most pessimistic curve of the other folds' types (the rule to beat), its true curve (an upper bound), the
+#: machine's history of the same job from another user (what the launcher does), or that else the pessimistic curve
+FIRST_CURVE_ROWS = ("pessimistic-curve", "exact-first-curve", "history-first-curve", "history-pessimistic-curve")
 #: the seed every fold's GNN is trained with (the folds serve every run seed)
 TRAIN_SEED = 0
 #: the per-seed differences against ``exclusive``: name -> the row key it compares
@@ -98,7 +105,7 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
     from ecolaunch.sim.trace_registry import MEASURED, MODEL, TRACES, gpus_label, trace_names
 
     out: dict = {"seeds": list(seeds), "traces": {}, "vs_exclusive": {}, "machines": {}, "wall_s": {}, "world": {},
-                 "folds": None}
+                 "folds": None, "coverage": {}}
     todo = []
     if "measured" in worlds:
         todo += [(name, "measured", None, 1) for name in trace_names(MEASURED)]
@@ -128,6 +135,9 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
             start = time.perf_counter()
             runs = [run_one(name, world, machine, policy, seed, weights) for seed in seeds]
             out["wall_s"][f"{name}/{policy}"] = round(time.perf_counter() - start, 2)
+            covered = [c for run in runs for c in run.pop("_coverage", [])]
+            if covered:
+                out["coverage"].setdefault(name, {})[policy] = coverage(covered)
             out["traces"][name][policy] = over_seeds(runs)
         out["vs_exclusive"][name] = vs_exclusive(out["traces"][name])
     out["goals"] = goals(out["traces"])
@@ -149,13 +159,27 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
         world = sim.world
         result = sim.run(trace)
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
-                 "oom_failures": world.oom_failures}
+                 "oom_failures": world.oom_failures,
+                 "_coverage": [(world.fold_of(kind), covered) for kind, covered in world.coverage]}
     summary = summarize(result)
     return {k: round(getattr(summary, k), 4) for k in KEYS} | {
         "jobs": summary.jobs, "shared_jobs_pct": round(summary.shared_jobs_pct, 1),
         "learned_pct": round(100.0 * result.learned_decisions / max(1, result.placements), 1),
         "peak_gpu_power_w": round(result.peak_gpu_power_w, 1),
         "peak_limit_sum_w": round(result.peak_limit_sum_w, 1)} | extra
+
+
+def coverage(covered: list[tuple[int, bool]]) -> dict:
+    """The margins' coverage from ``(fold, covered)`` of every capped job alone on its GPUs, over all seeds
+    (:meth:`~ecolaunch.sim.measured.MeasuredWorld.record_coverage`): the share whose true slowdown at the cap it
+    settled at stayed within its curve's prediction plus the cap margin, in all and per fold of job types."""
+    def pct(flags: list[bool]) -> float:
+        return round(100.0 * sum(flags) / len(flags), 2)
+
+    folds = sorted({f for f, _ in covered})
+    return {"jobs": len(covered), "covered_pct": pct([c for _, c in covered]),
+            "by_fold": {str(f): {"jobs": sum(1 for g, _ in covered if g == f),
+                                 "covered_pct": pct([c for g, c in covered if g == f])} for f in folds}}
 
 
 def _stat(values: list[float]) -> dict:
@@ -221,7 +245,9 @@ def _policy(name: str, trace, weights):
         kind_of = {j.id: j.kind for j in trace.jobs}
         supply = {"pessimistic-curve": lambda: PessimisticFirstCurve(kind_of),
                   "exact-first-curve": lambda: ExactFirstCurve(kind_of),
-                  "history-first-curve": lambda: HistoryFirstCurve(kind_of, PessimisticFirstCurve(kind_of))}[name]()
+                  "history-first-curve": lambda: HistoryFirstCurve(kind_of),
+                  "history-pessimistic-curve": lambda: HistoryFirstCurve(kind_of, PessimisticFirstCurve(kind_of)),
+                  }[name]()
         return SimFirstLaunchCurves(BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors), supply, name)
     if name == "gnn" and weights:
         from ecolaunch.sim.policies import FoldedPolicy
@@ -356,9 +382,10 @@ def first_launch(traces: dict) -> dict:
     ``pessimistic-curve``, ``history-first-curve``, ``exact-first-curve`` and the oracle save against ``curve`` (and
     against each other: what the machine's history adds over the rule, what a perfect predictor adds over the history),
     with each one's violations minus the other's."""
-    pairs = (("pessimistic-curve", "curve"), ("history-first-curve", "curve"), ("exact-first-curve", "curve"),
-             ("oracle", "curve"), ("history-first-curve", "pessimistic-curve"),
-             ("exact-first-curve", "pessimistic-curve"), ("exact-first-curve", "history-first-curve"))
+    pairs = (("pessimistic-curve", "curve"), ("history-first-curve", "curve"), ("history-pessimistic-curve", "curve"),
+             ("exact-first-curve", "curve"), ("oracle", "curve"), ("history-first-curve", "pessimistic-curve"),
+             ("history-pessimistic-curve", "pessimistic-curve"), ("exact-first-curve", "pessimistic-curve"),
+             ("exact-first-curve", "history-first-curve"))
     out = {}
     for name, rows in traces.items():
         if not all(p in rows for p in ("curve", *FIRST_CURVE_ROWS, "oracle")):
@@ -420,6 +447,19 @@ def first_launch_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def coverage_table(result: dict) -> str:
+    """The ``coverage`` figures as one markdown table: per trace and policy, all folds and each fold."""
+    folds = sorted({f for rows in result["coverage"].values() for r in rows.values() for f in r["by_fold"]})
+    lines = ["| trace | policy | jobs | covered % | " + " | ".join(f"fold {f} %" for f in folds) + " |",
+             "|---|---|---|---|" + "---|" * len(folds)]
+    for name, rows in result["coverage"].items():
+        for policy, r in rows.items():
+            cells = [f"{r['by_fold'][f]['covered_pct']:.1f} ({r['by_fold'][f]['jobs']})" if f in r["by_fold"] else "-"
+                     for f in folds]
+            lines.append(f"| {name} | {policy} | {r['jobs']} | {r['covered_pct']:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(result: dict, path: Path) -> bool:
     try:
         import matplotlib
@@ -442,6 +482,22 @@ def plot(result: dict, path: Path) -> bool:
     return True
 
 
+def scale_margins(scale: float) -> None:
+    """The margin ablation (``--margin-scale``): :func:`~ecolaunch.profile.capchoice.cap_margin_pct` times ``scale``
+    wherever a cap is chosen on a curve or a budget floor is read from one (the cap choice of every policy, the
+    profiler's and the closed loop's choice, :mod:`ecolaunch.admin.budget`'s floors). The closed loop's own guard
+    on what it measures at its cap (:mod:`ecolaunch.profile.control`) is not scaled. For this process only."""
+    import ecolaunch.admin.budget as budget
+    import ecolaunch.profile.capchoice as capchoice
+
+    shipped = capchoice.cap_margin_pct
+
+    def scaled(model, cap_w: float, z: float = capchoice.MARGIN_Z) -> float:
+        return scale * shipped(model, cap_w, z)
+
+    capchoice.cap_margin_pct = budget.cap_margin_pct = scaled
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=5, help="how many seeds every trace and policy runs on")
@@ -455,9 +511,16 @@ def main() -> None:
                         help="score with the shipped GNN weights (which saw every job type) instead of k-fold ones")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ecolaunch-bench",
                         help="where the k-fold GNN weights are trained to (reused when present)")
+    parser.add_argument("--margin-scale", type=float, default=1.0, metavar="S",
+                        help="ablation: every cap margin (the cap choice's and the budget's floor, "
+                             "capchoice.cap_margin_pct) times S; 0 removes them (default 1: as shipped)")
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
+    if not args.margin_scale >= 0:
+        parser.error(f"--margin-scale must be a number >= 0, got {args.margin_scale}")
+    if args.margin_scale != 1.0:
+        scale_margins(args.margin_scale)
 
     from ecolaunch.sim.policies import sim_policy_names
 
@@ -465,6 +528,7 @@ def main() -> None:
     worlds = ["measured", "model"] if args.world == "both" else [args.world]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     result = run_all(seeds, policies, worlds, args.trace, args.folds, args.cache)
+    result["margin_scale"] = args.margin_scale
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)
     folds = ("the GNN scoring a job was trained without its job type (k-fold by type)" if result["folds"] else
@@ -476,16 +540,21 @@ def main() -> None:
         "difference against `exclusive` (FIFO, default power) on the same seed. `zeus-5w` and `zeus-5w-margin` are "
         "ablations, not baselines (see the script's docstring); `curve` is the default policy (the simulator's "
         "`no-gnn` ablation is the same policy); `learned %` is the share of placements the policy's learned part "
-        "decided.\n\n" + table
+        "decided." + (f" Ablation: every cap margin times {args.margin_scale:g} (`--margin-scale`)."
+                      if args.margin_scale != 1.0 else "") + "\n\n" + table
         + "\n## Goals (gnn against curve and the oracle, paired by seed)\n\n```json\n"
         + json.dumps(result["goals"], indent=2) + "\n```\n"
         + ("\n## First launches told a curve (paired by seed against `curve`)\n\n" + first_launch_table(result)
            if result["first_launch"] else "")
+        + ("\n## Margin coverage (capped jobs alone on their GPUs, all seeds)\n\n" + coverage_table(result)
+           if result["coverage"] else "")
         + ("\n## Folds (job types each fold's GNN was trained without)\n\n" + "".join(
             f"- fold {k}: {', '.join(f['types'])}\n" for k, f in result["folds"].items()) if result["folds"] else ""))
     (args.out / "energy.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     plotted = plot(result, args.out / "energy.png")
-    emit({k: result[k] for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "folds")}, args.json,
+    emit({k: result[k] for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "coverage", "folds",
+                                 "margin_scale")},
+         args.json,
          table + ("" if plotted else "\n(matplotlib not installed: no energy.png)"))
 
 

@@ -145,3 +145,21 @@ def test_each_folds_sd_z_is_fitted_on_the_other_folds_pairs_only(energy) -> None
     assert z[0] == pytest.approx(float(np.quantile(own[1], COVERAGE)))  # fold 0's margin from fold 1's pairs
     assert z[1] == pytest.approx(float(np.quantile(own[0], COVERAGE)))
     assert z[0] != pytest.approx(float(np.quantile(own[0], COVERAGE)))
+
+
+def test_the_margin_ablation_scales_every_cap_margin_and_refuses_a_negative_scale(energy, monkeypatch) -> None:
+    import ecolaunch.admin.budget as budget
+    import ecolaunch.profile.capchoice as capchoice
+    from ecolaunch.jobmodel.capcurve import fit_curve
+    from ecolaunch.jobmodel.profile import CapPoint
+
+    model = fit_curve((CapPoint(250.0, 0.118, 242.0), CapPoint(300.0, 0.106, 285.0), CapPoint(400.0, 0.1, 330.0)))
+    shipped = capchoice.cap_margin_pct(model, 200.0)
+    assert shipped > 0
+    monkeypatch.setattr(capchoice, "cap_margin_pct", capchoice.cap_margin_pct)  # undone after the test
+    monkeypatch.setattr(budget, "cap_margin_pct", budget.cap_margin_pct)
+    energy.scale_margins(0.5)
+    assert capchoice.cap_margin_pct(model, 200.0) == budget.cap_margin_pct(model, 200.0) == pytest.approx(shipped / 2)
+    ran = subprocess.run([sys.executable, str(BENCHMARKS / "energy.py"), "--margin-scale", "-1"], env=clean_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2 and "--margin-scale must be a number >= 0, got -1.0" in ran.stderr

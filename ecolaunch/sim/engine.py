@@ -48,7 +48,7 @@ from typing import Any
 from dataclasses import dataclass, field, replace
 
 from ecolaunch.admin.budget import budget_ceilings
-from ecolaunch.admin.rules import Rules
+from ecolaunch.admin.rules import Rules, job_cap_bounds
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.devices.spec import MachineSpec
 from ecolaunch.jobmodel.capcurve import default_prior
@@ -396,6 +396,9 @@ class Simulation:
                           default=math.inf)
             if ceiling < math.inf:
                 cap = min(cap if cap is not None else ceiling, ceiling)
+        bounds = job_cap_bounds(self.rules, gpus)
+        if cap is not None and bounds is not None:  # was its curve right there, margin included?
+            world.record_coverage(job.user, job.kind, cap, bounds, board)
         if cap == caps[0]:
             return set()
         rec = self.graph.jobs[job.id]

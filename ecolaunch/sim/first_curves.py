@@ -5,7 +5,8 @@ What lives here: the three suppliers the energy benchmark compares, each a first
 :class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves` (the policy layer's wrapper; :class:`SimFirstLaunchCurves`
 binds it to the simulation's world): :class:`PessimisticFirstCurve` (the rule a skeptic tries first: the most
 pessimistic curve of the job types of the *other* folds, on the job's board), :class:`HistoryFirstCurve` (what the
-launcher does: the profile another user measured of the same job on this machine, else the pessimistic curve) and
+launcher does: the profile another user measured of the same job on this machine; else nothing, or the pessimistic
+curve) and
 :class:`ExactFirstCurve` (the job's true curve: what a perfect first-launch predictor would say, an upper bound).
 What does not: the world's truth (:mod:`ecolaunch.sim.measured`), the budget that reads the curve
 (:mod:`ecolaunch.admin.budget`).
@@ -94,12 +95,12 @@ class PessimisticFirstCurve:
 class HistoryFirstCurve:
     """What the history of the machine says of a first launch: the profile another user measured of the same job
     type on the job's board (:meth:`~ecolaunch.sim.measured.MeasuredWorld.machine_history_profile`: a colleague ran
-    the same script the same way), else ``fallback``'s curve. The world is the simulation's own, bound when it is
-    made (:meth:`bind_world`): its history grows as the run goes."""
+    the same script the same way), else ``fallback``'s curve (None: nothing, as the launcher does). The world is the
+    simulation's own, bound when it is made (:meth:`bind_world`): its history grows as the run goes."""
 
     name = "history"
 
-    def __init__(self, kind_of: Mapping[str, str], fallback) -> None:
+    def __init__(self, kind_of: Mapping[str, str], fallback=None) -> None:
         self.kind_of, self.fallback = dict(kind_of), fallback
         self.world: MeasuredWorld | None = None
         self.told = {"history": 0, "fallback": 0}
@@ -115,7 +116,9 @@ class HistoryFirstCurve:
             return None
         known = self.world.machine_history_profile(job.user, self.kind_of[job.id], board)
         self.told["history" if known is not None else "fallback"] += 1
-        return known if known is not None else self.fallback(state, job)
+        if known is not None or self.fallback is None:
+            return known
+        return self.fallback(state, job)
 
 
 class SimFirstLaunchCurves(FirstLaunchCurves):

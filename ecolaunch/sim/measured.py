@@ -93,9 +93,9 @@ from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, job_cap_choice
+from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, cap_margin_pct, job_cap_choice
 from ecolaunch.profile.control import CapController
-from ecolaunch.jobmodel.capcurve import CapPrior, merge_points
+from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve, merge_points
 from ecolaunch.profile.powercap import cap_grid, profile_caps
 from ecolaunch.sim.interference import fit_gavel, gavel_set, impute_held_type
 from ecolaunch.sim.models import gavel_solo, read_data_csv
@@ -300,6 +300,8 @@ class MeasuredWorld:
         self.first_launches = 0
         self.repeat_launches = 0
         self.oom_failures = 0
+        #: (job type, covered) of every capped job alone on its GPUs: :meth:`record_coverage`
+        self.coverage: list[tuple[str, bool]] = []
 
     # --- folds ---------------------------------------------------------------------------------------
     def _deal_folds(self) -> dict[str, int]:
@@ -498,6 +500,24 @@ class MeasuredWorld:
         known.points = list(merge_points([*known.points, *ctl.learned()]))
         final = ctl.cap_w
         return None if final >= bounds[1] - 1e-9 else final
+
+
+    def record_coverage(self, user: str, kind: str, cap_w: float, bounds: tuple[float, float],
+                        board: str | None = None) -> bool | None:
+        """Whether the type's true slowdown at ``cap_w`` stays within what the job's history (the curve its launcher
+        reads: profiled points and what the closed loop learned) predicts there plus the margin the cap choice keeps
+        back (:func:`~ecolaunch.profile.capchoice.cap_margin_pct`); kept in :attr:`coverage` as ``(kind, covered)``.
+        None (nothing kept): no history, or ``cap_w`` at the top of ``bounds`` (uncapped: nothing predicted)."""
+        known = self._history.get((user, kind, board or self.board))
+        if known is None or cap_w >= bounds[1] - 1e-9:
+            return None
+        model = fit_curve(known.points, held_out_prior(kind))
+        predicted = 100.0 * (model.predict(cap_w).iter_time_s / model.predict(bounds[1]).iter_time_s - 1.0)
+        j = self._board(board)[1][kind]
+        true = 100.0 * (j.time_ratio(cap_w) / j.time_ratio(bounds[1]) - 1.0)
+        covered = true <= predicted + cap_margin_pct(model, cap_w) + 1e-9
+        self.coverage.append((kind, covered))
+        return covered
 
 
 def holdout_key(curve: TruthCurve) -> str:

@@ -1,10 +1,13 @@
 """The curves a first launch can be told before it runs (ecolaunch.sim.first_curves): the pessimistic rule reads only
 the other folds' types, the exact one the truth, the history one another user's measurement of the same type; a
-policy decides a first launch with the supplied curve while a repeat keeps its own."""
+policy decides a first launch with the supplied curve while a repeat keeps its own; the margins' coverage."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ecolaunch.admin.rules import Rules
+from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.curve import CurvePolicy
@@ -87,3 +90,19 @@ def test_the_history_curve_is_another_users_measured_profile_of_the_type_else_th
     other = sorted(world.kinds)[6]
     assert world.machine_history_profile("u", other) is None  # another type is not the same job
     assert supply.told == {"history": 1, "fallback": 1}
+
+
+def test_coverage_says_whether_the_truth_stayed_within_the_curve_and_its_margin() -> None:
+    world = MeasuredWorld(seed=1)
+    kind = sorted(world.kinds)[5]
+    bounds = (100.0, 250.0)
+    assert world.record_coverage("u", kind, 150.0, bounds) is None  # no history: nothing predicted
+    world.profile_inline("u", kind)
+    assert world.record_coverage("u", kind, 250.0, bounds) is None  # uncapped: nothing predicted
+    covered = world.record_coverage("u", kind, 150.0, bounds)
+    assert isinstance(covered, bool) and world.coverage == [(kind, covered)]
+    # a history that says the type loses nothing at 100 W is not covered where the truth slows down
+    truth = world.job_kind(kind)
+    flat = [CapPoint(c, truth.iter_time_s, 100.0) for c in (100.0, 175.0, 250.0)]
+    world._history[("v", kind, BOARD)] = dataclasses.replace(world._history[("u", kind, BOARD)], points=flat)
+    assert truth.time_ratio(100.0) > 1.05 and world.record_coverage("v", kind, 100.0, bounds) is False
