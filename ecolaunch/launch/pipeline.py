@@ -34,9 +34,9 @@ from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.launch.torchrun import WorkerOutcome, run_workers
 from ecolaunch.launch.workerenv import allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
+from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.waiting import Waiting
-from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.profile.history import History, JobIdentity, JobMatch
 from ecolaunch.profile.modes import ProfileAction, resolve_mode
 from ecolaunch.state.graph import Job
@@ -344,8 +344,8 @@ def _worker_args(args, placement: Placement, request: JobRequest):
 
 def _heartbeat(session: Session, placement: Placement, observer, stop: threading.Event) -> None:
     """Every HEARTBEAT_S: refresh the job's lease with the run's progress so far (for ``ecolaunch status`` and
-    ``top``) and, once this run profiled a job booked without a profile, its measured profile; and tell the observer who shares its GPUs now (energy shares, and the closed loop, which stops on a GPU
-    that became shared)."""
+    ``top``) and, once this run profiled a job booked without a profile, its measured profile; and tell the observer
+    who shares its GPUs now (energy shares, and the closed loop, which stops on a GPU that became shared)."""
     failing: str | None = None  # the kind of failure already reported: each kind is one warning, not one a beat
     while not stop.wait(HEARTBEAT_S):
         try:

@@ -26,7 +26,6 @@ This module decides nothing itself (the policy does) and prints nothing (the CLI
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import random
 import time
