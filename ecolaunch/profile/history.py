@@ -362,8 +362,7 @@ class History:
             if uid == self._tree.uid:
                 continue
             theirs = dataclasses.replace(identity, user=account_name(uid))
-            fp = theirs.fingerprint(key)
-            entry = self._read(name, uid, "profiles", f"{fp}.json", _PROFILE_FORMAT, ProfileEntry)
+            entry = self._profile_entry(name, uid, theirs.fingerprint(key))
             if entry is None or entry.profile is None or not entry.profile.knows_power:
                 continue
             if (disturbed := _contradiction(entry.profile)) is not None:
@@ -371,7 +370,7 @@ class History:
                             name, disturbed)
                 continue
             if best is None or entry.updated_at > best[1].updated_at:
-                best = (name, dataclasses.replace(entry, fingerprint=fp, hints=launch_hints(entry.hints)))
+                best = (name, entry)
         return best
 
     # --- profiles ----------------------------------------------------------------------------------
@@ -381,8 +380,7 @@ class History:
             raise ConfigError(f"fingerprint {fp!r} is not 64 hex digits", hint="use history.fingerprint(...)")
         if self.own_dir_problem() is not None:
             return None  # said once: nothing of this user's can be there
-        entry = self._read(self._tree.user, self._tree.uid, "profiles", f"{fp}.json", _PROFILE_FORMAT, ProfileEntry)
-        return None if entry is None else dataclasses.replace(entry, fingerprint=fp, hints=launch_hints(entry.hints))
+        return self._profile_entry(self._tree.user, self._tree.uid, fp)
 
     def lookup_profile(self, fp: str) -> Profile | None:
         entry = self.lookup(fp)
@@ -470,6 +468,11 @@ class History:
             logger.warning("ignoring history record %s: it names user %r but belongs to %s", where, rec.user, user)
             return None
         return rec
+
+    def _profile_entry(self, user: str, uid: int, fp: str) -> ProfileEntry | None:
+        """``user``'s stored entry of fingerprint ``fp``, its hints validated (:func:`launch_hints`), or None."""
+        entry = self._read(user, uid, "profiles", f"{fp}.json", _PROFILE_FORMAT, ProfileEntry)
+        return None if entry is None else dataclasses.replace(entry, fingerprint=fp, hints=launch_hints(entry.hints))
 
     def _read(self, user: str, uid: int, kind: str, name: str, fmt: str, type_: type[_R]) -> _R | None:
         """The record in ``<user>/<kind>/<name>``, decoded by :func:`ecolaunch.jobmodel.codec.decode_record`; None when
