@@ -7,6 +7,7 @@ environment variable names live here as constants so that help texts, docs and t
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import stat
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ ENV_PROFILE = "ECOLAUNCH_PROFILE"  # --profile auto|pre|inline|off
 ENV_JOB_NAME = "ECOLAUNCH_JOB_NAME"  # --name: the job's name in status, history, the queue and ``ecolaunch cancel``
 ENV_JOB_KEY = "ECOLAUNCH_JOB_KEY"  # --job-key KEY: the job's history key
 ENV_FRESH_PROFILE = "ECOLAUNCH_FRESH_PROFILE"  # --fresh-profile: measure a new profile
+ENV_PLAN_TIMEOUT = "ECOLAUNCH_PLAN_TIMEOUT"  # seconds a multi-node job's launchers wait for each other's plan
 ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a GNN weight file; default: <state dir>/gnn/weights.pt when present
 
 # --- environment variables ecolaunch sets for the workers it launches ----------------------------
@@ -54,6 +56,22 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
     if raw in _FALSE:
         return False
     raise ConfigError(f"{name}={env[name]!r} is not a boolean", hint=f"set {name} to 1 or 0")
+
+
+def plan_timeout_s(env: Mapping[str, str]) -> float | None:
+    """``$ECOLAUNCH_PLAN_TIMEOUT`` (seconds > 0) or None (the launchers of a multi-node job wait as long as torch's
+    rendezvous would); anything else is a ConfigError."""
+    raw = env.get(ENV_PLAN_TIMEOUT, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{ENV_PLAN_TIMEOUT}={env[ENV_PLAN_TIMEOUT]!r} is not a number of seconds > 0",
+                          hint=f"set {ENV_PLAN_TIMEOUT} to e.g. 120, or unset it (torch's rendezvous timeout)")
+    return value
 
 
 def default_state_dir(env: Mapping[str, str], policy_dir: Path | None = None) -> Path:

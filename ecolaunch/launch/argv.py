@@ -38,6 +38,7 @@ from ecolaunch import config
 from ecolaunch.config import LaunchOptions
 from ecolaunch.errors import ConfigError, ProgramNotFound, with_hint
 from ecolaunch.launch import exitcodes
+from ecolaunch.launch.slurm import Allocation, allocation, fill_rendezvous
 from ecolaunch.launch.torchrun import FunctionCall, check_args
 from ecolaunch.policy.registry import policy_names
 from ecolaunch.profile.modes import DEFAULT_MODE, parse_mode
@@ -113,6 +114,9 @@ class ParsedLaunch:
     python_exec: str | None = None
     #: what the workers call instead of a script (``ecolaunch.launch(fn)``; ``torch_args`` names it as a module)
     function: FunctionCall | None = None
+    #: the Slurm allocation the launch runs in (None: outside Slurm), and the rendezvous options taken from it
+    slurm: Allocation | None = None
+    slurm_filled: tuple[str, ...] = ()
 
 
 def build_parser(env: Mapping[str, str], prog: str = "ecolaunch",
@@ -203,6 +207,8 @@ def parse(argv: Sequence[str], env: Mapping[str, str], executable: str = sys.exe
     ns = parser.parse_args(expanded)
     try:
         options, memory_mib = _options(ns)
+        alloc = allocation(env)
+        filled = () if alloc is None else fill_rendezvous(ns, alloc, _given(parser, expanded, env, _NODE_DESTS))
         check_nproc(ns)
         check_args(ns, nproc_override="1" if ns.nproc_per_node in ELASTIC_NPROC else None)
         check_script(ns)
@@ -212,7 +218,29 @@ def parse(argv: Sequence[str], env: Mapping[str, str], executable: str = sys.exe
         parser.error(with_hint(str(e), e.hint))
     for flags, *_ in ECO_OPTIONS:
         delattr(ns, "eco_" + flags[-1].lstrip("-").replace("-", "_"))
-    return ParsedLaunch(torch_args=ns, options=options, memory_mib=memory_mib, python_exec=python_exec)
+    return ParsedLaunch(torch_args=ns, options=options, memory_mib=memory_mib, python_exec=python_exec, slurm=alloc,
+                        slurm_filled=filled)
+
+
+#: the rendezvous options a Slurm step may fill (:func:`ecolaunch.launch.slurm.fill_rendezvous`)
+_NODE_DESTS = ("nnodes", "node_rank", "master_addr", "rdzv_backend", "rdzv_endpoint")
+
+
+def _given(parser: argparse.ArgumentParser, argv: Sequence[str], env: Mapping[str, str],
+           dests: Sequence[str]) -> set[str]:
+    """Which of ``dests`` the command line or its ``PET_*`` variable gave: the arguments parsed again with those
+    defaults replaced by a marker (argparse keeps no record of what was typed)."""
+    marker = object()
+    actions = [a for a in parser._actions if a.dest in dests]
+    saved = [a.default for a in actions]
+    for a in actions:
+        a.default = marker
+    try:
+        probe = parser.parse_args(list(argv))
+    finally:
+        for a, default in zip(actions, saved):
+            a.default = default
+    return {d for d in dests if getattr(probe, d, marker) is not marker or env.get(f"PET_{d.upper()}")}
 
 
 def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:

@@ -17,6 +17,7 @@ import dataclasses
 import errno
 import logging
 import os
+import signal
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -25,20 +26,22 @@ from typing import Any, ContextManager
 
 from ecolaunch.admin.rules import job_bound_pct
 from ecolaunch.clock import SystemClock
+from ecolaunch.config import plan_timeout_s
 from ecolaunch.errors import DriverNotFound, EcolaunchError, StateError
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import CPU_NPROC, ELASTIC_NPROC, ParsedLaunch
 from ecolaunch.launch.jobcaps import JobCaps, orphan_keeper
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
-from ecolaunch.launch.torchrun import WorkerOutcome, run_workers
-from ecolaunch.launch.workerenv import allowed_by_visible_devices, worker_env
+from ecolaunch.launch.nodes import Meeting, meet
+from ecolaunch.launch.torchrun import Rendezvous, WorkerOutcome, rendezvous_of, run_workers
+from ecolaunch.launch.workerenv import allowed_by_slurm, allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.waiting import Waiting
 from ecolaunch.profile.history import History, JobIdentity, JobMatch
-from ecolaunch.profile.modes import ProfileAction, resolve_mode
+from ecolaunch.profile.modes import ProfileAction, ProfilePlan, resolve_mode
 from ecolaunch.state.graph import Job
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
@@ -130,9 +133,11 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     session = Session(store, backend, get_policy(opts.placement_policy, gnn_weights=weights), rules,
                       cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
     host_gpus = _host_gpus(session)
-    allowed = allowed_by_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), host_gpus)
+    allowed = _allowed_gpus(parsed, env, host_gpus, ui)
     history = History(environment.state_dir)
-    match, plan = _profile_plan(parsed, ctx.user, allowed, history, host_gpus)
+    rdzv = _multi_node(args)
+    plan_wait_s = None if rdzv is None else plan_timeout_s(env) or rdzv.join_timeout_s  # checked before booking
+    match, plan = _profile_plan(parsed, ctx.user, allowed, history, host_gpus, rdzv)
     entry = match.entry if match is not None else None
     logger.info("profiling: %s", plan.reason)
     request = _request(parsed, session, ctx, allowed, entry.hints if entry is not None else {}, ui)
@@ -144,7 +149,7 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
         ui.decision(decision, graph.hosts[session.host].gpus, "-", 0.0, True, waiting)
         return exitcodes.OK
     launcher = Launcher(pid=os.getpid(), start_time=_own_start_time(), uid=os.getuid(), user=request.user)
-    run = _Run(session, launcher, parsed, extra_env, rules, environment.state_dir, history, match, env, ui)
+    run = _Run(session, launcher, parsed, extra_env, rules, environment.state_dir, history, match, env, ui, rdzv, plan_wait_s)
     action, profiling_energy_j, source = plan.action, None, None
     if action is ProfileAction.PRE:
         ui.message(plan.reason)
@@ -160,6 +165,7 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     if outcome.report:
         ui.message(outcome.report)
     ui.summary(observer)
+    run.finish(observer, outcome)
     ui.finished(outcome)
     return outcome.exit_code
 
@@ -178,6 +184,12 @@ class _Run:
     match: JobMatch | None
     env: Mapping[str, str]
     ui: LaunchCallbacks
+    #: where a job over several nodes meets its other nodes (None: one node)
+    rdzv: Rendezvous | None = None
+    #: how long it waits for them (``ECOLAUNCH_PLAN_TIMEOUT``, else torch's own rendezvous timeout)
+    plan_wait_s: float = 0.0
+    #: the last run's meeting with the other nodes (None: one node)
+    meeting: Meeting | None = None
 
     def __call__(self, request: JobRequest, action, *, profiling_energy_j: float | None = None,
                  profile_source: str | None = None):
@@ -186,6 +198,7 @@ class _Run:
         job = session.submit(request, self.launcher, name=name, info=_request_info(parsed, request))
         stop_heartbeat = threading.Event()
         caps: JobCaps | None = None
+        meeting: Meeting | None = None
         try:
             try:
                 placement = session.wait_for_placement(
@@ -195,6 +208,7 @@ class _Run:
                     ui.left_queue(job, stop)
                 raise
             ui.decision(placement.decision, placement.gpus, job.id, placement.waited_s, False, None)
+            meeting = self._meet(job, placement)
             caps = JobCaps(session, placement, self.state_dir, self.env, on_message=ui.message)
             caps.begin()
             worker_args = _worker_args(parsed.torch_args, placement, request)
@@ -216,19 +230,80 @@ class _Run:
             with observer:
                 env = {**worker_env(job.id, placement.decision.gpus, placement.gpus), **self.extra_env,
                        **observer.worker_env()}
-                outcome = run_workers(worker_args, env, parsed.function)
+                stuck = None if meeting is None else _leave_stuck(session, job, caps, ui)
+                outcome = run_workers(worker_args, env, parsed.function, on_stuck=stuck)
                 observer.set_exit_code(outcome.exit_code)
         finally:
             stop_heartbeat.set()
             _release(session, job.id, caps, ui)
+        self.meeting = meeting
         return outcome, observer
 
+    def _meet(self, job: Job, placement: Placement) -> Meeting | None:
+        """A job over several nodes: meet the others (:func:`~ecolaunch.launch.nodes.meet`) and say what was agreed."""
+        if self.rdzv is None:
+            return None
+        names = [placement.gpus[u].name for u in placement.decision.gpus if u in placement.gpus]
+        try:
+            meeting = meet(self.rdzv, job.id, placement.decision.gpus, names, wait_s=self.plan_wait_s,
+                           host=self.session.host)
+        except BaseException as stop:
+            if not isinstance(stop, Exception):  # a stop signal's exception (the CLI's), not an error
+                self.ui.message(f"job {job.id} ({job.name}) stopped while waiting for its other nodes; its GPUs are "
+                                "released")
+            raise
+        for line in meeting.lines:
+            self.ui.message(f"job {job.id}: {line}")
+        return meeting
 
-def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history: History, host_gpus: list):
+    def finish(self, observer, outcome: WorkerOutcome) -> None:
+        """A job over several nodes: this node's energy to the leader; the leader says the whole job's."""
+        if self.meeting is None:
+            return
+        done = observer.summary()
+        lines = self.meeting.finish(done.energy_j, done.duration_s, outcome.exit_code)
+        if lines:
+            self.ui.message(lines[0])
+        for line in lines[1:]:
+            logger.info("%s", line.strip())
+
+
+def _allowed_gpus(parsed: ParsedLaunch, env: Mapping[str, str], host_gpus: list, ui: LaunchCallbacks):
+    """The GPUs this launch may be placed on: a Slurm allocation's (:mod:`~ecolaunch.launch.slurm`), else what an
+    inherited ``CUDA_VISIBLE_DEVICES`` allows, else any (None)."""
+    alloc = parsed.slurm
+    if alloc is None:
+        return allowed_by_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), host_gpus)
+    node = "" if alloc.node_id is None else f", node {alloc.node_id} of {alloc.num_nodes}"
+    filled = f"; from the allocation: {' '.join(parsed.slurm_filled)}" if parsed.slurm_filled else ""
+    if alloc.gpu_indices is None:
+        ui.message(f"Slurm job {alloc.job_id}{node}{filled}; Slurm gave no GPU list, so CUDA_VISIBLE_DEVICES (if set) "
+                   "says which GPUs the job may use")
+        return allowed_by_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), host_gpus)
+    gpus = ",".join(map(str, alloc.gpu_indices)) or "none"
+    ui.message(f"Slurm job {alloc.job_id}{node}{filled}; placed only on the allocation's GPU {gpus}")
+    return allowed_by_slurm(alloc.gpu_indices, host_gpus)
+
+
+def _multi_node(args) -> Rendezvous | None:
+    """The rendezvous of a job that may span several nodes (``--nnodes`` above 1), else None."""
+    from torch.distributed.run import parse_min_max_nnodes  # lazy: torch is loaded already (the parser is torch's)
+
+    if getattr(args, "standalone", False) or parse_min_max_nnodes(args.nnodes)[1] <= 1:
+        return None
+    return rendezvous_of(args)
+
+
+def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history: History, host_gpus: list,
+                  rdzv: Rendezvous | None = None):
     """How the job matched its history (:meth:`~ecolaunch.profile.history.History.match`) and what ``--profile``
     resolves to against it (the match None: the GPU model the job will get on ``allowed_gpus`` is not known before
-    placement, on a host with mixed or no GPUs)."""
+    placement, on a host with mixed or no GPUs; or a job over several nodes, which the plan of
+    :mod:`~ecolaunch.launch.nodes` leaves unprofiled)."""
     args, opts = parsed.torch_args, parsed.options
+    if rdzv is not None:
+        return None, ProfilePlan(ProfileAction.OFF, None, f"a job over up to {rdzv.max_nodes} nodes is not "
+                                 "profiled: one node's cap paces every node (docs/multinode.md)")
     gpus = [g for g in host_gpus if allowed_gpus is None or g.uuid in allowed_gpus]
     models = sorted({g.name for g in gpus})
     if len(models) != 1:
@@ -294,7 +369,8 @@ def _plain(parsed: ParsedLaunch, extra_env: dict[str, str], why: str, ui: Launch
     ui.no_gpus(why, parsed.options.dry_run)
     if parsed.options.dry_run:
         return exitcodes.OK
-    outcome = run_workers(parsed.torch_args, extra_env, parsed.function)
+    stuck = None if _multi_node(parsed.torch_args) is None else _exit_stuck
+    outcome = run_workers(parsed.torch_args, extra_env, parsed.function, on_stuck=stuck)
     if outcome.report:
         ui.message(outcome.report)
     ui.finished(outcome)
@@ -332,6 +408,8 @@ def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed
         memory_mib=memory_mib,
         allowed_slowdown_pct=allowed_slowdown_pct,
         allowed_gpus=allowed_gpus,
+        allowed_by="CUDA_VISIBLE_DEVICES" if parsed.slurm is None or parsed.slurm.gpu_indices is None else
+        f"Slurm job {parsed.slurm.job_id}'s allocation",
     )
 
 
@@ -367,6 +445,29 @@ def _heartbeat(session: Session, placement: Placement, observer, stop: threading
             if failing is not None:
                 logger.warning("job %s: heartbeat works again", placement.job.id)
                 failing = None
+
+
+def _leave_stuck(session: Session, job: Job, caps, ui: LaunchCallbacks) -> Callable[[int], None]:
+    """What a stop signal does while torch's rendezvous waits for the other nodes (in C++, where the CLI's handler
+    cannot run: :class:`~ecolaunch.launch.torchrun._StopWatch`): release the job and its caps, say so, and end the
+    process with 128+N as the handler would have."""
+
+    def leave(signum: int) -> None:
+        try:
+            ui.message(f"job {job.id} ({job.name}) stopped by {signal.Signals(signum).name} while waiting for its other nodes at "
+                       f"torch's rendezvous; its GPUs are released; exit {exitcodes.from_signal(signum)}")
+            session.release(job.id)
+            if caps is not None:
+                caps.release()
+        finally:
+            os._exit(exitcodes.from_signal(signum))
+
+    return leave
+
+
+def _exit_stuck(signum: int) -> None:
+    """A launch that booked nothing, stopped while torch's rendezvous waits: end as the CLI's handler would."""
+    os._exit(exitcodes.from_signal(signum))
 
 
 def _release(session: Session, job_id: str, caps, ui: LaunchCallbacks) -> None:

@@ -289,12 +289,14 @@ class Session:
         allocated = [g for g in host.gpus.values() if g.uuid in request.allowed_gpus] if (
             host and request.allowed_gpus is not None) else None
         if allocated is not None and len(allocated) < request.nproc:
-            # an allocation (CUDA_VISIBLE_DEVICES, e.g. from Slurm) is what limits the job, not the admin's rules
+            # an allocation (CUDA_VISIBLE_DEVICES, a Slurm allocation) is what limits the job, not the admin's rules
             shown = ",".join(str(g.index) for g in sorted(allocated, key=lambda g: g.index)) or "none"
+            slurm = request.allowed_by != "CUDA_VISIBLE_DEVICES"
             raise NeverFits(
-                f"job asks for {request.nproc} GPU(s) and can never fit: CUDA_VISIBLE_DEVICES allows "
+                f"job asks for {request.nproc} GPU(s) and can never fit: {request.allowed_by} allows "
                 f"{len(allocated)} of this host's {total} GPU(s) (GPU {shown})",
-                hint="lower --nproc-per-node, list more GPUs in CUDA_VISIBLE_DEVICES, or unset it to place on any GPU",
+                hint="lower --nproc-per-node, or ask Slurm for more GPUs (--gres=gpu:N)" if slurm else
+                "lower --nproc-per-node, list more GPUs in CUDA_VISIBLE_DEVICES, or unset it to place on any GPU",
             )
         if len(usable) < request.nproc:
             mine = "" if len(usable) == total else f", {len(usable)} of them usable by user {request.user!r}"

@@ -12,12 +12,14 @@ forward signals to the workers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import logging
 import os
 import signal
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -104,10 +106,53 @@ def check_args(args: argparse.Namespace, nproc_override: str | None = None) -> N
         _restore_env(saved_env)
 
 
+@dataclass(frozen=True, slots=True)
+class Rendezvous:
+    """Where the nodes of a job meet, as torch's ``config_from_args`` resolves it: the backend, the endpoint
+    (``host:port``; the static backend's is ``--master-addr:--master-port``), the run id, the node counts and, for the
+    static backend, this node's rank (None: torch assigns it at the rendezvous)."""
+
+    backend: str
+    endpoint: str
+    run_id: str
+    min_nodes: int
+    max_nodes: int
+    node_rank: int | None
+    #: seconds torch itself waits for the other nodes (the static backend's ``timeout``, c10d's ``join_timeout``)
+    join_timeout_s: float
+
+    @property
+    def multi_node(self) -> bool:
+        return self.max_nodes > 1
+
+
+def rendezvous_of(args: argparse.Namespace) -> Rendezvous:
+    """The rendezvous torch will run for ``args`` (a checked launch: :func:`check_args` passed), read from torch's
+    own ``config_from_args`` (and its defaults: 900 s for the static backend, 600 s for c10d's join)."""
+    import torch.distributed.run as torchrun
+
+    saved_env = {k: os.environ.get(k) for k in _ENV_TOUCHED_BY_TORCH}
+    torch_logger = logging.getLogger(torchrun.__name__)
+    saved_level = torch_logger.level
+    torch_logger.setLevel(logging.ERROR)
+    try:
+        config, _, _ = torchrun.config_from_args(copy.deepcopy(args))
+    finally:
+        torch_logger.setLevel(saved_level)
+        _restore_env(saved_env)
+    conf = config.rdzv_configs
+    static = config.rdzv_backend == "static"
+    timeout = conf.get("timeout", 900) if static else conf.get("join_timeout", 600)
+    return Rendezvous(config.rdzv_backend, config.rdzv_endpoint, str(config.run_id), config.min_nodes,
+                      config.max_nodes, int(conf["rank"]) if static and "rank" in conf else None, float(timeout))
+
+
 def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str],
-                function: FunctionCall | None = None) -> WorkerOutcome:
+                function: FunctionCall | None = None, *, on_stuck: Callable[[int], None] | None = None) -> WorkerOutcome:
     """Launch the worker group with ``env_updates`` added to the workers' environment; wait for it. With
-    ``function``, the workers call it instead of running ``args.training_script``."""
+    ``function``, the workers call it instead of running ``args.training_script``. ``on_stuck(signum)``: what to do
+    when a stop signal arrives while torch's rendezvous waits for other nodes (:class:`_StopWatch`); it must end
+    the process."""
     import torch.distributed.run as torchrun
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -116,9 +161,11 @@ def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str],
     saved_handlers = {s: signal.getsignal(s) for s in _HANDLED_SIGNALS}
     saved_env = {k: os.environ.get(k) for k in (*env_updates, *_ENV_TOUCHED_BY_TORCH)}
     os.environ.update(env_updates)
+    watch = _StopWatch(on_stuck) if on_stuck is not None else contextlib.nullcontext()
     try:
         if function is None:
-            torchrun.run(copy.deepcopy(args))
+            with watch:
+                torchrun.run(copy.deepcopy(args))
             return WorkerOutcome(exitcodes.OK)
         config, _, _ = torchrun.config_from_args(_single_node(args, torchrun.parse_min_max_nnodes))
         values = elastic_launch(config, _FunctionWorker(function.fn))(*function.args)
@@ -139,6 +186,51 @@ def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str],
         _restore_env(saved_env)
         for sig, handler in saved_handlers.items():
             signal.signal(sig, handler)
+
+
+#: seconds a stop signal may wait for the main thread before :class:`_StopWatch` acts
+STUCK_GRACE_S = 2.0
+
+
+class _StopWatch:
+    """Torch's rendezvous waits for the other nodes inside C++ (``TCPStore``'s connect and wait), where no Python
+    signal handler runs, so a launcher waiting there ignored SIGTERM for as long as torch waits (torchrun has no
+    handler then, and dies of the signal). Inside this context a stop signal is also written to a pipe
+    (``signal.set_wakeup_fd``) that a thread reads; if after :data:`STUCK_GRACE_S` the main thread has neither
+    left the context nor let torch install its own handler (torch does when it starts the workers, and then stops
+    them itself), the thread calls ``on_stuck(signum)``, which releases the job and ends the process."""
+
+    def __init__(self, on_stuck: Callable[[int], None]) -> None:
+        self.on_stuck = on_stuck
+        self._left = threading.Event()
+
+    def __enter__(self) -> _StopWatch:
+        self._handlers = {s: signal.getsignal(s) for s in _HANDLED_SIGNALS}
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        self._write = write
+        self._saved_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, name="ecolaunch-stopwatch", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._left.set()
+        signal.set_wakeup_fd(self._saved_fd)
+        os.close(self._write)  # the thread reads end-of-file and ends
+
+    def _watch(self) -> None:
+        try:
+            while True:
+                data = os.read(self._read, 64)
+                if not data:
+                    return
+                for signum in data:
+                    if signum not in self._handlers or self._left.wait(STUCK_GRACE_S):
+                        continue
+                    if signal.getsignal(signum) is self._handlers[signum]:  # torch's handler is not in yet
+                        self.on_stuck(signum)
+        finally:
+            os.close(self._read)
 
 
 def _failure_text(failure) -> str | None:

@@ -35,6 +35,18 @@ def allowed_by_visible_devices(visible: str | None, gpus: Sequence[GpuNode]) -> 
     return tuple(chosen)
 
 
+def allowed_by_slurm(indices: Sequence[int], gpus: Sequence[GpuNode]) -> tuple[str, ...]:
+    """The UUIDs of the GPUs a Slurm allocation gave this node (``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS``: NVML indices,
+    :mod:`ecolaunch.launch.slurm`)."""
+    by_index = {g.index: g.uuid for g in gpus}
+    missing = [i for i in indices if i not in by_index]
+    if missing:
+        raise ConfigError(f"the Slurm allocation names GPU {', '.join(map(str, missing))}, which this host does not "
+                          f"have (it has {', '.join(str(g.index) for g in gpus) or 'none'})",
+                          hint="check the allocation's --gres and gres.conf; 'ecolaunch status' lists this host's GPUs")
+    return tuple(by_index[i] for i in indices)
+
+
 def worker_env(job_id: str, gpu_uuids: Sequence[str], gpus: Mapping[str, GpuNode]) -> dict[str, str]:
     """Variables to add to every worker's environment (torch's own are set by torch)."""
     indices = ",".join(str(gpus[u].index) for u in gpu_uuids)

@@ -34,6 +34,8 @@ class JobRequest:
     profile: Profile | None = None
     #: restrict placement to these GPU UUIDs (e.g. an allocation given through CUDA_VISIBLE_DEVICES)
     allowed_gpus: tuple[str, ...] | None = None
+    #: what set ``allowed_gpus``, for the messages that name it (``CUDA_VISIBLE_DEVICES``, a Slurm allocation)
+    allowed_by: str = "CUDA_VISIBLE_DEVICES"
     #: the user's Unix groups (for GPUs the admin reserved for a group)
     groups: tuple[str, ...] = ()
 

@@ -1,0 +1,289 @@
+"""A job over several machines: its launchers meet in torch's own rendezvous store, agree one plan, and add up the
+job's energy at the end.
+
+What lives here: :func:`meet` (every node's launcher, after it booked its GPUs and before torch's rendezvous),
+:class:`Meeting` (what was agreed, and :meth:`Meeting.finish`: each node's energy to the leader, the job's total
+back), :class:`Plan`. What does not: where the rendezvous is (:func:`ecolaunch.launch.torchrun.rendezvous_of`, read
+from torch's own ``config_from_args``), how a plan's caps are applied (the node's own ``JobCaps``), printing (the
+pipeline's callbacks).
+
+**The store.** No new server: torch's c10d backend opens a multi-tenant ``TCPStore`` at ``--rdzv-endpoint`` (the
+server where the endpoint is this machine, else a client), and the static backend one at
+``--master-addr:--master-port`` (the server on node rank 0). A launcher opens the same store, in its own process and
+before torch's ``run()`` (verified with torch 2.13: a second multi-tenant ``TCPStore`` of the same port in the same
+process shares the first one's server, so torch's rendezvous finds it running), without ``world_size`` (so torch's
+own count of the nodes that connected is not changed), and keeps its keys under ``ecolaunch/<run id>/``
+(a ``PrefixStore``).
+
+**The meeting.** Each launcher takes an arrival number (``add``), writes what its node has (host, GPUs, job id,
+protocol version) and waits for the plan. The leader (node rank 0 of the static backend, else the first to arrive)
+waits until the job's nodes have all written (``--nnodes N``: N; elastic ``MIN:MAX``: MIN, later nodes join the
+plan as it is), then writes the plan. Every wait polls in short steps, so a stop signal ends it at once: the node
+leaves, its booking is released and it exits 128+N, as a waiting torchrun would (torch's own rendezvous waits in
+C++, where no Python signal handler runs: ``run_workers`` covers that window too).
+
+**The plan** (protocol 1) is the same on every node: each node runs at its default power limit and is not profiled,
+because one node's cap paces every node of a synchronous job and a node probing low caps alone slows all of them;
+a node's own admin policy still binds (a power budget there may cap it). A node that cannot reach the store, or whose
+leader never answers within the wait, runs the same way and says why in one line; so does a leader whose peers
+never write (a peer running torchrun or an older ecolaunch). The whole job's energy: at the end each node writes its
+GPU energy and time; the leader waits for them (at most :data:`FINISH_WAIT_S`) and prints the total.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ecolaunch._version import __version__
+from ecolaunch.launch.torchrun import Rendezvous
+
+logger = logging.getLogger(__name__)
+
+#: the meeting's protocol: a leader plans only with peers that speak the same one
+PROTOCOL = 1
+#: seconds between two looks at the store while waiting (a stop signal is handled between them)
+POLL_S = 0.2
+#: seconds one connection attempt to the store may take (a stop signal is handled between attempts)
+CONNECT_TRY_S = 1.0
+#: seconds the leader waits at the end for the other nodes' energy (they end with it: the job is synchronous)
+FINISH_WAIT_S = 30.0
+#: seconds the leader still waits for missing peers once others are seen in torch's own rendezvous (an ecolaunch
+#: peer between its arrival and its note, or one that gave up waiting)
+FOREIGN_GRACE_S = 5.0
+#: the key prefix of ecolaunch's keys in the rendezvous store
+KEY_PREFIX = "ecolaunch"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What one node's launcher tells the others."""
+
+    arrival: int
+    host: str
+    job_id: str
+    gpus: tuple[str, ...]
+    gpu_names: tuple[str, ...]
+    node_rank: int | None = None
+    version: str = __version__
+    protocol: int = PROTOCOL
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What every node of the job does: its caps (``"default"``: each node's default power limit), whether it is
+    profiled, and why; the nodes it was agreed between (by arrival)."""
+
+    leader: str
+    nodes: tuple[NodeInfo, ...]
+    caps: str = "default"
+    profile: bool = False
+    why: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "protocol": PROTOCOL})
+
+    @classmethod
+    def from_json(cls, text: bytes | str) -> Plan:
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("protocol") != PROTOCOL:
+            raise ValueError(f"a plan of protocol {data.get('protocol') if isinstance(data, dict) else None!r}, "
+                             f"not {PROTOCOL}")
+        nodes = tuple(NodeInfo(**{**n, "gpus": tuple(n["gpus"]), "gpu_names": tuple(n["gpu_names"])})
+                      for n in data["nodes"])
+        return cls(str(data["leader"]), nodes, str(data["caps"]), bool(data["profile"]), str(data["why"]))
+
+
+@dataclass
+class Meeting:
+    """One node's part in a job's meeting: the plan agreed (or this node's own, when none could be), whether this
+    node leads, and the store (None: it could not be reached)."""
+
+    plan: Plan
+    me: NodeInfo
+    leader: bool
+    store: Any = None
+    #: whether the store's server runs in this process (it must outlive the leader's collection)
+    hosting: bool = False
+    #: the lines this node prints about the meeting (the pipeline prints them)
+    lines: list[str] = field(default_factory=list)
+
+    def finish(self, energy_j: float | None, wall_s: float, exit_code: int, *,
+               wait_s: float = FINISH_WAIT_S, sleep: Callable[[float], None] = time.sleep,
+               clock: Callable[[], float] = time.monotonic) -> list[str]:
+        """Write this node's energy (the job's share of its GPUs', J); the leader collects every node's and
+        returns the lines of the job's total (the others return none). A node whose process runs the store's
+        server waits for the leader to be done. Never raises: a peer that left only makes the total partial, and
+        says so."""
+        if self.store is None:
+            return []
+        try:
+            self.store.set(f"energy/{self.me.arrival}", json.dumps(
+                {"host": self.me.host, "energy_j": energy_j, "wall_s": wall_s, "exit_code": exit_code}))
+            if not self.leader:
+                if self.hosting:
+                    _wait_keys(self.store, ["summary"], wait_s, sleep, clock)
+                return []
+            keys = [f"energy/{n.arrival}" for n in self.plan.nodes]
+            _wait_keys(self.store, keys, wait_s, sleep, clock)
+            shares = {f"{n.arrival}": (n.host, json.loads(self.store.get(f"energy/{n.arrival}")) if self.store.check(
+                [f"energy/{n.arrival}"]) else None) for n in self.plan.nodes}
+            self.store.set("summary", "done")
+        except Exception as e:  # noqa: BLE001 - the store's peer is gone: the job ran, only its total is lost
+            logger.warning("the job's total energy could not be collected: %s", e)
+            return []
+        return total_lines(shares)
+
+
+def total_lines(shares: Mapping[str, tuple[str, Mapping[str, Any] | None]]) -> list[str]:
+    """The job's total energy and time over its nodes (``shares``: by arrival, the node's host and what it reported,
+    None when nothing), then one line per node (what ``--verbose`` shows)."""
+    known = {a: (h, s) for a, (h, s) in shares.items()
+             if s is not None and isinstance(s.get("energy_j"), (int, float)) and isinstance(s.get("wall_s"), (int, float))}
+    missing = [f"{h} (node {a})" for a, (h, _) in shares.items() if a not in known]
+    total_j = sum(s["energy_j"] for _, s in known.values())
+    wall_s = max((s["wall_s"] for _, s in known.values()), default=0.0)
+    head = (f"the whole job used {total_j / 1e3:.3g} kJ ({total_j / 3.6e3:.3g} Wh) over {len(shares)} nodes in "
+            f"{wall_s:.1f} s")
+    if missing:
+        head += f"; not counted: {', '.join(missing)}, which reported no energy"
+    return [head, *(f"node {a} ({h}): {s['energy_j'] / 1e3:.3g} kJ in {s['wall_s']:.1f} s, exit {s.get('exit_code')}"
+                    for a, (h, s) in known.items())]
+
+
+def meet(rdzv: Rendezvous, job_id: str, gpus: Sequence[str], gpu_names: Sequence[str], *,
+         wait_s: float, host: str | None = None, open_store: Callable[..., Any] | None = None,
+         sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Meeting:
+    """Meet the job's other nodes (module docstring); never raises for a peer or store that does not answer
+    (the meeting's plan is then this node's own, and its lines say why). ``wait_s``: how long to wait for the
+    store, for the peers (leader) and for the plan (the others)."""
+    host = host or socket.gethostname()
+    deadline = clock() + wait_s
+    own = Plan(host, (), why="a job over several nodes runs at each node's default power limit, unprofiled")
+    if rdzv.backend not in ("static", "c10d"):
+        me = NodeInfo(0, host, job_id, tuple(gpus), tuple(gpu_names), rdzv.node_rank)
+        return Meeting(own, me, False, None, False, [f"the {rdzv.backend} rendezvous has no store ecolaunch can read: "
+                                              "this node runs at its default power limit, unprofiled"])
+    try:
+        store, raw, hosting = _open(rdzv, open_store, deadline, sleep, clock)
+    except _Unreachable as e:
+        me = NodeInfo(0, host, job_id, tuple(gpus), tuple(gpu_names), rdzv.node_rank)
+        return Meeting(own, me, False, None, False, [f"{e}: this node runs at its default power limit, unprofiled"])
+    arrival = int(store.add("arrivals", 1))
+    me = NodeInfo(arrival, host, job_id, tuple(gpus), tuple(gpu_names), rdzv.node_rank)
+    store.set(f"node/{arrival}", json.dumps(asdict(me)))
+    leader = rdzv.node_rank == 0 if rdzv.backend == "static" else arrival == 1
+    if leader:
+        plan = _lead(store, raw, me, rdzv, deadline, sleep, clock)
+        store.set("plan", plan.to_json())
+    else:
+        if not _wait_keys(store, ["plan"], max(0.0, deadline - clock()), sleep, clock):
+            return Meeting(own, me, False, store, hosting, [f"no plan from the job's leader within {wait_s:g} s: this node "
+                                                   "runs at its default power limit, unprofiled"])
+        try:
+            plan = Plan.from_json(store.get("plan"))
+        except (ValueError, KeyError, TypeError) as e:
+            return Meeting(own, me, False, store, hosting, [f"the leader's plan is not one this ecolaunch reads ({e}): this "
+                                                   "node runs at its default power limit, unprofiled"])
+    return Meeting(plan, me, leader, store, hosting, [_plan_line(plan, me, leader)])
+
+
+def _lead(store, raw, me: NodeInfo, rdzv: Rendezvous, deadline: float, sleep, clock) -> Plan:
+    """The leader's plan: once ``min_nodes`` nodes wrote (or the wait ended, or :func:`_others_in_torch` saw
+    nodes already in torch's own rendezvous for :data:`FOREIGN_GRACE_S`), the nodes that did."""
+    keys = [f"node/{a}" for a in range(1, rdzv.min_nodes + 1)]
+    foreign_since: float | None = None
+    while not (complete := store.check(keys)):
+        now = clock()
+        if now >= deadline:
+            break
+        if foreign_since is None and _others_in_torch(store, raw):
+            foreign_since = now
+        if foreign_since is not None and now - foreign_since >= FOREIGN_GRACE_S:
+            break
+        sleep(POLL_S)
+    arrived = int(store.add("arrivals", 0))
+    nodes, foreign = [], []
+    for a in range(1, arrived + 1):
+        if not store.check([f"node/{a}"]):
+            continue
+        info = json.loads(store.get(f"node/{a}"))
+        if info.get("protocol") != PROTOCOL:
+            foreign.append(f"{info.get('host', '?')} (ecolaunch {info.get('version', '?')})")
+            continue
+        nodes.append(NodeInfo(**{**info, "gpus": tuple(info["gpus"]), "gpu_names": tuple(info["gpu_names"])}))
+    why = "a job over several nodes runs at each node's default power limit, unprofiled"
+    if not complete and foreign_since is not None:
+        why += (f"; only {len(nodes)} of {rdzv.min_nodes} nodes run this ecolaunch (the others are already in "
+                "torch's rendezvous: torchrun or an older ecolaunch)")
+    elif not complete:
+        why += f"; only {len(nodes)} of {rdzv.min_nodes} nodes answered in time (the others have not started)"
+    if foreign:
+        why += f"; nodes speaking another ecolaunch protocol: {', '.join(foreign)}"
+    return Plan(me.host, tuple(nodes), why=why)
+
+
+def _others_in_torch(store, raw) -> bool:
+    """Whether some node is in torch's own rendezvous already: the store holds keys that are not ecolaunch's (the
+    leader's torch has not started yet, so they are other nodes': torch's c10d state, a static node's count)."""
+    arrived = int(store.add("arrivals", 0))
+    ours = 1 + sum(store.check([f"node/{a}"]) for a in range(1, arrived + 1))
+    return int(raw.num_keys()) > ours
+
+
+def _plan_line(plan: Plan, me: NodeInfo, leader: bool) -> str:
+    nodes = ", ".join(f"{n.host} ({len(n.gpus)}x {n.gpu_names[0] if n.gpu_names else 'no GPU'})" for n in plan.nodes)
+    role = "leads" if leader else f"follows {plan.leader}"
+    count = f"{len(plan.nodes)} node" + ("s" if len(plan.nodes) != 1 else "")
+    return f"one plan for {count} ({nodes}); this node {role}: {plan.why}"
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def _open(rdzv: Rendezvous, open_store, deadline: float, sleep, clock):
+    """The rendezvous store under ``ecolaunch/<run id>/``, the store itself and whether this process runs its
+    server, retried in short attempts until ``deadline``."""
+    from torch.distributed import PrefixStore, TCPStore  # lazy: torch.distributed loads only for a multi-node job
+
+    host, _, port_text = rdzv.endpoint.rpartition(":")
+    try:
+        port = int(port_text) if port_text else 29400
+    except ValueError as e:
+        raise _Unreachable(f"the rendezvous endpoint {rdzv.endpoint!r} has no port") from e
+    if rdzv.backend == "static":
+        server = rdzv.node_rank == 0
+    else:  # torch's own heuristic: host the store when the endpoint is this machine
+        from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname
+
+        server = _matches_machine_hostname(host)
+    make = open_store or (lambda is_server: TCPStore(host, port, None, is_server, timedelta(seconds=CONNECT_TRY_S),
+                                                     wait_for_workers=False, multi_tenant=True))
+    last: Exception | None = None
+    while True:
+        for is_server in ((True, False) if server and rdzv.backend == "c10d" else (server,)):
+            try:
+                raw = make(is_server)
+                return PrefixStore(f"{KEY_PREFIX}/{rdzv.run_id}", raw), raw, is_server
+            except (RuntimeError, ValueError, TimeoutError) as e:  # torch's DistError is a RuntimeError
+                last = e
+        if clock() >= deadline:
+            raise _Unreachable(f"the rendezvous store at {rdzv.endpoint} did not answer ({last})")
+        sleep(POLL_S)
+
+
+def _wait_keys(store, keys: Sequence[str], wait_s: float, sleep, clock) -> bool:
+    """Poll until every key exists (True) or ``wait_s`` passed (False)."""
+    end = clock() + wait_s
+    while not store.check(list(keys)):
+        if clock() >= end:
+            return False
+        sleep(POLL_S)
+    return True

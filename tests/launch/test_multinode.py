@@ -1,0 +1,183 @@
+"""A job over several nodes, with real launchers on localhost: each "node" its own state directory and simulated
+GPUs, torch's static and c10d rendezvous, one plan, the whole job's energy, and stop signals while a node waits."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_launch import SLEEPER, wait_for
+from tests.conftest import REPO, clean_env, ecolaunch_cmd
+
+NODES = ("2xA100-SXM4-80GB", "2xV100-SXM2-16GB")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_env(tmp_path: Path, i: int, **extra: str) -> dict[str, str]:
+    state = tmp_path / f"state{i}"
+    state.mkdir(exist_ok=True)
+    return clean_env(ECOLAUNCH_SIMULATE=NODES[i % len(NODES)], ECOLAUNCH_STATE_DIR=str(state), **extra)
+
+
+def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def jobs(env: dict[str, str]) -> list:
+    out = subprocess.run(ecolaunch_cmd("status", "--json"), env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["jobs"]
+
+
+def finish(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
+    results = []
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        results.append((p.returncode, err))
+    return results
+
+
+def plan_lines(err: str) -> list[str]:
+    return [line.split(": ", 2)[2] for line in err.splitlines() if ": one plan for " in line]
+
+
+@pytest.mark.parametrize("backend", ["static", "c10d"])
+def test_two_nodes_agree_one_plan_and_the_leader_sums_the_jobs_energy(tmp_path: Path, backend: str) -> None:
+    port = free_port()
+    out = tmp_path / "out"
+    out.mkdir()
+    procs = []
+    for rank in (0, 1):
+        if backend == "static":
+            rdzv = ["--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port)]
+        else:
+            rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job-a"]
+        procs.append(start(ecolaunch_cmd("-v", "--nnodes", "2", "--nproc-per-node", "1", *rdzv, SLEEPER, str(out),
+                                         "1"), node_env(tmp_path, rank)))
+    (code0, err0), (code1, err1) = finish(procs)
+    assert (code0, code1) == (0, 0), err0 + err1
+    assert sorted(p.name.split("-")[1] for p in out.glob("done-*")) == ["0", "1"]  # both nodes' workers ran
+    plans = plan_lines(err0) + plan_lines(err1)
+    assert len(plans) == 2
+    # the same plan on both nodes, listing both (one leads, the other follows it)
+    assert {p.split("; this node")[0] for p in plans} == {
+        "one plan for 2 nodes (vm (1x NVIDIA A100-SXM4-80GB), vm (1x Tesla V100-SXM2-16GB))"} or {
+        p.split("; this node")[0] for p in plans} == {
+        "one plan for 2 nodes (vm (1x Tesla V100-SXM2-16GB), vm (1x NVIDIA A100-SXM4-80GB))"}
+    assert sorted("leads" in p for p in plans) == [False, True]
+    for err in (err0, err1):
+        assert "a job over up to 2 nodes is not profiled: one node's cap paces every node" in err
+    leader = err0 if "this node leads" in err0 else err1
+    totals = [line for line in leader.splitlines() if "the whole job used" in line]
+    assert len(totals) == 1 and " over 2 nodes in " in totals[0] and "not counted" not in totals[0], leader
+    shares = [line for line in leader.splitlines() if line.startswith("ecolaunch: node ")]
+    assert len(shares) == 2, leader  # each node's share with --verbose
+    own = [float(line.split(" used ")[1].split(" kJ")[0]) for err in (err0, err1) for line in err.splitlines()
+           if line.startswith("ecolaunch: job ") and " used " in line]
+    total = float(totals[0].split(" used ")[1].split(" kJ")[0])
+    assert total == pytest.approx(sum(own), rel=0.01, abs=0.002)
+    assert all("the whole job used" not in line for line in (err1 if leader is err0 else err0).splitlines())
+    for rank in (0, 1):
+        assert jobs(node_env(tmp_path, rank)) == []
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_node_waiting_for_its_peers_stops_on_a_signal_and_releases_its_gpus(tmp_path: Path, sig, code) -> None:
+    env = node_env(tmp_path, 0)
+    proc = start(ecolaunch_cmd("--nnodes", "2", "--nproc-per-node", "1", "--master-port", str(free_port()), SLEEPER,
+                               str(tmp_path), "1"), env)
+    try:
+        wait_for(lambda: jobs(env), what="the node's booking")
+        time.sleep(0.5)
+        stopped = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+        assert time.monotonic() - stopped < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == code, err
+    assert "stopped while waiting for its other nodes; its GPUs are released" in err
+    assert jobs(env) == []
+
+
+def test_a_node_stopped_inside_torchs_rendezvous_releases_its_gpus(tmp_path: Path) -> None:
+    # the plan's wait ends at once: the node is then in torch's own rendezvous, which waits in C++
+    env = node_env(tmp_path, 0, ECOLAUNCH_PLAN_TIMEOUT="0.5")
+    proc = start(ecolaunch_cmd("--nnodes", "2", "--nproc-per-node", "1", "--master-port", str(free_port()), SLEEPER,
+                               str(tmp_path), "1"), env)
+    try:
+        wait_for(lambda: jobs(env), what="the node's booking")
+        time.sleep(2.0)
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert time.monotonic() - stopped < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 143, err
+    assert "only 1 of 2 nodes answered in time (the others have not started)" in err
+    assert "stopped by SIGTERM while waiting for its other nodes at torch's rendezvous; its GPUs are released" in err
+    assert jobs(env) == []
+    assert not list(tmp_path.glob("started-*"))
+
+
+def test_a_peer_running_plain_torchrun_is_seen_and_the_job_runs(tmp_path: Path) -> None:
+    port = free_port()
+    rdzv = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+            f"127.0.0.1:{port}", "--rdzv-id", "mixed"]
+    peer = start(["torchrun", *rdzv, SLEEPER, str(tmp_path), "1"], clean_env())
+    time.sleep(1.0)
+    ours = start(ecolaunch_cmd(*rdzv, SLEEPER, str(tmp_path), "1"), node_env(tmp_path, 0))
+    (code_peer, err_peer), (code, err) = finish([peer, ours])
+    assert (code_peer, code) == (0, 0), err_peer + err
+    assert sorted(p.name.split("-")[1] for p in tmp_path.glob("done-*")) == ["0", "1"]
+    assert ("only 1 of 2 nodes run this ecolaunch (the others are already in torch's rendezvous: torchrun or an "
+            "older ecolaunch)") in err
+    assert jobs(node_env(tmp_path, 0)) == []
+
+
+def test_a_bad_plan_timeout_is_a_usage_error_before_anything_is_booked(tmp_path: Path) -> None:
+    env = node_env(tmp_path, 0, ECOLAUNCH_PLAN_TIMEOUT="soon")
+    out = subprocess.run(ecolaunch_cmd("--nnodes", "2", "--nproc-per-node", "1", "--master-port", str(free_port()),
+                                       SLEEPER, str(tmp_path), "1"), env=env, cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "ECOLAUNCH_PLAN_TIMEOUT='soon' is not a number of seconds > 0" in out.stderr
+    assert jobs(env) == []
+
+
+def test_a_two_node_slurm_step_takes_its_rank_peers_and_gpus_from_the_allocation(tmp_path: Path) -> None:
+    port = free_port()
+    procs = []
+    for node in (0, 1):
+        slurm = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NODEID": str(node),
+                 "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_GPUS": "1"}
+        out = tmp_path / f"out{node}"
+        out.mkdir()
+        # srun runs the same command on every node: no --nnodes, --node-rank or --master-addr
+        procs.append(start(ecolaunch_cmd("--nproc-per-node", "1", "--master-port", str(port), SLEEPER, str(out), "1"),
+                           node_env(tmp_path, node, **slurm)))
+    results = finish(procs)
+    for node, (code, err) in enumerate(results):
+        assert code == 0, err
+        assert (f"ecolaunch: Slurm job 4242, node {node} of 2; from the allocation: --nnodes 2 --node-rank {node} "
+                "--master-addr localhost; placed only on the allocation's GPU 1") in err.splitlines()
+        assert "one plan for 2 nodes" in err
+        # the worker saw the allocation's GPU; global ranks 0 and 1 are the two nodes' workers
+        [started] = (tmp_path / f"out{node}").glob("started-*")
+        assert started.read_text() == "1" and started.name.split("-")[1] == str(node)

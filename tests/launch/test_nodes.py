@@ -1,0 +1,143 @@
+"""The meeting of a multi-node job's launchers (ecolaunch.launch.nodes) on torch's in-process HashStore: who leads,
+the plan every node reads, a peer of another protocol, a leader that never answers, and the job's total."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from ecolaunch.launch.nodes import PROTOCOL, NodeInfo, Plan, meet, total_lines
+from ecolaunch.launch.torchrun import Rendezvous
+
+
+class Clock:
+    """Virtual time: sleeping advances it (the meeting polls)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def rdzv(backend: str = "c10d", nodes: tuple[int, int] = (2, 2), rank: int | None = None) -> Rendezvous:
+    return Rendezvous(backend, "127.0.0.1:29400", "run-1", nodes[0], nodes[1], rank, 600.0)
+
+
+@pytest.fixture
+def store():
+    from torch.distributed import HashStore
+
+    return HashStore()
+
+
+def test_the_first_to_arrive_leads_and_the_others_read_its_plan(store) -> None:
+    results = {}
+
+    def node(name: str, gpus: tuple[str, ...]) -> None:
+        results[name] = meet(rdzv(), f"job-{name}", gpus, ["NVIDIA A100-SXM4-80GB"] * len(gpus), wait_s=30,
+                             host=name, open_store=lambda is_server: store)
+
+    first = threading.Thread(target=node, args=("h0", ("GPU-a", "GPU-b")))
+    first.start()
+    second = threading.Thread(target=node, args=("h1", ("GPU-c",)))
+    second.start()
+    first.join(30)
+    second.join(30)
+    leaders = [n for n, m in results.items() if m.leader]
+    assert len(leaders) == 1
+    plans = {n: m.plan for n, m in results.items()}
+    assert plans["h0"] == plans["h1"]
+    assert [n.host for n in plans["h0"].nodes] in (["h0", "h1"], ["h1", "h0"])
+    assert plans["h0"].caps == "default" and plans["h0"].profile is False
+    follower = next(m for m in results.values() if not m.leader)
+    assert follower.lines == [f"one plan for 2 nodes ({', '.join(f'{n.host} ({len(n.gpus)}x NVIDIA A100-SXM4-80GB)' for n in plans['h0'].nodes)}); "
+                              f"this node follows {leaders[0]}: a job over several nodes runs at each node's default "
+                              "power limit, unprofiled"]
+
+
+def test_static_rendezvous_node_rank_0_leads_whoever_arrives_first(store) -> None:
+    clock = Clock()
+    # node rank 1 arrives first and waits for a plan that never comes: its own, and a line saying why
+    alone = meet(rdzv("static", rank=1), "job-1", ["GPU-c"], ["Tesla V100-SXM2-16GB"], wait_s=3, host="h1",
+                 open_store=lambda is_server: store, sleep=clock.sleep, clock=clock)
+    assert not alone.leader
+    assert alone.lines == ["no plan from the job's leader within 3 s: this node runs at its default power limit, "
+                           "unprofiled"]
+    lead = meet(rdzv("static", rank=0), "job-0", ["GPU-a"], ["NVIDIA A100-SXM4-80GB"], wait_s=3, host="h0",
+                open_store=lambda is_server: store, sleep=clock.sleep, clock=clock)
+    assert lead.leader and [n.host for n in lead.plan.nodes] == ["h1", "h0"]
+
+
+def test_a_peer_of_another_protocol_is_left_out_and_named(store) -> None:
+    from torch.distributed import PrefixStore
+
+    mine = PrefixStore("ecolaunch/run-1", store)
+    mine.add("arrivals", 1)
+    mine.set("node/1", json.dumps({"host": "old", "version": "0.1", "protocol": PROTOCOL + 1}))
+    clock = Clock()
+    lead = meet(rdzv(nodes=(1, 2)), "job-0", ["GPU-a"], ["NVIDIA A100-SXM4-80GB"], wait_s=2, host="h0",
+                open_store=lambda is_server: store, sleep=clock.sleep, clock=clock)
+    # the first arrival was the foreign peer, so this node is not the c10d leader: it waits for a plan in vain
+    assert not lead.leader and "no plan from the job's leader within 2 s" in lead.lines[0]
+
+
+def test_a_leader_names_a_peer_of_another_protocol(store) -> None:
+    from torch.distributed import PrefixStore
+
+    mine = PrefixStore("ecolaunch/run-1", store)
+
+    def foreign_peer() -> None:  # arrives second, writes a note of protocol 2
+        while not mine.check(["node/1"]):
+            threading.Event().wait(0.01)
+        mine.add("arrivals", 1)
+        mine.set("node/2", json.dumps({"host": "new", "version": "9.0", "protocol": PROTOCOL + 1}))
+
+    peer = threading.Thread(target=foreign_peer)
+    peer.start()
+    lead = meet(rdzv(nodes=(2, 2)), "job-0", ["GPU-a"], ["NVIDIA A100-SXM4-80GB"], wait_s=5, host="h0",
+                open_store=lambda is_server: store)
+    peer.join(10)
+    assert lead.leader and [n.host for n in lead.plan.nodes] == ["h0"]
+    assert "nodes speaking another ecolaunch protocol: new (ecolaunch 9.0)" in lead.plan.why
+
+
+def test_a_store_that_never_answers_and_a_rendezvous_without_one() -> None:
+    clock = Clock()
+
+    def refuse(is_server: bool):
+        raise RuntimeError("connection refused")
+
+    unreachable = meet(rdzv(), "job-0", ["GPU-a"], ["A"], wait_s=2, host="h0", open_store=refuse,
+                       sleep=clock.sleep, clock=clock)
+    assert unreachable.store is None and not unreachable.leader
+    assert unreachable.lines == ["the rendezvous store at 127.0.0.1:29400 did not answer (connection refused): this "
+                                 "node runs at its default power limit, unprofiled"]
+    assert unreachable.finish(1.0, 1.0, 0) == []
+    etcd = meet(rdzv("etcd-v2"), "job-0", ["GPU-a"], ["A"], wait_s=2, host="h0")
+    assert etcd.lines == ["the etcd-v2 rendezvous has no store ecolaunch can read: this node runs at its default "
+                          "power limit, unprofiled"]
+
+
+def test_a_plan_reads_back_and_refuses_another_protocol() -> None:
+    plan = Plan("h0", (NodeInfo(1, "h0", "j", ("GPU-a",), ("A",), 0),), why="because")
+    assert Plan.from_json(plan.to_json()) == plan
+    other = json.loads(plan.to_json())
+    other["protocol"] = PROTOCOL + 1
+    with pytest.raises(ValueError, match="a plan of protocol 2, not 1"):
+        Plan.from_json(json.dumps(other))
+
+
+def test_the_total_counts_what_was_reported_and_names_what_was_not() -> None:
+    lines = total_lines({"1": ("h0", {"energy_j": 1500.0, "wall_s": 10.0, "exit_code": 0}),
+                         "2": ("h1", {"energy_j": 500.0, "wall_s": 12.5, "exit_code": 0}),
+                         "3": ("h2", None)})
+    assert lines == ["the whole job used 2 kJ (0.556 Wh) over 3 nodes in 12.5 s; not counted: h2 (node 3), which "
+                     "reported no energy",
+                     "node 1 (h0): 1.5 kJ in 10.0 s, exit 0",
+                     "node 2 (h1): 0.5 kJ in 12.5 s, exit 0"]
