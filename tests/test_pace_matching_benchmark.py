@@ -37,7 +37,13 @@ def two_seeds(tmp_path_factory) -> tuple[dict, object]:
 
 def test_shape_intervals_and_headline(two_seeds) -> None:
     doc, out = two_seeds
-    assert doc["multinode"] is None and doc["kinds"] == [KIND] and doc["sizes"] == ["1+1"] and doc["seeds"] == [0, 1]
+    assert doc["kinds"] == [KIND] and doc["sizes"] == ["1+1"] and doc["seeds"] == [0, 1]
+    # two real launchers on localhost agreed one plan: every node at its default limit, so nothing paces the job
+    node = doc["multinode"]
+    assert node["nodes"] == 2 and node["same_plan"] is True and node["exit_codes"] == [0, 0], node
+    assert node["plan"].startswith("one plan for 2 nodes (")
+    assert node["caps_w"] == {"2xA100-SXM4-80GB": [None], "2xV100-SXM2-16GB": [None]}
+    assert node["slowdown_pct"] == 0.0 and node["bound_pct"] == 10.0 and node["within_bound"] is True
     mixed = doc["mixed"]
     assert set(mixed["by_wait_power"]) == {"idle", "at-cap"}
     for bound in mixed["by_wait_power"].values():
@@ -68,7 +74,8 @@ def test_shape_intervals_and_headline(two_seeds) -> None:
 
 def test_one_seed_recomputed_from_the_measured_tables(tmp_path) -> None:
     # bound 0: the job keeps no cap of its own, so its V100 surely waits for its P100 at full power
-    doc = _run(tmp_path, "--seeds", "1", "--first-seed", "3", "--bound", "0")
+    doc = _run(tmp_path, "--seeds", "1", "--first-seed", "3", "--bound", "0", "--no-multinode")
+    assert doc["multinode"] is None
     assert list(tmp_path.iterdir()) == []  # nothing written without --out
     world = MeasuredWorld()
     v, p = world.job_kind(KIND, V100), world.job_kind(KIND, P100)

@@ -42,6 +42,7 @@ from datetime import timedelta
 from typing import Any
 
 from ecolaunch._version import __version__
+from ecolaunch.errors import EcolaunchError
 from ecolaunch.launch.torchrun import Rendezvous
 
 logger = logging.getLogger(__name__)
@@ -77,14 +78,19 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What every node of the job does: its caps (``"default"``: each node's default power limit), whether it is
-    profiled, and why; the nodes it was agreed between (by arrival)."""
+    """What every node of the job does: its caps (``"leader"``: the leader's, as its profile, history and closed
+    loop set them; ``"default"``: each node's default power limit, unprofiled), and why; the nodes it was agreed
+    between (by arrival)."""
 
     leader: str
     nodes: tuple[NodeInfo, ...]
     caps: str = "default"
-    profile: bool = False
     why: str = ""
+
+    @property
+    def profile(self) -> bool:
+        """Whether the job is profiled (by its leader, every node at the caps it probes)."""
+        return self.caps == "leader"
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "protocol": PROTOCOL})
@@ -97,7 +103,9 @@ class Plan:
                              f"not {PROTOCOL}")
         nodes = tuple(NodeInfo(**{**n, "gpus": tuple(n["gpus"]), "gpu_names": tuple(n["gpu_names"])})
                       for n in data["nodes"])
-        return cls(str(data["leader"]), nodes, str(data["caps"]), bool(data["profile"]), str(data["why"]))
+        if data["caps"] not in ("leader", "default"):
+            raise ValueError(f"a plan's caps {data['caps']!r} are not 'leader' or 'default'")
+        return cls(str(data["leader"]), nodes, str(data["caps"]), str(data["why"]))
 
 
 @dataclass
@@ -113,6 +121,29 @@ class Meeting:
     hosting: bool = False
     #: the lines this node prints about the meeting (the pipeline prints them)
     lines: list[str] = field(default_factory=list)
+    _seq: int = 0
+
+    @property
+    def leads_caps(self) -> bool:
+        """This node sets the job's caps (profile, history, closed loop) and publishes them."""
+        return self.leader and self.plan.caps == "leader"
+
+    @property
+    def follows_caps(self) -> bool:
+        """This node applies the leader's caps, decides none."""
+        return not self.leader and self.plan.caps == "leader" and self.store is not None
+
+    def publish_caps(self, caps_w: Sequence[float | None]) -> None:
+        """The leader's caps now, by the position of its GPUs (each follower's GPU at that position follows)."""
+        self._seq += 1
+        self.store.set("caps", json.dumps({"seq": self._seq, "caps_w": list(caps_w)}))
+
+    def leader_caps(self) -> tuple[int, list[float | None]] | None:
+        """The caps the leader published last, with their sequence number; None before any."""
+        if not self.store.check(["caps"]):
+            return None
+        data = json.loads(self.store.get("caps"))
+        return int(data["seq"]), [None if w is None else float(w) for w in data["caps_w"]]
 
     def finish(self, energy_j: float | None, wall_s: float, exit_code: int, *,
                wait_s: float = FINISH_WAIT_S, sleep: Callable[[float], None] = time.sleep,
@@ -165,7 +196,7 @@ def meet(rdzv: Rendezvous, job_id: str, gpus: Sequence[str], gpu_names: Sequence
     store, for the peers (leader) and for the plan (the others)."""
     host = host or socket.gethostname()
     deadline = clock() + wait_s
-    own = Plan(host, (), why="a job over several nodes runs at each node's default power limit, unprofiled")
+    own = Plan(host, (), "default", "a job over several nodes runs at each node's default power limit, unprofiled")
     if rdzv.backend not in ("static", "c10d"):
         me = NodeInfo(0, host, job_id, tuple(gpus), tuple(gpu_names), rdzv.node_rank)
         return Meeting(own, me, False, None, False, [f"the {rdzv.backend} rendezvous has no store ecolaunch can read: "
@@ -219,6 +250,14 @@ def _lead(store, raw, me: NodeInfo, rdzv: Rendezvous, deadline: float, sleep, cl
             continue
         nodes.append(NodeInfo(**{**info, "gpus": tuple(info["gpus"]), "gpu_names": tuple(info["gpu_names"])}))
     why = "a job over several nodes runs at each node's default power limit, unprofiled"
+    boards = {(n.gpu_names, len(n.gpus)) for n in nodes}
+    if complete and not foreign and len(boards) == 1 and len({*nodes[0].gpu_names}) == 1 and nodes[0].gpus:
+        return Plan(me.host, tuple(nodes), "leader", "every node runs at the leader's caps, which its profile, history "
+                    "and closed loop choose (the same GPUs on every node: one cap paces them alike)")
+    if len(boards) > 1 or any(len({*n.gpu_names}) > 1 for n in nodes):
+        kinds = sorted({f"{len(n.gpus)}x {'+'.join(sorted({*n.gpu_names}))}" for n in nodes})
+        why += (f"; its nodes have different GPUs ({', '.join(kinds)}): one cap would not pace them alike "
+                "(pace-matching across boards: docs/pace-matching.md)")
     if not complete and foreign_since is not None:
         why += (f"; only {len(nodes)} of {rdzv.min_nodes} nodes run this ecolaunch (the others are already in "
                 "torch's rendezvous: torchrun or an older ecolaunch)")
@@ -226,7 +265,7 @@ def _lead(store, raw, me: NodeInfo, rdzv: Rendezvous, deadline: float, sleep, cl
         why += f"; only {len(nodes)} of {rdzv.min_nodes} nodes answered in time (the others have not started)"
     if foreign:
         why += f"; nodes speaking another ecolaunch protocol: {', '.join(foreign)}"
-    return Plan(me.host, tuple(nodes), why=why)
+    return Plan(me.host, tuple(nodes), "default", why)
 
 
 def _others_in_torch(store, raw) -> bool:
@@ -287,3 +326,85 @@ def _wait_keys(store, keys: Sequence[str], wait_s: float, sleep, clock) -> bool:
             return False
         sleep(POLL_S)
     return True
+
+
+class PublishedCaps:
+    """The leader's ``set_cap(uuid, watts)``: sets the cap through ``set_cap`` (the node's own ``JobCaps``: clipped to
+    its admin policy) and publishes the job's caps by GPU position; ``gpus``: the leader's GPUs in order,
+    ``initial``: their caps at the start (None: the default limit), published at once."""
+
+    def __init__(self, meeting: Meeting, set_cap: Callable[[str, float], float], gpus: Sequence[str],
+                 initial: Mapping[str, float | None]) -> None:
+        self.meeting, self.set_cap, self.gpus = meeting, set_cap, tuple(gpus)
+        self.caps_w = [initial.get(u) for u in self.gpus]
+        self._publish()
+
+    def __call__(self, uuid: str, watts: float) -> float:
+        applied = self.set_cap(uuid, watts)
+        if uuid in self.gpus:
+            self.caps_w[self.gpus.index(uuid)] = applied
+            self._publish()
+        return applied
+
+    def _publish(self) -> None:
+        try:
+            self.meeting.publish_caps(self.caps_w)
+        except Exception as e:  # noqa: BLE001 - the store is gone (a peer hosted it): the leader's own run goes on
+            logger.warning("the job's caps could not be sent to its other nodes: %s", e)
+
+
+class CapFollower:
+    """A follower node's thread (a context manager around the run): each caps vector the leader publishes is
+    applied through ``apply(position, watts)`` (watts None: the GPU's default limit), which returns the cap applied
+    (the node's own admin policy may clip it); ``on_line`` gets a line when a cap is clipped or refused. Stops at
+    the first refusal, or when the store is gone (the leader ended)."""
+
+    def __init__(self, meeting: Meeting, apply: Callable[[int, float | None], float | None],
+                 on_line: Callable[[str], None], *, poll_s: float = POLL_S) -> None:
+        self.meeting, self.apply, self.on_line, self.poll_s = meeting, apply, on_line, poll_s
+        self._stop = None
+        self._thread = None
+        #: every vector applied, in order (what the node followed)
+        self.applied: list[list[float | None]] = []
+
+    def __enter__(self) -> CapFollower:
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ecolaunch-capfollower", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5 * self.poll_s + 5)
+
+    def _run(self) -> None:
+        seen = 0
+        clipped_said: set[tuple[float | None, float | None]] = set()
+        while not self._stop.is_set():
+            try:
+                got = self.meeting.leader_caps()
+            except Exception as e:  # noqa: BLE001 - the store went away: the leader ended, the run ends too
+                logger.debug("the leader's caps can no longer be read: %s", e)
+                return
+            if got is not None and got[0] != seen:
+                seen, caps_w = got
+                applied = []
+                for position, watts in enumerate(caps_w):
+                    try:
+                        done = self.apply(position, watts)
+                    except EcolaunchError as e:
+                        self.on_line(f"the leader's caps cannot be applied on this node ({e}); it runs at the caps it "
+                                     "has")
+                        return
+                    applied.append(done)
+                    if watts is not None and done is not None and abs(done - watts) > 0.5 \
+                            and (watts, done) not in clipped_said:
+                        clipped_said.add((watts, done))
+                        self.on_line(f"the leader's {watts:g} W cap is {done:g} W here: this node's admin policy "
+                                     "clips it")
+                logger.info("caps %s W, as the job's leader set them", ", ".join(
+                    "default" if w is None else f"{w:g}" for w in applied))
+                self.applied.append(applied)
+            self._stop.wait(self.poll_s)

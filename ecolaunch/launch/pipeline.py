@@ -33,7 +33,7 @@ from ecolaunch.launch.argv import CPU_NPROC, ELASTIC_NPROC, ParsedLaunch
 from ecolaunch.launch.jobcaps import JobCaps, orphan_keeper
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
-from ecolaunch.launch.nodes import Meeting, meet
+from ecolaunch.launch.nodes import CapFollower, Meeting, PublishedCaps, meet
 from ecolaunch.launch.torchrun import Rendezvous, WorkerOutcome, rendezvous_of, run_workers
 from ecolaunch.launch.workerenv import allowed_by_slurm, allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
@@ -142,7 +142,7 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     logger.info("profiling: %s", plan.reason)
     request = _request(parsed, session, ctx, allowed, entry.hints if entry is not None else {}, ui)
     request = _with_profile(request, plan.profile)
-    if plan.action in (ProfileAction.INLINE, ProfileAction.PRE) and not opts.fresh_profile:
+    if plan.action in (ProfileAction.INLINE, ProfileAction.PRE) and not opts.fresh_profile and rdzv is None:
         _tell_first_curve(session, request, match, history)
     if opts.dry_run:
         decision, waiting, graph = session.preview(request)
@@ -209,25 +209,33 @@ class _Run:
                 raise
             ui.decision(placement.decision, placement.gpus, job.id, placement.waited_s, False, None)
             meeting = self._meet(job, placement)
+            match = self.match
+            if meeting is not None and not meeting.leads_caps:  # the leader's caps, or each node's default
+                placement, action, match = _at_default(placement), ProfileAction.OFF, None
             caps = JobCaps(session, placement, self.state_dir, self.env, on_message=ui.message)
             caps.begin()
+            set_cap = None if caps.refused else caps.set_cap
+            if meeting is not None and meeting.leads_caps and set_cap is not None:
+                set_cap = PublishedCaps(meeting, set_cap, placement.decision.gpus, placement.decision.power_caps_w)
             worker_args = _worker_args(parsed.torch_args, placement, request)
             if pre:
                 worker_args.max_restarts = 0  # a profiling run that is stopped must not be restarted
             config = ObserveConfig(
                 job.id, placement.decision.gpus, self.state_dir, mode=action, rules=self.rules,
-                fingerprint=self.match.fingerprint if self.match is not None else None, match=self.match,
+                fingerprint=match.fingerprint if match is not None else None, match=match,
                 allowed_slowdown_pct=request.allowed_slowdown_pct, user=request.user, name=name,
                 name_given=parsed.options.name is not None, profile=request.profile,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
                 profile_source=profile_source)
             observer = RunObserver(config, session.backend, clock=SystemClock(), history=self.history,
-                                   set_cap=None if caps.refused else caps.set_cap,
+                                   set_cap=set_cap,
                                    ceiling_w=None if caps.refused else caps.ceiling_w,
                                    on_profile_done=_stop_workers if pre else None)
             threading.Thread(target=_heartbeat, args=(session, placement, observer, stop_heartbeat),
                              daemon=True).start()
-            with observer:
+            following = (_follow_leader(meeting, caps, placement, ui) if meeting is not None and meeting.follows_caps
+                         and not caps.refused else contextlib.nullcontext())
+            with observer, following:
                 env = {**worker_env(job.id, placement.decision.gpus, placement.gpus), **self.extra_env,
                        **observer.worker_env()}
                 stuck = None if meeting is None else _leave_stuck(session, job, caps, ui)
@@ -298,21 +306,27 @@ def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history: Histor
                   rdzv: Rendezvous | None = None):
     """How the job matched its history (:meth:`~ecolaunch.profile.history.History.match`) and what ``--profile``
     resolves to against it (the match None: the GPU model the job will get on ``allowed_gpus`` is not known before
-    placement, on a host with mixed or no GPUs; or a job over several nodes, which the plan of
-    :mod:`~ecolaunch.launch.nodes` leaves unprofiled)."""
+    placement, on a host with mixed or no GPUs; or an elastic job over several nodes, which the plan of
+    :mod:`~ecolaunch.launch.nodes` leaves unprofiled). A job over a fixed number of nodes is matched as the whole
+    job (its node count in the fingerprint), as its leader would profile it; its plan decides who does
+    (:func:`_follow_plan`). It is profiled inline, never by a profiling run of its own (every node would need one)."""
     args, opts = parsed.torch_args, parsed.options
-    if rdzv is not None:
-        return None, ProfilePlan(ProfileAction.OFF, None, f"a job over up to {rdzv.max_nodes} nodes is not "
-                                 "profiled: one node's cap paces every node (docs/multinode.md)")
+    if rdzv is not None and rdzv.min_nodes != rdzv.max_nodes:
+        return None, ProfilePlan(ProfileAction.OFF, None, f"an elastic job over {rdzv.min_nodes} to {rdzv.max_nodes} "
+                                 "nodes is not profiled: its nodes may change (docs/multinode.md)")
     gpus = [g for g in host_gpus if allowed_gpus is None or g.uuid in allowed_gpus]
     models = sorted({g.name for g in gpus})
     if len(models) != 1:
         return None, resolve_mode(opts.profile if models else "off", None)
     identity = JobIdentity(args.training_script, tuple(args.training_script_args), str(args.nproc_per_node), user,
-                           models[0], module=bool(args.module))
+                           models[0], module=bool(args.module), nnodes=1 if rdzv is None else rdzv.max_nodes)
     match = history.match(identity, key=opts.job_key, fresh=opts.fresh_profile)
     logger.info("history: %s", match.how)
-    return match, resolve_mode(opts.profile, match.entry)
+    plan = resolve_mode(opts.profile, match.entry)
+    if rdzv is not None and plan.action is ProfileAction.PRE:
+        plan = ProfilePlan(ProfileAction.INLINE, None, f"{plan.reason}; a job over {rdzv.max_nodes} nodes profiles "
+                           "its real run instead (every node would need a profiling run)")
+    return match, plan
 
 
 def _tell_first_curve(session: Session, request: JobRequest, match: JobMatch | None, history: History) -> None:
@@ -445,6 +459,26 @@ def _heartbeat(session: Session, placement: Placement, observer, stop: threading
             if failing is not None:
                 logger.warning("job %s: heartbeat works again", placement.job.id)
                 failing = None
+
+
+def _at_default(placement: Placement) -> Placement:
+    """The placement with every GPU at its default limit (a node of a multi-node job that does not set caps)."""
+    decision = dataclasses.replace(placement.decision, power_caps_w=dict.fromkeys(placement.decision.gpus))
+    return dataclasses.replace(placement, decision=decision)
+
+
+def _follow_leader(meeting: Meeting, caps: JobCaps, placement: Placement, ui: LaunchCallbacks) -> CapFollower:
+    """A follower node: the leader's caps on this node's GPUs, by position, through this node's own ``JobCaps``."""
+    gpus = placement.decision.gpus
+
+    def apply(position: int, watts: float | None) -> float | None:
+        if position >= len(gpus):
+            return None
+        gpu = placement.gpus[gpus[position]]
+        target = watts if watts is not None else (gpu.power_limit_default_w or gpu.power_limit_max_w)
+        return None if target is None else caps.set_cap(gpu.uuid, target)
+
+    return CapFollower(meeting, apply, ui.message)
 
 
 def _leave_stuck(session: Session, job: Job, caps, ui: LaunchCallbacks) -> Callable[[int], None]:

@@ -212,12 +212,15 @@ def _is_option(word: str) -> bool:
 
 
 def fingerprint(script: str | os.PathLike[str], script_args: Sequence[str], nproc: int | str, user: str,
-                gpu_model: str, *, module: bool = False, key: str | None = None) -> str:
+                gpu_model: str, *, module: bool = False, key: str | None = None, nnodes: int = 1) -> str:
     """The job's fingerprint: 64 hex digits (see the module docstring for what goes in and why). With ``key`` (a
     user's ``--job-key`` or the script's ``@ecolaunch.job(key=...)``), the key stands for the script and its
-    arguments."""
+    arguments. ``nnodes``: the job's node count (a job over 2 nodes of 4 workers is not the 1-node job of 4; one
+    node adds nothing, so every one-node fingerprint stays what it was)."""
     doc: dict[str, Any] = {"v": _FINGERPRINT_VERSION, "nproc": str(nproc), "user": str(user),
                            "gpu_model": " ".join(str(gpu_model).split())}
+    if nnodes != 1:
+        doc["nnodes"] = int(nnodes)
     if key is not None:
         doc["key"] = str(key)
     else:
@@ -250,20 +253,25 @@ class JobIdentity:
     user: str
     gpu_model: str
     module: bool = False
+    #: the job's node count (every node's workers and GPU model alike: a multi-node job's plan, ``launch.nodes``)
+    nnodes: int = 1
 
     def fingerprint(self, key: str | None = None) -> str:
         return fingerprint(self.script, self.script_args, self.nproc, self.user, self.gpu_model, module=self.module,
-                           key=key)
+                           key=key, nnodes=self.nnodes)
 
     def key_fingerprint(self) -> str:
         """Where the key the script declared (``@ecolaunch.job(key=...)``) is remembered for its next launch: the
-        script, worker count, user and GPU model, whatever its arguments."""
-        return _digest({"v": _FINGERPRINT_VERSION, "declares": "key", "script": _script_key(self.script, self.module),
-                        "nproc": self.nproc, "user": self.user, "gpu_model": " ".join(self.gpu_model.split())})
+        script, worker count, node count, user and GPU model, whatever its arguments."""
+        doc = {"v": _FINGERPRINT_VERSION, "declares": "key", "script": _script_key(self.script, self.module),
+               "nproc": self.nproc, "user": self.user, "gpu_model": " ".join(self.gpu_model.split())}
+        return _digest({**doc, "nnodes": self.nnodes} if self.nnodes != 1 else doc)
 
     def describe(self) -> str:
         """The script, worker count and GPU model in words."""
         workers = "1 worker" if self.nproc == "1" else f"{self.nproc} workers"
+        if self.nnodes != 1:
+            workers = f"{self.nnodes} nodes x {workers}"
         what = f"module {self.script}" if self.module else f"script {os.path.basename(self.script)}"
         return f"{what}, {workers}, {self.gpu_model}"
 

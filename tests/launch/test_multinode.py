@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from ecolaunch.jobmodel.profile import CapPoint, Profile
+from ecolaunch.profile.history import History, fingerprint
+from ecolaunch.runtime import current_user
 from tests.cli.test_launch import SLEEPER, wait_for
 from tests.conftest import REPO, clean_env, ecolaunch_cmd
 
@@ -27,7 +30,7 @@ def free_port() -> int:
 def node_env(tmp_path: Path, i: int, **extra: str) -> dict[str, str]:
     state = tmp_path / f"state{i}"
     state.mkdir(exist_ok=True)
-    return clean_env(ECOLAUNCH_SIMULATE=NODES[i % len(NODES)], ECOLAUNCH_STATE_DIR=str(state), **extra)
+    return clean_env(**{"ECOLAUNCH_SIMULATE": NODES[i % len(NODES)], "ECOLAUNCH_STATE_DIR": str(state), **extra})
 
 
 def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -76,8 +79,10 @@ def test_two_nodes_agree_one_plan_and_the_leader_sums_the_jobs_energy(tmp_path: 
         p.split("; this node")[0] for p in plans} == {
         "one plan for 2 nodes (vm (1x Tesla V100-SXM2-16GB), vm (1x NVIDIA A100-SXM4-80GB))"}
     assert sorted("leads" in p for p in plans) == [False, True]
-    for err in (err0, err1):
-        assert "a job over up to 2 nodes is not profiled: one node's cap paces every node" in err
+    # different GPUs on the two nodes: one cap would not pace them alike, so each runs at its default limit
+    assert all("its nodes have different GPUs (1x NVIDIA A100-SXM4-80GB, 1x Tesla V100-SXM2-16GB)" in p for p in plans)
+    for err in (err0, err1):  # matched as the whole job, and then, by the plan, not profiled
+        assert "history: script sleeper.py, 2 nodes x 1 worker" in err and "profiling done" not in err
     leader = err0 if "this node leads" in err0 else err1
     totals = [line for line in leader.splitlines() if "the whole job used" in line]
     assert len(totals) == 1 and " over 2 nodes in " in totals[0] and "not counted" not in totals[0], leader
@@ -181,3 +186,31 @@ def test_a_two_node_slurm_step_takes_its_rank_peers_and_gpus_from_the_allocation
         # the worker saw the allocation's GPU; global ranks 0 and 1 are the two nodes' workers
         [started] = (tmp_path / f"out{node}").glob("started-*")
         assert started.read_text() == "1" and started.name.split("-")[1] == str(node)
+
+
+def test_the_leaders_caps_from_the_whole_jobs_history_are_every_nodes(tmp_path: Path) -> None:
+    # the same GPUs on both nodes; the leader (node rank 0) knows the 2-node job from its history: a curve whose
+    # cheapest cap within the 10 % bound is 285 W, which the follower applies too
+    profile = Profile(0.1, 90.0, 30.0, 1000, 330.0, (CapPoint(250.0, 0.118, 242.0), CapPoint(300.0, 0.106, 285.0),
+                                                     CapPoint(400.0, 0.1, 330.0)))
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [str(out), "2"]
+    envs = [node_env(tmp_path, rank, ECOLAUNCH_SIMULATE="2xA100-SXM4-80GB") for rank in (0, 1)]
+    fp = fingerprint(SLEEPER, args, "1", current_user(), "NVIDIA A100-SXM4-80GB", nnodes=2)
+    History(Path(envs[0]["ECOLAUNCH_STATE_DIR"])).store_profile(fp, profile)
+    assert fp != fingerprint(SLEEPER, args, "1", current_user(), "NVIDIA A100-SXM4-80GB")  # not the 1-node job's
+    port = free_port()
+    procs = [start(ecolaunch_cmd("-v", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                                 "--master-port", str(port), "--nproc-per-node", "1", SLEEPER, *args), envs[rank])
+             for rank in (0, 1)]
+    (code0, err0), (code1, err1) = finish(procs)
+    assert (code0, code1) == (0, 0), err0 + err1
+    assert "history: script sleeper.py, 2 nodes x 1 worker, NVIDIA A100-SXM4-80GB, its arguments" in err0
+    assert "this node leads: every node runs at the leader's caps" in err0
+    assert "this node follows vm: every node runs at the leader's caps" in err1
+    assert "GPU 0 capped at 285 W (original 400 W)" in err0, err0
+    assert "ecolaunch: caps 285 W, as the job's leader set them" in err1.splitlines(), err1
+    assert "ecolaunch: GPU 0 capped at 285 W (original 400 W)" in err1.splitlines()
+    for env in envs:
+        assert jobs(env) == []

@@ -54,11 +54,56 @@ def test_the_first_to_arrive_leads_and_the_others_read_its_plan(store) -> None:
     plans = {n: m.plan for n, m in results.items()}
     assert plans["h0"] == plans["h1"]
     assert [n.host for n in plans["h0"].nodes] in (["h0", "h1"], ["h1", "h0"])
+    # two GPUs on one node, one on the other: not the same GPUs, so each node at its default limit, unprofiled
     assert plans["h0"].caps == "default" and plans["h0"].profile is False
     follower = next(m for m in results.values() if not m.leader)
     assert follower.lines == [f"one plan for 2 nodes ({', '.join(f'{n.host} ({len(n.gpus)}x NVIDIA A100-SXM4-80GB)' for n in plans['h0'].nodes)}); "
                               f"this node follows {leaders[0]}: a job over several nodes runs at each node's default "
-                              "power limit, unprofiled"]
+                              "power limit, unprofiled; its nodes have different GPUs (1x NVIDIA A100-SXM4-80GB, 2x "
+                              "NVIDIA A100-SXM4-80GB): one cap would not pace them alike (pace-matching across boards: "
+                              "docs/pace-matching.md)"]
+
+
+def test_the_same_gpus_on_every_node_follow_the_leaders_caps(store) -> None:
+    results = {}
+
+    def node(name: str) -> None:
+        results[name] = meet(rdzv(), f"job-{name}", ["GPU-" + name], ["NVIDIA A100-SXM4-80GB"], wait_s=30,
+                             host=name, open_store=lambda is_server: store)
+
+    threads = [threading.Thread(target=node, args=(n,)) for n in ("h0", "h1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    lead = next(m for m in results.values() if m.leader)
+    follow = next(m for m in results.values() if not m.leader)
+    assert lead.leads_caps and follow.follows_caps and lead.plan.profile
+    assert follow.leader_caps() is None
+    applied: list[tuple[int, float | None]] = []
+    lines: list[str] = []
+    from ecolaunch.launch.nodes import CapFollower, PublishedCaps
+
+    def apply(position: int, watts: float | None) -> float | None:
+        applied.append((position, watts))
+        return 300.0 if watts == 250.0 else watts  # this node's policy clips 250 W to 300 W
+
+    with CapFollower(follow, apply, lines.append, poll_s=0.01):
+        set_cap = PublishedCaps(lead, lambda uuid, w: w, ["GPU-x"], {"GPU-x": None})
+        wait(lambda: applied == [(0, None)])
+        assert set_cap("GPU-x", 250.0) == 250.0
+        wait(lambda: applied == [(0, None), (0, 250.0)])
+    assert lines == ["the leader's 250 W cap is 300 W here: this node's admin policy clips it"]
+    assert follow.leader_caps() == (2, [250.0])
+
+
+def wait(predicate, timeout: float = 10.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
 
 
 def test_static_rendezvous_node_rank_0_leads_whoever_arrives_first(store) -> None:
