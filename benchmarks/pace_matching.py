@@ -267,7 +267,7 @@ def multinode(bound_pct: float, timeout_s: float = 120.0) -> dict:
                                           text=True))
         ran = [p.communicate(timeout=timeout_s) for p in procs]
     plans, caps, slowdowns = [], {}, []
-    for rank, ((out, err), proc) in enumerate(zip(ran, procs)):
+    for rank, (out, err) in enumerate(ran):
         plans += [line.split("; this node")[0].split(": ", 2)[-1] for line in err.splitlines() if "one plan for" in line]
         decision = json.loads(out) if out.strip().startswith("{") else {}
         caps[MULTINODE_SPECS[rank]] = sorted({c for c in decision.get("power_caps_w", {}).values()}, key=str)
