@@ -53,8 +53,10 @@ PROTOCOL = 1
 POLL_S = 0.2
 #: seconds one connection attempt to the store may take (a stop signal is handled between attempts)
 CONNECT_TRY_S = 1.0
-#: seconds the leader waits at the end for the other nodes' energy (they end with it: the job is synchronous)
+#: seconds the leader waits at the end for the other nodes' energy (they end with it: the job is synchronous), and
+#: after a run that failed or was stopped (a node that died reports nothing: the leader does not wait long for it)
 FINISH_WAIT_S = 30.0
+FAILED_FINISH_WAIT_S = 3.0
 #: seconds the leader still waits for missing peers once others are seen in torch's own rendezvous (an ecolaunch
 #: peer between its arrival and its note, or one that gave up waiting)
 FOREIGN_GRACE_S = 5.0
@@ -146,7 +148,7 @@ class Meeting:
         return int(data["seq"]), [None if w is None else float(w) for w in data["caps_w"]]
 
     def finish(self, energy_j: float | None, wall_s: float, exit_code: int, *,
-               wait_s: float = FINISH_WAIT_S, sleep: Callable[[float], None] = time.sleep,
+               wait_s: float | None = None, sleep: Callable[[float], None] = time.sleep,
                clock: Callable[[], float] = time.monotonic) -> list[str]:
         """Write this node's energy (the job's share of its GPUs', J); the leader collects every node's and
         returns the lines of the job's total (the others return none). A node whose process runs the store's
@@ -154,6 +156,8 @@ class Meeting:
         says so."""
         if self.store is None:
             return []
+        if wait_s is None:
+            wait_s = FINISH_WAIT_S if exit_code == 0 else FAILED_FINISH_WAIT_S
         try:
             self.store.set(f"energy/{self.me.arrival}", json.dumps(
                 {"host": self.me.host, "energy_j": energy_j, "wall_s": wall_s, "exit_code": exit_code}))
@@ -250,6 +254,8 @@ def _lead(store, raw, me: NodeInfo, rdzv: Rendezvous, deadline: float, sleep, cl
             continue
         nodes.append(NodeInfo(**{**info, "gpus": tuple(info["gpus"]), "gpu_names": tuple(info["gpu_names"])}))
     why = "a job over several nodes runs at each node's default power limit, unprofiled"
+    if rdzv.min_nodes != rdzv.max_nodes:
+        return Plan(me.host, tuple(nodes), "default", why + "; an elastic job's nodes may change")
     boards = {(n.gpu_names, len(n.gpus)) for n in nodes}
     if complete and not foreign and len(boards) == 1 and len({*nodes[0].gpu_names}) == 1 and nodes[0].gpus:
         return Plan(me.host, tuple(nodes), "leader", "every node runs at the leader's caps, which its profile, history "

@@ -3,13 +3,16 @@ GPUs, torch's static and c10d rendezvous, one plan, the whole job's energy, and 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from ecolaunch.jobmodel.profile import CapPoint, Profile
@@ -214,3 +217,42 @@ def test_the_leaders_caps_from_the_whole_jobs_history_are_every_nodes(tmp_path: 
     assert "ecolaunch: GPU 0 capped at 285 W (original 400 W)" in err1.splitlines()
     for env in envs:
         assert jobs(env) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a launcher applies caps itself only as root")
+def test_a_sigkilled_node_gets_its_cap_back_and_the_leader_stops_on_sigterm(tmp_path: Path) -> None:
+    from ecolaunch.runtime import open_gpus, resolve
+
+    profile = Profile(0.1, 90.0, 30.0, 1000, 330.0, (CapPoint(250.0, 0.118, 242.0), CapPoint(300.0, 0.106, 285.0),
+                                                     CapPoint(400.0, 0.1, 330.0)))
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [str(out), "60"]
+    envs = [node_env(tmp_path, rank, ECOLAUNCH_SIMULATE="2xA100-SXM4-80GB") for rank in (0, 1)]
+    History(Path(envs[0]["ECOLAUNCH_STATE_DIR"])).store_profile(
+        fingerprint(SLEEPER, args, "1", current_user(), "NVIDIA A100-SXM4-80GB", nnodes=2), profile)
+    gpus = [open_gpus(resolve(env)[0]) for env in envs]
+    port = free_port()
+    procs = [subprocess.Popen(ecolaunch_cmd("--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                                            "--master-port", str(port), "--nproc-per-node", "1", SLEEPER, *args),
+                              env=envs[rank], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) for rank in (0, 1)]
+    try:
+        wait_for(lambda: all(g.gpus()[0].power_limit_w == 285.0 for g in gpus), 60, "both nodes at the leader's cap")
+        orphans = psutil.Process(procs[1].pid).children(recursive=True)  # its workers run on (torch's own session)
+        os.kill(procs[1].pid, signal.SIGKILL)  # the follower's launcher only, as a real SIGKILL of it
+        wait_for(lambda: gpus[1].gpus()[0].power_limit_w == 400.0, 10, "the killed node's cap restored")
+        wait_for(lambda: jobs(envs[1]) == [], 30, "the killed node's booking released")
+        assert gpus[0].gpus()[0].power_limit_w == 285.0  # the leader runs on, at its cap
+        procs[0].send_signal(signal.SIGTERM)
+        assert procs[0].wait(30) == 143
+        assert gpus[0].gpus()[0].power_limit_w == 400.0 and jobs(envs[0]) == []
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+        for child in locals().get("orphans", []):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        for p in procs:
+            p.communicate(timeout=60)
