@@ -31,6 +31,7 @@ importlib.import_module("ecolaunch.launch")
 __all__ = [
     "__version__",
     "JobHints",
+    "allreduce_wait_hook",
     "hf_callback",
     "is_profiling",
     "job",
@@ -62,6 +63,15 @@ def measure(name=None, *, sync_cuda=True):
     from ecolaunch.api import measure as window
 
     return window(name, sync_cuda=sync_cuda)
+
+
+def allreduce_wait_hook(state, bucket):
+    """A DDP communication hook (``model.register_comm_hook(None, ecolaunch.allreduce_wait_hook)``): DDP's default
+    all-reduce, timing how long this rank waits there for the slowest (see ``ecolaunch.profile.ddpwait``)."""
+    # lazy: `import ecolaunch` loads only the hooks; the timing loads with the first bucket
+    from ecolaunch.profile.ddpwait import allreduce_wait_hook as hook
+
+    return hook(state, bucket)
 
 
 def lightning_callback():

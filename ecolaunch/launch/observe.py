@@ -50,6 +50,7 @@ from ecolaunch.clock import Clock
 from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import EcolaunchError
 from ecolaunch.profile.control import ClosedLoop, ControlSettings, start_loop
+from ecolaunch.profile.ddpwait import RankWaits, rank_waits
 from ecolaunch.launch.earlycheck import EarlyCheck
 from ecolaunch.launch.monitor import RunMonitor
 from ecolaunch.launch.record import RunRecorder, RunSpan
@@ -155,6 +156,8 @@ class RunSummary:
     gpus: int = 1
     #: why this run updated nothing in the history (its iterations were not its profile's job undisturbed)
     not_learned: str | None = None
+    #: what the ranks waited at the all-reduce for the slowest (``ecolaunch.allreduce_wait_hook``), one line
+    allreduce_wait: str | None = None
 
     @property
     def energy_wh(self) -> float | None:
@@ -198,6 +201,8 @@ def format_summary(s: RunSummary) -> str:
                f"{-slow:.1f} % faster than")
         lines.append(f"ecolaunch: power cap: ended at {s.final_cap_w:.0f} W, measured {how} alone and uncapped "
                      "(kept in the history for the next launch)")
+    if s.allreduce_wait:
+        lines.append(f"ecolaunch: {s.allreduce_wait}")
     lines += [f"ecolaunch: warning: {f}" for f in s.findings]
     if s.not_learned is not None:
         lines.append(f"ecolaunch: history: not updated from this run: {s.not_learned}")
@@ -246,6 +251,7 @@ class RunObserver:
         self.loop: ClosedLoop | None = None
         self.result: ProfileResult | None = None
         self.findings: list[str] = []
+        self._waits: RankWaits | None = None
         self.record: JobRecord | None = None
         self._exit_code: int | None = None
         self._bounds: tuple[float, float] | None = None
@@ -325,7 +331,8 @@ class RunObserver:
             self.result.recommended_cap_w if self.result else None, self.result.reason if self.result else None,
             tuple(self.findings), self.config.profiling_energy_j,
             tuple(m.reason for m in ctl.moves) if ctl else (), ctl.measured_slowdown_pct if ctl else None,
-            ctl.cap_w if ctl and ctl.measured_slowdown_pct is not None else None, n, self.not_learned())
+            ctl.cap_w if ctl and ctl.measured_slowdown_pct is not None else None, n, self.not_learned(),
+            self._waits.line() if self._waits is not None else None)
 
     def not_learned(self) -> str | None:
         """Why this run updates nothing in the history: its iterations cannot be its profile's job undisturbed
@@ -473,6 +480,8 @@ class RunObserver:
             self._store_profile(hints)
         if self.mode is not ProfileAction.PRE:  # a profiling run leaves its profile only
             self.recorder.write(self.record)
+        self._waits = rank_waits(channel.read_waits(self.monitor.hook_dir), self.record.iter_time_s,
+                                 self.settings.warmup_iters)
         self.monitor.close()
 
     def _store_profile(self, hints: Mapping[str, Any]) -> None:

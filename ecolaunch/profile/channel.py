@@ -15,6 +15,8 @@ Files in ``<dir>`` (one writer each, so no locking is needed):
   so a crash can at worst leave a torn final record, which :func:`read_steps` drops. ``CLOCK_MONOTONIC`` is
   system-wide on Linux, so stamps of different ranks (and of a restarted worker) share one time line.
 - ``hints-<rank>.json``: the ``@ecolaunch.job(...)`` hints, written once, atomically (temp file + rename).
+- ``waits-<rank>.bin``: one little-endian float64 per iteration, the seconds the rank waited at DDP's all-reduce for
+  the others (``ecolaunch.allreduce_wait_hook``, :mod:`ecolaunch.profile.ddpwait`), appended as the step stamps are.
 
 **Multi-user safety.** The launcher creates ``<dir>`` with :func:`create_hook_dir`: fresh, under an
 unpredictable name, mode 0700, inside the sticky shared ``hooks/`` (so no colleague can rename it or put
@@ -65,6 +67,7 @@ MAX_STEPS_BYTES = 256 * 1024 * 1024
 MAX_POLL_BYTES = 16 * 1024 * 1024  # per file and poll: the rest is read at the next poll
 TAIL_STAMPS = 4096  # per rank: how many of the latest stamps the launcher keeps for the closed loop
 _STEPS = re.compile(r"^steps-(\d+)\.bin$")
+_WAITS = re.compile(r"^waits-(\d+)\.bin$")
 _HINTS = re.compile(r"^hints-(\d+)\.json$")
 
 
@@ -74,6 +77,10 @@ def steps_path(directory: Path | str, rank: int) -> Path:
 
 def hints_path(directory: Path | str, rank: int) -> Path:
     return Path(directory) / f"hints-{rank}.json"
+
+
+def waits_path(directory: Path | str, rank: int) -> Path:
+    return Path(directory) / f"waits-{rank}.bin"
 
 
 class StepWriter:
@@ -93,6 +100,10 @@ class StepWriter:
     def stamp(self) -> None:
         """Record "one step ended now". Raises OSError if the file cannot be opened or written (or the hook
         directory is not this user's alone: see :func:`open_private_dir`)."""
+        self.append(self._clock())
+
+    def append(self, value: float) -> None:
+        """Append one float64 record (what :meth:`stamp` writes, or a :class:`WaitWriter`'s seconds)."""
         fd = self._fd
         if fd is None:
             folder, name = os.path.split(self._path)
@@ -105,12 +116,22 @@ class StepWriter:
                     os.close(fd)
                     raise
             self._fd = fd
-        os.write(fd, STAMP.pack(self._clock()))
+        os.write(fd, STAMP.pack(value))
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class WaitWriter(StepWriter):
+    """Appends one all-reduce wait (seconds) per :meth:`append` to ``waits-<rank>.bin``."""
+
+    __slots__ = ()
+
+    def __init__(self, directory: Path | str, rank: int) -> None:
+        super().__init__(directory, rank)
+        self._path = os.fspath(waits_path(directory, rank))
 
 
 def write_hints(directory: Path | str, rank: int, hints: Mapping[str, object]) -> Path:
@@ -211,12 +232,21 @@ def _read_file(folder: Path, name: str, max_bytes: int, offset: int = 0) -> byte
 
 def read_steps(directory: Path | str) -> dict[int, list[float]]:
     """``{rank: [monotonic stamp, ...]}`` for every ``steps-<rank>.bin``; a torn trailing record is dropped."""
+    return _read_records(directory, _STEPS)
+
+
+def read_waits(directory: Path | str) -> dict[int, list[float]]:
+    """``{rank: [seconds waited at the all-reduce, ...]}`` for every ``waits-<rank>.bin`` (as :func:`read_steps`)."""
+    return _read_records(directory, _WAITS)
+
+
+def _read_records(directory: Path | str, pattern: re.Pattern[str]) -> dict[int, list[float]]:
     out: dict[int, list[float]] = {}
     folder = Path(directory)
     if not folder.is_dir():
         return out
     for entry in folder.iterdir():
-        m = _STEPS.match(entry.name)
+        m = pattern.match(entry.name)
         if m is None:
             continue
         try:

@@ -1,0 +1,152 @@
+"""How long each rank waits at DDP's all-reduce for the others: ``ecolaunch.allreduce_wait_hook``.
+
+Register it as the model's communication hook::
+
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    model.register_comm_hook(None, ecolaunch.allreduce_wait_hook)
+
+It reduces every gradient bucket exactly as DDP's default does: ``all_reduce`` (sum) divided by the world size, the
+same as ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook``. For the last bucket of each
+backward pass (``bucket.is_last()``), it also times the span from the moment this rank handed the bucket over to the
+moment the reduction finished.
+
+- The fastest ranks finish their backward pass first and wait there for the slowest. So that span is the rank's wait
+  plus the reduction's own time. The slowest rank's span is the reduction alone.
+- A rank's **waste** is therefore its span minus the smallest span of any rank: the time its GPU spent waiting for
+  the slowest one at full power. The launcher reports it at the end of the run (:func:`rank_waits`).
+- Without ecolaunch (``ECOLAUNCH_HOOK_DIR`` unset), the hook only reduces.
+
+**What is measured, and how well.**
+- With gloo (CPU tensors), the span is read on the CPU clock: the future completes when the reduction is done. Tested
+  with real gloo workers, one of them made slower (``tests/profile/test_ddpwait.py``).
+- With NCCL (CUDA tensors), torch completes the future as soon as work can be queued after the reduction, not when
+  the reduction is done on the GPU (torch's ``Work.get_future`` documentation), so the CPU clock would not see the
+  wait. The hook records CUDA events instead: one on the compute stream when the bucket is handed over, one on the
+  stream the future's callback runs on, which torch orders after the reduction. Their elapsed time is read, without
+  blocking, at a later iteration once the second event has passed. This path has not been checked on a GPU yet.
+
+Each wait is one float64 appended to ``waits-<rank>.bin`` in the hook directory (:mod:`ecolaunch.profile.channel`).
+A failure to write turns the timing off, with one warning, and never the reduction.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ecolaunch.profile import channel
+
+logger = logging.getLogger(__name__)
+
+#: a rank's waste below this share of the step, or below REPORT_MIN_S, is noise (scheduling, the reduction's
+#: own jitter), not a slow rank: the summary says nothing
+REPORT_MIN_SHARE = 0.05
+REPORT_MIN_S = 0.002
+
+
+class _Timer:
+    """The process's wait writer: opened on first use from the environment (None: not under ecolaunch); and the
+    CUDA event pairs of NCCL spans not yet read."""
+
+    def __init__(self) -> None:
+        self.writer: channel.WaitWriter | None = None
+        self.ready = False
+        self.pending: list = []
+
+    def flush(self) -> None:
+        """Record the CUDA spans whose second event has passed, in order (never blocks)."""
+        while self.pending and self.pending[0][1].query():
+            start, end = self.pending.pop(0)
+            self.record(start.elapsed_time(end) / 1e3)
+
+    def get(self) -> channel.WaitWriter | None:
+        if not self.ready:
+            self.ready = True
+            directory = os.environ.get(channel.ENV_HOOK_DIR)
+            if directory:
+                self.writer = channel.WaitWriter(directory, int(os.environ.get(channel.ENV_RANK, "0") or 0))
+        return self.writer
+
+    def record(self, seconds: float) -> None:
+        writer = self.get()
+        if writer is None:
+            return
+        try:
+            writer.append(seconds)
+        except OSError as e:
+            logger.warning("ecolaunch: all-reduce waits are no longer recorded: %s", e)
+            self.writer = None
+
+
+_TIMER = _Timer()
+
+
+def allreduce_wait_hook(state, bucket):
+    """A DDP communication hook: DDP's default all-reduce, timing this rank's wait on the last bucket of each
+    backward pass (module docstring). ``state`` is unused (pass None), or a process group to reduce over."""
+    import torch.distributed as dist  # lazy: the hook runs in a DDP worker, which has torch loaded already
+
+    group = state if state is not None else dist.group.WORLD
+    tensor = bucket.buffer()
+    tensor.div_(dist.get_world_size(group))
+    future = dist.all_reduce(tensor, group=group, async_op=True).get_future()
+    if not bucket.is_last() or _TIMER.get() is None:
+        return future.then(lambda fut: fut.value()[0])
+    if tensor.is_cuda:
+        import torch  # lazy: as above
+
+        _TIMER.flush()
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()  # on the compute stream: passed when this rank's backward pass is done on the GPU
+
+        def done_on_gpu(fut):
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()  # on the callback's stream, which torch orders after the reduction
+            _TIMER.pending.append((start, end))
+            return fut.value()[0]
+
+        return future.then(done_on_gpu)
+    handed_over = time.monotonic()
+
+    def done(fut):
+        _TIMER.record(time.monotonic() - handed_over)
+        return fut.value()[0]
+
+    return future.then(done)
+
+
+@dataclass(frozen=True, slots=True)
+class RankWaits:
+    """What the ranks of one node waited at the all-reduce: each rank's mean span (s), the slowest rank (the one
+    with the shortest span) and each rank's waste as a share of the step."""
+
+    mean_span_s: Mapping[int, float]
+    slowest: int
+    waste_share: Mapping[int, float]
+
+    def line(self) -> str | None:
+        """One summary line naming the ranks that waste at least :data:`REPORT_MIN_SHARE` of the step (and
+        :data:`REPORT_MIN_S`), else None."""
+        floor = self.mean_span_s[self.slowest]
+        waiting = [(r, w) for r, w in sorted(self.waste_share.items())
+                   if r != self.slowest and w >= REPORT_MIN_SHARE and self.mean_span_s[r] - floor >= REPORT_MIN_S]
+        if not waiting:
+            return None
+        shares = ", ".join(f"rank {r} {100 * w:.0f} %" for r, w in waiting)
+        return (f"all-reduce: the faster ranks waited for rank {self.slowest}, the slowest, this share of each step: "
+                f"{shares}; a waiting GPU draws power for nothing (pace-matching: docs/pace-matching.md)")
+
+
+def rank_waits(waits: Mapping[int, Sequence[float]], iter_time_s: float | None, warmup: int = 0) -> RankWaits | None:
+    """The ranks' waits (``waits``: by rank, seconds per iteration, from :func:`~ecolaunch.profile.channel.read_waits`)
+    against the mean iteration time; the first ``warmup`` iterations are left out. None without two ranks' waits or
+    an iteration time."""
+    spans = {r: sum(w[warmup:]) / len(w[warmup:]) for r, w in waits.items() if len(w) > warmup}
+    if len(spans) < 2 or not iter_time_s or iter_time_s <= 0:
+        return None
+    slowest = min(spans, key=spans.get)
+    floor = spans[slowest]
+    return RankWaits(spans, slowest, {r: max(0.0, s - floor) / iter_time_s for r, s in spans.items()})

@@ -1,0 +1,37 @@
+"""Worker for the all-reduce wait test: a tiny DDP model on CPU (gloo) with ``ecolaunch.allreduce_wait_hook``; the
+highest rank sleeps ``<slow seconds>`` more in each step, so the other ranks wait that long at the all-reduce; every
+rank sleeps ``<common seconds>`` (default 0) as its own work.
+
+    ddp_waiter.py <steps> <slow seconds> [<common seconds>]
+"""
+
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+import ecolaunch
+
+steps, slow_s = int(sys.argv[1]), float(sys.argv[2])
+common_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+model = DistributedDataParallel(torch.nn.Linear(16, 4))
+model.register_comm_hook(None, ecolaunch.allreduce_wait_hook)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(8, 16)
+for _ in range(steps):
+    time.sleep(common_s)
+    if rank == world - 1:
+        time.sleep(slow_s)  # the slow rank: its backward hands the last bucket over late
+    loss = model(x).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    ecolaunch.step()
+dist.barrier()
+dist.destroy_process_group()
+print(f"rank {rank} done", flush=True)
