@@ -39,6 +39,8 @@ a warning and the job runs on. The constructor touches no device or file.
 from __future__ import annotations
 
 import logging
+import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -51,6 +53,7 @@ from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import EcolaunchError
 from ecolaunch.profile.control import ClosedLoop, ControlSettings, start_loop
 from ecolaunch.profile.ddpwait import RankWaits, rank_waits
+from ecolaunch.profile.pacing import WINDOW_ITERS, PaceController, WaitReader, pace_summary
 from ecolaunch.launch.earlycheck import EarlyCheck
 from ecolaunch.launch.monitor import RunMonitor
 from ecolaunch.launch.record import RunRecorder, RunSpan
@@ -90,7 +93,8 @@ class ObserveConfig:
         profiling_energy_j: what a pre-launch profiling run used (for the summary and the record).
         profile_source: what the record calls the profiling action (default ``mode``'s value; e.g. ``"pre"``
             for the real run after a pre-launch profiling run, which itself runs in ``history`` mode).
-        closed_loop: whether the closed loop may run.
+        closed_loop: whether the closed loop may run; pace: whether pace-matching may lower single GPUs' caps
+            (:mod:`ecolaunch.profile.pacing`; not on a node of a multi-node job, whose caps are the plan's).
     """
 
     job_id: str
@@ -116,6 +120,7 @@ class ObserveConfig:
     profiling_energy_j: float | None = None
     profile_source: str | None = None
     closed_loop: bool = True
+    pace: bool = True
     match: JobMatch | None = None
 
     def __post_init__(self) -> None:
@@ -252,6 +257,11 @@ class RunObserver:
         self.result: ProfileResult | None = None
         self.findings: list[str] = []
         self._waits: RankWaits | None = None
+        #: pace-matching (:mod:`ecolaunch.profile.pacing`): the ranks' waits, the controller, where its window began
+        self._wait_reader: WaitReader | None = None
+        self.pace: PaceController | None = None
+        self._pace_from = (0, 0)  # (waits, closed-loop moves) at the last decision
+        self._max_w: dict[str, float] = {}
         self.record: JobRecord | None = None
         self._exit_code: int | None = None
         self._bounds: tuple[float, float] | None = None
@@ -330,7 +340,8 @@ class RunObserver:
             rec.iterations if rec else None, rec.iter_time_s if rec else None, self.config.source,
             self.result.recommended_cap_w if self.result else None, self.result.reason if self.result else None,
             tuple(self.findings), self.config.profiling_energy_j,
-            tuple(m.reason for m in ctl.moves) if ctl else (), ctl.measured_slowdown_pct if ctl else None,
+            (*(m.reason for m in ctl.moves), *pace_summary(self.pace)) if ctl else tuple(pace_summary(self.pace)),
+            ctl.measured_slowdown_pct if ctl else None,
             ctl.cap_w if ctl and ctl.measured_slowdown_pct is not None else None, n, self.not_learned(),
             self._waits.line() if self._waits is not None else None)
 
@@ -359,6 +370,7 @@ class RunObserver:
         snaps = [g for g in self._backend.gpus() if g.uuid in self._uuids]
         self.recorder.names = {g.uuid: g.name for g in snaps}
         self.caps.found = {g.uuid: g.power_limit_w for g in snaps}
+        self._max_w = {g.uuid: g.power_limit_max_w for g in snaps if g.power_limit_max_w}
         try:
             self._bounds = job_cap_bounds(self.config.rules, snaps)
         except EcolaunchError as e:  # a driver reporting a broken limit range: profile without changing caps
@@ -407,6 +419,42 @@ class RunObserver:
             self._early_check(stamps)
         if self.loop is not None and not final:
             self.loop.step()
+        if not final:
+            self._pace_step()
+
+    def _pace_step(self) -> None:
+        """Pace-matching (:mod:`ecolaunch.profile.pacing`): once the profile is done, every window of every rank's
+        all-reduce waits (``ecolaunch.allreduce_wait_hook``), lower the cap of the rank that waits most. A move of
+        the closed loop (one cap for every GPU) starts pacing afresh from its cap."""
+        if (not self.config.pace or len(self._uuids) < 2 or not self.caps.can_set or self.mode is ProfileAction.PRE
+                or (self.profiler is not None and self.result is None) or self.recorder.shared()):
+            return
+        if self._wait_reader is None:
+            self._wait_reader = WaitReader(self.monitor.hook_dir)
+        self._wait_reader.poll()
+        waits, loop_moves = self._wait_reader.count(), len(self.loop.controller.moves) if self.loop else 0
+        # the first decision also waits out the warm-up (first iterations are slow on every rank)
+        window = WINDOW_ITERS + (self.settings.warmup_iters if self._pace_from[0] == 0 else 0)
+        if waits - self._pace_from[0] < window:
+            return
+        if loop_moves != self._pace_from[1]:  # the closed loop moved every GPU: what pacing measured is gone
+            self._pace_from, self.pace = (waits, loop_moves), None
+            return
+        _, stamps = self.monitor.reader.since(self.monitor.reader.count() - WINDOW_ITERS - 1)
+        if len(stamps) < 2:
+            return
+        times = [b - a for a, b in zip(stamps, stamps[1:])]
+        iter_time_s = sum(times) / len(times)
+        iter_se_s = statistics.stdev(times) / math.sqrt(len(times)) if len(times) > 1 else 0.0
+        if self.pace is None:
+            caps = {u: self.caps.current(u) or self._max_w.get(u) for u in self._uuids}
+            if any(c is None for c in caps.values()) or any(u not in self._max_w for u in self._uuids):
+                return
+            self.pace = PaceController(self._uuids, caps, self._max_w, self.caps.set)
+        self._pace_from = (waits, loop_moves)
+        move = self.pace.decide(self._wait_reader.mean_spans(WINDOW_ITERS), iter_time_s, iter_se_s)
+        if move is not None:
+            logger.info("job %s: %s", self.job_id, move.reason)
 
     def _profiled(self, final: bool) -> None:
         self.result = self.profiler.result  # type: ignore[union-attr]

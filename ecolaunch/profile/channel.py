@@ -240,6 +240,30 @@ def read_waits(directory: Path | str) -> dict[int, list[float]]:
     return _read_records(directory, _WAITS)
 
 
+def read_new_waits(directory: Path | str, offsets: Mapping[int, int]) -> dict[int, tuple[int, list[float]]]:
+    """What each ``waits-<rank>.bin`` gained past ``offsets`` (bytes, by rank): ``{rank: (new offset, waits)}``, only
+    the ranks with new whole records (a partial record is read again next time)."""
+    out: dict[int, tuple[int, list[float]]] = {}
+    folder = Path(directory)
+    if not folder.is_dir():
+        return out
+    for entry in folder.iterdir():
+        m = _WAITS.match(entry.name)
+        if m is None:
+            continue
+        rank = int(m.group(1))
+        offset = offsets.get(rank, 0)
+        try:
+            data = _read_file(folder, entry.name, MAX_POLL_BYTES, offset)
+        except OSError as e:
+            logger.debug("cannot read %s: %s", entry, e)
+            continue
+        whole = len(data) - len(data) % STAMP.size
+        if whole:
+            out[rank] = (offset + whole, [v for (v,) in STAMP.iter_unpack(data[:whole])])
+    return out
+
+
 def _read_records(directory: Path | str, pattern: re.Pattern[str]) -> dict[int, list[float]]:
     out: dict[int, list[float]] = {}
     folder = Path(directory)

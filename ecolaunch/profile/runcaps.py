@@ -36,16 +36,19 @@ class RunCaps:
         """Whether caps may be changed: a setter, which has not refused with PermissionDenied."""
         return self._setter is not None and not self._refused
 
-    def set(self, uuid: str, watts: float) -> None:
-        """Set ``watts`` on GPU ``uuid``; the setter's exception passes (the cap stays as it was). After a
-        PermissionDenied (caps may not be changed here, which the job's cap owner has told the user once) the run
-        asks no more: :attr:`can_set` is False."""
+    def set(self, uuid: str, watts: float) -> float:
+        """Set ``watts`` on GPU ``uuid``; returns the cap applied (the setter's, which may clip it to the admin
+        policy, when it says). The setter's exception passes (the cap stays as it was). After a PermissionDenied
+        (caps may not be changed here, which the job's cap owner has told the user once) the run asks no more:
+        :attr:`can_set` is False."""
         try:
-            self._setter(uuid, watts)  # type: ignore[misc]
+            applied = self._setter(uuid, watts)  # type: ignore[misc]
         except PermissionDenied:
             self._refused = True
             raise
-        self._set[uuid] = watts
+        value = float(applied) if isinstance(applied, (int, float)) and not isinstance(applied, bool) else watts
+        self._set[uuid] = value
+        return value
 
     def apply(self, cap_w: float, why: str) -> bool:
         """Set ``cap_w`` on every GPU of the job (``why``: logged); False (logged) at the first that fails, whose cap
