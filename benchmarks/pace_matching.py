@@ -30,6 +30,10 @@ cap):
 - ``pace``: ``job-cap``, then :func:`~ecolaunch.policy.pace.pace_caps` (each fast rank down to the slowest rank's
   pace, with the cap choice's margin), deciding under the same waiting-power bound it is scored under.
 - ``pace-no-margin``: the ablation: the same with no margin (``z = 0``).
+- ``pace-feedback``: what the launcher does (:class:`~ecolaunch.profile.pacing.PaceController`, no curve): from
+  ``job-cap``, windows of ``WINDOW_ITERS`` iterations with the world's per-iteration noise; each window it reads
+  every rank's all-reduce span and the mean iteration time and lowers (or undoes) one GPU's cap, for at most
+  ``FEEDBACK_WINDOWS`` windows or until three windows make no move.
 - ``same-tdp-fraction``: the skeptic's rule: each fast GPU at the same fraction of its board's default limit (TDP)
   as the slowest GPU's cap, on the 5 W grid. Both boards here have a 250 W TDP, so it equals ``job-cap``.
 - ``fast-board-min``: the skeptic's other rule: each fast GPU at its board's lowest allowed cap.
@@ -76,21 +80,28 @@ import argparse
 import json
 import statistics
 import sys
+import zlib
 from collections import defaultdict
 from pathlib import Path
+
+import numpy as np
 
 from _common import emit, mean_ci95
 
 from ecolaunch.admin.rules import Rules, cap_bounds_w, job_cap_bounds
 from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.policy.pace import RankCurve, WaitPower, pace_caps, rank_energy_j
+from ecolaunch.profile.pacing import WINDOW_ITERS, PaceController
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, job_cap_choice
 from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.sim.measured import BOARDS, MeasuredWorld, held_out_prior, job_kinds
 from ecolaunch.state.graph import GpuNode
 
 FAST, SLOW = "V100-PCIE-16GB", "P100-PCIE-16GB"  # the boards of a mixed job, in rank order
-ROWS = ("uncapped", "job-cap", "pace", "pace-no-margin", "same-tdp-fraction", "fast-board-min", "pace-oracle")
+ROWS = ("uncapped", "job-cap", "pace", "pace-no-margin", "pace-feedback", "same-tdp-fraction", "fast-board-min",
+        "pace-oracle")
+#: windows the feedback controller runs for at most (each of WINDOW_ITERS iterations)
+FEEDBACK_WINDOWS = 60
 FIGURES = ("saving_vs_job_pct", "saving_vs_uncapped_pct", "iter_time_vs_job_pct", "iter_time_vs_uncapped_pct")
 GOAL_SAVING_PCT, GOAL_TIME_PCT = 5.0, 1.0
 USER = "bench"
@@ -180,7 +191,34 @@ class Job:
             return [self.bounds[b][0] if f else c for b, c, f in zip(self.boards, self.start, self.fast)]
         if row == "pace-oracle":
             return self._oracle(wait)
+        if row == "pace-feedback":
+            return self._feedback()
         raise ValueError(f"unknown row {row!r}")
+
+    def _feedback(self) -> list[float]:
+        """What the launcher does (:class:`~ecolaunch.profile.pacing.PaceController`): from the job's cap, every
+        window of ``WINDOW_ITERS`` iterations it reads each rank's all-reduce span (the true iteration time minus the
+        rank's true compute time) and the window's mean iteration time, both with the world's per-iteration noise,
+        and lowers or undoes one GPU's cap. It sees no curve: it needs no profile of each board."""
+        rng = np.random.default_rng(zlib.crc32(f"{self.world.seed}|{self.kind}|{len(self.boards)}".encode()))
+        sd = self.world.noise.iteration
+        caps = {n: c for n, c in zip(self.names, self.start)}
+        board = dict(zip(self.names, self.boards))
+        pace = PaceController(self.names, dict(caps), {n: self.bounds[board[n]][1] for n in self.names},
+                              lambda n, w: self._clip(board[n], w))
+        quiet = 0
+        for _ in range(FEEDBACK_WINDOWS):
+            compute = {n: self.true_time_s(board[n], pace.caps_w[n]) for n in self.names}
+            iters = [max(compute[n] * (1 + sd * rng.standard_normal()) for n in self.names)
+                     for _ in range(WINDOW_ITERS)]
+            t = float(np.mean(iters))
+            spans = {i: max(0.0, t - compute[n] * (1 + sd / np.sqrt(WINDOW_ITERS) * rng.standard_normal()))
+                     for i, n in enumerate(self.names)}
+            move = pace.decide(spans, t, float(np.std(iters, ddof=1) / np.sqrt(WINDOW_ITERS)))
+            quiet = 0 if move is not None else quiet + 1
+            if quiet >= 3:
+                break
+        return [pace.caps_w[n] for n in self.names]
 
     def _oracle(self, wait: WaitPower) -> list[float]:
         pace = max(self.true_time_s(b, c) for b, c in zip(self.boards, self.start))

@@ -18,7 +18,8 @@ from tests.conftest import REPO, clean_env
 SCRIPT = REPO / "benchmarks" / "pace_matching.py"
 KIND = "ResNet-50 (batch size 64)"
 V100, P100 = "V100-PCIE-16GB", "P100-PCIE-16GB"
-ROWS = {"uncapped", "job-cap", "pace", "pace-no-margin", "same-tdp-fraction", "fast-board-min", "pace-oracle"}
+ROWS = {"uncapped", "job-cap", "pace", "pace-no-margin", "pace-feedback", "same-tdp-fraction", "fast-board-min",
+        "pace-oracle"}
 FIGURES = {"saving_vs_job_pct", "saving_vs_uncapped_pct", "iter_time_vs_job_pct", "iter_time_vs_uncapped_pct"}
 
 
