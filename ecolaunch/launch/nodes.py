@@ -2,10 +2,11 @@
 job's energy at the end.
 
 What lives here: :func:`meet` (every node's launcher, after it booked its GPUs and before torch's rendezvous),
-:class:`Meeting` (what was agreed, and :meth:`Meeting.finish`: each node's energy to the leader, the job's total
-back), :class:`Plan`. What does not: where the rendezvous is (:func:`ecolaunch.launch.torchrun.rendezvous_of`, read
-from torch's own ``config_from_args``), how a plan's caps are applied (the node's own ``JobCaps``), printing (the
-pipeline's callbacks).
+:class:`Meeting` (what was agreed, the leader's caps as it publishes them, and :meth:`Meeting.finish`: each node's
+energy to the leader, the job's total back), :class:`Plan`. What does not: where the rendezvous is
+(:func:`ecolaunch.launch.torchrun.rendezvous_of`, read from torch's own ``config_from_args``), how a launch follows
+the plan (:mod:`ecolaunch.launch.multinode`: the caps through the node's own ``JobCaps``), printing (the pipeline's
+callbacks).
 
 **The store.** No new server: torch's c10d backend opens a multi-tenant ``TCPStore`` at ``--rdzv-endpoint`` (the
 server where the endpoint is this machine, else a client), and the static backend one at
@@ -42,7 +43,6 @@ from datetime import timedelta
 from typing import Any
 
 from ecolaunch._version import __version__
-from ecolaunch.errors import EcolaunchError
 from ecolaunch.launch.torchrun import Rendezvous
 
 logger = logging.getLogger(__name__)
@@ -333,84 +333,3 @@ def _wait_keys(store, keys: Sequence[str], wait_s: float, sleep, clock) -> bool:
         sleep(POLL_S)
     return True
 
-
-class PublishedCaps:
-    """The leader's ``set_cap(uuid, watts)``: sets the cap through ``set_cap`` (the node's own ``JobCaps``: clipped to
-    its admin policy) and publishes the job's caps by GPU position; ``gpus``: the leader's GPUs in order,
-    ``initial``: their caps at the start (None: the default limit), published at once."""
-
-    def __init__(self, meeting: Meeting, set_cap: Callable[[str, float], float], gpus: Sequence[str],
-                 initial: Mapping[str, float | None]) -> None:
-        self.meeting, self.set_cap, self.gpus = meeting, set_cap, tuple(gpus)
-        self.caps_w = [initial.get(u) for u in self.gpus]
-        self._publish()
-
-    def __call__(self, uuid: str, watts: float) -> float:
-        applied = self.set_cap(uuid, watts)
-        if uuid in self.gpus:
-            self.caps_w[self.gpus.index(uuid)] = applied
-            self._publish()
-        return applied
-
-    def _publish(self) -> None:
-        try:
-            self.meeting.publish_caps(self.caps_w)
-        except Exception as e:  # noqa: BLE001 - the store is gone (a peer hosted it): the leader's own run goes on
-            logger.warning("the job's caps could not be sent to its other nodes: %s", e)
-
-
-class CapFollower:
-    """A follower node's thread (a context manager around the run): each caps vector the leader publishes is
-    applied through ``apply(position, watts)`` (watts None: the GPU's default limit), which returns the cap applied
-    (the node's own admin policy may clip it); ``on_line`` gets a line when a cap is clipped or refused. Stops at
-    the first refusal, or when the store is gone (the leader ended)."""
-
-    def __init__(self, meeting: Meeting, apply: Callable[[int, float | None], float | None],
-                 on_line: Callable[[str], None], *, poll_s: float = POLL_S) -> None:
-        self.meeting, self.apply, self.on_line, self.poll_s = meeting, apply, on_line, poll_s
-        self._stop = None
-        self._thread = None
-        #: every vector applied, in order (what the node followed)
-        self.applied: list[list[float | None]] = []
-
-    def __enter__(self) -> CapFollower:
-        import threading
-
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ecolaunch-capfollower", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5 * self.poll_s + 5)
-
-    def _run(self) -> None:
-        seen = 0
-        clipped_said: set[tuple[float | None, float | None]] = set()
-        while not self._stop.is_set():
-            try:
-                got = self.meeting.leader_caps()
-            except Exception as e:  # noqa: BLE001 - the store went away: the leader ended, the run ends too
-                logger.debug("the leader's caps can no longer be read: %s", e)
-                return
-            if got is not None and got[0] != seen:
-                seen, caps_w = got
-                applied = []
-                for position, watts in enumerate(caps_w):
-                    try:
-                        done = self.apply(position, watts)
-                    except EcolaunchError as e:
-                        self.on_line(f"the leader's caps cannot be applied on this node ({e}); it runs at the caps it "
-                                     "has")
-                        return
-                    applied.append(done)
-                    if watts is not None and done is not None and abs(done - watts) > 0.5 \
-                            and (watts, done) not in clipped_said:
-                        clipped_said.add((watts, done))
-                        self.on_line(f"the leader's {watts:g} W cap is {done:g} W here: this node's admin policy "
-                                     "clips it")
-                logger.info("caps %s W, as the job's leader set them", ", ".join(
-                    "default" if w is None else f"{w:g}" for w in applied))
-                self.applied.append(applied)
-            self._stop.wait(self.poll_s)

@@ -17,7 +17,6 @@ import dataclasses
 import errno
 import logging
 import os
-import signal
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -31,10 +30,12 @@ from ecolaunch.errors import DriverNotFound, EcolaunchError, StateError
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import CPU_NPROC, ELASTIC_NPROC, ParsedLaunch
 from ecolaunch.launch.jobcaps import JobCaps, orphan_keeper
+from ecolaunch.launch.multinode import (PublishedCaps, at_default, exit_stuck, finish_nodes, follow_leader,
+                                        leave_stuck, meet_nodes, multi_node)
+from ecolaunch.launch.nodes import Meeting
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
-from ecolaunch.launch.nodes import CapFollower, Meeting, PublishedCaps, meet
-from ecolaunch.launch.torchrun import Rendezvous, WorkerOutcome, rendezvous_of, run_workers
+from ecolaunch.launch.torchrun import Rendezvous, WorkerOutcome, run_workers
 from ecolaunch.launch.workerenv import allowed_by_slurm, allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.firstcurve import FirstLaunchCurves
@@ -135,7 +136,7 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     host_gpus = _host_gpus(session)
     allowed = _allowed_gpus(parsed, env, host_gpus, ui)
     history = History(environment.state_dir)
-    rdzv = _multi_node(args)
+    rdzv = multi_node(args)
     plan_wait_s = None if rdzv is None else plan_timeout_s(env) or rdzv.join_timeout_s  # checked before booking
     match, plan = _profile_plan(parsed, ctx.user, allowed, history, host_gpus, rdzv)
     entry = match.entry if match is not None else None
@@ -211,7 +212,7 @@ class _Run:
             meeting = self._meet(job, placement)
             match = self.match
             if meeting is not None and not meeting.leads_caps:  # the leader's caps, or each node's default
-                placement, action, match = _at_default(placement), ProfileAction.OFF, None
+                placement, action, match = at_default(placement), ProfileAction.OFF, None
             caps = JobCaps(session, placement, self.state_dir, self.env, on_message=ui.message)
             caps.begin()
             set_cap = None if caps.refused else caps.set_cap
@@ -233,12 +234,12 @@ class _Run:
                                    on_profile_done=_stop_workers if pre else None)
             threading.Thread(target=_heartbeat, args=(session, placement, observer, stop_heartbeat),
                              daemon=True).start()
-            following = (_follow_leader(meeting, caps, placement, ui) if meeting is not None and meeting.follows_caps
+            following = (follow_leader(meeting, caps, placement, ui.message) if meeting is not None and meeting.follows_caps
                          and not caps.refused else contextlib.nullcontext())
             with observer, following:
                 env = {**worker_env(job.id, placement.decision.gpus, placement.gpus), **self.extra_env,
                        **observer.worker_env()}
-                stuck = None if meeting is None else _leave_stuck(session, job, caps, ui)
+                stuck = None if meeting is None else leave_stuck(session, job, caps, ui.message)
                 outcome = run_workers(worker_args, env, parsed.function, on_stuck=stuck)
                 observer.set_exit_code(outcome.exit_code)
         finally:
@@ -248,32 +249,16 @@ class _Run:
         return outcome, observer
 
     def _meet(self, job: Job, placement: Placement) -> Meeting | None:
-        """A job over several nodes: meet the others (:func:`~ecolaunch.launch.nodes.meet`) and say what was agreed."""
+        """A job over several nodes: meet the others; None for one node."""
         if self.rdzv is None:
             return None
-        names = [placement.gpus[u].name for u in placement.decision.gpus if u in placement.gpus]
-        try:
-            meeting = meet(self.rdzv, job.id, placement.decision.gpus, names, wait_s=self.plan_wait_s,
-                           host=self.session.host)
-        except BaseException as stop:
-            if not isinstance(stop, Exception):  # a stop signal's exception (the CLI's), not an error
-                self.ui.message(f"job {job.id} ({job.name}) stopped while waiting for its other nodes; its GPUs are "
-                                "released")
-            raise
-        for line in meeting.lines:
-            self.ui.message(f"job {job.id}: {line}")
-        return meeting
+        return meet_nodes(self.rdzv, job, placement, self.plan_wait_s, self.session.host, self.ui.message)
 
     def finish(self, observer, outcome: WorkerOutcome) -> None:
         """A job over several nodes: this node's energy to the leader; the leader says the whole job's."""
-        if self.meeting is None:
-            return
-        done = observer.summary()
-        lines = self.meeting.finish(done.energy_j, done.duration_s, outcome.exit_code)
-        if lines:
-            self.ui.message(lines[0])
-        for line in lines[1:]:
-            logger.info("%s", line.strip())
+        if self.meeting is not None:
+            done = observer.summary()
+            finish_nodes(self.meeting, done.energy_j, done.duration_s, outcome, self.ui.message)
 
 
 def _allowed_gpus(parsed: ParsedLaunch, env: Mapping[str, str], host_gpus: list, ui: LaunchCallbacks):
@@ -293,15 +278,6 @@ def _allowed_gpus(parsed: ParsedLaunch, env: Mapping[str, str], host_gpus: list,
     return allowed_by_slurm(alloc.gpu_indices, host_gpus)
 
 
-def _multi_node(args) -> Rendezvous | None:
-    """The rendezvous of a job that may span several nodes (``--nnodes`` above 1), else None."""
-    from torch.distributed.run import parse_min_max_nnodes  # lazy: torch is loaded already (the parser is torch's)
-
-    if getattr(args, "standalone", False) or parse_min_max_nnodes(args.nnodes)[1] <= 1:
-        return None
-    return rendezvous_of(args)
-
-
 def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history: History, host_gpus: list,
                   rdzv: Rendezvous | None = None):
     """How the job matched its history (:meth:`~ecolaunch.profile.history.History.match`) and what ``--profile``
@@ -309,7 +285,7 @@ def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history: Histor
     placement, on a host with mixed or no GPUs; or an elastic job over several nodes, which the plan of
     :mod:`~ecolaunch.launch.nodes` leaves unprofiled). A job over a fixed number of nodes is matched as the whole
     job (its node count in the fingerprint), as its leader would profile it; its plan decides who does
-    (:func:`_follow_plan`). It is profiled inline, never by a profiling run of its own (every node would need one)."""
+    (:mod:`~ecolaunch.launch.multinode`). It is profiled inline, never by a profiling run of its own (every node would need one)."""
     args, opts = parsed.torch_args, parsed.options
     if rdzv is not None and rdzv.min_nodes != rdzv.max_nodes:
         return None, ProfilePlan(ProfileAction.OFF, None, f"an elastic job over {rdzv.min_nodes} to {rdzv.max_nodes} "
@@ -383,7 +359,7 @@ def _plain(parsed: ParsedLaunch, extra_env: dict[str, str], why: str, ui: Launch
     ui.no_gpus(why, parsed.options.dry_run)
     if parsed.options.dry_run:
         return exitcodes.OK
-    stuck = None if _multi_node(parsed.torch_args) is None else _exit_stuck
+    stuck = None if multi_node(parsed.torch_args) is None else exit_stuck
     outcome = run_workers(parsed.torch_args, extra_env, parsed.function, on_stuck=stuck)
     if outcome.report:
         ui.message(outcome.report)
@@ -459,49 +435,6 @@ def _heartbeat(session: Session, placement: Placement, observer, stop: threading
             if failing is not None:
                 logger.warning("job %s: heartbeat works again", placement.job.id)
                 failing = None
-
-
-def _at_default(placement: Placement) -> Placement:
-    """The placement with every GPU at its default limit (a node of a multi-node job that does not set caps)."""
-    decision = dataclasses.replace(placement.decision, power_caps_w=dict.fromkeys(placement.decision.gpus))
-    return dataclasses.replace(placement, decision=decision)
-
-
-def _follow_leader(meeting: Meeting, caps: JobCaps, placement: Placement, ui: LaunchCallbacks) -> CapFollower:
-    """A follower node: the leader's caps on this node's GPUs, by position, through this node's own ``JobCaps``."""
-    gpus = placement.decision.gpus
-
-    def apply(position: int, watts: float | None) -> float | None:
-        if position >= len(gpus):
-            return None
-        gpu = placement.gpus[gpus[position]]
-        target = watts if watts is not None else (gpu.power_limit_default_w or gpu.power_limit_max_w)
-        return None if target is None else caps.set_cap(gpu.uuid, target)
-
-    return CapFollower(meeting, apply, ui.message)
-
-
-def _leave_stuck(session: Session, job: Job, caps, ui: LaunchCallbacks) -> Callable[[int], None]:
-    """What a stop signal does while torch's rendezvous waits for the other nodes (in C++, where the CLI's handler
-    cannot run: :class:`~ecolaunch.launch.torchrun._StopWatch`): release the job and its caps, say so, and end the
-    process with 128+N as the handler would have."""
-
-    def leave(signum: int) -> None:
-        try:
-            ui.message(f"job {job.id} ({job.name}) stopped by {signal.Signals(signum).name} while waiting for its other nodes at "
-                       f"torch's rendezvous; its GPUs are released; exit {exitcodes.from_signal(signum)}")
-            session.release(job.id)
-            if caps is not None:
-                caps.release()
-        finally:
-            os._exit(exitcodes.from_signal(signum))
-
-    return leave
-
-
-def _exit_stuck(signum: int) -> None:
-    """A launch that booked nothing, stopped while torch's rendezvous waits: end as the CLI's handler would."""
-    os._exit(exitcodes.from_signal(signum))
 
 
 def _release(session: Session, job_id: str, caps, ui: LaunchCallbacks) -> None:

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from ecolaunch.launch.multinode import CapFollower, PublishedCaps
 from ecolaunch.launch.nodes import PROTOCOL, NodeInfo, Plan, meet, total_lines
 from ecolaunch.launch.torchrun import Rendezvous
 
@@ -82,7 +83,6 @@ def test_the_same_gpus_on_every_node_follow_the_leaders_caps(store) -> None:
     assert follow.leader_caps() is None
     applied: list[tuple[int, float | None]] = []
     lines: list[str] = []
-    from ecolaunch.launch.nodes import CapFollower, PublishedCaps
 
     def apply(position: int, watts: float | None) -> float | None:
         applied.append((position, watts))

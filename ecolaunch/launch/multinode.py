@@ -1,0 +1,190 @@
+"""What a launch does differently when its job spans several nodes: meet, follow the plan, stop while waiting.
+
+What lives here: :func:`multi_node` (whether the launch's rendezvous spans nodes), :func:`meet_nodes` and
+:func:`finish_nodes` (the meeting and the job's total, with what the launch prints about them), :func:`at_default`
+and :func:`follow_leader` (a node that does not set caps: its GPUs at their default limit, or at the leader's caps
+through :class:`CapFollower`), :class:`PublishedCaps` (the leader's cap setter, which publishes each cap),
+:func:`leave_stuck` (a stop signal inside torch's rendezvous). What does not: the meeting's protocol, the plan and the
+store (:mod:`ecolaunch.launch.nodes`), the launch's steps (:mod:`ecolaunch.launch.pipeline`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping, Sequence
+
+from ecolaunch.errors import EcolaunchError
+from ecolaunch.launch import exitcodes
+from ecolaunch.launch.jobcaps import JobCaps
+from ecolaunch.launch.nodes import POLL_S, Meeting, meet
+from ecolaunch.launch.session import Placement, Session
+from ecolaunch.launch.torchrun import Rendezvous, WorkerOutcome, rendezvous_of
+from ecolaunch.state.graph import Job
+
+logger = logging.getLogger(__name__)
+
+Message = Callable[[str], None]
+
+
+def multi_node(args) -> Rendezvous | None:
+    """The rendezvous of a job that may span several nodes (``--nnodes`` above 1), else None."""
+    from torch.distributed.run import parse_min_max_nnodes  # lazy: torch is loaded already (the parser is torch's)
+
+    if getattr(args, "standalone", False) or parse_min_max_nnodes(args.nnodes)[1] <= 1:
+        return None
+    return rendezvous_of(args)
+
+
+
+def meet_nodes(rdzv: Rendezvous, job: Job, placement: Placement, wait_s: float, host: str,
+               message: Message) -> Meeting:
+    """Meet the job's other nodes (:func:`~ecolaunch.launch.nodes.meet`) and say what was agreed; a stop signal
+    while waiting says that the job leaves (its booking is released by the caller's ``finally``)."""
+    names = [placement.gpus[u].name for u in placement.decision.gpus if u in placement.gpus]
+    try:
+        meeting = meet(rdzv, job.id, placement.decision.gpus, names, wait_s=wait_s, host=host)
+    except BaseException as stop:
+        if not isinstance(stop, Exception):  # a stop signal's exception (the CLI's), not an error
+            message(f"job {job.id} ({job.name}) stopped while waiting for its other nodes; its GPUs are released")
+        raise
+    for line in meeting.lines:
+        message(f"job {job.id}: {line}")
+    return meeting
+
+
+def finish_nodes(meeting: Meeting, energy_j: float | None, duration_s: float, outcome: WorkerOutcome,
+                 message: Message) -> None:
+    """This node's energy to the leader; the leader says the whole job's (each node's share with ``-v``)."""
+    lines = meeting.finish(energy_j, duration_s, outcome.exit_code)
+    if lines:
+        message(lines[0])
+    for line in lines[1:]:
+        logger.info("%s", line.strip())
+
+
+def at_default(placement: Placement) -> Placement:
+    """The placement with every GPU at its default limit (a node of a multi-node job that does not set caps)."""
+    decision = dataclasses.replace(placement.decision, power_caps_w=dict.fromkeys(placement.decision.gpus))
+    return dataclasses.replace(placement, decision=decision)
+
+
+def follow_leader(meeting: Meeting, caps: JobCaps, placement: Placement, message: Message) -> CapFollower:
+    """A follower node: the leader's caps on this node's GPUs, by position, through this node's own ``JobCaps``."""
+    gpus = placement.decision.gpus
+
+    def apply(position: int, watts: float | None) -> float | None:
+        if position >= len(gpus):
+            return None
+        gpu = placement.gpus[gpus[position]]
+        target = watts if watts is not None else (gpu.power_limit_default_w or gpu.power_limit_max_w)
+        return None if target is None else caps.set_cap(gpu.uuid, target)
+
+    return CapFollower(meeting, apply, message)
+
+
+def leave_stuck(session: Session, job: Job, caps: JobCaps | None, message: Message) -> Callable[[int], None]:
+    """What a stop signal does while torch's rendezvous waits for the other nodes (in C++, where the CLI's handler
+    cannot run: :class:`~ecolaunch.launch.torchrun._StopWatch`): release the job and its caps, say so, and end the
+    process with 128+N as the handler would have."""
+
+    def leave(signum: int) -> None:
+        try:
+            message(f"job {job.id} ({job.name}) stopped by {signal.Signals(signum).name} while waiting for its other "
+                    f"nodes at torch's rendezvous; its GPUs are released; exit {exitcodes.from_signal(signum)}")
+            session.release(job.id)
+            if caps is not None:
+                caps.release()
+        finally:
+            os._exit(exitcodes.from_signal(signum))
+
+    return leave
+
+
+def exit_stuck(signum: int) -> None:
+    """A launch that booked nothing, stopped while torch's rendezvous waits: end as the CLI's handler would."""
+    os._exit(exitcodes.from_signal(signum))
+
+
+class PublishedCaps:
+    """The leader's ``set_cap(uuid, watts)``: sets the cap through ``set_cap`` (the node's own ``JobCaps``: clipped to
+    its admin policy) and publishes the job's caps by GPU position; ``gpus``: the leader's GPUs in order,
+    ``initial``: their caps at the start (None: the default limit), published at once."""
+
+    def __init__(self, meeting: Meeting, set_cap: Callable[[str, float], float], gpus: Sequence[str],
+                 initial: Mapping[str, float | None]) -> None:
+        self.meeting, self.set_cap, self.gpus = meeting, set_cap, tuple(gpus)
+        self.caps_w = [initial.get(u) for u in self.gpus]
+        self._publish()
+
+    def __call__(self, uuid: str, watts: float) -> float:
+        applied = self.set_cap(uuid, watts)
+        if uuid in self.gpus:
+            self.caps_w[self.gpus.index(uuid)] = applied
+            self._publish()
+        return applied
+
+    def _publish(self) -> None:
+        try:
+            self.meeting.publish_caps(self.caps_w)
+        except Exception as e:  # noqa: BLE001 - the store is gone (a peer hosted it): the leader's own run goes on
+            logger.warning("the job's caps could not be sent to its other nodes: %s", e)
+
+
+class CapFollower:
+    """A follower node's thread (a context manager around the run): each caps vector the leader publishes is
+    applied through ``apply(position, watts)`` (watts None: the GPU's default limit), which returns the cap applied
+    (the node's own admin policy may clip it); ``on_line`` gets a line when a cap is clipped or refused. Stops at
+    the first refusal, or when the store is gone (the leader ended)."""
+
+    def __init__(self, meeting: Meeting, apply: Callable[[int, float | None], float | None],
+                 on_line: Callable[[str], None], *, poll_s: float = POLL_S) -> None:
+        self.meeting, self.apply, self.on_line, self.poll_s = meeting, apply, on_line, poll_s
+        self._stop = None
+        self._thread = None
+        #: every vector applied, in order (what the node followed)
+        self.applied: list[list[float | None]] = []
+
+    def __enter__(self) -> CapFollower:
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ecolaunch-capfollower", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5 * self.poll_s + 5)
+
+    def _run(self) -> None:
+        seen = 0
+        clipped_said: set[tuple[float | None, float | None]] = set()
+        while not self._stop.is_set():
+            try:
+                got = self.meeting.leader_caps()
+            except Exception as e:  # noqa: BLE001 - the store went away: the leader ended, the run ends too
+                logger.debug("the leader's caps can no longer be read: %s", e)
+                return
+            if got is not None and got[0] != seen:
+                seen, caps_w = got
+                applied = []
+                for position, watts in enumerate(caps_w):
+                    try:
+                        done = self.apply(position, watts)
+                    except EcolaunchError as e:
+                        self.on_line(f"the leader's caps cannot be applied on this node ({e}); it runs at the caps it "
+                                     "has")
+                        return
+                    applied.append(done)
+                    if watts is not None and done is not None and abs(done - watts) > 0.5 \
+                            and (watts, done) not in clipped_said:
+                        clipped_said.add((watts, done))
+                        self.on_line(f"the leader's {watts:g} W cap is {done:g} W here: this node's admin policy "
+                                     "clips it")
+                logger.info("caps %s W, as the job's leader set them", ", ".join(
+                    "default" if w is None else f"{w:g}" for w in applied))
+                self.applied.append(applied)
+            self._stop.wait(self.poll_s)
