@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ecolaunch.errors import PermissionDenied
+from ecolaunch.validate import is_number
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class RunCaps:
         except PermissionDenied:
             self._refused = True
             raise
-        value = float(applied) if isinstance(applied, (int, float)) and not isinstance(applied, bool) else watts
+        value = float(applied) if is_number(applied) else watts
         self._set[uuid] = value
         return value
 

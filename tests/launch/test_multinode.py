@@ -256,3 +256,26 @@ def test_a_sigkilled_node_gets_its_cap_back_and_the_leader_stops_on_sigterm(tmp_
                 child.kill()
         for p in procs:
             p.communicate(timeout=60)
+
+
+def test_three_nodes_over_c10d_follow_one_leader(tmp_path: Path) -> None:
+    # three "hosts" with the same GPUs, c10d: the first to arrive leads, the two others follow its caps
+    port = free_port()
+    out = tmp_path / "out"
+    out.mkdir()
+    envs = [node_env(tmp_path, rank, ECOLAUNCH_SIMULATE="2xA100-SXM4-80GB") for rank in range(3)]
+    procs = [start(ecolaunch_cmd("-v", "--nnodes", "3", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                                 "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "three", SLEEPER, str(out), "1"),
+                   env) for env in envs]
+    results = finish(procs)
+    assert [code for code, _ in results] == [0, 0, 0], "".join(err for _, err in results)
+    assert sorted(p.name.split("-")[1] for p in out.glob("done-*")) == ["0", "1", "2"]
+    plans = [plan_lines(err) for _, err in results]
+    assert all(len(p) == 1 for p in plans)
+    assert len({p[0].split("; this node")[0] for p in plans}) == 1  # one plan, the same on every node
+    assert plans[0][0].startswith("one plan for 3 nodes (")
+    assert sorted("this node leads" in p[0] for p in plans) == [False, False, True]
+    leader = next(err for _, err in results if "this node leads" in err)
+    assert "over 3 nodes in" in leader and "not counted" not in leader
+    for env in envs:
+        assert jobs(env) == []
