@@ -191,18 +191,31 @@ def test_a_two_node_slurm_step_takes_its_rank_peers_and_gpus_from_the_allocation
         assert started.read_text() == "1" and started.name.split("-")[1] == str(node)
 
 
-def test_the_leaders_caps_from_the_whole_jobs_history_are_every_nodes(tmp_path: Path) -> None:
-    # the same GPUs on both nodes; the leader (node rank 0) knows the 2-node job from its history: a curve whose
-    # cheapest cap within the 10 % bound is 285 W, which the follower applies too
-    profile = Profile(0.1, 90.0, 30.0, 1000, 330.0, (CapPoint(250.0, 0.118, 242.0), CapPoint(300.0, 0.106, 285.0),
-                                                     CapPoint(400.0, 0.1, 330.0)))
+#: a curve whose cheapest cap within the 10 % bound is 285 W
+KNOWN = Profile(0.1, 90.0, 30.0, 1000, 330.0, (CapPoint(250.0, 0.118, 242.0), CapPoint(300.0, 0.106, 285.0),
+                                               CapPoint(400.0, 0.1, 330.0)))
+
+
+def two_nodes_knowing_the_job(tmp_path: Path, seconds: str) -> tuple[list[str], list[dict[str, str]]]:
+    """Two nodes with the same GPUs; the leader's (node rank 0's) history holds the 2-node job's profile, KNOWN.
+    Returns the sleeper's arguments and the nodes' environments."""
     out = tmp_path / "out"
     out.mkdir()
-    args = [str(out), "2"]
+    args = [str(out), seconds]
     envs = [node_env(tmp_path, rank, ECOLAUNCH_SIMULATE="2xA100-SXM4-80GB") for rank in (0, 1)]
     fp = fingerprint(SLEEPER, args, "1", current_user(), "NVIDIA A100-SXM4-80GB", nnodes=2)
-    History(Path(envs[0]["ECOLAUNCH_STATE_DIR"])).store_profile(fp, profile)
+    History(Path(envs[0]["ECOLAUNCH_STATE_DIR"])).store_profile(fp, KNOWN)
     assert fp != fingerprint(SLEEPER, args, "1", current_user(), "NVIDIA A100-SXM4-80GB")  # not the 1-node job's
+    return args, envs
+
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="a launcher applies caps itself only as root")
+
+
+@ROOT_ONLY
+def test_the_leaders_caps_from_the_whole_jobs_history_are_every_nodes(tmp_path: Path) -> None:
+    # the leader starts the job at the 285 W its history's curve chooses; the follower applies it too
+    args, envs = two_nodes_knowing_the_job(tmp_path, "2")
     port = free_port()
     procs = [start(ecolaunch_cmd("-v", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
                                  "--master-port", str(port), "--nproc-per-node", "1", SLEEPER, *args), envs[rank])
@@ -219,18 +232,11 @@ def test_the_leaders_caps_from_the_whole_jobs_history_are_every_nodes(tmp_path: 
         assert jobs(env) == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a launcher applies caps itself only as root")
+@ROOT_ONLY
 def test_a_sigkilled_node_gets_its_cap_back_and_the_leader_stops_on_sigterm(tmp_path: Path) -> None:
     from ecolaunch.runtime import open_gpus, resolve
 
-    profile = Profile(0.1, 90.0, 30.0, 1000, 330.0, (CapPoint(250.0, 0.118, 242.0), CapPoint(300.0, 0.106, 285.0),
-                                                     CapPoint(400.0, 0.1, 330.0)))
-    out = tmp_path / "out"
-    out.mkdir()
-    args = [str(out), "60"]
-    envs = [node_env(tmp_path, rank, ECOLAUNCH_SIMULATE="2xA100-SXM4-80GB") for rank in (0, 1)]
-    History(Path(envs[0]["ECOLAUNCH_STATE_DIR"])).store_profile(
-        fingerprint(SLEEPER, args, "1", current_user(), "NVIDIA A100-SXM4-80GB", nnodes=2), profile)
+    args, envs = two_nodes_knowing_the_job(tmp_path, "60")
     gpus = [open_gpus(resolve(env)[0]) for env in envs]
     port = free_port()
     procs = [subprocess.Popen(ecolaunch_cmd("--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
