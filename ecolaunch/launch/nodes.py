@@ -44,6 +44,7 @@ from typing import Any
 
 from ecolaunch._version import __version__
 from ecolaunch.launch.torchrun import Rendezvous
+from ecolaunch.validate import number_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +146,8 @@ class Meeting:
         if not self.store.check(["caps"]):
             return None
         data = json.loads(self.store.get("caps"))
-        return int(data["seq"]), [None if w is None else float(w) for w in data["caps_w"]]
+        # another node's word: a cap that is no positive number is not a cap (the default limit, as None)
+        return int(data["seq"]), [number_or_none(w, positive=True) for w in data["caps_w"]]
 
     def finish(self, energy_j: float | None, wall_s: float, exit_code: int, *,
                wait_s: float | None = None, sleep: Callable[[float], None] = time.sleep,
@@ -180,7 +182,8 @@ def total_lines(shares: Mapping[str, tuple[str, Mapping[str, Any] | None]]) -> l
     """The job's total energy and time over its nodes (``shares``: by arrival, the node's host and what it reported,
     None when nothing), then one line per node (what ``--verbose`` shows)."""
     known = {a: (h, s) for a, (h, s) in shares.items()
-             if s is not None and isinstance(s.get("energy_j"), (int, float)) and isinstance(s.get("wall_s"), (int, float))}
+             if isinstance(s, Mapping) and number_or_none(s.get("energy_j"), lo=0) is not None
+             and number_or_none(s.get("wall_s"), lo=0) is not None}
     missing = [f"{h} (node {a})" for a, (h, _) in shares.items() if a not in known]
     total_j = sum(s["energy_j"] for _, s in known.values())
     wall_s = max((s["wall_s"] for _, s in known.values()), default=0.0)
@@ -203,13 +206,22 @@ def meet(rdzv: Rendezvous, job_id: str, gpus: Sequence[str], gpu_names: Sequence
     own = Plan(host, (), "default", "a job over several nodes runs at each node's default power limit, unprofiled")
     if rdzv.backend not in ("static", "c10d"):
         me = NodeInfo(0, host, job_id, tuple(gpus), tuple(gpu_names), rdzv.node_rank)
-        return Meeting(own, me, False, None, False, [f"the {rdzv.backend} rendezvous has no store ecolaunch can read: "
-                                              "this node runs at its default power limit, unprofiled"])
+        return _alone(own, me, f"the {rdzv.backend} rendezvous has no store ecolaunch can read")
     try:
         store, raw, hosting = _open(rdzv, open_store, deadline, sleep, clock)
     except _Unreachable as e:
         me = NodeInfo(0, host, job_id, tuple(gpus), tuple(gpu_names), rdzv.node_rank)
-        return Meeting(own, me, False, None, False, [f"{e}: this node runs at its default power limit, unprofiled"])
+        return _alone(own, me, str(e))
+    try:
+        return _meet_in(store, raw, hosting, rdzv, job_id, gpus, gpu_names, host, own, wait_s, deadline, sleep, clock)
+    except RuntimeError as e:  # torch's DistError: the store's server went away while the nodes met
+        me = NodeInfo(0, host, job_id, tuple(gpus), tuple(gpu_names), rdzv.node_rank)
+        return _alone(own, me, f"the rendezvous store failed while the nodes met ({e})")
+
+
+def _meet_in(store, raw, hosting: bool, rdzv: Rendezvous, job_id: str, gpus: Sequence[str], gpu_names: Sequence[str],
+             host: str, own: Plan, wait_s: float, deadline: float, sleep, clock) -> Meeting:
+    """:func:`meet` once the store is open."""
     arrival = int(store.add("arrivals", 1))
     me = NodeInfo(arrival, host, job_id, tuple(gpus), tuple(gpu_names), rdzv.node_rank)
     store.set(f"node/{arrival}", json.dumps(asdict(me)))
@@ -219,14 +231,17 @@ def meet(rdzv: Rendezvous, job_id: str, gpus: Sequence[str], gpu_names: Sequence
         store.set("plan", plan.to_json())
     else:
         if not _wait_keys(store, ["plan"], max(0.0, deadline - clock()), sleep, clock):
-            return Meeting(own, me, False, store, hosting, [f"no plan from the job's leader within {wait_s:g} s: this node "
-                                                   "runs at its default power limit, unprofiled"])
+            return _alone(own, me, f"no plan from the job's leader within {wait_s:g} s", store, hosting)
         try:
             plan = Plan.from_json(store.get("plan"))
         except (ValueError, KeyError, TypeError) as e:
-            return Meeting(own, me, False, store, hosting, [f"the leader's plan is not one this ecolaunch reads ({e}): this "
-                                                   "node runs at its default power limit, unprofiled"])
+            return _alone(own, me, f"the leader's plan is not one this ecolaunch reads ({e})", store, hosting)
     return Meeting(plan, me, leader, store, hosting, [_plan_line(plan, me, leader)])
+
+
+def _alone(own: Plan, me: NodeInfo, why: str, store=None, hosting: bool = False) -> Meeting:
+    """A node that runs by its own plan (each node at its default limit, unprofiled), and its line saying why."""
+    return Meeting(own, me, False, store, hosting, [f"{why}: this node runs at its default power limit, unprofiled"])
 
 
 def _lead(store, raw, me: NodeInfo, rdzv: Rendezvous, deadline: float, sleep, clock) -> Plan:
@@ -248,11 +263,14 @@ def _lead(store, raw, me: NodeInfo, rdzv: Rendezvous, deadline: float, sleep, cl
     for a in range(1, arrived + 1):
         if not store.check([f"node/{a}"]):
             continue
-        info = json.loads(store.get(f"node/{a}"))
-        if info.get("protocol") != PROTOCOL:
-            foreign.append(f"{info.get('host', '?')} (ecolaunch {info.get('version', '?')})")
-            continue
-        nodes.append(NodeInfo(**{**info, "gpus": tuple(info["gpus"]), "gpu_names": tuple(info["gpu_names"])}))
+        try:
+            info = json.loads(store.get(f"node/{a}"))
+            if info.get("protocol") != PROTOCOL:
+                foreign.append(f"{info.get('host', '?')} (ecolaunch {info.get('version', '?')})")
+                continue
+            nodes.append(NodeInfo(**{**info, "gpus": tuple(info["gpus"]), "gpu_names": tuple(info["gpu_names"])}))
+        except (ValueError, KeyError, TypeError, AttributeError):  # another node's word, not what a note holds
+            foreign.append(f"node {a} (a note this ecolaunch cannot read)")
     why = "a job over several nodes runs at each node's default power limit, unprofiled"
     if rdzv.min_nodes != rdzv.max_nodes:
         return Plan(me.host, tuple(nodes), "default", why + "; an elastic job's nodes may change")

@@ -186,3 +186,33 @@ def test_the_total_counts_what_was_reported_and_names_what_was_not() -> None:
                      "reported no energy",
                      "node 1 (h0): 1.5 kJ in 10.0 s, exit 0",
                      "node 2 (h1): 0.5 kJ in 12.5 s, exit 0"]
+
+
+def test_what_another_node_writes_is_checked_before_it_is_used(store) -> None:
+    from torch.distributed import PrefixStore
+
+    mine = PrefixStore("ecolaunch/run-1", store)
+    mine.add("arrivals", 1)
+    mine.set("node/1", json.dumps({"protocol": PROTOCOL, "host": "odd"}))  # a note of this protocol, missing fields
+    clock = Clock()
+    lead = meet(rdzv("static", nodes=(2, 2), rank=0), "job-0", ["GPU-a"], ["A"], wait_s=2, host="h0",
+                open_store=lambda is_server: store, sleep=clock.sleep, clock=clock)
+    assert lead.leader and [n.host for n in lead.plan.nodes] == ["h0"]
+    assert "node 1 (a note this ecolaunch cannot read)" in lead.plan.why
+    # caps that are no positive number are the default limit, never a NaN handed on
+    mine.set("caps", json.dumps({"seq": 7, "caps_w": [250, "nan", -5, None, True]}))
+    assert lead.leader_caps() == (7, [250.0, None, None, None, None])
+
+
+def test_a_store_that_fails_while_the_nodes_meet_leaves_the_node_on_its_own() -> None:
+    from torch.distributed import Store
+
+    class Failing(Store):  # a store whose server went away after the connection
+        def add(self, key, value):
+            raise RuntimeError("Connection reset by peer")
+
+    alone = meet(rdzv(), "job-0", ["GPU-a"], ["A"], wait_s=1, host="h0", open_store=lambda is_server: Failing())
+    assert alone.store is None and not alone.leader
+    assert alone.lines[0].startswith("the rendezvous store failed while the nodes met (")
+    assert "Connection reset by peer" in alone.lines[0]
+    assert alone.lines[0].endswith("): this node runs at its default power limit, unprofiled")
