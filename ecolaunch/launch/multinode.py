@@ -38,7 +38,6 @@ def multi_node(args) -> Rendezvous | None:
     return rendezvous_of(args)
 
 
-
 def meet_nodes(rdzv: Rendezvous, job: Job, placement: Placement, wait_s: float, host: str,
                message: Message) -> Meeting:
     """Meet the job's other nodes (:func:`~ecolaunch.launch.nodes.meet`) and say what was agreed; a stop signal
