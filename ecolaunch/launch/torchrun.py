@@ -161,7 +161,9 @@ def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str],
     saved_handlers = {s: signal.getsignal(s) for s in _HANDLED_SIGNALS}
     saved_env = {k: os.environ.get(k) for k in (*env_updates, *_ENV_TOUCHED_BY_TORCH)}
     os.environ.update(env_updates)
-    watch = _StopWatch(on_stuck) if on_stuck is not None else contextlib.nullcontext()
+    # the wakeup fd is the main thread's (as torch's run() itself must be)
+    main = threading.current_thread() is threading.main_thread()
+    watch = _StopWatch(on_stuck) if on_stuck is not None and main else contextlib.nullcontext()
     try:
         if function is None:
             with watch:
