@@ -52,7 +52,7 @@ else
     QUICK=()
     CAL_ARGS=(--seconds 3 --settle-s 0.5 --budget-s 130)
 fi
-SECTIONS=${DEVICE_CHECK_SECTIONS:-sweep,launches,sigkill,overhead}
+SECTIONS=${DEVICE_CHECK_SECTIONS:-sweep,launches,sigkill,overhead,waits}
 
 # step NAME LIMIT_S CMD...: run CMD under its own limit, its output appended to the log; one row in $STEPS.
 # Exit status 5 from pytest (no test collected or selected) and 77 count as "skip".

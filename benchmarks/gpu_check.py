@@ -24,6 +24,10 @@ Sections, each recorded as ``pass``, ``fail`` or ``skip`` (with a reason) and it
    not back within 10 s: until the cap guard lands this is expected). The workers are killed afterwards, and a cap
    still left low is put back by this script (recorded as ``restored_by_check``).
 5. ``overhead``: a trivial one-worker script under ``torchrun`` and ``ecolaunch``, alternating; medians and ratio.
+6. ``waits``: ``ecolaunch.allreduce_wait_hook`` on two DDP workers sharing the GPU (gloo, CUDA tensors: the hook's
+   CUDA-event path, which only a GPU runs; CPU tensors on simulated GPUs), the second rank made 30 ms slower per
+   step under plain ``torchrun`` with a hook directory: passes when rank 0's measured waste is that 30 ms within
+   ``max(5 ms, 30 %)``.
 
 Writes ``benchmarks/results/gpu-<model>.json`` (``gpu-nvidia-h200.json``; ``gpu-<model>-simulated.json`` on
 simulated GPUs; ``--out`` overrides), prints a short table, or the document with ``--json``. ``--quick`` uses short
@@ -56,7 +60,7 @@ from _common import REPO, emit, median
 from _procs import Ran, descendants, kill_pids, kill_tree, poll, run
 
 SCHEMA, VERSION = "ecolaunch.gpu_check", 1
-SECTIONS = ("contract", "sweep", "launches", "sigkill", "overhead")
+SECTIONS = ("contract", "sweep", "launches", "sigkill", "overhead", "waits")
 WORKLOADS = ("mm", "bw")
 BOUND_PCT = 10.0  # the slowdown bound every launch asks for (ecolaunch's default)
 OVERHEAD_GOAL_RATIO = 1.10  # as benchmarks/launch_overhead.py
@@ -82,10 +86,11 @@ class Plan:
     def make(cls, quick: bool) -> Plan:
         if quick:
             return cls(True, 3, 0.2, 0.5, 160, 120, 60.0, 2,
-                       {"contract": 60, "sweep": 60, "launches": 240, "sigkill": 90, "overhead": 90})
-        # sized so that sweep, launches, sigkill and overhead fit in the 300 s benchmarks/device_check.sh gives them
+                       {"contract": 60, "sweep": 60, "launches": 240, "sigkill": 90, "overhead": 90, "waits": 60})
+        # sized so that sweep, launches, sigkill and overhead fit in the 300 s benchmarks/device_check.sh gives them;
+        # waits, the last, runs in what is left of them (at most 20 s; skipped under 10 s)
         return cls(False, 4, 0.5, 1.5, 160, 110, 60.0, 3,
-                   {"contract": 45, "sweep": 45, "launches": 170, "sigkill": 40, "overhead": 40})
+                   {"contract": 45, "sweep": 45, "launches": 170, "sigkill": 40, "overhead": 40, "waits": 20})
 
 
 class Check:
@@ -402,6 +407,41 @@ def section_overhead(check: Check, timeout_s: float) -> dict[str, Any]:
             "goal_ratio": OVERHEAD_GOAL_RATIO}
 
 
+#: the slow rank's extra time per step in the ``waits`` section, and how close rank 0's measured waste must come
+WAIT_SLOW_S = 0.03
+WAIT_TOLERANCE = (0.005, 0.30)  # seconds, share: the larger of the two
+
+
+def section_waits(check: Check, timeout_s: float) -> dict[str, Any]:
+    from ecolaunch.profile.channel import read_waits
+    from ecolaunch.profile.ddpwait import rank_waits
+
+    device = "cpu" if check.kind == "simulated" else "cuda"
+    hook_dir = check.tmp / "waits-hook"
+    hook_dir.mkdir(mode=0o700)
+    env = check.env("waits", ECOLAUNCH_HOOK_DIR=str(hook_dir), OMP_NUM_THREADS="1")
+    steps = 40
+    ran = run(torchrun_cmd("--standalone", "--nproc-per-node", "2", str(REPO / "benchmarks" / "_wait_worker.py"),
+                           str(steps), str(WAIT_SLOW_S), device), env, timeout_s, check.tmp)
+    if ran.code != 0:
+        return {"status": "fail", "reason": why_failed(ran, "the two DDP workers")}
+    step_s = json.loads(ran.out.strip().splitlines()[-1])["step_s"]
+    waits = read_waits(hook_dir)
+    got = rank_waits(waits, step_s, warmup=5)
+    if got is None:
+        return {"status": "fail", "reason": f"no waits of two ranks recorded (ranks: {sorted(waits)})",
+                "device": device}
+    waste_s = got.waste_share.get(0, 0.0) * step_s
+    allowed = max(WAIT_TOLERANCE[0], WAIT_TOLERANCE[1] * WAIT_SLOW_S)
+    ok = got.slowest == 1 and abs(waste_s - WAIT_SLOW_S) <= allowed
+    return {"status": "pass" if ok else "fail",
+            "reason": None if ok else (f"rank 0 wasted {waste_s * 1e3:.1f} ms per step for rank {got.slowest}, "
+                                       f"expected {WAIT_SLOW_S * 1e3:.0f} ± {allowed * 1e3:.0f} ms"),
+            "device": device, "steps": steps, "step_s": round(step_s, 4), "slow_s": WAIT_SLOW_S,
+            "waits_recorded": {str(r): len(w) for r, w in waits.items()},
+            "rank0_waste_s": round(waste_s, 4), "slowest_rank": got.slowest}
+
+
 # --- the document and its table ----------------------------------------------------------------------
 
 
@@ -426,7 +466,7 @@ def slug(name: str) -> str:
 
 
 RUNNERS = {"contract": section_contract, "sweep": section_sweep, "launches": section_launches,
-           "sigkill": section_sigkill, "overhead": section_overhead}
+           "sigkill": section_sigkill, "overhead": section_overhead, "waits": section_waits}
 
 
 def check_all(check: Check, sections: tuple[str, ...]) -> dict[str, Any]:
@@ -510,6 +550,9 @@ def summary(name: str, s: dict[str, Any]) -> list[str]:
     elif name == "overhead":
         lines.append(f"  torchrun {s['torchrun_median_s']:.2f} s, ecolaunch {s['ecolaunch_median_s']:.2f} s, "
                      f"ratio {s['ratio_median']:.2f} (goal <= {s['goal_ratio']:g})")
+    elif name == "waits":
+        lines.append(f"  {s['device']}: rank 0 waited {s['rank0_waste_s'] * 1e3:.1f} ms per {s['step_s'] * 1e3:.1f} ms "
+                     f"step for rank {s['slowest_rank']}, made {s['slow_s'] * 1e3:.0f} ms slower")
     return lines
 
 

@@ -56,7 +56,7 @@ def test_a_quick_run_on_simulated_gpus(tmp_path: Path) -> None:
     assert (doc["schema"], doc["version"], doc["backend"], doc["quick"]) == ("ecolaunch.gpu_check", 1, "simulated", True)
     assert doc["gpu"]["uuid"].startswith("GPU-") and doc["gpu"]["power_limit_enforced_w"] == doc["gpu"]["power_limit_w"]
     sections = doc["sections"]
-    assert set(sections) == {"contract", "sweep", "launches", "sigkill", "overhead"}
+    assert set(sections) == {"contract", "sweep", "launches", "sigkill", "overhead", "waits"}
     for name, s in sections.items():
         assert s["status"] in STATUSES, name
         assert s["status"] == "pass" or s["reason"], f"{name} {s['status']} without a reason"
@@ -92,3 +92,7 @@ def test_a_quick_run_on_simulated_gpus(tmp_path: Path) -> None:
     overhead = sections["overhead"]
     assert overhead["status"] in ("pass", "fail") and overhead["ratio_median"] > 0
     assert len(overhead["runs_s"]["torchrun"]) == len(overhead["runs_s"]["ecolaunch"]) == 2
+
+    waits = sections["waits"]  # on simulated GPUs the hook's clock path, CPU tensors (a loaded machine may fail it)
+    assert waits["status"] in ("pass", "fail") and waits["device"] == "cpu", waits
+    assert waits["slowest_rank"] == 1 and waits["rank0_waste_s"] > 0.0 and set(waits["waits_recorded"]) == {"0", "1"}
