@@ -100,23 +100,31 @@ def test_two_nodes_agree_one_plan_and_the_leader_sums_the_jobs_energy(tmp_path: 
         assert jobs(node_env(tmp_path, rank)) == []
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_node_waiting_for_its_peers_stops_on_a_signal_and_releases_its_gpus(tmp_path: Path, sig, code) -> None:
-    env = node_env(tmp_path, 0)
+def stop_a_lone_node(env: dict[str, str], tmp_path: Path, sig: int, *, after_s: float,
+                     within_s: float) -> tuple[int, str]:
+    """Launch node 0 of a 2-node job whose peer never comes; once it booked its GPU and ``after_s`` more passed,
+    send it ``sig``; it must end within ``within_s``. Returns its exit code and stderr."""
     proc = start(ecolaunch_cmd("--nnodes", "2", "--nproc-per-node", "1", "--master-port", str(free_port()), SLEEPER,
                                str(tmp_path), "1"), env)
     try:
         wait_for(lambda: jobs(env), what="the node's booking")
-        time.sleep(0.5)
+        time.sleep(after_s)
         stopped = time.monotonic()
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=20)
-        assert time.monotonic() - stopped < 5
+        _, err = proc.communicate(timeout=within_s + 20)
+        assert time.monotonic() - stopped < within_s
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
-    assert proc.returncode == code, err
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_node_waiting_for_its_peers_stops_on_a_signal_and_releases_its_gpus(tmp_path: Path, sig, code) -> None:
+    env = node_env(tmp_path, 0)
+    returncode, err = stop_a_lone_node(env, tmp_path, sig, after_s=0.5, within_s=5)
+    assert returncode == code, err
     assert "stopped while waiting for its other nodes; its GPUs are released" in err
     assert jobs(env) == []
 
@@ -124,20 +132,8 @@ def test_a_node_waiting_for_its_peers_stops_on_a_signal_and_releases_its_gpus(tm
 def test_a_node_stopped_inside_torchs_rendezvous_releases_its_gpus(tmp_path: Path) -> None:
     # the plan's wait ends at once: the node is then in torch's own rendezvous, which waits in C++
     env = node_env(tmp_path, 0, ECOLAUNCH_PLAN_TIMEOUT="0.5")
-    proc = start(ecolaunch_cmd("--nnodes", "2", "--nproc-per-node", "1", "--master-port", str(free_port()), SLEEPER,
-                               str(tmp_path), "1"), env)
-    try:
-        wait_for(lambda: jobs(env), what="the node's booking")
-        time.sleep(2.0)
-        stopped = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-        assert time.monotonic() - stopped < 10
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-    assert proc.returncode == 143, err
+    returncode, err = stop_a_lone_node(env, tmp_path, signal.SIGTERM, after_s=2.0, within_s=10)
+    assert returncode == 143, err
     assert "only 1 of 2 nodes answered in time (the others have not started)" in err
     assert "stopped by SIGTERM while waiting for its other nodes at torch's rendezvous; its GPUs are released" in err
     assert jobs(env) == []
