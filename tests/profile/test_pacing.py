@@ -71,7 +71,10 @@ def test_a_launch_lowers_the_waiting_ranks_gpu_and_restores_it(sim_env) -> None:
     assert {(g, r) for g, r, _, _ in moves} == {("0", "0")}
     caps = [int(w) for _, _, w, _ in moves]
     assert caps == sorted(caps, reverse=True) and caps[0] < 400
-    assert re.search(r"power cap: pace: GPU 0 ended at \d+ W after \d+ move\(s\); at the first, it waited", out.stderr)
+    # a step whose window read slower by more than the noise is undone (a loaded machine can do that): the summary
+    # then says so
+    assert re.search(r"power cap: pace: GPU 0 ended at \d+ W after \d+ move\(s\)( \(its last step undone: the "
+                     r"job's step grew\))?; at the first, it waited", out.stderr), out.stderr
     assert "GPU 1 capped" not in out.stderr
     gpus = open_gpus(resolve(env)[0]).gpus()
     assert [g.power_limit_w for g in gpus] == [400.0, 400.0]  # restored when the run ended
