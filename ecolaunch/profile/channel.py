@@ -243,12 +243,18 @@ def read_waits(directory: Path | str) -> dict[int, list[float]]:
 def read_new_waits(directory: Path | str, offsets: Mapping[int, int]) -> dict[int, tuple[int, list[float]]]:
     """What each ``waits-<rank>.bin`` gained past ``offsets`` (bytes, by rank): ``{rank: (new offset, waits)}``, only
     the ranks with new whole records (a partial record is read again next time)."""
+    return _new_records(Path(directory), _WAITS, offsets)
+
+
+def _new_records(folder: Path, pattern: re.Pattern[str],
+                 offsets: Mapping[int, int]) -> dict[int, tuple[int, list[float]]]:
+    """For every file of ``folder`` matching ``pattern`` (its rank in group 1): the whole float64 records past its
+    offset, at most ``MAX_POLL_BYTES`` a file, and the offset after them; ranks with nothing new are left out."""
     out: dict[int, tuple[int, list[float]]] = {}
-    folder = Path(directory)
     if not folder.is_dir():
         return out
     for entry in folder.iterdir():
-        m = _WAITS.match(entry.name)
+        m = pattern.match(entry.name)
         if m is None:
             continue
         rank = int(m.group(1))
@@ -258,7 +264,7 @@ def read_new_waits(directory: Path | str, offsets: Mapping[int, int]) -> dict[in
         except OSError as e:
             logger.debug("cannot read %s: %s", entry, e)
             continue
-        whole = len(data) - len(data) % STAMP.size
+        whole = len(data) - len(data) % STAMP.size  # a partial record is read again next time
         if whole:
             out[rank] = (offset + whole, [v for (v,) in STAMP.iter_unpack(data[:whole])])
     return out
@@ -356,25 +362,9 @@ class StepReader:
 
     def poll(self) -> int:
         """Read what the workers appended since the last poll; returns how many new stamps were read."""
-        if not self._dir.is_dir():
-            return 0
         new = 0
-        for entry in self._dir.iterdir():
-            m = _STEPS.match(entry.name)
-            if m is None:
-                continue
-            rank = int(m.group(1))
-            offset = self._offsets.get(rank, 0)
-            try:
-                data = _read_file(self._dir, entry.name, MAX_POLL_BYTES, offset)
-            except OSError as e:
-                logger.debug("cannot read %s: %s", entry, e)
-                continue
-            whole = len(data) - len(data) % STAMP.size  # a partial record is read again next time
-            if not whole:
-                continue
-            self._offsets[rank] = offset + whole
-            stamps = [v for (v,) in STAMP.iter_unpack(data[:whole])]
+        for rank, (offset, stamps) in _new_records(self._dir, _STEPS, self._offsets).items():
+            self._offsets[rank] = offset
             kept = self._kept.setdefault(rank, [])
             kept.extend(stamps[: max(0, self._keep - len(kept))])
             self._tail.setdefault(rank, collections.deque(maxlen=TAIL_STAMPS)).extend(stamps)

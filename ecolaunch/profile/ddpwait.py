@@ -147,6 +147,12 @@ def rank_waits(waits: Mapping[int, Sequence[float]], iter_time_s: float | None, 
     spans = {r: sum(w[warmup:]) / len(w[warmup:]) for r, w in waits.items() if len(w) > warmup}
     if len(spans) < 2 or not iter_time_s or iter_time_s <= 0:
         return None
-    slowest = min(spans, key=spans.get)
-    floor = spans[slowest]
-    return RankWaits(spans, slowest, {r: max(0.0, s - floor) / iter_time_s for r, s in spans.items()})
+    return RankWaits(spans, *waste_shares(spans, iter_time_s))
+
+
+def waste_shares(spans_s: Mapping[int, float], iter_time_s: float) -> tuple[int, dict[int, float]]:
+    """The slowest rank (the shortest mean span) and each rank's waste, its span beyond the slowest rank's, as a
+    share of the step (``iter_time_s`` > 0; two or more ranks)."""
+    slowest = min(spans_s, key=spans_s.get)
+    floor = spans_s[slowest]
+    return slowest, {r: max(0.0, s - floor) / iter_time_s for r, s in spans_s.items()}

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from ecolaunch.profile import channel
 from ecolaunch.profile.capchoice import MARGIN_Z
+from ecolaunch.profile.ddpwait import waste_shares
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +94,8 @@ class PaceController:
                                 f"the job's step took {100 * (iter_time_s / self.baseline_s - 1):.1f} % longer")
                 self.moves.append(move)
                 return move
-        floor = min(spans_s.values())
-        slowest = min(spans_s, key=spans_s.get)
-        waste = {r: (s - floor) / iter_time_s for r, s in spans_s.items() if r != slowest and r < len(self.gpus)}
+        slowest, shares = waste_shares(spans_s, iter_time_s)
+        waste = {r: w for r, w in shares.items() if r != slowest and r < len(self.gpus)}
         for rank, share in sorted(waste.items(), key=lambda kv: -kv[1]):
             gpu = self.gpus[rank]
             if share < MIN_WASTE_SHARE:
@@ -142,7 +142,8 @@ class WaitReader:
     def mean_spans(self, last: int) -> dict[int, float]:
         """Each rank's mean span over its ``last`` waits, by local rank (the lowest rank of the node is 0)."""
         base = min(self._tail) if self._tail else 0
-        return {r - base: sum(list(t)[-last:]) / len(list(t)[-last:]) for r, t in self._tail.items() if t}
+        recent = {r: list(t)[-last:] for r, t in self._tail.items() if t}
+        return {r - base: sum(w) / len(w) for r, w in recent.items()}
 
 
 def pace_summary(controller: PaceController | None) -> list[str]:
