@@ -340,7 +340,7 @@ class RunObserver:
             rec.iterations if rec else None, rec.iter_time_s if rec else None, self.config.source,
             self.result.recommended_cap_w if self.result else None, self.result.reason if self.result else None,
             tuple(self.findings), self.config.profiling_energy_j,
-            (*(m.reason for m in ctl.moves), *pace_summary(self.pace)) if ctl else tuple(pace_summary(self.pace)),
+            (*(m.reason for m in (ctl.moves if ctl else ())), *pace_summary(self.pace)),
             ctl.measured_slowdown_pct if ctl else None,
             ctl.cap_w if ctl and ctl.measured_slowdown_pct is not None else None, n, self.not_learned(),
             self._waits.line() if self._waits is not None else None)
@@ -443,7 +443,9 @@ class RunObserver:
         _, stamps = self.monitor.reader.since(self.monitor.reader.count() - WINDOW_ITERS - 1)
         if len(stamps) < 2:
             return
-        times = [b - a for a, b in zip(stamps, stamps[1:])]
+        times = channel.iteration_times(stamps, 0)
+        if not times:
+            return
         iter_time_s = sum(times) / len(times)
         iter_se_s = statistics.stdev(times) / math.sqrt(len(times)) if len(times) > 1 else 0.0
         if self.pace is None:
