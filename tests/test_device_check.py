@@ -36,7 +36,7 @@ def test_it_runs_end_to_end_on_simulated_gpus(tmp_path: Path) -> None:
     names = {p.name for p in out.iterdir()}
     assert len(names) <= 8 and {"device_check.log", "environment.txt", "calibrate.json"} <= names, names
     gpu = json.loads((out / "gpu-nvidia-a100-sxm4-80gb-simulated.json").read_text())
-    assert gpu["backend"] == "simulated" and gpu["sections"]["overhead"]["status"] in ("pass", "fail")
+    assert gpu["backend"] == "simulated" and gpu["sections"]["overhead"]["status"] == "pass"
     calibration = [n for n in names if n.startswith("calibration-")]
     assert calibration, names
     assert json.loads((out / calibration[0]).read_text())

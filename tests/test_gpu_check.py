@@ -90,7 +90,9 @@ def test_a_quick_run_on_simulated_gpus(tmp_path: Path) -> None:
         assert sigkill["restored_after_s"] is not None or sigkill["restored_by_check"] is True
 
     overhead = sections["overhead"]
-    assert overhead["status"] in ("pass", "fail") and overhead["ratio_median"] > 0
+    # a timing goal is not judged on simulated GPUs: the section passes and says whether the goal was met
+    assert (overhead["status"], overhead["judged"]) == ("pass", False) and overhead["ratio_median"] > 0
+    assert overhead["goal_met"] is (overhead["ratio_median"] <= overhead["goal_ratio"])
     assert len(overhead["runs_s"]["torchrun"]) == len(overhead["runs_s"]["ecolaunch"]) == 2
 
     waits = sections["waits"]  # on simulated GPUs the hook's clock path, CPU tensors (a loaded machine may fail it)
