@@ -32,6 +32,7 @@ from typing import Any
 
 from ecolaunch import config
 from ecolaunch.errors import DriverNotFound, EcolaunchError, WorkerFailed, with_hint
+from ecolaunch.validate import is_integer
 
 __all__ = ["LaunchResult", "Measurement", "launch", "measure"]
 
@@ -145,7 +146,7 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
 def _options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain) -> list[str]:
     """The command line's options for :func:`launch`'s keyword arguments; ValueError for a bad one (the command
     line's own checks, :func:`_parse`, catch the rest)."""
-    if isinstance(nproc, bool) or not (isinstance(nproc, int) and nproc >= 1 or nproc in NPROC_WORDS):
+    if not (is_integer(nproc) and nproc >= 1 or isinstance(nproc, str) and nproc in NPROC_WORDS):
         raise ValueError(with_hint(f"nproc must be a worker count >= 1 or one of {', '.join(map(repr, NPROC_WORDS))}"
                                    f", got {nproc!r}", "e.g. nproc=2 for two workers on two GPUs"))
     argv = ["--nproc-per-node", str(nproc)]

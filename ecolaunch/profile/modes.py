@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile.channel import ENV_PROFILE_STEPS, ENV_PROFILING
 from ecolaunch.profile.powercap import DEFAULT_MEASURED_ITERS_PER_CAP, DEFAULT_WARMUP_ITERS_PER_CAP
-from ecolaunch.validate import integer, is_number
+from ecolaunch.validate import integer, is_integer, is_number
 
 if TYPE_CHECKING:  # kept out of the import: the launch's argument parser imports this module
     from ecolaunch.jobmodel.profile import Profile
@@ -138,8 +138,8 @@ class ProfilerSettings:
                 raise ConfigError(f"profiling {name} must be >= 0 seconds, got {v!r}")
         if self.window_measure_s <= 0:
             raise ConfigError(f"profiling window_measure_s must be > 0, got {self.window_measure_s!r}")
-        if self.max_iterations is not None and (isinstance(self.max_iterations, bool) or self.max_iterations < 0):
-            raise ConfigError(f"profiling max_iterations must be >= 0, got {self.max_iterations!r}")
+        if self.max_iterations is not None and not (is_integer(self.max_iterations) and self.max_iterations >= 0):
+            raise ConfigError(f"profiling max_iterations must be a whole number >= 0, got {self.max_iterations!r}")
 
     def planned_steps(self) -> int:
         """Step marks a full instrumented profile needs (the first stamp opens the first iteration)."""
