@@ -149,6 +149,37 @@ class Meeting:
         # another node's word: a cap that is no positive number is not a cap (the default limit, as None)
         return int(data["seq"]), [number_or_none(w, positive=True) for w in data["caps_w"]]
 
+    @property
+    def paces_alone(self) -> bool:
+        """This node's GPUs run at its default limit and it paces them itself (:mod:`ecolaunch.profile.pacing`),
+        against the other nodes' waits when the store is reachable."""
+        return self.plan.caps == "default"
+
+    def share_waits(self, spans_s: Mapping[int, float]) -> float | None:
+        """Publish this node's ranks' mean all-reduce spans of the latest window (s) and return the shortest the
+        other nodes published last (None before any, or when the store cannot be reached: pacing is then this node's
+        alone). Another node's word: a span that is no finite number >= 0, or a note that is no JSON list, is not
+        read."""
+        if self.store is None:
+            return None
+        try:
+            self.store.set(f"waits/{self.me.arrival}", json.dumps([float(v) for v in spans_s.values()]))
+            spans = []
+            for n in self.plan.nodes:
+                key = f"waits/{n.arrival}"
+                if n.arrival == self.me.arrival or not self.store.check([key]):
+                    continue
+                try:
+                    data = json.loads(self.store.get(key))
+                except ValueError:  # another node's word, not what it publishes: skipped
+                    continue
+                spans += [v for v in (number_or_none(w, lo=0) for w in (data if isinstance(data, list) else []))
+                          if v is not None]
+        except Exception as e:  # noqa: BLE001 - a peer's store that went away: this node paces alone
+            logger.debug("the other nodes' waits could not be read: %s", e)
+            return None
+        return min(spans, default=None)
+
     def finish(self, energy_j: float | None, wall_s: float, exit_code: int, *,
                wait_s: float | None = None, sleep: Callable[[float], None] = time.sleep,
                clock: Callable[[], float] = time.monotonic) -> list[str]:
@@ -280,8 +311,9 @@ def _lead(store, raw, me: NodeInfo, rdzv: Rendezvous, deadline: float, sleep, cl
                     "and closed loop choose (the same GPUs on every node: one cap paces them alike)")
     if len(boards) > 1 or any(len({*n.gpu_names}) > 1 for n in nodes):
         kinds = sorted({f"{len(n.gpus)}x {'+'.join(sorted({*n.gpu_names}))}" for n in nodes})
-        why += (f"; its nodes have different GPUs ({', '.join(kinds)}): one cap would not pace them alike "
-                "(pace-matching across boards: docs/pace-matching.md)")
+        why += (f"; its nodes have different GPUs ({', '.join(kinds)}): one cap would not pace them alike, so each "
+                "node lowers the GPUs whose ranks wait for the slowest node, where the job times its all-reduce "
+                "(ecolaunch.allreduce_wait_hook: docs/pace-matching.md)")
     if not complete and foreign_since is not None:
         why += (f"; only {len(nodes)} of {rdzv.min_nodes} nodes run this ecolaunch (the others are already in "
                 "torch's rendezvous: torchrun or an older ecolaunch)")

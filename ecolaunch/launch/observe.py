@@ -94,7 +94,9 @@ class ObserveConfig:
         profile_source: what the record calls the profiling action (default ``mode``'s value; e.g. ``"pre"``
             for the real run after a pre-launch profiling run, which itself runs in ``history`` mode).
         closed_loop: whether the closed loop may run; pace: whether pace-matching may lower single GPUs' caps
-            (:mod:`ecolaunch.profile.pacing`; not on a node of a multi-node job, whose caps are the plan's).
+            (:mod:`ecolaunch.profile.pacing`; not on a node of a multi-node job whose caps are the leader's).
+        peer_waits: a job over several nodes that paces on each node: publishes this node's ranks' mean spans of a
+            window and returns the shortest of the other nodes' (:meth:`~ecolaunch.launch.nodes.Meeting.share_waits`).
     """
 
     job_id: str
@@ -122,6 +124,7 @@ class ObserveConfig:
     closed_loop: bool = True
     pace: bool = True
     match: JobMatch | None = None
+    peer_waits: Callable[[Mapping[int, float]], float | None] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", ProfileAction(self.mode))
@@ -426,7 +429,8 @@ class RunObserver:
         """Pace-matching (:mod:`ecolaunch.profile.pacing`): once the profile is done, every window of every rank's
         all-reduce waits (``ecolaunch.allreduce_wait_hook``), lower the cap of the rank that waits most. A move of
         the closed loop (one cap for every GPU) starts pacing afresh from its cap."""
-        if (not self.config.pace or len(self._uuids) < 2 or not self.caps.can_set or self.mode is ProfileAction.PRE
+        peers = self.config.peer_waits
+        if (not self.config.pace or len(self._uuids) < (1 if peers else 2) or not self.caps.can_set or self.mode is ProfileAction.PRE
                 or (self.profiler is not None and self.result is None) or self.recorder.shared()):
             return
         if self._wait_reader is None:
@@ -454,7 +458,8 @@ class RunObserver:
                 return
             self.pace = PaceController(self._uuids, caps, self._max_w, self.caps.set)
         self._pace_from = (waits, loop_moves)
-        move = self.pace.decide(self._wait_reader.mean_spans(WINDOW_ITERS), iter_time_s, iter_se_s)
+        spans = self._wait_reader.mean_spans(WINDOW_ITERS)
+        move = self.pace.decide(spans, iter_time_s, iter_se_s, floor_s=peers(spans) if peers else None)
         if move is not None:
             logger.info("job %s: %s", self.job_id, move.reason)
 

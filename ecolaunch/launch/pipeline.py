@@ -227,7 +227,8 @@ class _Run:
                 allowed_slowdown_pct=request.allowed_slowdown_pct, user=request.user, name=name,
                 name_given=parsed.options.name is not None, profile=request.profile,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
-                profile_source=profile_source, pace=meeting is None)
+                profile_source=profile_source, pace=meeting is None or meeting.paces_alone,
+                peer_waits=meeting.share_waits if meeting is not None and meeting.paces_alone else None)
             observer = RunObserver(config, session.backend, clock=SystemClock(), history=self.history,
                                    set_cap=set_cap,
                                    ceiling_w=None if caps.refused else caps.ceiling_w,

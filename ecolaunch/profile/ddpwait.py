@@ -150,9 +150,15 @@ def rank_waits(waits: Mapping[int, Sequence[float]], iter_time_s: float | None, 
     return RankWaits(spans, *waste_shares(spans, iter_time_s))
 
 
-def waste_shares(spans_s: Mapping[int, float], iter_time_s: float) -> tuple[int, dict[int, float]]:
+def waste_shares(spans_s: Mapping[int, float], iter_time_s: float,
+                 floor_s: float | None = None) -> tuple[int | None, dict[int, float]]:
     """The slowest rank (the shortest mean span) and each rank's waste, its span beyond the slowest rank's, as a
-    share of the step (``iter_time_s`` > 0; two or more ranks)."""
-    slowest = min(spans_s, key=spans_s.get)
+    share of the step (``iter_time_s`` > 0; two or more ranks, or one and ``floor_s``).
+
+    ``floor_s``: the shortest mean span of the job's ranks on other nodes (a job over several nodes); when it is
+    shorter than every span here, the slowest rank is on another node and is returned as None."""
+    slowest: int | None = min(spans_s, key=spans_s.get)
     floor = spans_s[slowest]
+    if floor_s is not None and floor_s < floor:
+        slowest, floor = None, floor_s
     return slowest, {r: max(0.0, s - floor) / iter_time_s for r, s in spans_s.items()}

@@ -23,6 +23,13 @@ If the cap goes too far, that rank becomes the slowest and the job's iteration t
 
 The slowest rank's GPU is never touched, and no cap is ever raised above the cap the run found. Every move says why,
 in one line.
+
+**Over several nodes** (a plan that leaves each node at its default limit: different GPUs on different nodes), each
+node paces its own GPUs, and the nodes share each window's mean spans through the job's rendezvous store
+(:meth:`ecolaunch.launch.nodes.Meeting.share_waits`): a rank here is measured against the shortest span of the whole
+job, so the ranks of a node that waits for a slower node are lowered, and a node that holds the slowest rank lowers
+none but its own waiting ranks. Nodes do not take turns: when two nodes move in the same window and the job's step
+grows, both undo their moves, which costs saving, never time.
 """
 
 from __future__ import annotations
@@ -75,10 +82,12 @@ class PaceController:
     moves: list[PaceMove] = field(default_factory=list)
     _last: tuple[str, float] | None = None  # (gpu, cap before the move) until judged
 
-    def decide(self, spans_s: Mapping[int, float], iter_time_s: float, iter_se_s: float = 0.0) -> PaceMove | None:
+    def decide(self, spans_s: Mapping[int, float], iter_time_s: float, iter_se_s: float = 0.0,
+               floor_s: float | None = None) -> PaceMove | None:
         """One window: each local rank's mean all-reduce span (s), the job's mean iteration time (s) and its
-        standard error (s)."""
-        if len(spans_s) < 2 or iter_time_s <= 0:
+        standard error (s); ``floor_s``, for a job over several nodes, the shortest mean span of its ranks on the
+        other nodes (s), so that a rank here is measured against the job's slowest wherever it runs."""
+        if len(spans_s) < (1 if floor_s is not None else 2) or iter_time_s <= 0:
             return None
         if self.baseline_s is None:
             self.baseline_s, self.baseline_se_s = iter_time_s, iter_se_s
@@ -94,7 +103,8 @@ class PaceController:
                                 f"the job's step took {100 * (iter_time_s / self.baseline_s - 1):.1f} % longer")
                 self.moves.append(move)
                 return move
-        slowest, shares = waste_shares(spans_s, iter_time_s)
+        slowest, shares = waste_shares(spans_s, iter_time_s, floor_s)
+        whom = f"rank {slowest}, the slowest" if slowest is not None else "the slowest rank, on another node"
         waste = {r: w for r, w in shares.items() if r != slowest and r < len(self.gpus)}
         for rank, share in sorted(waste.items(), key=lambda kv: -kv[1]):
             gpu = self.gpus[rank]
@@ -110,7 +120,7 @@ class PaceController:
             self.caps_w[gpu] = applied
             self._last = (gpu, before)
             move = PaceMove(gpu, applied, f"pace: GPU {self._index(gpu)} (rank {rank}) to {applied:.0f} W: it waited "
-                            f"{100 * share:.0f} % of each step for rank {slowest}, the slowest")
+                            f"{100 * share:.0f} % of each step for {whom}")
             self.moves.append(move)
             return move
         return None

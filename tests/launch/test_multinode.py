@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -280,4 +281,33 @@ def test_three_nodes_over_c10d_follow_one_leader(tmp_path: Path) -> None:
     leader = next(err for _, err in results if "this node leads" in err)
     assert "over 3 nodes in" in leader and "not counted" not in leader
     for env in envs:
+        assert jobs(env) == []
+
+
+@ROOT_ONLY
+def test_the_fast_node_is_paced_to_the_slow_nodes_rank_and_its_cap_restored(tmp_path: Path) -> None:
+    # an A100 node and a V100 node: each at its default limit by the plan; the V100 node's rank is made 30 ms slower
+    # per step, so the A100 node's rank waits at the all-reduce and its GPU is lowered, against the V100 node's
+    # waits shared through the store; the slow node lowers nothing
+    from ecolaunch.runtime import open_gpus, resolve
+
+    envs = [node_env(tmp_path, rank) for rank in (0, 1)]
+    port = free_port()
+    procs = [start(ecolaunch_cmd("-v", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                                 "--master-port", str(port), "--nproc-per-node", "1", str(REPO / "tests" / "bin" /
+                                                                                           "ddp_waiter.py"),
+                                 "150", "0.03"), envs[rank]) for rank in (0, 1)]
+    (code0, err0), (code1, err1) = finish(procs)
+    assert (code0, code1) == (0, 0), err0 + err1
+    assert "its nodes have different GPUs" in err0 and "lowers the GPUs whose ranks wait for the slowest node" in err0
+    moves = re.findall(r"pace: GPU 0 \(rank 0\) to (\d+) W: it waited (\d+) % of each step for the slowest rank, on "
+                       r"another node", err0)
+    assert moves, err0
+    caps = [int(w) for w, _ in moves]
+    assert caps == sorted(caps, reverse=True) and caps[0] < 400  # A100: 400 W board, lowered 20 W a move
+    assert all(int(share) >= 10 for _, share in moves)
+    assert re.search(r"power cap: pace: GPU 0 ended at \d+ W after \d+ move\(s\)", err0), err0
+    assert "pace:" not in err1, err1  # the node that holds the slowest rank
+    for env in envs:
+        assert [g.power_limit_w for g in open_gpus(resolve(env)[0]).gpus()] in ([400.0, 400.0], [300.0, 300.0])
         assert jobs(env) == []

@@ -61,8 +61,21 @@ def test_the_first_to_arrive_leads_and_the_others_read_its_plan(store) -> None:
     assert follower.lines == [f"one plan for 2 nodes ({', '.join(f'{n.host} ({len(n.gpus)}x NVIDIA A100-SXM4-80GB)' for n in plans['h0'].nodes)}); "
                               f"this node follows {leaders[0]}: a job over several nodes runs at each node's default "
                               "power limit, unprofiled; its nodes have different GPUs (1x NVIDIA A100-SXM4-80GB, 2x "
-                              "NVIDIA A100-SXM4-80GB): one cap would not pace them alike (pace-matching across boards: "
-                              "docs/pace-matching.md)"]
+                              "NVIDIA A100-SXM4-80GB): one cap would not pace them alike, so each node lowers the GPUs "
+                              "whose ranks wait for the slowest node, where the job times its all-reduce "
+                              "(ecolaunch.allreduce_wait_hook: docs/pace-matching.md)"]
+    # each node paces its own GPUs against the other nodes' waits, shared through the store
+    assert all(m.paces_alone for m in results.values())
+    a, b = results["h0"], results["h1"]
+    assert a.share_waits({0: 0.030, 1: 0.031}) is None  # the other has published nothing yet
+    assert b.share_waits({0: 0.002}) == pytest.approx(0.030)
+    assert a.share_waits({0: 0.029, 1: 0.031}) == pytest.approx(0.002)
+    b.store.set(f"waits/{b.me.arrival}", '["fast", -1, 1e999, {"x": 1}, 0.004]')  # another node's word
+    assert a.share_waits({0: 0.029}) == pytest.approx(0.004)
+    b.store.set(f"waits/{b.me.arrival}", "not json")
+    assert a.share_waits({0: 0.029}) is None
+    b.store = None  # a node whose store is gone paces alone
+    assert b.share_waits({0: 0.002}) is None
 
 
 def test_the_same_gpus_on_every_node_follow_the_leaders_caps(store) -> None:

@@ -58,6 +58,24 @@ def test_a_rise_within_the_noise_is_kept_and_the_floor_stops_it() -> None:
     assert pace.caps_w == {"GPU-fast": 230.0, "GPU-slow": 250.0}
 
 
+def test_over_several_nodes_a_rank_is_measured_against_the_whole_jobs_slowest() -> None:
+    # this node's two ranks both wait for a rank on another node (its span 2 ms): both are lowered, the most
+    # waiting first; without the other node's span, rank 1 would pass for the slowest and stay
+    pace, calls = controller()
+    move = pace.decide({0: 0.032, 1: 0.030}, 0.100, floor_s=0.002)
+    assert move is not None and move.gpu == "GPU-fast"
+    assert move.reason == ("pace: GPU 0 (rank 0) to 238 W: it waited 30 % of each step for the slowest rank, on "
+                           "another node")
+    assert pace.decide({0: 0.030, 1: 0.032}, 0.100, floor_s=0.002).gpu == "GPU-slow"
+    # a node of one GPU paces against the others; the node that holds the slowest rank lowers nothing
+    alone, _ = controller()
+    assert alone.decide({0: 0.030}, 0.100) is None
+    assert alone.decide({0: 0.030}, 0.100, floor_s=0.002).gpu == "GPU-fast"
+    slow, slow_calls = controller()
+    assert slow.decide({0: 0.002}, 0.100, floor_s=0.030) is None and slow_calls == []
+    assert [gpu for gpu, _ in calls] == ["GPU-fast", "GPU-slow"]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a launcher applies caps itself only as root")
 def test_a_launch_lowers_the_waiting_ranks_gpu_and_restores_it(sim_env) -> None:
     env = sim_env("2xA100-SXM4-80GB")
