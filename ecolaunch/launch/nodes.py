@@ -33,6 +33,7 @@ GPU energy and time; the leader waits for them (at most :data:`FINISH_WAIT_S`) a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import socket
@@ -63,6 +64,8 @@ FAILED_FINISH_WAIT_S = 3.0
 FOREIGN_GRACE_S = 5.0
 #: the key prefix of ecolaunch's keys in the rendezvous store
 KEY_PREFIX = "ecolaunch"
+#: seconds the nodes of a new rendezvous round wait for each other's notes (they leave torch's round together)
+ROUND_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,12 @@ class Meeting:
     #: the lines this node prints about the meeting (the pipeline prints them)
     lines: list[str] = field(default_factory=list)
     _seq: int = 0
+    #: every node that took part in some round, by arrival (the leader adds up their energy at the end)
+    seen: dict[int, NodeInfo] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.seen.update({n.arrival: n for n in self.plan.nodes})
+        self.seen.setdefault(self.me.arrival, self.me)
 
     @property
     def leads_caps(self) -> bool:
@@ -180,6 +189,54 @@ class Meeting:
             return None
         return min(spans, default=None)
 
+    def new_round(self, store, group_rank: int, nodes: int, *, wait_s: float = ROUND_WAIT_S,
+                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic
+                  ) -> list[str]:
+        """Torch's c10d rendezvous completed a round (``store``: that round's, which torch keeps apart from every
+        other round's; ``group_rank``: this node's in the round; ``nodes``: the round's node count): agree the
+        round's plan, and return the lines to print (none when the nodes are the plan's already).
+
+        The round's group rank 0 decides, once every node of the round wrote its note (or ``wait_s`` passed): a
+        job whose plan follows the leader's caps (a fixed node count, restarted) keeps them, with the round's
+        nodes; any other runs every node at its default limit, pacing where the boards differ (an elastic job's
+        nodes changed). The leader of the job's first meeting stays the one that adds up its energy. Never
+        raises: a round whose plan cannot be agreed keeps this node at its default limit (pacing, when it runs,
+        reads the waits of the nodes it knows)."""
+        key = f"{KEY_PREFIX}/round"
+        try:
+            store.set(f"{key}/node/{group_rank}", json.dumps(asdict(self.me)))
+            if group_rank == 0:
+                names = [f"{key}/node/{r}" for r in range(nodes)]
+                _wait_keys(store, names, wait_s, sleep, clock)
+                members = [_node_note(store.get(n)) for n in names if store.check([n])]
+                plan = self._round_plan([m for m in members if m is not None], nodes)
+                store.set(f"{key}/plan", plan.to_json())
+            elif _wait_keys(store, [f"{key}/plan"], wait_s, sleep, clock):
+                plan = Plan.from_json(store.get(f"{key}/plan"))
+            else:
+                return [f"no plan from this rendezvous round's first node within {wait_s:g} s: this node keeps "
+                        "its plan"]
+        except (RuntimeError, ValueError, KeyError, TypeError) as e:  # the store, or another node's word
+            return [f"this rendezvous round's plan could not be agreed ({e}): this node keeps its plan"]
+        self.seen.update({n.arrival: n for n in plan.nodes})
+        same = {(n.host, n.job_id) for n in plan.nodes} == {(n.host, n.job_id) for n in self.plan.nodes}
+        if same and plan.caps == self.plan.caps:
+            return []
+        self.plan = plan
+        return ["a new rendezvous round: " + _plan_line(plan, self.me, group_rank == 0)]
+
+    def _round_plan(self, members: Sequence[NodeInfo], nodes: int) -> Plan:
+        """The round's plan (:meth:`new_round`), decided by its group rank 0."""
+        if self.plan.caps == "leader":  # a job of a fixed node count restarted: the leader's caps stand
+            return dataclasses.replace(self.plan, nodes=tuple(members))
+        why = ("the job's nodes changed at a rendezvous round: every node runs at its default power limit, "
+               "unprofiled")
+        if len(members) < nodes:
+            why += f"; {nodes - len(members)} of the round's {nodes} nodes wrote no note (torchrun or an older ecolaunch)"
+        if len({(n.gpu_names, len(n.gpus)) for n in members}) > 1 or any(len({*n.gpu_names}) > 1 for n in members):
+            why += "; its nodes have different GPUs, so each node lowers the GPUs whose ranks wait for the slowest node"
+        return Plan(self.me.host, tuple(members), "default", why)
+
     def finish(self, energy_j: float | None, wall_s: float, exit_code: int, *,
                wait_s: float | None = None, sleep: Callable[[float], None] = time.sleep,
                clock: Callable[[], float] = time.monotonic) -> list[str]:
@@ -198,10 +255,11 @@ class Meeting:
                 if self.hosting:
                     _wait_keys(self.store, ["summary"], wait_s, sleep, clock)
                 return []
-            keys = [f"energy/{n.arrival}" for n in self.plan.nodes]
+            members = sorted(self.seen.values(), key=lambda n: n.arrival)
+            keys = [f"energy/{n.arrival}" for n in members]
             _wait_keys(self.store, keys, wait_s, sleep, clock)
             shares = {f"{n.arrival}": (n.host, json.loads(self.store.get(f"energy/{n.arrival}")) if self.store.check(
-                [f"energy/{n.arrival}"]) else None) for n in self.plan.nodes}
+                [f"energy/{n.arrival}"]) else None) for n in members}
             self.store.set("summary", "done")
         except Exception as e:  # noqa: BLE001 - the store's peer is gone: the job ran, only its total is lost
             logger.warning("the job's total energy could not be collected: %s", e)
@@ -330,6 +388,18 @@ def _others_in_torch(store, raw) -> bool:
     arrived = int(store.add("arrivals", 0))
     ours = 1 + sum(store.check([f"node/{a}"]) for a in range(1, arrived + 1))
     return int(raw.num_keys()) > ours
+
+
+def _node_note(text: bytes | str) -> NodeInfo | None:
+    """A node's note (what :func:`meet` and :meth:`Meeting.new_round` write), or None when it is not one this
+    protocol reads (another node's word)."""
+    try:
+        info = json.loads(text)
+        if info.get("protocol") != PROTOCOL:
+            return None
+        return NodeInfo(**{**info, "gpus": tuple(info["gpus"]), "gpu_names": tuple(info["gpu_names"])})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _plan_line(plan: Plan, me: NodeInfo, leader: bool) -> str:

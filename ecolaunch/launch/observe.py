@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -264,6 +265,9 @@ class RunObserver:
         self._wait_reader: WaitReader | None = None
         self.pace: PaceController | None = None
         self._pace_from = (0, 0)  # (waits, closed-loop moves) at the last decision
+        self._pace_fresh = True  # the next window also waits out the warm-up (first iterations, or a new round's)
+        self._pace_lock = threading.Lock()  # a new rendezvous round (torch's thread) against the polls
+        self._pace_start_w: dict[str, float] = {}  # each GPU's cap when pacing began
         self._max_w: dict[str, float] = {}
         self.record: JobRecord | None = None
         self._exit_code: int | None = None
@@ -425,7 +429,23 @@ class RunObserver:
         if not final:
             self._pace_step()
 
+    def new_round(self) -> list[str]:
+        """The workers restart in a new rendezvous round (another node joined or left, or a restart): the caps
+        pacing moved go back to where pacing found them, and pacing starts afresh once the new round's workers
+        have run a window (the lines to print)."""
+        with self._pace_lock:
+            lines = [] if self.pace is None else [m.reason for m in self.pace.restore(self._pace_start_w)]
+            self.pace, self._pace_fresh = None, True
+            if self._wait_reader is not None:
+                self._wait_reader.skip_existing()
+            self._pace_from = (0, self._pace_from[1])
+            return lines
+
     def _pace_step(self) -> None:
+        with self._pace_lock:
+            self._pace_window()
+
+    def _pace_window(self) -> None:
         """Pace-matching (:mod:`ecolaunch.profile.pacing`): once the profile is done, every window of every rank's
         all-reduce waits (``ecolaunch.allreduce_wait_hook``), lower the cap of the rank that waits most. A move of
         the closed loop (one cap for every GPU) starts pacing afresh from its cap."""
@@ -438,7 +458,7 @@ class RunObserver:
         self._wait_reader.poll()
         waits, loop_moves = self._wait_reader.count(), len(self.loop.controller.moves) if self.loop else 0
         # the first decision also waits out the warm-up (first iterations are slow on every rank)
-        window = WINDOW_ITERS + (self.settings.warmup_iters if self._pace_from[0] == 0 else 0)
+        window = WINDOW_ITERS + (self.settings.warmup_iters if self._pace_fresh else 0)
         if waits - self._pace_from[0] < window:
             return
         if loop_moves != self._pace_from[1]:  # the closed loop moved every GPU: what pacing measured is gone
@@ -457,7 +477,8 @@ class RunObserver:
             if any(c is None for c in caps.values()) or any(u not in self._max_w for u in self._uuids):
                 return
             self.pace = PaceController(self._uuids, caps, self._max_w, self.caps.set)
-        self._pace_from = (waits, loop_moves)
+            self._pace_start_w = dict(caps)
+        self._pace_from, self._pace_fresh = (waits, loop_moves), False
         spans = self._wait_reader.mean_spans(WINDOW_ITERS)
         move = self.pace.decide(spans, iter_time_s, iter_se_s, floor_s=peers(spans) if peers else None)
         if move is not None:

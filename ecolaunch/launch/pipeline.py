@@ -241,7 +241,8 @@ class _Run:
                 env = {**worker_env(job.id, placement.decision.gpus, placement.gpus), **self.extra_env,
                        **observer.worker_env()}
                 stuck = None if meeting is None else leave_stuck(session, job, caps, ui.message)
-                outcome = run_workers(worker_args, env, parsed.function, on_stuck=stuck)
+                outcome = run_workers(worker_args, env, parsed.function, on_stuck=stuck,
+                                      on_round=None if meeting is None else _round_watcher(meeting, observer, ui))
                 observer.set_exit_code(outcome.exit_code)
         finally:
             stop_heartbeat.set()
@@ -260,6 +261,15 @@ class _Run:
         if self.meeting is not None:
             done = observer.summary()
             finish_nodes(self.meeting, done.energy_j, done.duration_s, outcome, self.ui.message)
+
+
+def _round_watcher(meeting: Meeting, observer, ui: LaunchCallbacks):
+    """What a node does after each round of torch's c10d rendezvous: agree the round's plan with its nodes
+    (:meth:`~ecolaunch.launch.nodes.Meeting.new_round`) and start pacing afresh (the workers restart)."""
+    def on_round(store, group_rank: int, nodes: int) -> None:
+        for line in (*meeting.new_round(store, group_rank, nodes), *observer.new_round()):
+            ui.message(f"job {meeting.me.job_id}: {line}")
+    return on_round
 
 
 def _allowed_gpus(parsed: ParsedLaunch, env: Mapping[str, str], host_gpus: list, ui: LaunchCallbacks):

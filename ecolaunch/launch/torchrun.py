@@ -147,27 +147,100 @@ def rendezvous_of(args: argparse.Namespace) -> Rendezvous:
                       config.max_nodes, int(conf["rank"]) if static and "rank" in conf else None, float(timeout))
 
 
+#: torch's opt-out of sharing the rendezvous store with the workers, which ecolaunch sets for an elastic c10d job
+#: (``--nnodes MIN:MAX``) unless the user set it: with the sharing, torch 2.13 loses a round's master address when a
+#: node joins a running job (the node already there keeps the bootstrap of its first round and writes none to the
+#: new round's store; the joining node waits for it and fails, and plain torchrun fails the same way)
+NO_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def _grows(args: argparse.Namespace, nnodes: Callable[[str], tuple[int, int]]) -> bool:
+    """An elastic job over torch's c10d rendezvous: its nodes can join while it runs."""
+    if args.standalone or args.rdzv_backend != "c10d":
+        return False
+    low, high = nnodes(args.nnodes)
+    return low != high
+
+
+#: the c10d backend as ecolaunch registers it with torch when a launch watches its rendezvous rounds
+ROUND_BACKEND = "ecolaunch-c10d"
+#: the launch's callback for each completed round (one launch runs torch's agent at a time in a process)
+_on_round: Callable[[Any, int, int], None] | None = None
+
+
+class _RoundWatch:
+    """Torch's c10d rendezvous handler, which calls the launch back after every round it completes (the round's
+    store, this node's group rank, the round's node count) before torch starts that round's workers. Registered
+    with torch's public handler registry as :data:`ROUND_BACKEND`; every other call is the c10d handler's own."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_inner"], name)
+
+    def get_backend(self) -> str:
+        return ROUND_BACKEND
+
+    def next_rendezvous(self) -> Any:
+        info = self._inner.next_rendezvous()
+        callback = _on_round
+        if callback is not None:
+            try:
+                callback(info.store, int(info.rank), int(info.world_size))
+            except Exception:  # noqa: BLE001 - the plan is ecolaunch's; torch's round must go on without it
+                logger.warning("the nodes' plan for this rendezvous round failed; torch's round goes on",
+                               exc_info=True)
+        return info
+
+
+def _create_round_watch(params: Any) -> _RoundWatch:
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+
+    inner = RendezvousParameters("c10d", params.endpoint, params.run_id, params.min_nodes, params.max_nodes,
+                                 params.local_addr, **params.config)
+    return _RoundWatch(get_rendezvous_handler(inner))
+
+
+def _watch_rounds(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` run through :class:`_RoundWatch` (a c10d rendezvous: the one whose rounds can change the nodes)."""
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
+    rendezvous_handler_registry.register(ROUND_BACKEND, _create_round_watch)  # the same creator each time: a no-op
+    args.rdzv_backend = ROUND_BACKEND
+    return args
+
+
 def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str],
-                function: FunctionCall | None = None, *, on_stuck: Callable[[int], None] | None = None) -> WorkerOutcome:
+                function: FunctionCall | None = None, *, on_stuck: Callable[[int], None] | None = None,
+                on_round: Callable[[Any, int, int], None] | None = None) -> WorkerOutcome:
     """Launch the worker group with ``env_updates`` added to the workers' environment; wait for it. With
     ``function``, the workers call it instead of running ``args.training_script``. ``on_stuck(signum)``: what to do
     when a stop signal arrives while torch's rendezvous waits for other nodes (:class:`_StopWatch`); it must end
-    the process."""
+    the process. ``on_round(store, group_rank, nodes)``: called after every round of a c10d rendezvous, before
+    torch starts that round's workers (:class:`_RoundWatch`; not for other backends, whose nodes never change)."""
+    global _on_round
     import torch.distributed.run as torchrun
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     saved_handlers = {s: signal.getsignal(s) for s in _HANDLED_SIGNALS}
-    saved_env = {k: os.environ.get(k) for k in (*env_updates, *_ENV_TOUCHED_BY_TORCH)}
+    saved_env = {k: os.environ.get(k) for k in (*env_updates, *_ENV_TOUCHED_BY_TORCH, NO_SHARED_STORE)}
     os.environ.update(env_updates)
+    if os.environ.get(NO_SHARED_STORE) is None and _grows(args, torchrun.parse_min_max_nnodes):
+        os.environ[NO_SHARED_STORE] = "1"  # see NO_SHARED_STORE
     # the wakeup fd is the main thread's (as torch's run() itself must be)
     main = threading.current_thread() is threading.main_thread()
     watch = _StopWatch(on_stuck) if on_stuck is not None and main else contextlib.nullcontext()
     try:
         if function is None:
+            run_args = copy.deepcopy(args)
+            if on_round is not None and run_args.rdzv_backend == "c10d" and not run_args.standalone:
+                _on_round, run_args = on_round, _watch_rounds(run_args)
             with watch:
-                torchrun.run(copy.deepcopy(args))
+                torchrun.run(run_args)
             return WorkerOutcome(exitcodes.OK)
         config, _, _ = torchrun.config_from_args(_single_node(args, torchrun.parse_min_max_nnodes))
         values = elastic_launch(config, _FunctionWorker(function.fn))(*function.args)
@@ -185,6 +258,7 @@ def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str],
     except ValueError as e:  # torch's own argument checks, raised before any worker starts
         raise ConfigError(str(e), hint="fix the torchrun arguments (see 'ecolaunch --help')") from e
     finally:
+        _on_round = None
         _restore_env(saved_env)
         for sig, handler in saved_handlers.items():
             signal.signal(sig, handler)

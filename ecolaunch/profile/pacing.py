@@ -125,6 +125,18 @@ class PaceController:
             return move
         return None
 
+    def restore(self, caps_w: Mapping[str, float]) -> list[PaceMove]:
+        """Put every GPU this controller moved back to ``caps_w`` (its cap before pacing), e.g. when the job's
+        workers restart in a new rendezvous round and what was measured no longer holds; the moves made."""
+        moved = []
+        for gpu in dict.fromkeys(m.gpu for m in self.moves):
+            if gpu in caps_w and abs(self.caps_w[gpu] - caps_w[gpu]) > 0.5:
+                self.caps_w[gpu] = self.set_cap(gpu, caps_w[gpu])
+                moved.append(PaceMove(gpu, self.caps_w[gpu], f"pace: GPU {self._index(gpu)} back to "
+                                      f"{self.caps_w[gpu]:.0f} W: the workers restarted in a new rendezvous round"))
+        self.moves.extend(moved)
+        return moved
+
     def _index(self, gpu: str) -> int:
         return list(self.gpus).index(gpu)
 
@@ -144,6 +156,13 @@ class WaitReader:
             self._offsets[rank] = offset
             self._tail.setdefault(rank, collections.deque(maxlen=self._keep)).extend(values)
             self._counts[rank] = self._counts.get(rank, 0) + len(values)
+
+    def skip_existing(self) -> None:
+        """Forget every wait recorded so far (read past them): a new rendezvous round's workers, whose global
+        ranks may differ, are counted from their first wait on."""
+        self.poll()
+        self._tail.clear()
+        self._counts.clear()
 
     def count(self) -> int:
         """Waits every rank has recorded (the fewest)."""

@@ -311,3 +311,45 @@ def test_the_fast_node_is_paced_to_the_slow_nodes_rank_and_its_cap_restored(tmp_
     for env in envs:
         assert [g.power_limit_w for g in open_gpus(resolve(env)[0]).gpus()] in ([400.0, 400.0], [300.0, 300.0])
         assert jobs(env) == []
+
+
+def test_an_elastic_job_agrees_again_when_a_node_joins(tmp_path: Path) -> None:
+    # `--nnodes 1:2` over c10d: the first node starts alone (its first round, one node); the second joins later, so
+    # torch restarts the first node's workers in a new round of two, and both nodes agree that round's plan; the
+    # first node's launcher, the job's leader, adds up both nodes' energy
+    port = free_port()
+    out = tmp_path / "out"
+    out.mkdir()
+    envs = [node_env(tmp_path, rank) for rank in (0, 1)]
+
+    def node(env: dict[str, str]) -> subprocess.Popen:
+        return start(ecolaunch_cmd("-v", "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                                   "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "grow", "--rdzv-conf",
+                                   "last_call_timeout=1", "--monitor-interval", "0.2", SLEEPER, str(out), "6"), env)
+
+    first = node(envs[0])
+    try:
+        wait_for(lambda: list(out.glob("started-0-*")), 90, "the first node's round of one")
+        second = node(envs[1])
+    except BaseException:
+        first.kill()
+        raise
+    (code0, err0), (code1, err1) = finish([first, second])
+    assert (code0, code1) == (0, 0), err0 + err1
+    # the first round's worker was stopped when the second node joined; the round of two ran to its end
+    assert len(list(out.glob("started-*"))) == 3 and sorted(p.name.split("-")[1] for p in out.glob("done-*")) == [
+        "0", "1"], sorted(p.name for p in out.iterdir())
+    rounds = [[line.split(": a new rendezvous round: ", 1)[1] for line in err.splitlines()
+               if ": a new rendezvous round: " in line]
+              for err in (err0, err1)]
+    assert [len(r) for r in rounds] == [1, 1], err0 + err1
+    # one plan for the round, listing both nodes, on both; the nodes' boards differ, so each paces its own GPUs
+    plans = {r[0].split("; this node")[0] for r in rounds}
+    assert len(plans) == 1 and plans.pop() in (
+        "one plan for 2 nodes (vm (1x NVIDIA A100-SXM4-80GB), vm (1x Tesla V100-SXM2-16GB))",
+        "one plan for 2 nodes (vm (1x Tesla V100-SXM2-16GB), vm (1x NVIDIA A100-SXM4-80GB))")
+    assert all("the job's nodes changed at a rendezvous round" in r[0] and "different GPUs" in r[0] for r in rounds)
+    totals = [line for line in err0.splitlines() if "the whole job used" in line]
+    assert len(totals) == 1 and " over 2 nodes in " in totals[0] and "not counted" not in totals[0], err0
+    for env in envs:
+        assert jobs(env) == []

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from ecolaunch.launch.multinode import CapFollower, PublishedCaps
-from ecolaunch.launch.nodes import PROTOCOL, NodeInfo, Plan, meet, total_lines
+from ecolaunch.launch.nodes import PROTOCOL, Meeting, NodeInfo, Plan, meet, total_lines
 from ecolaunch.launch.torchrun import Rendezvous
 
 
@@ -229,3 +229,96 @@ def test_a_store_that_fails_while_the_nodes_meet_leaves_the_node_on_its_own() ->
     assert alone.lines[0].startswith("the rendezvous store failed while the nodes met (")
     assert "Connection reset by peer" in alone.lines[0]
     assert alone.lines[0].endswith("): this node runs at its default power limit, unprofiled")
+
+
+def meeting(store, caps: str, *infos: NodeInfo, me: NodeInfo | None = None) -> Meeting:
+    """A node's meeting whose plan lists ``infos`` (the first leads); ``me``: this node (default the first)."""
+    me = me or infos[0]
+    return Meeting(Plan(infos[0].host, tuple(infos), caps, "why"), me, me == infos[0], store)
+
+
+def node_info(arrival: int, board: str = "NVIDIA A100-SXM4-80GB") -> NodeInfo:
+    return NodeInfo(arrival, f"h{arrival}", f"job-{arrival}", (f"GPU-{arrival}",), (board,))
+
+
+def in_round(store, meetings, ranks, nodes: int) -> list[list[str]]:
+    """Every meeting's :meth:`new_round` at once (its group rank), as the nodes leaving torch's round do."""
+    lines: dict[int, list[str]] = {}
+    threads = [threading.Thread(target=lambda m=m, r=r: lines.__setitem__(r, m.new_round(store, r, nodes, wait_s=30)))
+               for m, r in zip(meetings, ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return [lines[r] for r in ranks]
+
+
+def test_a_new_round_with_a_joining_node_agrees_a_plan_of_the_rounds_nodes() -> None:
+    from torch.distributed import HashStore
+
+    a, b, c = node_info(1), node_info(2, "Tesla V100-SXM2-16GB"), node_info(3)
+    first, joiner = meeting(HashStore(), "default", a), meeting(HashStore(), "default", a, me=b)  # b joined late
+    round_store = HashStore()  # torch's store of the round (its own prefix per round)
+    lines = in_round(round_store, [first, joiner], [0, 1], 2)
+    assert first.plan == joiner.plan and [n.host for n in first.plan.nodes] == ["h1", "h2"]
+    assert all(len(ls) == 1 and ls[0].startswith("a new rendezvous round: one plan for 2 nodes (h1 (1x NVIDIA "
+                                                  "A100-SXM4-80GB), h2 (1x Tesla V100-SXM2-16GB))") for ls in lines)
+    assert "the job's nodes changed at a rendezvous round" in lines[0][0] and "different GPUs" in lines[0][0]
+    # the same nodes again (torch restarted them): nothing to say; the energy is added up over every node seen
+    assert in_round(HashStore(), [first, joiner], [1, 0], 2) == [[], []]
+    first.seen[c.arrival] = c
+    assert sorted(first.seen) == [1, 2, 3]
+
+
+def test_a_restart_keeps_the_leaders_caps_and_a_silent_round_keeps_the_plan() -> None:
+    from torch.distributed import HashStore
+
+    a, b = node_info(1), node_info(2)
+    lead = meeting(HashStore(), "leader", a, b)
+    follow = meeting(HashStore(), "leader", a, b, me=b)
+    assert in_round(HashStore(), [lead, follow], [0, 1], 2) == [[], []]
+    assert lead.plan.caps == follow.plan.caps == "leader" and lead.leads_caps and follow.follows_caps
+    # no note from the round's first node: this node keeps its plan and says so (the wait is virtual time)
+    clock = Clock()
+    said = follow.new_round(HashStore(), 1, 2, wait_s=5, sleep=clock.sleep, clock=clock)
+    assert said == ["no plan from this rendezvous round's first node within 5 s: this node keeps its plan"]
+    store = HashStore()
+    store.set("ecolaunch/round/plan", "not a plan")
+    assert "could not be agreed" in follow.new_round(store, 1, 2, wait_s=5, sleep=clock.sleep, clock=clock)[0]
+    assert follow.plan.caps == "leader"
+
+
+def test_the_round_watch_calls_the_launch_back_and_outlives_its_failure() -> None:
+    import argparse
+
+    from ecolaunch.launch import torchrun
+
+    class Inner:
+        def __init__(self) -> None:
+            self.rounds = 0
+
+        def next_rendezvous(self):
+            self.rounds += 1
+            return argparse.Namespace(store="store", rank=1, world_size=2)
+
+        def get_backend(self) -> str:
+            return "c10d"
+
+        def num_nodes_waiting(self) -> int:
+            return 3
+
+    calls: list[tuple] = []
+    watch = torchrun._RoundWatch(Inner())
+    assert watch.get_backend() == torchrun.ROUND_BACKEND and watch.num_nodes_waiting() == 3
+    torchrun._on_round = lambda *a: calls.append(a)
+    try:
+        assert watch.next_rendezvous().rank == 1 and calls == [("store", 1, 2)]
+        torchrun._on_round = lambda *a: 1 / 0
+        assert watch.next_rendezvous().world_size == 2  # torch's round goes on
+    finally:
+        torchrun._on_round = None
+    nnodes = {"1:2": (1, 2), "2": (2, 2)}.__getitem__
+    ns = argparse.Namespace(standalone=False, rdzv_backend="c10d", nnodes="1:2")
+    assert torchrun._grows(ns, nnodes) and not torchrun._grows(argparse.Namespace(**{**vars(ns), "nnodes": "2"}),
+                                                               nnodes)
+    assert not torchrun._grows(argparse.Namespace(**{**vars(ns), "rdzv_backend": "static"}), nnodes)

@@ -76,6 +76,36 @@ def test_over_several_nodes_a_rank_is_measured_against_the_whole_jobs_slowest() 
     assert [gpu for gpu, _ in calls] == ["GPU-fast", "GPU-slow"]
 
 
+def test_a_new_round_puts_the_paced_caps_back_and_counts_its_own_waits(tmp_path) -> None:
+    from ecolaunch.profile.channel import WaitWriter
+    from ecolaunch.profile.pacing import WaitReader
+
+    pace, calls = controller()
+    pace.decide({0: 0.030, 1: 0.002}, 0.100)
+    pace.decide({0: 0.030, 1: 0.002}, 0.100)
+    assert pace.caps_w["GPU-fast"] == 225.0
+    back = pace.restore({u: 250.0 for u in GPUS})
+    assert [(m.gpu, m.cap_w) for m in back] == [("GPU-fast", 250.0)] and calls[-1] == ("GPU-fast", 250.0)
+    assert back[0].reason == "pace: GPU 0 back to 250 W: the workers restarted in a new rendezvous round"
+    assert pace.restore({u: 250.0 for u in GPUS}) == []  # nothing left to put back
+    # the old round's ranks 0 and 1; the new round's workers are ranks 2 and 3 (this node's group rank changed)
+    old = [WaitWriter(tmp_path, r) for r in (0, 1)]
+    for w in old:
+        for _ in range(30):
+            w.append(0.01)
+    reader = WaitReader(tmp_path)
+    reader.poll()
+    assert reader.count() == 30
+    reader.skip_existing()
+    assert reader.count() == 0 and reader.mean_spans(20) == {}
+    for r, span in ((2, 0.03), (3, 0.002)):
+        w = WaitWriter(tmp_path, r)
+        for _ in range(5):
+            w.append(span)
+    reader.poll()
+    assert reader.count() == 5 and reader.mean_spans(20) == pytest.approx({0: 0.03, 1: 0.002})
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a launcher applies caps itself only as root")
 def test_a_launch_lowers_the_waiting_ranks_gpu_and_restores_it(sim_env) -> None:
     env = sim_env("2xA100-SXM4-80GB")
