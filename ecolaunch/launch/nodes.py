@@ -81,6 +81,11 @@ class NodeInfo:
     version: str = __version__
     protocol: int = PROTOCOL
 
+    @classmethod
+    def from_dict(cls, info: Mapping[str, Any]) -> NodeInfo:
+        """A note as :func:`meet` writes it (``asdict``), read back; TypeError/KeyError for one that is not."""
+        return cls(**{**info, "gpus": tuple(info["gpus"]), "gpu_names": tuple(info["gpu_names"])})
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -107,8 +112,7 @@ class Plan:
         if not isinstance(data, dict) or data.get("protocol") != PROTOCOL:
             raise ValueError(f"a plan of protocol {data.get('protocol') if isinstance(data, dict) else None!r}, "
                              f"not {PROTOCOL}")
-        nodes = tuple(NodeInfo(**{**n, "gpus": tuple(n["gpus"]), "gpu_names": tuple(n["gpu_names"])})
-                      for n in data["nodes"])
+        nodes = tuple(NodeInfo.from_dict(n) for n in data["nodes"])
         if data["caps"] not in ("leader", "default"):
             raise ValueError(f"a plan's caps {data['caps']!r} are not 'leader' or 'default'")
         return cls(str(data["leader"]), nodes, str(data["caps"]), str(data["why"]))
@@ -357,7 +361,7 @@ def _lead(store, raw, me: NodeInfo, rdzv: Rendezvous, deadline: float, sleep, cl
             if info.get("protocol") != PROTOCOL:
                 foreign.append(f"{info.get('host', '?')} (ecolaunch {info.get('version', '?')})")
                 continue
-            nodes.append(NodeInfo(**{**info, "gpus": tuple(info["gpus"]), "gpu_names": tuple(info["gpu_names"])}))
+            nodes.append(NodeInfo.from_dict(info))
         except (ValueError, KeyError, TypeError, AttributeError):  # another node's word, not what a note holds
             foreign.append(f"node {a} (a note this ecolaunch cannot read)")
     why = "a job over several nodes runs at each node's default power limit, unprofiled"
@@ -397,7 +401,7 @@ def _node_note(text: bytes | str) -> NodeInfo | None:
         info = json.loads(text)
         if info.get("protocol") != PROTOCOL:
             return None
-        return NodeInfo(**{**info, "gpus": tuple(info["gpus"]), "gpu_names": tuple(info["gpu_names"])})
+        return NodeInfo.from_dict(info)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 

@@ -267,7 +267,6 @@ class RunObserver:
         self._pace_from = (0, 0)  # (waits, closed-loop moves) at the last decision
         self._pace_fresh = True  # the next window also waits out the warm-up (first iterations, or a new round's)
         self._pace_lock = threading.Lock()  # a new rendezvous round (torch's thread) against the polls
-        self._pace_start_w: dict[str, float] = {}  # each GPU's cap when pacing began
         self._max_w: dict[str, float] = {}
         self.record: JobRecord | None = None
         self._exit_code: int | None = None
@@ -434,7 +433,7 @@ class RunObserver:
         pacing moved go back to where pacing found them, and pacing starts afresh once the new round's workers
         have run a window (the lines to print)."""
         with self._pace_lock:
-            lines = [] if self.pace is None else [m.reason for m in self.pace.restore(self._pace_start_w)]
+            lines = [] if self.pace is None else [m.reason for m in self.pace.restore()]
             self.pace, self._pace_fresh = None, True
             if self._wait_reader is not None:
                 self._wait_reader.skip_existing()
@@ -477,7 +476,6 @@ class RunObserver:
             if any(c is None for c in caps.values()) or any(u not in self._max_w for u in self._uuids):
                 return
             self.pace = PaceController(self._uuids, caps, self._max_w, self.caps.set)
-            self._pace_start_w = dict(caps)
         self._pace_from, self._pace_fresh = (waits, loop_moves), False
         spans = self._wait_reader.mean_spans(WINDOW_ITERS)
         move = self.pace.decide(spans, iter_time_s, iter_se_s, floor_s=peers(spans) if peers else None)

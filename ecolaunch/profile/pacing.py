@@ -81,6 +81,10 @@ class PaceController:
     frozen: set[str] = field(default_factory=set)
     moves: list[PaceMove] = field(default_factory=list)
     _last: tuple[str, float] | None = None  # (gpu, cap before the move) until judged
+    _start_w: dict[str, float] = field(default_factory=dict)  # each GPU's cap when pacing began
+
+    def __post_init__(self) -> None:
+        self._start_w = dict(self.caps_w)
 
     def decide(self, spans_s: Mapping[int, float], iter_time_s: float, iter_se_s: float = 0.0,
                floor_s: float | None = None) -> PaceMove | None:
@@ -125,13 +129,13 @@ class PaceController:
             return move
         return None
 
-    def restore(self, caps_w: Mapping[str, float]) -> list[PaceMove]:
-        """Put every GPU this controller moved back to ``caps_w`` (its cap before pacing), e.g. when the job's
-        workers restart in a new rendezvous round and what was measured no longer holds; the moves made."""
+    def restore(self) -> list[PaceMove]:
+        """Put every GPU this controller moved back to its cap before pacing, e.g. when the job's workers restart in
+        a new rendezvous round and what was measured no longer holds; the moves made."""
         moved = []
         for gpu in dict.fromkeys(m.gpu for m in self.moves):
-            if gpu in caps_w and abs(self.caps_w[gpu] - caps_w[gpu]) > 0.5:
-                self.caps_w[gpu] = self.set_cap(gpu, caps_w[gpu])
+            if abs(self.caps_w[gpu] - self._start_w[gpu]) > 0.5:
+                self.caps_w[gpu] = self.set_cap(gpu, self._start_w[gpu])
                 moved.append(PaceMove(gpu, self.caps_w[gpu], f"pace: GPU {self._index(gpu)} back to "
                                       f"{self.caps_w[gpu]:.0f} W: the workers restarted in a new rendezvous round"))
         self.moves.extend(moved)

@@ -84,10 +84,10 @@ def test_a_new_round_puts_the_paced_caps_back_and_counts_its_own_waits(tmp_path)
     pace.decide({0: 0.030, 1: 0.002}, 0.100)
     pace.decide({0: 0.030, 1: 0.002}, 0.100)
     assert pace.caps_w["GPU-fast"] == 225.0
-    back = pace.restore({u: 250.0 for u in GPUS})
+    back = pace.restore()
     assert [(m.gpu, m.cap_w) for m in back] == [("GPU-fast", 250.0)] and calls[-1] == ("GPU-fast", 250.0)
     assert back[0].reason == "pace: GPU 0 back to 250 W: the workers restarted in a new rendezvous round"
-    assert pace.restore({u: 250.0 for u in GPUS}) == []  # nothing left to put back
+    assert pace.restore() == []  # nothing left to put back
     # the old round's ranks 0 and 1; the new round's workers are ranks 2 and 3 (this node's group rank changed)
     old = [WaitWriter(tmp_path, r) for r in (0, 1)]
     for w in old:
