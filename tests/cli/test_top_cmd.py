@@ -116,14 +116,16 @@ class Tmux:
 
     def __init__(self, socket: Path, script: Path) -> None:
         self.socket = socket
-        self("new-session", "-d", "-s", "top", "-x", "80", "-y", "40", f"bash {shlex.quote(str(script))}")
+        # the pane by its id (%N), not the session's name, in every later command: one pane, no name to resolve
+        self.pane = self("new-session", "-d", "-P", "-F", "#{pane_id}", "-s", "top", "-x", "80", "-y", "40",
+                         f"bash {shlex.quote(str(script))}").strip()
 
     def __call__(self, *args: str) -> str:
         return subprocess.run(["tmux", "-S", str(self.socket), *args], capture_output=True, text=True, check=True,
                               timeout=30).stdout
 
     def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "top")
+        return self("capture-pane", "-p", "-t", self.pane)
 
     def wait_for(self, pattern: str, timeout_s: float = 60.0) -> str:
         deadline = time.monotonic() + timeout_s
@@ -138,14 +140,14 @@ class Tmux:
 
     def tty_flags(self) -> list[str]:
         """The pane's terminal modes (``stty -a`` of its tty, read from outside)."""
-        tty = self("display-message", "-p", "-t", "top", "#{pane_tty}").strip()
+        tty = self("display-message", "-p", "-t", self.pane, "#{pane_tty}").strip()
         return subprocess.run(["stty", "-F", tty, "-a"], capture_output=True, text=True, check=True).stdout.split()
 
     def processes(self) -> str:
         """``ps`` of the processes on the pane's terminal with the kernel function each sleeps in (``wchan``): a view
         waiting for a key sleeps in ``poll_schedule_timeout`` (its ``select``); one blocked writing or on a lock shows
         where. Printed when a screen never appears, since a terminal test that fails on CI alone has nothing else."""
-        tty = self("display-message", "-p", "-t", "top", "#{pane_tty}").strip()
+        tty = self("display-message", "-p", "-t", self.pane, "#{pane_tty}").strip()
         return subprocess.run(["ps", "-t", tty.removeprefix("/dev/"), "-o", "pid,stat,wchan:28,etime,args"],
                               capture_output=True, text=True).stdout
 
@@ -184,7 +186,12 @@ def test_top_in_a_terminal_shows_the_gpus_and_the_job_and_quits_on_q_or_ctrl_c(r
     script.write_text(f"{exports}unset COLUMNS LINES\ncd {shlex.quote(str(REPO))}\n"
                       f"{top}; echo \"top exited $?\"\n"
                       "stty -a | tr ' ;' '\\n\\n' | grep -Ex -- '-?(icanon|echo)' | tr '\\n' ' '; echo\n"
+                      # each next view waits for an Enter from the test, which has read the screen before it: a view
+                      # that started at once would hide the line above under its alternate screen (CI saw the second
+                      # view start before a capture found "top exited")
+                      "read -r _\n"
                       f"{top}; echo \"top exited $? again\"\n"
+                      "read -r _\n"
                       f"{top} --once; echo \"once exited $?\"\n"
                       "exec sleep 600\n")
     tmux = Tmux(tmp_path / "tmux.sock", script)
@@ -200,17 +207,19 @@ def test_top_in_a_terminal_shows_the_gpus_and_the_job_and_quits_on_q_or_ctrl_c(r
         flags = tmux.tty_flags()
         assert "-icanon" in flags and "-echo" in flags  # cbreak mode while the view runs
 
-        tmux("send-keys", "-t", "top", "q")
+        tmux("send-keys", "-t", tmux.pane, "q")
         screen = tmux.wait_for(r"top exited \d+\n.*icanon", timeout_s=20)
         assert "top exited 0" in screen
         assert "icanon echo" in screen  # the terminal's modes are back
         assert "stepper.py" not in screen  # the view left the alternate screen: the shell's screen is back
 
+        tmux("send-keys", "-t", tmux.pane, "Enter")
         tmux.wait_for(r"stepper\.py")  # the second view
-        tmux("send-keys", "-t", "top", "C-c")
+        tmux("send-keys", "-t", tmux.pane, "C-c")
         screen = tmux.wait_for(r"top exited \d+ again", timeout_s=20)
         assert "top exited 0 again" in screen
         # --once on a terminal: one view on the shell's screen, no keys read, exit 0
+        tmux("send-keys", "-t", tmux.pane, "Enter")
         screen = tmux.wait_for(r"once exited \d+", timeout_s=30)
         assert "once exited 0" in screen and _cells(screen, job_id)[:3] == [job_id, USER, "stepper.py"]
         assert "q quits" not in screen.split("top exited 0 again")[1]
