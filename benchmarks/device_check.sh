@@ -11,9 +11,10 @@
 #              nvidia-ml-py, psutil, filelock and click but reaches no package index; root helpers run
 #              `python -I`, so the package must be installed, not only on PYTHONPATH)              <= 90 s
 #   pytest     python -m pytest -m gpu -q: the NVML contract suite and every other gpu-marked test      <= 60 s
-#   gpu_check  python benchmarks/gpu_check.py --budget-s 300: the cap sweep of the canned workloads, first and
+#   gpu_check  python benchmarks/gpu_check.py --budget-s 315: the cap sweep of the canned workloads, the power
+#              of spinning kernels (a rank waiting in a collective) against idle and computing, first and
 #              repeat launch against torchrun, SIGKILL of a root launcher mid-profile and the seconds until
-#              the cap is back, launch overhead (its contract section is the pytest step above)     <= 330 s
+#              the cap is back, launch overhead (its contract section is the pytest step above)     <= 345 s
 #   calibrate  ecolaunch calibrate on GPU 0 into a fresh state directory: alone at <= 3 caps and pairs,
 #              with MPS where the driver has it                                                       <= 150 s
 #
@@ -52,7 +53,7 @@ else
     QUICK=()
     CAL_ARGS=(--seconds 3 --settle-s 0.5 --budget-s 130)
 fi
-SECTIONS=${DEVICE_CHECK_SECTIONS:-sweep,launches,sigkill,overhead,waits}
+SECTIONS=${DEVICE_CHECK_SECTIONS:-sweep,waitpower,launches,sigkill,overhead,waits}
 
 # step NAME LIMIT_S CMD...: run CMD under its own limit, its output appended to the log; one row in $STEPS.
 # Exit status 5 from pytest (no test collected or selected) and 77 count as "skip".
@@ -90,7 +91,7 @@ else
 fi
 step pytest 60 "$PY" -m pytest -m gpu -q -p no:cacheprovider
 GPU_JSON="$WORK/gpu-check.json"
-step gpu_check 330 "$PY" benchmarks/gpu_check.py --budget-s 300 --sections "$SECTIONS" --out "$GPU_JSON" \
+step gpu_check 345 "$PY" benchmarks/gpu_check.py --budget-s 315 --sections "$SECTIONS" --out "$GPU_JSON" \
     "${QUICK[@]}"
 if [ -f "$GPU_JSON" ]; then
     model=$("$PY" -c 'import json, sys; sys.path.insert(0, "benchmarks"); import gpu_check; \

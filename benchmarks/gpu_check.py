@@ -15,17 +15,21 @@ Sections, each recorded as ``pass``, ``fail`` or ``skip`` (with a reason) and it
 2. ``sweep``: ground truth. ``mm`` (compute-bound) and ``bw`` (memory-bound) at caps from the board's maximum down
    to its minimum, in one process that sets the caps itself: iteration time inside the loop, board power from the
    energy counter. Needs root on real GPUs; the original cap is restored in a ``finally``.
-3. ``launches``: per workload, plain ``torchrun``, then ``ecolaunch --profile inline`` with a fresh state directory
+3. ``waitpower``: what the GPU draws while 1, 8 and 32 one-thread kernels spin (``torch.cuda._sleep``: a proxy for
+   a rank's GPU waiting in an NCCL collective, whose kernels spin on a flag) against idle and computing, from the
+   energy counter (``_spin_worker.py``): where a waiting GPU lies between the two bounds docs/pace-matching.md assumes.
+   Skipped on simulated GPUs.
+4. ``launches``: per workload, plain ``torchrun``, then ``ecolaunch --profile inline`` with a fresh state directory
    (first launch), then the same command again (repeat launch: the job is in the history). J per iteration and
    iteration time come from inside the loop, over the iterations after profiling; saving and slowdown are against
    torchrun. The cap ecolaunch chose comes from ``--json`` (the decision) and ``ecolaunch history --json``.
-4. ``sigkill``: ``ecolaunch --profile inline`` on a long workload; once profiling has lowered the GPU's set limit,
+5. ``sigkill``: ``ecolaunch --profile inline`` on a long workload; once profiling has lowered the GPU's set limit,
    SIGKILL the launcher (not its workers) and time how long until the limit is back at its original (fails when
    not back within 10 s: until the cap guard lands this is expected). The workers are killed afterwards, and a cap
    still left low is put back by this script (recorded as ``restored_by_check``).
-5. ``overhead``: a trivial one-worker script under ``torchrun`` and ``ecolaunch``, alternating; medians and ratio
+6. ``overhead``: a trivial one-worker script under ``torchrun`` and ``ecolaunch``, alternating; medians and ratio
    (the 1.10 goal is judged on a real GPU's machine only: on simulated GPUs it is reported, the section passes).
-6. ``waits``: ``ecolaunch.allreduce_wait_hook`` on two DDP workers sharing the GPU (gloo, CUDA tensors: the hook's
+7. ``waits``: ``ecolaunch.allreduce_wait_hook`` on two DDP workers sharing the GPU (gloo, CUDA tensors: the hook's
    CUDA-event path, which only a GPU runs; CPU tensors on simulated GPUs), the second rank made 30 ms slower per
    step under plain ``torchrun`` with a hook directory: passes when rank 0's measured waste is that 30 ms within
    ``max(5 ms, 30 %)``.
@@ -61,7 +65,7 @@ from _common import REPO, emit, median
 from _procs import Ran, descendants, kill_pids, kill_tree, poll, run
 
 SCHEMA, VERSION = "ecolaunch.gpu_check", 1
-SECTIONS = ("contract", "sweep", "launches", "sigkill", "overhead", "waits")
+SECTIONS = ("contract", "sweep", "waitpower", "launches", "sigkill", "overhead", "waits")
 WORKLOADS = ("mm", "bw")
 BOUND_PCT = 10.0  # the slowdown bound every launch asks for (ecolaunch's default)
 OVERHEAD_GOAL_RATIO = 1.10  # as benchmarks/launch_overhead.py
@@ -87,11 +91,13 @@ class Plan:
     def make(cls, quick: bool) -> Plan:
         if quick:
             return cls(True, 3, 0.2, 0.5, 160, 120, 60.0, 2,
-                       {"contract": 60, "sweep": 60, "launches": 240, "sigkill": 90, "overhead": 90, "waits": 60})
-        # sized so that sweep, launches, sigkill and overhead fit in the 300 s benchmarks/device_check.sh gives them;
-        # waits, the last, runs in what is left of them (at most 20 s; skipped under 10 s)
+                       {"contract": 60, "sweep": 60, "waitpower": 30, "launches": 240, "sigkill": 90, "overhead": 90,
+                        "waits": 60})
+        # sized so that sweep, waitpower, launches, sigkill and overhead fit in the 315 s benchmarks/device_check.sh
+        # gives them; waits, the last, runs in what is left of them (at most 20 s; skipped under 10 s)
         return cls(False, 4, 0.5, 1.5, 160, 110, 60.0, 3,
-                   {"contract": 45, "sweep": 45, "launches": 170, "sigkill": 40, "overhead": 40, "waits": 20})
+                   {"contract": 45, "sweep": 45, "waitpower": 15, "launches": 170, "sigkill": 40, "overhead": 40,
+                    "waits": 20})
 
 
 class Check:
@@ -255,6 +261,30 @@ def section_sweep(check: Check, timeout_s: float) -> dict[str, Any]:
             "reason": None if restored else f"the cap was {after} W after the sweep, not {g.power_limit_w:g} W",
             "caps_w": caps, "original_w": g.power_limit_w, "restored": restored, "workloads": workloads,
             "stand_in_load": doc.get("stand_in_load"), "wall_s": round(ran.wall_s, 1)}
+
+
+#: the spin kernels at once in the ``waitpower`` section (NCCL runs one block per channel: from 2 up to 32 or more)
+SPIN_BLOCKS = (1, 8, 32)
+
+
+def section_waitpower(check: Check, timeout_s: float) -> dict[str, Any]:
+    """What the GPU draws while kernels spin, as a rank's GPU does waiting in a collective, against idle and computing
+    (``_spin_worker.py``): the measurement docs/pace-matching.md's two bounds on a waiting GPU's power ask for."""
+    if check.kind == "simulated":
+        return skip("a spinning kernel needs a real GPU: simulated GPUs read a modelled power")
+    seconds = 1.0 if check.plan.quick else 2.0
+    ran = run([sys.executable, str(REPO / "benchmarks" / "_spin_worker.py"), f"{seconds:g}",
+               ",".join(str(k) for k in SPIN_BLOCKS)], check.env("waitpower"), timeout_s, check.tmp)
+    try:
+        doc = json.loads(ran.out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        doc = None
+    if ran.code != 0 or not isinstance(doc, dict) or doc.get("error"):
+        reason = doc.get("error") if isinstance(doc, dict) else None
+        return {"status": "fail", "reason": reason or why_failed(ran, "the spin worker")}
+    return {"status": "pass", "reason": None, **doc,
+            "what": "board power idle, with K one-thread spin kernels at once (torch.cuda._sleep; a proxy for a rank "
+                    "waiting in NCCL, not NCCL), and computing (fp16 matmul); spin_share: 0 = idle, 1 = computing"}
 
 
 # --- 3. first and repeat launch ----------------------------------------------------------------------
@@ -472,8 +502,9 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-RUNNERS = {"contract": section_contract, "sweep": section_sweep, "launches": section_launches,
-           "sigkill": section_sigkill, "overhead": section_overhead, "waits": section_waits}
+RUNNERS = {"contract": section_contract, "sweep": section_sweep, "waitpower": section_waitpower,
+           "launches": section_launches, "sigkill": section_sigkill, "overhead": section_overhead,
+           "waits": section_waits}
 
 
 def check_all(check: Check, sections: tuple[str, ...]) -> dict[str, Any]:
@@ -558,6 +589,10 @@ def summary(name: str, s: dict[str, Any]) -> list[str]:
         lines.append(f"  torchrun {s['torchrun_median_s']:.2f} s, ecolaunch {s['ecolaunch_median_s']:.2f} s, "
                      f"ratio {s['ratio_median']:.2f} (goal <= {s['goal_ratio']:g}"
                      f"{'' if s['judged'] else ', not judged on simulated GPUs'})")
+    elif name == "waitpower":
+        w = s["power_w"]
+        lines.append("  " + ", ".join(f"{k} {fmt(v, '.0f', ' W')}" for k, v in w.items()) + "; spin share "
+                     + ", ".join(f"{k} {fmt(v, '.2f')}" for k, v in s["spin_share"].items()) + " (0 idle, 1 computing)")
     elif name == "waits":
         lines.append(f"  {s['device']}: rank 0 waited {s['rank0_waste_s'] * 1e3:.1f} ms per {s['step_s'] * 1e3:.1f} ms "
                      f"step for rank {s['slowest_rank']}, made {s['slow_s'] * 1e3:.0f} ms slower")

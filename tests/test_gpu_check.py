@@ -44,6 +44,21 @@ def test_percentages(gpu_check) -> None:
     assert gpu_check.pct(None, 1.0) is None and gpu_check.saving(1.0, 0.0) is None
 
 
+def test_the_spin_worker_says_it_needs_a_gpu_and_its_figures_print(gpu_check) -> None:
+    """The ``waitpower`` section runs on a real GPU only: its worker, run on this CPU machine, says why it cannot, and
+    the summary line of a section like the one it returns on a GPU (figures made up here, read by nothing) prints."""
+    ran = subprocess.run([sys.executable, str(BENCHMARKS / "_spin_worker.py"), "0.1", "1,8"], env=clean_env(),
+                         capture_output=True, text=True, timeout=120)
+    if ran.returncode == 0:
+        pytest.skip("this machine has a CUDA device: the worker measured it")
+    assert ran.returncode == 1 and json.loads(ran.stdout) == {
+        "error": "no CUDA device: a spinning kernel needs a real GPU"}, ran.stderr
+    section = {"status": "pass", "power_w": {"idle": 80.0, "spin-1": 95.0, "spin-8": None, "compute": 680.0},
+               "spin_share": {"spin-1": 0.025, "spin-8": None}}
+    assert gpu_check.summary("waitpower", section) == [
+        "  idle 80 W, spin-1 95 W, spin-8 N/A, compute 680 W; spin share spin-1 0.03, spin-8 N/A (0 idle, 1 computing)"]
+
+
 @pytest.mark.slow
 def test_a_quick_run_on_simulated_gpus(tmp_path: Path) -> None:
     out = tmp_path / "gpu.json"
@@ -56,13 +71,14 @@ def test_a_quick_run_on_simulated_gpus(tmp_path: Path) -> None:
     assert (doc["schema"], doc["version"], doc["backend"], doc["quick"]) == ("ecolaunch.gpu_check", 1, "simulated", True)
     assert doc["gpu"]["uuid"].startswith("GPU-") and doc["gpu"]["power_limit_enforced_w"] == doc["gpu"]["power_limit_w"]
     sections = doc["sections"]
-    assert set(sections) == {"contract", "sweep", "launches", "sigkill", "overhead", "waits"}
+    assert set(sections) == {"contract", "sweep", "waitpower", "launches", "sigkill", "overhead", "waits"}
     for name, s in sections.items():
         assert s["status"] in STATUSES, name
         assert s["status"] == "pass" or s["reason"], f"{name} {s['status']} without a reason"
     assert ran.returncode == (1 if any(s["status"] == "fail" for s in sections.values()) else 0)
 
     assert sections["contract"]["status"] == "skip" and "simulated" in sections["contract"]["reason"]
+    assert sections["waitpower"]["status"] == "skip" and "simulated" in sections["waitpower"]["reason"]
 
     sweep = sections["sweep"]
     assert sweep["status"] == "pass", sweep["reason"]
