@@ -429,6 +429,10 @@ def least_total_w(rules: Rules, gpus: Sequence[GpuNode], usable: Sequence[GpuNod
 
 
 # --- what the state graph records -------------------------------------------------------------------------------
+#: (host, budget) pairs whose "floors need more than the budget" warning this process has printed
+_OVER_BUDGET_SAID: set[tuple[str, float]] = set()
+
+
 def rebalance(state: StateGraph, rules: Rules, priors: Priors = default_prior) -> dict[str, float]:
     """The budget cap of every GPU of a running job that ecolaunch may cap (uuid -> W), allocated afresh: after a
     departure, caps lowered for others come back up toward what their jobs want. ``{}`` without a budget. When the
@@ -449,8 +453,13 @@ def rebalance(state: StateGraph, rules: Rules, priors: Priors = default_prior) -
                     if d.job_id is not None and d.curve else d for d in demands]
             caps = allocate(held, budget)
         if caps is None:
-            logger.warning("the running jobs' floors on host %s need more than the %g W power budget; each job is "
-                           "held at its floor", host.name, budget)
+            # said once per process and host; with no job running, the budget is below the idle GPUs' floors, which
+            # admission refuses with its own error ("no job can run under it")
+            running = any(j.host == host.name for j in state.running_jobs())
+            if running and (host.name, budget) not in _OVER_BUDGET_SAID:
+                _OVER_BUDGET_SAID.add((host.name, budget))
+                logger.warning("the running jobs' floors on host %s need more than the %g W power budget; each job "
+                               "is held at its floor", host.name, budget)
             caps = {d.uuid: d.floor_w for d in demands}
         out.update({u: caps[u] for u in budgeted_on_host(state, host, rules)})
     return out

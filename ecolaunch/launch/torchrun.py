@@ -99,8 +99,9 @@ def check_args(args: argparse.Namespace, nproc_override: str | None = None) -> N
     torch_logger.setLevel(logging.ERROR)
     try:
         torchrun.config_from_args(probe)
-    except ValueError as e:
-        raise ConfigError(str(e), hint="fix the torchrun arguments (see 'ecolaunch --help')") from e
+    except (ValueError, AssertionError) as e:  # torch checks some options with assert (``--nnodes 3:1``)
+        raise ConfigError(str(e) or f"torch refused the arguments ({type(e).__name__})",
+                          hint="fix the torchrun arguments (see 'ecolaunch --help')") from e
     finally:
         torch_logger.setLevel(saved_level)
         _restore_env(saved_env)

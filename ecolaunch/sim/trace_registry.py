@@ -14,6 +14,7 @@ import this one; adding a trace is its recipe there and its entry here.
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -123,5 +124,6 @@ def lookup(name_or_path: str) -> TraceEntry:
     path = Path(name_or_path).expanduser()
     if path.suffix.lower() in (".json", ".csv") or path.is_file():
         return TraceEntry(str(path), MODEL, f"the trace file {path}", path)
-    raise ConfigError(f"unknown trace {name_or_path!r}",
+    close = difflib.get_close_matches(name_or_path, list(TRACES), n=1)
+    raise ConfigError(f"unknown trace {name_or_path!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
                       hint=f"use one of {', '.join(TRACES)}, or the path of a .json or .csv file")

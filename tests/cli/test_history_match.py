@@ -137,3 +137,19 @@ def test_an_older_record_reads_and_says_it_predates_matching(sim_env, state_dir)
     assert detail.returncode == 0, detail.stderr
     assert "  matched on  N/A (recorded before ecolaunch kept it" in detail.stdout
     assert "  profile     measured in this run (inline)" in detail.stdout
+
+
+def test_a_repeat_at_the_same_speed_says_so_in_words_and_power_per_gpu(sim_env) -> None:
+    """Issue 23, items 3 and 5, through the CLI: two workers report their mean power per GPU (not the sum), and a
+    repeat at about the same speed says how fast in words ("as fast as", never "as fast than")."""
+    env = sim_env()
+    args = ["--nproc-per-node", "2", "--job-key", "pair", STEPPER, "120", "0.02"]
+    first, repeat = run(args, env), run(args, env)
+    for out in (first, repeat):
+        assert out.returncode == 0, out.stderr
+        assert re.search(r"used [\d.]+ kJ \([\d.]+ Wh\) in [\d.]+ s, mean power 50 W per GPU \(2 GPUs\)\n", out.stderr), \
+            out.stderr
+    # the words follow the measured change: "as fast as" within rounding, else "N % faster/slower than"
+    assert re.search(r"power cap: ended at 400 W, measured (as fast as|[\d.]+ % (faster|slower) than) alone and "
+                     r"uncapped \(kept in the history for the next launch\)", repeat.stderr), repeat.stderr
+    assert "as fast than" not in first.stderr + repeat.stderr

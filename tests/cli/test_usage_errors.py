@@ -40,6 +40,15 @@ def test_what_torch_refuses_is_a_usage_error_too(sim_env, state_dir: Path) -> No
     assert list(state_dir.iterdir()) == []
 
 
+def test_node_counts_torch_refuses_with_an_assertion_are_a_usage_error(sim_env, state_dir: Path) -> None:
+    out = run(["--nnodes", "3:1", EXAMPLE], sim_env())  # torch checks this one with assert, not ValueError
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines()[-2:] == [
+        "ecolaunch: error: min_nodes must be > 0 and <= max_nodes, got min_nodes=3, max_nodes=1",
+        "HINT: fix the torchrun arguments (see 'ecolaunch --help')"]
+    assert "Traceback" not in out.stderr and list(state_dir.iterdir()) == []
+
+
 def test_a_missing_no_python_program_exits_127_as_the_shell_would(sim_env, state_dir: Path) -> None:
     for args in (["--no-python", "no-such-binary", "--flag"], ["--dry-run", "--no-python", "./no-such-binary"]):
         out = run(args, sim_env())
@@ -85,7 +94,8 @@ MODEL_TRACES = "workstation-light, workstation-heavy, cluster-light, cluster-hea
     (["--policy", "magic"], f"Invalid value for '--policy': no policy 'magic'\nHINT: choose from: {SIM_POLICIES}"),
     (["--policy", "exclusiv"], "Invalid value for '--policy': no policy 'exclusiv'; did you mean 'exclusive'?\n"
                                f"HINT: choose from: {SIM_POLICIES}"),
-    (["--trace", "workstation-mixd"], "Invalid value for '--trace': unknown trace 'workstation-mixd'\nHINT: use one "
+    (["--trace", "workstation-mixd"], "Invalid value for '--trace': unknown trace 'workstation-mixd'; did you mean "
+                                      "'workstation-mixed'?\nHINT: use one "
                                       f"of {MODEL_TRACES}, workstation-mixed, power-budget, workstation-measured, "
                                       "workstation-topology, workstation-mixed-models, or the path of a .json or "
                                       ".csv file"),

@@ -201,6 +201,29 @@ def test_a_job_whose_measured_floor_rose_keeps_its_booked_cap_rather_than_break_
     assert caps == {"GPU-0": 285.0, "GPU-1": 285.0, "GPU-2": booked + 10.0} and sum(caps.values()) + 100.0 <= 880.0
 
 
+def test_floors_over_the_budget_are_said_once_and_only_while_jobs_run(caplog) -> None:
+    """The admin lowered the budget under two running jobs: each is held at its floor, said once however often the
+    caps are rebalanced; a host with no job running says nothing here (admission refuses such a budget itself)."""
+    import logging
+
+    from ecolaunch.admin import budget
+
+    budget._OVER_BUDGET_SAID.clear()  # once per process: start this test's process-wide record afresh
+    graph, policy = machine(), get_policy("exclusive")
+    place(graph, policy, request("a"), Rules(power_max_total_w=1600.0))
+    place(graph, policy, request("b"), Rules(power_max_total_w=1600.0))
+    rules = Rules(power_max_total_w=600.0)  # below 2 x 285 (STEEP's floors) + 2 idle x 100
+    with caplog.at_level(logging.WARNING, logger="ecolaunch"):
+        assert rebalance(graph, rules) == {"GPU-0": 285.0, "GPU-1": 285.0}
+        rebalance(graph, rules)
+        said = [r.getMessage() for r in caplog.records if "power budget" in r.getMessage()]
+        assert said == ["the running jobs' floors on host h need more than the 600 W power budget; each job is held "
+                        "at its floor"]
+        caplog.clear()
+        rebalance(machine(), Rules(power_max_total_w=300.0))  # no job running: 4 idle GPUs x 100 W > 300 W
+        assert [r for r in caplog.records if "power budget" in r.getMessage()] == []
+
+
 def test_a_job_without_a_curve_keeps_what_it_asked_and_the_others_make_room() -> None:
     rules = Rules(power_max_total_w=1100.0)
     graph, policy = machine(), get_policy("exclusive")
