@@ -72,8 +72,8 @@ class LaunchResult(Mapping):
 def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, nproc: int | str = 1,
            module: bool = False, policy: str | None = None, allowed_slowdown_pct: float | None = None,
            memory_mib: int | None = None, profile: str | None = None, wait_timeout_s: float | None = None,
-           explain: bool = False, torchrun_args: Sequence[str] = (),
-           env: Mapping[str, str] | None = None) -> LaunchResult:
+           explain: bool = False, name: str | None = None, job_key: str | None = None, fresh_profile: bool = False,
+           torchrun_args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> LaunchResult:
     """Run ``entrypoint`` on ``nproc`` workers, placed, queued, capped and accounted as ``ecolaunch`` would.
 
     Args:
@@ -81,9 +81,10 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
             call ``entrypoint(*args)``), or the path of a script (``module=True``: a module's name) run with
             ``args`` as its command-line arguments.
         nproc: workers, one GPU each (``--nproc-per-node``: a count, or ``"gpu"``/``"auto"``/``"cpu"``).
-        policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain: the command line's
-            ``--policy``, ``--allowed-slowdown``, ``--memory-mib``, ``--profile``, ``--wait-timeout``,
-            ``--explain``; unset, their ``ECOLAUNCH_*`` variables apply, as on the command line. What ``-v`` logs
+        policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain, name, job_key, fresh_profile:
+            the command line's ``--policy``, ``--allowed-slowdown``, ``--memory-mib``, ``--profile``,
+            ``--wait-timeout``, ``--explain``, ``--name``, ``--job-key``, ``--fresh-profile``; unset, their
+            ``ECOLAUNCH_*`` variables apply, as on the command line. What ``-v`` logs
             goes to the ``ecolaunch`` logger: the application's logging configuration shows it.
         torchrun_args: further torchrun options, as typed (``["--max-restarts", "1"]``).
         env: the environment the launch reads its ``ECOLAUNCH_*`` settings from (default ``os.environ``); the
@@ -115,8 +116,8 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
         raise ValueError(with_hint(f"entrypoint must be a function, a script's path or (module=True) a module's "
                                    f"name, got {entrypoint!r}", "pass a function defined at a module's top level, "
                                    "or a script's path"))
-    argv = [*_options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain),
-            *[str(a) for a in torchrun_args]]
+    argv = [*_options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, name, job_key),
+            *_flags(explain=explain, fresh_profile=fresh_profile), *[str(a) for a in torchrun_args]]
     if function is not None:
         argv += ["--module", function.name]
     else:
@@ -143,7 +144,7 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
                         summary.job_id, summary)
 
 
-def _options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain) -> list[str]:
+def _options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, name, job_key) -> list[str]:
     """The command line's options for :func:`launch`'s keyword arguments; ValueError for a bad one (the command
     line's own checks, :func:`_parse`, catch the rest)."""
     if not (is_integer(nproc) and nproc >= 1 or isinstance(nproc, str) and nproc in NPROC_WORDS):
@@ -151,12 +152,23 @@ def _options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_time
                                    f", got {nproc!r}", "e.g. nproc=2 for two workers on two GPUs"))
     argv = ["--nproc-per-node", str(nproc)]
     for flag, value in (("--policy", policy), ("--allowed-slowdown", allowed_slowdown_pct),
-                        ("--memory-mib", memory_mib), ("--profile", profile), ("--wait-timeout", wait_timeout_s)):
+                        ("--memory-mib", memory_mib), ("--profile", profile), ("--wait-timeout", wait_timeout_s),
+                        ("--name", name), ("--job-key", job_key)):
         if value is not None:
             argv += [flag, str(value)]
-    if not isinstance(explain, bool):
-        raise ValueError(with_hint(f"explain must be True or False, got {explain!r}", "pass explain=True or leave it out"))
-    return [*argv, "--explain"] if explain else argv
+    return argv
+
+
+def _flags(**flags: bool) -> list[str]:
+    """The command line's flags (``explain=True`` -> ``--explain``); ValueError for a value that is not a bool."""
+    out = []
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(with_hint(f"{key} must be True or False, got {value!r}",
+                                       f"pass {key}=True or leave it out"))
+        if value:
+            out.append("--" + key.replace("_", "-"))
+    return out
 
 
 def _parse(argv: list[str], env: Mapping[str, str]):

@@ -244,3 +244,31 @@ def test_a_function_of_the_main_script_runs_and_one_of_python_c_is_refused(sim_e
                              env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1 and "ValueError: the function square belongs to an interactive session" in refused.stderr
     assert "HINT: define it in a module or a script file" in refused.stderr
+
+
+NAMED = """
+import json, sys, ecolaunch
+stepper = sys.argv[1]
+first = ecolaunch.launch(stepper, "60", "0.01", name="nightly", job_key="k1")
+again = ecolaunch.launch(stepper, "60", "0.01", name="nightly", job_key="k1", fresh_profile=True)
+print(json.dumps([first.job_id, again.job_id]))
+"""
+
+
+def test_name_job_key_and_fresh_profile_are_the_command_lines(sim_env) -> None:
+    """``name``, ``job_key`` and ``fresh_profile`` do what ``--name``, ``--job-key`` and ``--fresh-profile`` do: the
+    job is named, matched by its key, and the second launch measures its profile afresh."""
+    env = sim_env("2xA100-SXM4-80GB")
+    out = subprocess.run([sys.executable, "-c", NAMED, str(BIN / "stepper.py")], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    first, again = json.loads(out.stdout.strip().splitlines()[-1])
+    history = subprocess.run(ecolaunch_cmd("history", "--json"), env=env, cwd=REPO, capture_output=True, text=True,
+                             timeout=60)
+    records = {r["job_id"]: r for r in json.loads(history.stdout)}
+    assert {records[first]["name"], records[again]["name"]} == {"nightly"}
+    assert records[first]["history_match"].startswith("job key 'k1'"), records[first]
+    assert records[again]["profile_action"] == "inline" and records[again]["profile_from"] is None, records[again]
+    assert records[again]["history_match"].endswith("; --fresh-profile: its stored profile not used")
+    with pytest.raises(ValueError, match="fresh_profile must be True or False"):
+        ecolaunch.launch(str(BIN / "stepper.py"), fresh_profile="yes")
