@@ -17,6 +17,8 @@ The numbers of one job, from its record:
   (``iterations × iter_time_s / duration_s``, at most 1); start-up and teardown count the same either way. The saving
   is the first minus the second, minus the profiling run's energy. It covers what a cap saved, and the
   energy sharing a GPU saved; a run slower than its profile (a stalled data loader, a busy CPU) makes it negative.
+  A run whose iterations were far outside its profile's spread (its record's ``not_learned``: disturbed, or not the
+  job it matched) gets no estimate: its profile does not describe it, so the difference is not the cap's.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from ecolaunch.profile.history import JobRecord
 __all__ = ["BY", "ESTIMATE", "JobUsage", "Usage", "summarize"]
 
 #: how the saving is estimated, in words (the report prints it under its table, and in its JSON)
-ESTIMATE = ("the saving is an estimate against running alone and uncapped, made for the jobs whose profile holds "
-            "their uncapped iteration time and power: their iterations at that time and power, minus the measured "
-            "energy of the same iterations and of any pre-launch profiling run")
+ESTIMATE = ("the saving is an estimate against running alone and uncapped, made for the undisturbed jobs whose "
+            "profile holds their uncapped iteration time and power: their iterations at that time and power, minus "
+            "the measured energy of the same iterations and of any pre-launch profiling run")
 
 J_PER_KWH = 3.6e6
 
@@ -59,8 +61,8 @@ class JobUsage:
         energy_j = None if rec.energy_j is None else rec.energy_j + profiling_j
         uncapped_j = saving_j = None
         p = rec.profile
-        if (p is not None and p.iter_time_s and p.power_w and rec.iterations and rec.iter_time_s
-                and rec.energy_j is not None and rec.duration_s > 0 and rec.gpus):
+        if (rec.not_learned is None and p is not None and p.iter_time_s and p.power_w and rec.iterations
+                and rec.iter_time_s and rec.energy_j is not None and rec.duration_s > 0 and rec.gpus):
             uncapped_j = rec.iterations * p.iter_time_s * p.power_w * len(rec.gpus)
             iterating = min(1.0, rec.iterations * rec.iter_time_s / rec.duration_s)
             saving_j = uncapped_j - rec.energy_j * iterating - profiling_j

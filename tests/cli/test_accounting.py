@@ -65,9 +65,10 @@ def report(state: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 SINCE = day(BASE - 5 * DAY)
-NOTE = ("* estimated for {} of {} jobs: the saving is an estimate against running alone and uncapped, made for the jobs "
-        "whose\n  profile holds their uncapped iteration time and power: their iterations at that time and power, "
-        "minus the\n  measured energy of the same iterations and of any pre-launch profiling run (docs/accounting.md)\n")
+NOTE = ("* estimated for 2 of 3 jobs: the saving is an estimate against running alone and uncapped, made for the "
+        "undisturbed\n  jobs whose profile holds their uncapped iteration time and power: their iterations at that time "
+        "and power, minus\n  the measured energy of the same iterations and of any pre-launch profiling run "
+        "(docs/accounting.md)\n")
 
 
 def test_by_user_is_the_default_table(state: Path) -> None:
@@ -78,7 +79,7 @@ def test_by_user_is_the_default_table(state: Path) -> None:
         "USER     JOBS  ENERGY (kWh)  GPU-HOURS  SAVING (kWh)*  SAVING*\n"
         "alice       2         0.600       2.50         0.0333    7.4 %\n"
         "bob         1         0.210       2.00          0.101   36.4 %\n"
-        "total       3         0.810       4.50          0.134   18.5 %\n" + NOTE.format(2, 3))
+        "total       3         0.810       4.50          0.134   18.5 %\n" + NOTE)
     assert result.stderr == ""
 
 
@@ -92,7 +93,7 @@ def test_by_job_table(state: Path) -> None:
         f"a1   alice  a1-train  {ended[0]}           0.500       2.00         0.0333    7.4 %\n"
         f"b1   bob    b1-train  {ended[1]}           0.210       2.00          0.101   36.4 %\n"
         f"a2   alice  a2-train  {ended[2]}           0.100      0.500            N/A      N/A\n"
-        "total (3 jobs)                                   0.810       4.50          0.134   18.5 %\n" + NOTE.format(2, 3))
+        "total (3 jobs)                                   0.810       4.50          0.134   18.5 %\n" + NOTE)
 
 
 def test_by_day_as_csv(state: Path) -> None:
@@ -122,6 +123,21 @@ def test_by_job_as_json_says_how_the_saving_is_estimated(state: Path) -> None:
     assert doc["total"]["jobs"] == 3 and doc["total"]["jobs_estimated"] == 2
     assert "alone and uncapped" in doc["estimate"] and "profiling run" in doc["estimate"]
     assert report(state, "--since", SINCE, "--by", "job", "--json").stdout == result.stdout  # --json: the same
+
+
+def test_a_disturbed_run_gets_no_estimate(state: Path) -> None:
+    """A run that updated nothing in the history (its iterations far outside its profile's spread: the audit's
+    contended run read -394.6 %) counts its energy and GPU-hours but no saving: the profile does not describe it."""
+    import dataclasses
+
+    slow = record("d1", "dave", BASE, energy_j=3.6e5, duration_s=600.0, iterations=1000, iter_time_s=0.5,
+                  profile=Profile(iter_time_s=0.1, power_w=300.0))
+    History(state).record(dataclasses.replace(slow, not_learned="its iterations took 5.0 times the profile's"))
+    doc = json.loads(report(state, "--since", SINCE, "--by", "job", "--json").stdout)
+    d1 = next(r for r in doc["rows"] if r["job"] == "d1")
+    assert d1["energy_kwh"] == pytest.approx(0.1) and d1["gpu_hours"] == pytest.approx(600.0 / 3600.0)
+    assert d1["saving_kwh_estimate"] is None and d1["uncapped_kwh_estimate"] is None
+    assert doc["total"]["jobs"] == 4 and doc["total"]["jobs_estimated"] == 2
 
 
 def test_the_window_and_the_users(state: Path) -> None:
