@@ -39,6 +39,15 @@ class EcolaunchError(Exception):
         return with_hint(f"{prefix}{self}", self.hint)
 
 
+def did_you_mean(word: str, known) -> str:
+    """``"; did you mean 'x'?"`` naming the closest of ``known`` to a mistyped ``word``, or ``""`` when none is close:
+    the suffix of an "unknown NAME" message (a simulator policy, a trace)."""
+    import difflib  # lazy: only a mistyped name needs it
+
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def with_hint(text: str, hint: str | None) -> str:
     """``text``, then ``HINT: hint`` on a line of its own when there is a hint: how ecolaunch prints every error
     and warning that comes with a fix (the one place that writes ``HINT:``)."""

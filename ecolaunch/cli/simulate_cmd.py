@@ -7,7 +7,6 @@ the other subcommands, registered beside this one, must not pay for).
 
 from __future__ import annotations
 
-import difflib
 import json
 import sys
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from click.core import ParameterSource
 
 from ecolaunch.cli.command import Command
 from ecolaunch.config import Environment
-from ecolaunch.errors import ConfigError, with_hint
+from ecolaunch.errors import ConfigError, did_you_mean, with_hint
 
 
 def _fmt_h(seconds: float) -> str:
@@ -103,8 +102,7 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     known = [*sim_policy_names(), *ABLATIONS]
     for name in policies:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            raise click.BadParameter(with_hint(f"no policy {name!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
+            raise click.BadParameter(with_hint(f"no policy {name!r}{did_you_mean(name, known)}",
                                                f"choose from: {', '.join(known)}"), param_hint="'--policy'")
     try:
         entry = lookup(trace_name)

@@ -14,14 +14,13 @@ import this one; adding a trace is its recipe there and its entry here.
 
 from __future__ import annotations
 
-import difflib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ecolaunch.devices.spec import MachineSpec, parse_spec
-from ecolaunch.errors import ConfigError
+from ecolaunch.errors import ConfigError, did_you_mean
 from ecolaunch.sim.engine import Simulation, Trace
 from ecolaunch.sim.measured_traces import measured_machine, measured_simulation, measured_trace
 from ecolaunch.sim.traces import build_trace, load_trace_file
@@ -124,6 +123,5 @@ def lookup(name_or_path: str) -> TraceEntry:
     path = Path(name_or_path).expanduser()
     if path.suffix.lower() in (".json", ".csv") or path.is_file():
         return TraceEntry(str(path), MODEL, f"the trace file {path}", path)
-    close = difflib.get_close_matches(name_or_path, list(TRACES), n=1)
-    raise ConfigError(f"unknown trace {name_or_path!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
+    raise ConfigError(f"unknown trace {name_or_path!r}{did_you_mean(name_or_path, TRACES)}",
                       hint=f"use one of {', '.join(TRACES)}, or the path of a .json or .csv file")
