@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import pytest
 
 from ecolaunch.devices.catalogue import CATALOGUE, lookup, model_names
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import GpuModel
+from ecolaunch.sim.models import DATA_DIR
 
 REQUIRED = [
     "A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIE-40GB", "A100-PCIE-80GB", "H100-SXM5-80GB",
     "H100-PCIE-80GB", "H200-SXM-141GB", "V100-SXM2-32GB", "V100-SXM2-16GB", "V100-PCIE-32GB",
     "V100-PCIE-16GB", "A40", "A6000", "L40S", "L4", "RTX4090", "RTX3090", "RTX6000", "P100-PCIE-16GB", "T4",
 ]
-# the package's vendored copies of Zeus's measured sweeps (ecolaunch/sim/data/SOURCE.md), as the code reads them
-ZEUS_DIR = Path(__file__).resolve().parents[2] / "ecolaunch" / "sim" / "data"
 
 
 def test_required_models_present_and_consistent():
@@ -78,7 +76,7 @@ def test_model_validates_its_numbers():
     ("p100", "P100-PCIE-16GB"), ("rtx6000", "RTX6000"),
 ])
 def test_ranges_agree_with_zeus_measurements(gpu, model):
-    path = ZEUS_DIR / f"summary_power_{gpu}.csv"
+    path = DATA_DIR / f"summary_power_{gpu}.csv"  # the package's copies of Zeus's sweeps
     with path.open() as f:
         limits = {float(row["power_limit"]) for row in csv.DictReader(f)}
     entry = CATALOGUE[model]
