@@ -247,8 +247,8 @@ def test_a_function_of_the_main_script_runs_and_one_of_python_c_is_refused(sim_e
 
 
 NAMED = """
-import json, sys, ecolaunch
-stepper = sys.argv[1]
+import json, ecolaunch
+stepper = STEPPER
 first = ecolaunch.launch(stepper, "60", "0.01", name="nightly", job_key="k1")
 again = ecolaunch.launch(stepper, "60", "0.01", name="nightly", job_key="k1", fresh_profile=True)
 print(json.dumps([first.job_id, again.job_id]))
@@ -259,10 +259,7 @@ def test_name_job_key_and_fresh_profile_are_the_command_lines(sim_env) -> None:
     """``name``, ``job_key`` and ``fresh_profile`` do what ``--name``, ``--job-key`` and ``--fresh-profile`` do: the
     job is named, matched by its key, and the second launch measures its profile afresh."""
     env = sim_env("2xA100-SXM4-80GB")
-    out = subprocess.run([sys.executable, "-c", NAMED, str(BIN / "stepper.py")], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stdout + out.stderr
-    first, again = json.loads(out.stdout.strip().splitlines()[-1])
+    (first, again), _ = drive(NAMED.replace("STEPPER", repr(str(BIN / "stepper.py"))), env, timeout=240)
     history = subprocess.run(ecolaunch_cmd("history", "--json"), env=env, cwd=REPO, capture_output=True, text=True,
                              timeout=60)
     records = {r["job_id"]: r for r in json.loads(history.stdout)}
