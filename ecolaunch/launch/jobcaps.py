@@ -232,7 +232,8 @@ class JobCaps:
 
     # --- the setter the profiler and the closed loop use ----------------------------------------------
     def set_cap(self, uuid: str, watts: float) -> float:
-        """Make ``watts`` (clipped to the policy) this job's cap on GPU ``uuid``; returns the clipped cap. Raises
+        """Make ``watts`` (clipped to the policy) this job's cap on GPU ``uuid``; returns the cap applied: the clipped
+        cap, held under the job's power-budget ceiling where there is one (the clipped cap stays its wish). Raises
         PermissionDenied when caps may not be changed here (said once; the wish is taken back and the GPU keeps its
         cap)."""
         if self._refused:
@@ -246,14 +247,12 @@ class JobCaps:
             self._targets[uuid] = clipped
             applied = self._under_ceiling(uuid, clipped)  # at most the budget's ceiling
             before = self._wish(uuid, applied)
-            if self._agent:
-                return clipped
-            if not self._pass():
+            if not self._agent and not self._pass():
                 self._targets[uuid] = target
                 self._wish(uuid, before)
                 self._refuse(None)
                 raise PermissionDenied(f"cannot set GPU {gpu.index} to {clipped:.0f} W here")
-        return clipped
+        return clipped if applied is None else applied
 
     # --- release -----------------------------------------------------------------------------------
     def release(self) -> None:

@@ -282,12 +282,15 @@ class Profiler:
         return None if any(w is None for w in stats) else stats  # type: ignore[return-value]
 
     def _apply(self, cap_w: float, now: float) -> None:
-        # the caps planned here are inside the bounds (profile_caps); the setter (the job's cap owner) clips again
+        # the caps planned here are inside the bounds (profile_caps); the setter (the job's cap owner) clips again,
+        # and under a power budget holds the cap under the job's ceiling: the cap measured is the one applied (a
+        # first launch admitted below its board's maximum measures its reference at its ceiling, not never)
+        applied = []
         for uuid in self._uuids:
             if self._run_caps.current(uuid) == cap_w:
                 continue
             try:
-                self._run_caps.set(uuid, cap_w)
+                applied.append(self._run_caps.set(uuid, cap_w))
             except Exception as e:  # noqa: BLE001 - an injected setter may fail in any way; caps stay safe
                 # PermissionDenied: the job's cap owner has told the user once already (not root, no agent)
                 log = logger.info if isinstance(e, PermissionDenied) else logger.warning
@@ -296,6 +299,12 @@ class Profiler:
                 self._caps = self._caps[: self._k] or self._found_top()
                 self._run_caps.restore()
                 return
+        if applied and min(applied) < cap_w - 1e-6:
+            cap_w = min(applied)
+            logger.info("profiling at %.0f W: the power budget holds the job there", cap_w)
+            self._caps[self._k] = cap_w
+            if any(c >= cap_w - 1e-6 for c in self._caps[self._k + 1:]):  # a lower cap planned is no lower now
+                self._caps = self._caps[: self._k + 1] + [c for c in self._caps[self._k + 1:] if c < cap_w - 1e-6]
         self._pending, self._cap_changed_s = (cap_w, now), math.inf
         self._readings.sample_once()  # a cap set synchronously shows at once; one applied by an agent, later
         self._cap_in_force(now)

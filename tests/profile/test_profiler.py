@@ -383,3 +383,21 @@ def test_a_profile_that_contradicts_itself_is_not_kept(backend, vclock) -> None:
     assert "faster than" in res.reason and "which no cap does" in res.reason
     assert "not kept; the job runs uncapped and its next launch profiles it again" in res.reason
     assert all(g.limit_w == 350.0 for g in backend.gpus_)  # restored
+
+
+def test_a_cap_held_under_a_budget_ceiling_is_measured_where_it_is_held(backend, vclock) -> None:
+    def under_ceiling(uuid: str, watts: float) -> float:  # the job's cap owner under a 320 W budget ceiling
+        held = min(watts, 320.0)
+        backend.set_power_limit(uuid, held)
+        return held
+
+    profiler, sampler, _ = make(backend, vclock, set_cap=under_ceiling, eta=1.0)
+    job = SyntheticJob(vclock, backend, "GPU-0")
+    drive(profiler, sampler, job, 300)
+    res = profiler.result
+    assert profiler.phase is Phase.DONE and res.complete, res.reason  # not stuck waiting for 400 W to show
+    points = res.profile.cap_points
+    assert points[0].power_cap_w == 320.0  # the reference, measured at the ceiling and labelled so
+    assert [p.power_cap_w for p in points[1:]] and all(p.power_cap_w < 320.0 for p in points[1:])
+    for p in points:
+        assert p.iter_time_s == pytest.approx(iter_time_at(p.power_cap_w, 300.0))
