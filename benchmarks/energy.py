@@ -117,10 +117,11 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
     if folds and "measured" in worlds and "gnn" in policies:
         weights = fold_weights(cache)
         sd_z = fold_sd_z(weights)
-        weights = {k: (types, path, sd_z[k]) for k, (types, path) in weights.items()}
-        out["folds"] = {str(k): {"types": list(types), "sd_z": round(z, 4),
+        first_z, out["first_curve_z_pooled"] = fold_first_z(weights)
+        weights = {k: (types, path, sd_z[k], first_z[k]) for k, (types, path) in weights.items()}
+        out["folds"] = {str(k): {"types": list(types), "sd_z": round(z, 4), "first_curve_z": round(fz, 4),
                                  "weights": str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name}
-                        for k, (types, path, z) in weights.items()}
+                        for k, (types, path, z, fz) in weights.items()}
     for name, world, gpus, hosts in todo:
         entry = TRACES[name]
         machine = entry.machine(gpus, hosts)
@@ -142,6 +143,7 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
         out["vs_exclusive"][name] = vs_exclusive(out["traces"][name])
     out["goals"] = goals(out["traces"])
     out["first_launch"] = first_launch(out["traces"])
+    out["learned_first_goal"] = learned_first_goal(out["traces"])
     return out
 
 
@@ -249,17 +251,29 @@ def _policy(name: str, trace, weights):
                   "history-pessimistic-curve": lambda: HistoryFirstCurve(kind_of, PessimisticFirstCurve(kind_of)),
                   }[name]()
         return SimFirstLaunchCurves(BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors), supply, name)
-    if name == "gnn" and weights:
+    if name in ("gnn", "no-gnn") and trace is not None:
+        from ecolaunch.policy.budgeted import BudgetedPolicy
+        from ecolaunch.policy.curve import CurvePolicy
+        from ecolaunch.policy.gnn import gnn_policy
+        from ecolaunch.policy.registry import gnn_with_first_curve
+        from ecolaunch.sim.first_curves import HistoryFirstCurve, SimFirstLaunchCurves
         from ecolaunch.sim.policies import FoldedPolicy
 
-        from ecolaunch.policy.budgeted import BudgetedPolicy
-        from ecolaunch.policy.gnn import gnn_policy
-
-        fold_of = {t: k for k, (types, _, _) in weights.items() for t in types}  # the world's deal of the job types
-        # each fold's GNN keeps back its own cross-fitted sd_z (fold_sd_z), not SD_Z fitted on every fold's pairs
-        return FoldedPolicy({k: BudgetedPolicy(gnn_policy(weights=path, sd_z=z, priors=priors), priors)
-                             for k, (_, path, z) in weights.items()},
-                            {j.id: fold_of[j.kind] for j in trace.jobs}, name="gnn")
+        kind_of = {j.id: j.kind for j in trace.jobs}
+        if name == "no-gnn":  # the gnn policy without its learned parts: what the launcher does with `curve`
+            inner = BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors)
+        elif weights:
+            fold_of = {t: k for k, (types, *_) in weights.items() for t in types}  # the world's deal of the types
+            # each fold's GNN keeps back its own cross-fitted sd_z (fold_sd_z) and first-curve z (fold_first_z)
+            inner = FoldedPolicy({k: gnn_with_first_curve(BudgetedPolicy(gnn_policy(weights=path, sd_z=z,
+                                                                                     priors=priors), priors),
+                                                          path, first_z=fz)
+                                  for k, (_, path, z, fz) in weights.items()},
+                                 {j.id: fold_of[j.kind] for j in trace.jobs}, name="gnn")
+        else:
+            inner = get_sim_policy(name, priors=priors)
+        # as the launcher: a colleague's measured profile of the same job first (history), else the policy's own
+        return SimFirstLaunchCurves(inner, HistoryFirstCurve(kind_of), name)
     return get_sim_policy(name, priors=priors)
 
 
@@ -356,6 +370,22 @@ def fold_sd_z(weights: dict) -> dict[int, float]:
     return {k: float(np.quantile(np.concatenate([z for j, z in zs.items() if j != k]), COVERAGE)) for k in zs}
 
 
+def fold_first_z(weights: dict) -> tuple[dict[int, float], float]:
+    """Each fold's first-curve ``z`` (the standard deviations of a first launch's predicted speed its margin keeps
+    back, :class:`~ecolaunch.policy.gnn.GnnFirstCurve`), cross-fitted like :func:`fold_sd_z`: the 99th percentile
+    of (predicted - measured) / sd over the measured Zeus curves of the *other* folds, each asked of the GNN trained
+    without them (:meth:`~ecolaunch.sim.measured.MeasuredWorld.fold_curves`), with nothing of the job known; and
+    that percentile over every fold's curves (what :data:`~ecolaunch.policy.gnn.FIRST_CURVE_Z` is set from)."""
+    from ecolaunch.policy.gnn import GnnFirstCurve
+    from ecolaunch.sim.first_curves import first_curve_errors, first_curve_z
+    from ecolaunch.sim.measured import MeasuredWorld
+
+    world = MeasuredWorld()
+    errors = {k: first_curve_errors(GnnFirstCurve(path), world.fold_curves(k)) for k, (_, path) in weights.items()}
+    per_fold = {k: first_curve_z([e for j, errs in errors.items() if j != k for e in errs]) for k in errors}
+    return per_fold, round(first_curve_z([e for errs in errors.values() for e in errs]), 4)
+
+
 def goals(traces: dict) -> dict:
     """The issue's goal on each measured trace, paired by seed: gnn >= 5 % less node energy or >= 15 % lower mean JCT
     than curve, at most curve's violations + 0.5 points, within 3 % of the oracle's node energy. ``met``: the goal
@@ -391,7 +421,7 @@ def first_launch(traces: dict) -> dict:
         if not all(p in rows for p in ("curve", *FIRST_CURVE_ROWS, "oracle")):
             continue
         out[name] = {}
-        for a, b in pairs:
+        for a, b in pairs + tuple((a, b) for a, b in GNN_PAIRS if a in rows and b in rows):
             saved = paired(rows, a, b, "node_energy_kwh", _pct_saved)
             viol = paired(rows, a, b, "qos_violations_pct", lambda x, y: x - y)
             out[name][f"{a} vs {b}"] = {"energy_saved_pct": saved, "violations_pp": viol}
@@ -482,6 +512,35 @@ def plot(result: dict, path: Path) -> bool:
     return True
 
 
+#: the gnn row against its ablation, the rule and the bounds (:func:`first_launch`)
+GNN_PAIRS = (("gnn", "curve"), ("gnn", "no-gnn"), ("gnn", "pessimistic-curve"), ("gnn", "history-pessimistic-curve"),
+             ("exact-first-curve", "no-gnn"), ("oracle", "no-gnn"))
+
+
+def learned_first_goal(traces: dict) -> dict:
+    """The first-launch issue's goal on each trace with ``gnn``, ``curve``, ``pessimistic-curve`` and the oracle, paired
+    by seed: the share of the node-energy gap between ``curve`` and the oracle that ``gnn`` closes (each seed's
+    ``(curve - gnn) / (curve - oracle)``, %), its saving over the rule, its violations minus ``curve``'s and its
+    ``learned_pct``. ``met``: >= 75 % closed and >= 2 points over the rule at the pessimistic end of each interval,
+    violations at most ``curve``'s (the upper end), learned > 0."""
+    out = {}
+    for name, rows in traces.items():
+        if not all(p in rows for p in ("gnn", "curve", "pessimistic-curve", "oracle")):
+            continue
+        gnn, curve, oracle = (rows[p]["per_seed"]["node_energy_kwh"] for p in ("gnn", "curve", "oracle"))
+        closed = [100.0 * (c - g) / (c - o) if c != o else 0.0 for g, c, o in zip(gnn, curve, oracle)]
+        r = {"gap_closed_pct": _stat(closed),
+             "over_rule_pct": paired(rows, "gnn", "pessimistic-curve", "node_energy_kwh", _pct_saved),
+             "violations_over_curve_pp": paired(rows, "gnn", "curve", "qos_violations_pct", lambda a, b: a - b),
+             "learned_pct": rows["gnn"]["learned_pct"]}
+        for v in r.values():
+            if isinstance(v, dict):
+                v.pop("per_seed", None)
+        out[name] = r | {"met": bool(_end(r["gap_closed_pct"], -1) >= 75.0 and _end(r["over_rule_pct"], -1) >= 2.0
+                                     and _end(r["violations_over_curve_pp"], 1) <= 0.0 and r["learned_pct"] > 0)}
+    return out
+
+
 def scale_margins(scale: float) -> None:
     """The margin ablation (``--margin-scale``): :func:`~ecolaunch.profile.capchoice.cap_margin_pct` times ``scale``
     wherever a cap is chosen on a curve or a budget floor is read from one (the cap choice of every policy, the
@@ -546,14 +605,16 @@ def main() -> None:
         + json.dumps(result["goals"], indent=2) + "\n```\n"
         + ("\n## First launches told a curve (paired by seed against `curve`)\n\n" + first_launch_table(result)
            if result["first_launch"] else "")
+        + ("\n## The GNN's first-launch curves: the goal (paired by seed)\n\n```json\n"
+           + json.dumps(result["learned_first_goal"], indent=2) + "\n```\n" if result["learned_first_goal"] else "")
         + ("\n## Margin coverage (capped jobs alone on their GPUs, all seeds)\n\n" + coverage_table(result)
            if result["coverage"] else "")
         + ("\n## Folds (job types each fold's GNN was trained without)\n\n" + "".join(
             f"- fold {k}: {', '.join(f['types'])}\n" for k, f in result["folds"].items()) if result["folds"] else ""))
     (args.out / "energy.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     plotted = plot(result, args.out / "energy.png")
-    emit({k: result[k] for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "coverage", "folds",
-                                 "margin_scale")},
+    emit({k: result.get(k) for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "learned_first_goal",
+                                     "coverage", "folds", "first_curve_z_pooled", "margin_scale")},
          args.json,
          table + ("" if plotted else "\n(matplotlib not installed: no energy.png)"))
 

@@ -3,7 +3,9 @@
 What lives here: :class:`FirstLaunchCurves` (any policy, with a first launch's missing curve supplied before it
 decides). Who supplies it: the launcher, from what the history of this machine holds of the same job from another
 user (:meth:`ecolaunch.profile.history.History.colleague_profile`, wired in :mod:`ecolaunch.launch.pipeline`); the
-simulator's bounds on any such prediction (:mod:`ecolaunch.sim.first_curves`). What does not: the budget that reads
+``gnn`` policy, from the GNN's prediction where nobody has measured the job (:class:`ecolaunch.policy.gnn.GnnFirstCurve`,
+put around it by :func:`ecolaunch.policy.registry.get_policy`; the colleague's measurement, wrapped outside it, comes
+first); the simulator's bounds on any such prediction (:mod:`ecolaunch.sim.first_curves`). What does not: the budget that reads
 the curve (:mod:`ecolaunch.admin.budget`), the profiler that measures the job's own.
 
 **Why.** A job with no curve cannot be capped: under a power budget it waits for watts the running jobs' margins
@@ -20,12 +22,18 @@ import dataclasses
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.state.graph import StateGraph
 
-__all__ = ["FirstLaunchCurves"]
+__all__ = ["FirstLaunchCurves", "MEASURED_CURVE"]
+
+#: how a decision's reasons name the curve its cap was chosen on; a supplier whose curve is a prediction names it
+#: otherwise (its ``described_as``)
+MEASURED_CURVE = "the job's measured curve"
 
 
 class FirstLaunchCurves:
     """``policy`` deciding a job that has no curve (a first launch) as if ``supply`` had told it one; the decision
-    says so in ``predicted["first_curve"]`` (the supplier's ``name``) and, with ``why``, in its first reason.
+    says so in ``predicted["first_curve"]`` (the supplier's ``name``) and, with ``why``, in its first reason, and
+    ``predicted["learned"]`` is True when the supplier is a learned model (its ``learned`` attribute); a supplier
+    with ``described_as`` has its words replace :data:`MEASURED_CURVE` in the reasons.
     ``supply(state, job)``: a profile with power, or None (the job is decided as it is). ``name``: the decision's
     policy name (None: the inner policy's)."""
 
@@ -52,6 +60,10 @@ class FirstLaunchCurves:
             supplied, memory_mib=memory if memory is not None else supplied.memory_mib)), rules)
         if decision is None:
             return None
-        reasons = [self.why, *decision.reasons] if self.why else decision.reasons
-        return dataclasses.replace(decision, policy=self.name, reasons=reasons,
-                                   predicted={**decision.predicted, "first_curve": self.supply.name})
+        described = getattr(self.supply, "described_as", None)
+        reasons = [r.replace(MEASURED_CURVE, described) for r in decision.reasons] if described else decision.reasons
+        reasons = [self.why, *reasons] if self.why else reasons
+        predicted = {**decision.predicted, "first_curve": self.supply.name}
+        if getattr(self.supply, "learned", False):
+            predicted["learned"] = True
+        return dataclasses.replace(decision, policy=self.name, reasons=reasons, predicted=predicted)

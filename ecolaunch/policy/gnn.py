@@ -23,18 +23,29 @@ curve: such candidates are not even scored by the GNN (which keeps a decision wi
 outcomes say ``learned=False``. Sharing (the interference between co-located jobs, the power of shared GPUs) is
 the GNN's, ``learned=True``; each decision says which won (``predicted["learned"]``).
 
-A job without a measured profile is neither capped nor shared by this policy (``EnergyAwarePolicy``: sharing
-needs a known memory size; capping needs a known power): the first launch of an unknown job runs alone at default
-power, and its profile, once stored, lets the next launch be placed with full knowledge.
+**A first launch** (a job with no measured power: nothing in its history, no colleague's profile of it) is decided
+with the GNN's prediction of its cap curve (:class:`GnnFirstCurve`, put around the budgeted policy by
+:func:`~ecolaunch.policy.registry.get_policy`): the job alone on one of the host's boards at every cap of the 25 W
+grid the cap is chosen on (5 W), from what is known before it runs (the board, the hints), each point's learned standard deviation carried as
+its standard error, so the one cap margin (:func:`ecolaunch.profile.capchoice.cap_margin_pct`, ``z`` = 2.33) keeps
+that uncertainty back. Under a power budget such a job is admitted at once at a cap inside its bound by that
+prediction and its margin, instead of waiting at its no-curve floor; its profiler and closed loop take over from its
+own measurement as it runs, and what it stores is only what was measured. Such decisions say ``learned=True``.
+Sharing still needs a known memory size.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 from ecolaunch.jobmodel.capcurve import CapPrior, Priors, default_prior
+from ecolaunch.jobmodel.codec import profile_to_json
+from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import JobRequest
+from ecolaunch.profile.capchoice import CHOICE_STEP_W, MARGIN_Z
+from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.policy.curve import AloneOnCandidate
 from ecolaunch.policy.energy import SD_Z, Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.state.graph import StateGraph
@@ -54,11 +65,8 @@ class GnnPredictor:
         return f"GnnPredictor(weights={None if self.weights is None else str(self.weights)!r})"
 
     def scorer(self, state: StateGraph, job: JobRequest) -> _GnnScorer:
-        # lazy: infer loads torch; the registry loads this module on every launch, and only a gnn decision needs torch
-        from ecolaunch.policy.infer import load_default_model, load_model_cached
-
-        model = load_default_model() if self.weights is None else load_model_cached(self.weights)
-        return _GnnScorer(model, state, job, self.priors(job.id))
+        # _model loads torch lazily: the registry loads this module on every launch, and only a gnn decision needs it
+        return _GnnScorer(_model(self.weights), state, job, self.priors(job.id))
 
 
 class _GnnScorer:
@@ -132,6 +140,106 @@ class _GnnScorer:
         """Running jobs at 1.0 (predictions are relative to how they run now) and the GPUs' predicted power."""
         self._base()
         return Outcome(dict.fromkeys(self._now, 1.0), dict(self._now_power))
+
+
+#: standard deviations of a first launch's predicted speed its cap margin keeps back (:class:`GnnFirstCurve`): the
+#: 99th percentile of (predicted - measured speed) / sd on measured curves the scoring weights never saw, the coverage
+#: the cap margin aims at (``MARGIN_Z`` = 2.33 standard errors, a one-sided 99 %). ``benchmarks/energy.py`` fits it
+#: per fold of job types (``folds.*.first_curve_z``: 1.50-1.67 on the Zeus V100 and P100 sweeps of the other folds)
+#: and over every fold's held-out curves (``first_curve_z_pooled``: 1.61, this value). The GNN's own standard
+#: deviation is too wide for a job nothing is known of (z = 2.33 would keep back more than every measured curve
+#: needs), so fewer of them are kept back.
+FIRST_CURVE_Z = 1.61
+
+
+class GnnFirstCurve:
+    """A first launch's cap curve as the GNN predicts it before anything of the job is measured (module docstring):
+    a :class:`~ecolaunch.jobmodel.profile.Profile` for :class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves`, or
+    None where the host mixes board models (the board is not known before the placement) or the board's limits are
+    not known. ``weights``: as :class:`GnnPredictor`; ``z``: standard deviations kept back; ``step_w``: the cap grid
+    (the cap choice's, so that every cap it weighs carries its own predicted uncertainty, not a neighbour's).
+
+    Each point is the job alone at that cap: its iteration time ``t0 / speed`` (``t0``: its known iteration time,
+    else :attr:`~ecolaunch.policy.infer.ModelConfig.default_iter_time_s`: only ratios are read), the speed made
+    non-increasing towards low caps (a lower cap never speeds a job up: the more pessimistic of two disagreeing
+    predictions holds), and the predicted board power; its standard error (``iterations=1``) is the GNN's standard
+    deviation of that speed, in %, scaled so that the cap margin (``MARGIN_Z`` standard errors) keeps back ``z``
+    standard deviations (:data:`FIRST_CURVE_Z`, calibrated on measured curves the weights never saw). The top of the
+    grid is uncapped, by definition exact. Predictions are cached per board and what is known of the job."""
+
+    name = "gnn"
+    #: a decision told this curve was decided by the learned model (``Decision.predicted["learned"]``)
+    learned = True
+    #: what the decision's reasons call the curve (:class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves`)
+    described_as = "the GNN's predicted curve"
+
+    def __init__(self, weights: Path | str | None = None, *, z: float = FIRST_CURVE_Z,
+                 step_w: float = CHOICE_STEP_W) -> None:
+        if not z >= 0:
+            raise ValueError(f"z must be >= 0, got {z!r}")
+        self.weights = None if weights is None else Path(weights)
+        self.z, self.step_w = z, step_w
+        self._cache: dict[tuple, Profile | None] = {}
+
+    def __repr__(self) -> str:
+        return f"GnnFirstCurve(weights={None if self.weights is None else str(self.weights)!r})"
+
+    def __call__(self, state: StateGraph, job: JobRequest) -> Profile | None:
+        gpus = list(state.hosts[job.host].gpus.values())
+        boards = {(g.name, g.power_limit_min_w, g.power_limit_max_w) for g in gpus}
+        if len(boards) != 1:
+            return None
+        name, low, high = boards.pop()
+        if not (low and high and 0 < low <= high):
+            return None
+        known = job.profile or Profile()
+        key = (name, low, high, known, job.memory_mib, job.allowed_slowdown_pct)
+        if key not in self._cache:
+            self._cache[key] = self._predict(gpus[0], known, job)
+        return self._cache[key]
+
+    def _predict(self, gpu, known: Profile, job: JobRequest) -> Profile:
+        t0 = known.iter_time_s or _default_iter_time_s(self.weights)
+        scale = self.z / MARGIN_Z  # the margin keeps back MARGIN_Z standard errors: z standard deviations
+        points = []
+        for cap, speed, sd, power in self.speeds(gpu, known, job.memory_mib, job.allowed_slowdown_pct):
+            se_pct = 100.0 * scale * sd / speed
+            points.append(CapPoint(cap, t0 / speed, power, iterations=1 if se_pct > 0 else 0,
+                                   iter_time_cv_pct=se_pct if se_pct > 0 else None))
+        return Profile(t0, known.sm_util_pct, known.mem_bw_util_pct, job.memory_mib, points[-1].power_w,
+                       tuple(points))
+
+    def speeds(self, gpu, known: Profile | None = None, memory_mib: int | None = None,
+               allowed_slowdown_pct: float = 10.0) -> list[tuple[float, float, float, float]]:
+        """``(cap_w, speed, sd, power_w)`` on the grid, ascending: the job known by ``known`` alone on the board of
+        ``gpu`` (a :class:`~ecolaunch.state.graph.GpuNode`) at each cap, its normalized throughput made
+        non-increasing towards low caps, the GNN's standard deviation of it and the predicted board power."""
+        # lazy: features and infer load torch, which only a gnn decision needs (see GnnPredictor.scorer)
+        from ecolaunch.policy.features import scenario_graph
+        from ecolaunch.policy.infer import score_sd  # lazy: as above
+
+        doc = {**profile_to_json(dataclasses.replace(known or Profile(), memory_mib=memory_mib)), "id": "first",
+               "allowed_slowdown_pct": allowed_slowdown_pct}
+        caps = cap_grid(gpu.power_limit_min_w, gpu.power_limit_max_w, self.step_w)
+        with _one_thread():
+            thr, power, sd = score_sd([scenario_graph(gpu, cap, [doc]) for cap in caps], _model(self.weights))
+        out = []
+        slowest = 1.0
+        for cap, t, p, s in reversed(list(zip(caps, thr, power, sd))):
+            slowest = min(slowest, max(float(t[0]), 1e-3))
+            out.append((cap, slowest, float(s[0]), max(float(p[0]), 1e-3)))
+        return out[::-1]
+
+
+def _model(weights: Path | None):
+    # lazy: infer loads torch, which only a gnn decision needs (see GnnPredictor.scorer)
+    from ecolaunch.policy.infer import load_default_model, load_model_cached
+
+    return load_default_model() if weights is None else load_model_cached(weights)
+
+
+def _default_iter_time_s(weights: Path | None) -> float:
+    return _model(weights).config.default_iter_time_s
 
 
 class _one_thread:

@@ -13,7 +13,8 @@ from ecolaunch.jobmodel.capcurve import Priors, default_prior
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.curve import curve_policy
-from ecolaunch.policy.gnn import gnn_policy
+from ecolaunch.policy.firstcurve import FirstLaunchCurves
+from ecolaunch.policy.gnn import FIRST_CURVE_Z, GnnFirstCurve, gnn_policy
 from ecolaunch.policy.packing import EacoPolicy, FirstFitPolicy, LucidPolicy
 from ecolaunch.policy.zeus import ZeusPolicy
 
@@ -76,9 +77,21 @@ def get_policy(name: str, *, gnn_weights=None, priors: Priors = default_prior):
             f"unknown placement policy {name!r}", hint=f"choose one of: {', '.join(sorted(registry))}"
         ) from None
     if name == "gnn":
-        inner = factory(weights=gnn_weights, priors=priors)
-    elif name in CURVE_READERS:
+        return gnn_with_first_curve(BudgetedPolicy(factory(weights=gnn_weights, priors=priors), priors), gnn_weights)
+    if name in CURVE_READERS:
         inner = factory(priors=priors)
     else:
         inner = factory()
     return BudgetedPolicy(inner, priors)
+
+
+#: the first reason of a first launch the GNN's curve decided
+GNN_FIRST_CURVE_WHY = ("first launch: capped from the GNN's predicted curve (nothing of the job is measured yet; its "
+                       "uncertainty kept back); its own curve is measured as it runs")
+
+
+def gnn_with_first_curve(policy, gnn_weights=None, *, first_z: float = FIRST_CURVE_Z) -> FirstLaunchCurves:
+    """``policy`` (a budgeted ``gnn`` policy) deciding a first launch with the GNN's predicted curve
+    (:class:`~ecolaunch.policy.gnn.GnnFirstCurve` of the same weights, keeping back ``first_z`` standard
+    deviations), under the name ``gnn``."""
+    return FirstLaunchCurves(policy, GnnFirstCurve(gnn_weights, z=first_z), "gnn", why=GNN_FIRST_CURVE_WHY)

@@ -28,16 +28,22 @@ first launches by a user find one.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
+import numpy as np
+
+from ecolaunch.devices.catalogue import CATALOGUE
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.sim.measured import MeasuredWorld
-from ecolaunch.state.graph import StateGraph
+from ecolaunch.sim.truth import TruthCurve
+from ecolaunch.state.graph import GpuNode, StateGraph
 
-__all__ = ["ExactFirstCurve", "HistoryFirstCurve", "PessimisticFirstCurve", "SimFirstLaunchCurves"]
+__all__ = ["ExactFirstCurve", "FirstCurveError", "HistoryFirstCurve", "PessimisticFirstCurve", "SimFirstLaunchCurves",
+           "first_curve_errors", "first_curve_z"]
 
 #: the grid a supplied curve is given on (the oracle's and the truth profile's)
 CURVE_STEP_W = 25.0
@@ -128,3 +134,53 @@ class SimFirstLaunchCurves(FirstLaunchCurves):
     def bind_world(self, world: MeasuredWorld) -> None:
         if hasattr(self.supply, "bind_world"):
             self.supply.bind_world(world)
+
+
+# --- scoring a learned first-launch curve on measured ones ------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class FirstCurveError:
+    """One measured cap of one measured curve, against a learned first-launch curve asked with nothing measured:
+    ``cap_frac`` (cap / the board's max limit), the predicted and the measured normalized throughput, and the
+    prediction's standard deviation."""
+
+    curve: str
+    cap_frac: float
+    predicted: float
+    sd: float
+    measured: float
+
+    @property
+    def z(self) -> float:
+        """How many standard deviations the prediction lies above the measurement (inf where sd is 0)."""
+        gap = self.predicted - self.measured
+        return gap / self.sd if self.sd > 0 else (float("inf") if gap > 0 else float("-inf") if gap < 0 else 0.0)
+
+
+def first_curve_errors(supply, curves: Iterable[TruthCurve]) -> list[FirstCurveError]:
+    """``supply`` (a :class:`~ecolaunch.policy.gnn.GnnFirstCurve`) asked for a job nothing is known of on each
+    curve's board, scored at each of its measured caps below the top and within the board's range (the top is
+    uncapped, by definition exact). Curves of boards the catalogue does not know are skipped."""
+    out = []
+    for curve in curves:
+        model = CATALOGUE.get(curve.gpu_model)
+        if model is None:
+            continue
+        rows = {round(cap, 6): (speed, sd) for cap, speed, sd, _ in supply.speeds(GpuNode.from_model(model))}
+        top = curve.iter_time_s(curve.uncapped_cap_w)
+        for p in curve.points:
+            key = round(p.power_cap_w, 6)
+            if p.power_cap_w >= curve.uncapped_cap_w or key not in rows:
+                continue
+            speed, sd = rows[key]
+            out.append(FirstCurveError(curve.name, p.power_cap_w / model.power_limit_max_w, speed, sd,
+                                       top / p.iter_time_s))
+    return out
+
+
+def first_curve_z(errors: Sequence[FirstCurveError], coverage: float = 0.99) -> float:
+    """The standard deviations to keep back so that ``coverage`` of ``errors`` lie at or above the prediction minus
+    them (the quantile of their z, at least 0)."""
+    zs = [e.z for e in errors if e.sd > 0]
+    if not zs:
+        raise ValueError("no errors with a standard deviation to calibrate on")
+    return max(0.0, float(np.quantile(np.asarray(zs), coverage)))
