@@ -380,7 +380,8 @@ class Simulation:
         out.reference_speed = min(world.speed_factor(job.kind, self.models[u].name) for u in decision.gpus)
         if self.omniscient:
             return set()
-        if world.is_first(job.user, job.kind, board):
+        first = world.is_first(job.user, job.kind, board)
+        if first:
             self.graph.jobs[job.id].profile = world.profile_inline(job.user, job.kind, board)
         else:
             world.repeat_launches += 1
@@ -389,7 +390,8 @@ class Simulation:
         host = self.graph.hosts[self._host_of[decision.gpus[0]]]
         gpus = [host.gpus[u] for u in decision.gpus]
         caps = [decision.power_caps_w.get(u) for u in decision.gpus]
-        cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct, board)
+        cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct, board,
+                               first=first)
         if self.rules.power_max_total_w is not None:  # the closed loop never moves past the budget's ceiling
 
             ceiling = min((budget_ceilings(self.graph, self.rules).get(u, math.inf) for u in decision.gpus),

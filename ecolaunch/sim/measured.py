@@ -472,16 +472,18 @@ class MeasuredWorld:
         return self.request_profile(user, kind, board)
 
     def settle_cap(self, user: str, kind: str, cap_w: float | None, rules: Rules, gpus: Sequence[GpuNode],
-                   bound_pct: float, board: str | None = None) -> float | None:
+                   bound_pct: float, board: str | None = None, *, first: bool = False) -> float | None:
         """The cap a job alone on ``gpus`` ends at: a first launch's profiler choice, then the real closed loop fed
         noisy iterations of the truth; what the loop measured goes to history. ``cap_w``: the decision's cap (None:
-        uncapped)."""
+        uncapped); ``first``: the job was profiled inline at this start, so its profiler's choice from its own
+        measurement sets the cap its closed loop starts from, whatever cap a curve it was told (a colleague's, a
+        prediction) had it placed at, as the launcher's profiler does when it finishes."""
         known = self._history.get((user, kind, board or self.board))
         bounds = job_cap_bounds(rules, gpus)
         if known is None or bounds is None:
             return cap_w
         prior = held_out_prior(kind)
-        if cap_w is None:
+        if cap_w is None or first:
             choice = job_cap_choice(known.points, bounds, bound_pct, rules.eta, prior=prior)
             if choice is None or choice.cap_w >= bounds[1] - 1e-9:
                 return None

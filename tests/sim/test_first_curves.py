@@ -106,3 +106,16 @@ def test_coverage_says_whether_the_truth_stayed_within_the_curve_and_its_margin(
     flat = [CapPoint(c, truth.iter_time_s, 100.0) for c in (100.0, 175.0, 250.0)]
     world._history[("v", kind, BOARD)] = dataclasses.replace(world._history[("u", kind, BOARD)], points=flat)
     assert truth.time_ratio(100.0) > 1.05 and world.record_coverage("v", kind, 100.0, bounds) is False
+
+
+def test_a_told_first_launch_starts_its_closed_loop_from_its_own_profilers_choice() -> None:
+    # the launcher's profiler sets its own choice when it finishes, whatever cap a told curve placed the job at
+    kind = "LM (batch size 20)"  # its profile finds no cap worth setting; a loop started at 100 W stays there
+    gpus = list(machine(1).hosts["h"].gpus.values())
+    ends = []
+    for cap, first in ((None, True), (100.0, True), (100.0, False)):
+        world = MeasuredWorld(seed=2)
+        world.profile_inline("u", kind)
+        ends.append(world.settle_cap("u", kind, cap, Rules(), gpus, 10.0, first=first))
+    assert ends[0] is None and ends[1] is None  # told to start at 100 W: its own profile's choice (uncapped)
+    assert ends[2] == 100.0  # a repeat placed at 100 W starts its loop there
