@@ -8,7 +8,9 @@ A full decision is what a launcher does to get GPUs: one transaction of the stat
 host, scores every candidate (GPU set x power cap) in batched forward passes, and writes the job back. Cases: one
 host with 8 GPUs and 32 running jobs, and one host with 64 GPUs and 256 running jobs (jobs packed up to 4 per GPU
 by first-fit beforehand, each with a measured profile). The new job asks for one GPU and has a profile, so every
-GPU set it would have to itself gets the cap its measured curve chooses (on the 5 W grid, with its margin).
+GPU set it would have to itself gets the cap its measured curve chooses (on the 5 W grid, with its margin). The case
+``gnn (first launch)``: the new job has no profile, so the gnn policy first predicts its curve
+(:class:`~ecolaunch.policy.gnn.GnnFirstCurve`), afresh for every decision, as a new launcher process would.
 ``--json`` prints ``{"cases": [{"gpus": 8, "jobs": 32, "candidates": …, "p50_ms": …, "p99_ms": …}, …]}``.
 Goals: p50 <= 20 ms (8/32) and <= 200 ms (64/256) on 2 cores.
 """
@@ -27,11 +29,13 @@ from _common import REPO, emit, percentile
 
 sys.path.insert(0, str(REPO))
 
-PROFILE = {"iter_time_s": 0.15, "sm_util_pct": 20.0, "mem_bw_util_pct": 10.0, "memory_mib": 8000,
-           "power_w": 150.0, "cap_points": [[400.0, 0.15, 150.0], [250.0, 0.152, 140.0], [175.0, 0.17, 130.0]]}
+from ecolaunch.jobmodel.profile import CapPoint, Profile  # noqa: E402 - after the checkout is on the path
+
+PROFILE = Profile(iter_time_s=0.15, sm_util_pct=20.0, mem_bw_util_pct=10.0, memory_mib=8000, power_w=150.0,
+                  cap_points=(CapPoint(175.0, 0.17, 130.0), CapPoint(250.0, 0.152, 140.0), CapPoint(400.0, 0.15, 150.0)))
 
 
-def run_case(gpus: int, jobs: int, repeat: int, policy: str = "gnn") -> dict:
+def run_case(gpus: int, jobs: int, repeat: int, policy: str = "gnn", first: bool = False) -> dict:
     from ecolaunch.admin.rules import Rules
     from ecolaunch.devices.simulated import SimulatedBackend
     from ecolaunch.devices.spec import parse_spec
@@ -51,15 +55,17 @@ def run_case(gpus: int, jobs: int, repeat: int, policy: str = "gnn") -> dict:
         filler = Session(StateStore(state_dir), backend, get_policy("first-fit"), rules)
         for i in range(jobs):
             req = JobRequest(id=f"run{i}", user="bench", host="bench", nproc=1, memory_mib=8000,
-                             profile=dict(PROFILE))
+                             profile=PROFILE)
             filler.submit(req, me, name="filler", info={"allowed_slowdown_pct": 25.0, "memory_mib": 8000})
             placed = filler.try_place(req.id)
             assert isinstance(placed, Placement), "could not place the filler jobs"
         session = Session(StateStore(state_dir), backend, get_policy(policy), rules)
         times, candidates = [], 0
         for r in range(repeat + 2):
+            if first:  # a launcher is a new process: its first launch's predicted curve is computed afresh
+                session = Session(StateStore(state_dir), backend, get_policy(policy), rules)
             req = JobRequest(id=f"new{r}", user="bench", host="bench", nproc=1, memory_mib=8000,
-                             allowed_slowdown_pct=10.0, profile=dict(PROFILE))
+                             allowed_slowdown_pct=10.0, profile=None if first else PROFILE)
             session.submit(req, me, name="new", info={"allowed_slowdown_pct": 10.0, "memory_mib": 8000})
             start = time.perf_counter()
             placed = session.try_place(req.id)
@@ -69,7 +75,8 @@ def run_case(gpus: int, jobs: int, repeat: int, policy: str = "gnn") -> dict:
                 times.append(elapsed)
             session.release(req.id)
         candidates = len(enumerate_candidates(session.snapshot(), req, rules))
-    return {"policy": policy, "gpus": gpus, "jobs": jobs, "candidates": candidates,
+    return {"policy": policy + (" (first launch)" if first else ""), "gpus": gpus, "jobs": jobs,
+            "candidates": candidates,
             "p50_ms": round(percentile(times, 50) * 1000, 2), "p99_ms": round(percentile(times, 99) * 1000, 2)}
 
 
@@ -78,9 +85,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    cases = [run_case(g, j, args.repeat, policy) for policy in ("gnn", "curve") for g, j in ((8, 32), (64, 256))]
+    cases = [run_case(g, j, args.repeat, policy, first) for policy, first in (("gnn", False), ("curve", False),
+                                                                             ("gnn", True))
+             for g, j in ((8, 32), (64, 256))]
     table = "decision latency (lock, reconcile, graph, scoring every candidate, write)\n" + "\n".join(
-        f"  {c['policy']:>5}: {c['gpus']:>3} GPUs / {c['jobs']:>3} jobs: {c['candidates']:>4} candidates, "
+        f"  {c['policy']:>20}: {c['gpus']:>3} GPUs / {c['jobs']:>3} jobs: {c['candidates']:>4} candidates, "
         f"p50 {c['p50_ms']:.1f} ms, p99 {c['p99_ms']:.1f} ms" for c in cases) + \
         "\n  goals: p50 <= 20 ms (8/32), <= 200 ms (64/256)"
     emit({"cases": cases}, args.json, table)

@@ -105,7 +105,7 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
     from ecolaunch.sim.trace_registry import MEASURED, MODEL, TRACES, gpus_label, trace_names
 
     out: dict = {"seeds": list(seeds), "traces": {}, "vs_exclusive": {}, "machines": {}, "wall_s": {}, "world": {},
-                 "folds": None, "coverage": {}}
+                 "folds": None, "first_curve_z_pooled": None, "coverage": {}}
     todo = []
     if "measured" in worlds:
         todo += [(name, "measured", None, 1) for name in trace_names(MEASURED)]
@@ -583,7 +583,7 @@ def main() -> None:
 
     from ecolaunch.sim.policies import sim_policy_names
 
-    policies = args.policy or [*sim_policy_names(), *ABLATIONS, *FIRST_CURVE_ROWS]
+    policies = args.policy or [*sim_policy_names(), "no-gnn", *ABLATIONS, *FIRST_CURVE_ROWS]
     worlds = ["measured", "model"] if args.world == "both" else [args.world]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     result = run_all(seeds, policies, worlds, args.trace, args.folds, args.cache)

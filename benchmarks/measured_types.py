@@ -246,9 +246,70 @@ def run(sources: tuple[str, ...] = SOURCES, *, holdout: bool = True, cache: Path
                                       "power_max_pct": max(c["power"])} for name, c in cells.items()}
         out_sources[source]["faster_than_uncapped"] = sum(r["measured_speed"] > 1.0 for t in types
                                                           if t["source"] == source for r in t["points"])
+    first = first_launch(chosen, weights)
     return {"sources": out_sources, "types": types, "methods": methods,
             "held_out": {m: HELD_OUT[m] for m in methods}, "pairs": PAIRS,
-            "heldout_weights": {network: str(path) for network, path in weights.items()}}
+            "heldout_weights": {network: str(path) for network, path in weights.items()}, "first_launch": first}
+
+
+#: what the first-launch question's methods are (:func:`first_launch`)
+FIRST_METHODS = {
+    "gnn-first": "the GNN's first-launch curve (GnnFirstCurve: the job alone at each cap, nothing of it known but the "
+                 "board), its standard deviation kept back FIRST_CURVE_Z times; held out by network as gnn-heldout",
+    "rule": "the most pessimistic measured Zeus summary curve at the same share of the board's maximum (every "
+            "board; without the window's network), as measured: the rule a skeptic tries first",
+    "prior-max": "the Zeus cap prior (all Zeus curves) read as if the job drew its board's maximum uncapped: what "
+                 "the GNN's features assume of a job whose power is unknown; no learning",
+}
+
+
+def first_launch(chosen: list[dict], weights: dict[str, Path]) -> dict:
+    """The question a first launch asks before anything of it is measured: on each single-GPU type's board, its
+    normalized throughput at each measured cap, from the board alone. Per source and method: the mean
+    |predicted / measured - 1| of the prediction (``time_mean_pct``), and of what the method keeps back (the GNN's
+    prediction less ``FIRST_CURVE_Z`` standard deviations; the others as they are): ``covered_pct``, the share of
+    points measured at least that fast, and ``slack_pct``, how much faster than that they ran on average (the
+    price of the cover, in % of the measured speed)."""
+    from ecolaunch.devices.catalogue import lookup
+    from ecolaunch.jobmodel.capcurve import profile_curve
+    from ecolaunch.jobmodel.profile import Profile
+    from ecolaunch.policy.gnn import FIRST_CURVE_Z, GnnFirstCurve
+    from ecolaunch.sim.truth import zeus_truths
+    from ecolaunch.state.graph import GpuNode
+
+    summary = [t for t in zeus_truths() if t.time_unit == "epoch"]
+    suppliers: dict[str | None, GnnFirstCurve] = {}
+    cells: dict[str, dict[str, list[tuple[float, float, float]]]] = {}
+    for t in (t for t in chosen if t["num_gpus"] == 1):
+        network = t["network"]
+        if network not in suppliers:
+            suppliers[network] = GnnFirstCurve(weights.get(network))
+        gpu = lookup(t["gpu"])
+        speeds = {round(c, 6): (v, sd) for c, v, sd, _ in suppliers[network].speeds(GpuNode.from_model(gpu))}
+        pts = sorted(t["points"], key=lambda p: p.power_cap_w)
+        top = pts[-1]
+        others = [c for c in summary if network is None or c.name.split(" ")[1].split("/")[-1] != network]
+        flat = profile_curve(Profile(iter_time_s=1.0, power_w=gpu.power_limit_max_w), gpu.power_limit_max_w)
+        for p in pts[:-1]:
+            key = round(p.power_cap_w, 6)
+            if key not in speeds:
+                continue
+            measured = top.iter_time_s / p.iter_time_s
+            frac = p.power_cap_w / gpu.power_limit_max_w
+            speed, sd = speeds[key]
+            rule = min(c.iter_time_s(c.max_cap_w) / c.iter_time_s(frac * c.max_cap_w) for c in others)
+            prior = flat.speed(p.power_cap_w, gpu.power_limit_max_w)
+            for name, mean, kept in (("gnn-first", speed, speed - FIRST_CURVE_Z * sd), ("rule", rule, rule),
+                                     ("prior-max", prior, prior)):
+                cells.setdefault(t["source"], {}).setdefault(name, []).append((mean, kept, measured))
+    out = {}
+    for source, methods in cells.items():
+        out[source] = {name: {"points": len(rows),
+                              "time_mean_pct": statistics.fmean(abs(m / y - 1.0) * 100.0 for m, _, y in rows),
+                              "covered_pct": 100.0 * statistics.fmean(y >= k - 1e-9 for _, k, y in rows),
+                              "slack_pct": statistics.fmean(max(0.0, y - k) / y * 100.0 for _, k, y in rows)}
+                       for name, rows in methods.items()}
+    return {"sources": out, "methods": FIRST_METHODS}
 
 
 def table(r: dict) -> str:
@@ -262,6 +323,14 @@ def table(r: dict) -> str:
                          f"{c['time_max_pct']:>9.2f}  {c['power_mean_pct']:>10.2f} {c['power_max_pct']:>10.2f}")
         lines.append(f"{'':<11} ({cells['faster_than_uncapped']} points read faster than uncapped: noise)")
     lines += ["", "held out:", *(f"  {m}: {text}" for m, text in r["held_out"].items()), f"pairs: {r['pairs']}"]
+    first = r["first_launch"]
+    lines += ["", "A first launch, nothing of it measured (the board alone): what is kept back, and what it costs",
+              f"{'source':<11} {'method':<14} {'points':>6}  {'time mean':>9} {'covered %':>9} {'slack %':>8}"]
+    for source, cells in first["sources"].items():
+        for name, c in cells.items():
+            lines.append(f"{source:<11} {name:<14} {c['points']:>6}  {c['time_mean_pct']:>9.2f} "
+                         f"{c['covered_pct']:>9.1f} {c['slack_pct']:>8.2f}")
+    lines += [f"  {m}: {text}" for m, text in first["methods"].items()]
     return "\n".join(lines)
 
 

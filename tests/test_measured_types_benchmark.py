@@ -124,3 +124,29 @@ def test_held_out_networks_name_zeus_curves(monkeypatch) -> None:
     for network in held:
         assert any(k.split(":")[1] == network for k in zeus_keys()), network
         assert measured_types.heldout_prior(network).time_ratio != DEFAULT_PRIOR.time_ratio, network
+
+
+def test_the_first_launch_question_is_scored_on_the_measured_points(doc) -> None:
+    from ecolaunch.devices.catalogue import lookup
+    from ecolaunch.policy.gnn import FIRST_CURVE_Z, GnnFirstCurve
+    from ecolaunch.state.graph import GpuNode
+
+    doc, _ = doc
+    first = doc["first_launch"]
+    assert set(first["methods"]) == {"gnn-first", "rule", "prior-max"}
+    assert set(first["sources"]) == set(SOURCES)
+    h200 = first["sources"]["h200"]
+    points = [p for t in doc["types"] if t["source"] == "h200" for p in t["points"]]
+    assert {c["points"] for c in h200.values()} == {len(points)} and points
+    # the GNN's kept-back prediction at one H200 point, by hand: its speed less FIRST_CURVE_Z standard deviations
+    t = next(t for t in doc["types"] if t["source"] == "h200")
+    rows = {c: (v, sd) for c, v, sd, _ in GnnFirstCurve().speeds(GpuNode.from_model(lookup(t["gpu"])))}
+    covered = []
+    for name in (t["name"] for t in doc["types"] if t["source"] == "h200"):
+        typ = next(x for x in doc["types"] if x["name"] == name)
+        for p in typ["points"]:
+            speed, sd = rows[p["cap_w"]]
+            covered.append(p["measured_speed"] >= speed - FIRST_CURVE_Z * sd - 1e-9)
+    assert h200["gnn-first"]["covered_pct"] == pytest.approx(100.0 * statistics.fmean(covered))
+    for c in h200.values():
+        assert 0.0 <= c["covered_pct"] <= 100.0 and c["slack_pct"] >= 0.0 and c["time_mean_pct"] >= 0.0

@@ -25,9 +25,10 @@ the GNN's, ``learned=True``; each decision says which won (``predicted["learned"
 
 **A first launch** (a job with no measured power: nothing in its history, no colleague's profile of it) is decided
 with the GNN's prediction of its cap curve (:class:`GnnFirstCurve`, put around the budgeted policy by
-:func:`~ecolaunch.policy.registry.get_policy`): the job alone on one of the host's boards at every cap of the 25 W
-grid the cap is chosen on (5 W), from what is known before it runs (the board, the hints), each point's learned standard deviation carried as
-its standard error, so the one cap margin (:func:`ecolaunch.profile.capchoice.cap_margin_pct`, ``z`` = 2.33) keeps
+:func:`~ecolaunch.policy.registry.get_policy`): the job alone on one of the host's boards at every cap of Zeus's
+25 W stride (interpolated on the 5 W grid the cap is chosen on), from what is known before it runs (the board, the
+hints), each point's learned standard deviation carried as its standard error, so the one cap margin
+(:func:`ecolaunch.profile.capchoice.cap_margin_pct`) keeps :data:`FIRST_CURVE_Z` standard deviations of
 that uncertainty back. Under a power budget such a job is admitted at once at a cap inside its bound by that
 prediction and its margin, instead of waiting at its no-curve floor; its profiler and closed loop take over from its
 own measurement as it runs, and what it stores is only what was measured. Such decisions say ``learned=True``.
@@ -36,6 +37,7 @@ Sharing still needs a known memory size.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
@@ -152,6 +154,12 @@ class _GnnScorer:
 FIRST_CURVE_Z = 1.61
 
 
+#: the caps the GNN is asked at for a first launch's curve (Zeus's 25 W stride); the 5 W grid between is interpolated
+#: linearly, speed, standard deviation and power alike (one forward pass of a fifth of the graphs: a launch's
+#: first decision stays within the latency goal)
+ASKED_STEP_W = 25.0
+
+
 class GnnFirstCurve:
     """A first launch's cap curve as the GNN predicts it before anything of the job is measured (module docstring):
     a :class:`~ecolaunch.jobmodel.profile.Profile` for :class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves`, or
@@ -213,22 +221,32 @@ class GnnFirstCurve:
                allowed_slowdown_pct: float = 10.0) -> list[tuple[float, float, float, float]]:
         """``(cap_w, speed, sd, power_w)`` on the grid, ascending: the job known by ``known`` alone on the board of
         ``gpu`` (a :class:`~ecolaunch.state.graph.GpuNode`) at each cap, its normalized throughput made
-        non-increasing towards low caps, the GNN's standard deviation of it and the predicted board power."""
+        non-increasing towards low caps, the GNN's standard deviation of it and the predicted board power (asked at
+        :data:`ASKED_STEP_W`, interpolated between)."""
         # lazy: features and infer load torch, which only a gnn decision needs (see GnnPredictor.scorer)
         from ecolaunch.policy.features import scenario_graph
         from ecolaunch.policy.infer import score_sd  # lazy: as above
 
         doc = {**profile_to_json(dataclasses.replace(known or Profile(), memory_mib=memory_mib)), "id": "first",
                "allowed_slowdown_pct": allowed_slowdown_pct}
-        caps = cap_grid(gpu.power_limit_min_w, gpu.power_limit_max_w, self.step_w)
+        coarse = cap_grid(gpu.power_limit_min_w, gpu.power_limit_max_w, ASKED_STEP_W)
         with _one_thread():
-            thr, power, sd = score_sd([scenario_graph(gpu, cap, [doc]) for cap in caps], _model(self.weights))
-        out = []
+            thr, power, sd = score_sd([scenario_graph(gpu, cap, [doc]) for cap in coarse], _model(self.weights))
+        asked = []
         slowest = 1.0
-        for cap, t, p, s in reversed(list(zip(caps, thr, power, sd))):
+        for t, p, s in reversed(list(zip(thr, power, sd))):
             slowest = min(slowest, max(float(t[0]), 1e-3))
-            out.append((cap, slowest, float(s[0]), max(float(p[0]), 1e-3)))
-        return out[::-1]
+            asked.append((slowest, float(s[0]), max(float(p[0]), 1e-3)))
+        asked.reverse()
+        out = []
+        for cap in cap_grid(gpu.power_limit_min_w, gpu.power_limit_max_w, self.step_w):
+            i = min(bisect.bisect_left(coarse, cap - 1e-9), len(coarse) - 1)
+            if abs(coarse[i] - cap) <= 1e-9 or i == 0:
+                out.append((cap, *asked[i]))
+                continue
+            w = (cap - coarse[i - 1]) / (coarse[i] - coarse[i - 1])
+            out.append((cap, *((1.0 - w) * a + w * b for a, b in zip(asked[i - 1], asked[i]))))
+        return out
 
 
 def _model(weights: Path | None):

@@ -43,9 +43,10 @@ _SUMMARIES = {
              "where the job's measured curve says it spends the least energy within its bound (the profiler's and "
              "the closed loop's one cap choice, with its margin); never shares a GPU; imports neither torch nor the "
              "GNN (`ecolaunch/policy/curve.py`)",
-    "gnn": "the same, plus sharing a GPU where the GNN predicts, sure enough, that every job stays within its bound "
+    "gnn": "the same, plus sharing a GPU where the GNN predicts, sure enough, that every job stays within its bound, "
+           "and capping a first launch nobody has measured from the GNN's predicted curve, its uncertainty kept back "
            "([docs/gnn.md](docs/gnn.md)). Not the default: [docs/benchmarks.md](docs/benchmarks.md) says when it "
-           "shares",
+           "shares and what its first launches are worth",
     "exclusive": "what a careful person does by hand: GPUs nobody else uses (no ecolaunch job, no foreign process), "
                  "least loaded first; a multi-GPU job gets the set with the fastest links (an NVLink island before "
                  "PCIe pairs); default power",
