@@ -32,9 +32,13 @@ the bound kept back), and, in the measured world, three rows for what a first la
 pessimistic curve of the other folds' job types: the rule to beat), ``history-first-curve`` (told what the machine's
 history holds of the same job from another user, else nothing: what the launcher does with any policy),
 ``history-pessimistic-curve`` (that, else the pessimistic curve) and ``exact-first-curve`` (told its true curve: what
-a perfect predictor would add). The simulator's ablation ``no-gnn`` (the gnn policy with its learned part removed) is built as
-the ``curve`` policy under another name, so it is not a row of its own (``--policy no-gnn`` still runs it).
-``learned_pct``: the share of a policy's placements its learned part decided (``Decision.predicted["learned"]``).
+a perfect predictor would add). In the measured world ``gnn`` is what the launcher does with ``--policy gnn``: a
+first launch told another user's measured profile of the same job where there is one, else the GNN's predicted curve
+(:class:`~ecolaunch.policy.gnn.GnnFirstCurve`, each fold's weights keeping back its own cross-fitted ``first_curve_z``,
+:func:`fold_first_z`), and ``no-gnn``, its ablation, the same without the learned parts (the launcher's ``curve``: the
+colleague's profile, else nothing; so it equals ``history-first-curve``); in the model world ``no-gnn`` is the
+``curve`` policy under another name. ``learned_pct``: the share of a policy's placements its learned part decided
+(``Decision.predicted["learned"]``).
 
 Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplotlib) ``energy.png`` (means) into
 ``--out``. ``--json`` prints::
@@ -47,7 +51,9 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "goals": {TRACE: {"gnn_vs_curve_energy_pct" | "gnn_vs_curve_jct_pct" | "violations_over_curve_pp"
                        | "gnn_over_oracle_energy_pct": {"mean", "ci95"}, "met": bool}},
      "first_launch": {TRACE: {"A vs B": {"energy_saved_pct" | "violations_pp": {"mean", "ci95", "per_seed"}}}},
-     "folds": {FOLD: {"types", "weights", "sd_z"}} | null,
+     "learned_first_goal": {TRACE: {"gap_closed_pct" | "over_rule_pct" | "violations_over_curve_pp": {"mean", "ci95"},
+                                    "learned_pct", "met": bool}},
+     "folds": {FOLD: {"types", "weights", "sd_z", "first_curve_z"}} | null, "first_curve_z_pooled": z | null,
      "coverage": {TRACE: {POLICY: {"jobs", "covered_pct", "by_fold": {FOLD: {"jobs", "covered_pct"}}}}},
      "margin_scale": S}
 
@@ -57,7 +63,8 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
 job at its minimum: what ``power-budget``'s budget bounds) and, in the measured world, ``first_launches``,
 ``repeat_launches``, ``oom_failures``. ``vs_exclusive``: each seed's ``100 * (policy / exclusive - 1)``. ``goals``:
 each seed's saving of ``gnn`` against ``curve`` (``100 * (1 - gnn / curve)``), its violations minus ``curve``'s and
-its node energy over the oracle's. ``first_launch`` (traces with ``curve``, the first-curve rows and the oracle):
+its node energy over the oracle's. ``learned_first_goal``: the first-launch issue's goal (:func:`learned_first_goal`).
+``first_launch`` (traces with ``curve``, the first-curve rows and the oracle):
 each seed's node energy saved by each first-curve row and the oracle against ``curve``, by history and exact against
 pessimistic and by exact against history, with the violations' difference. ``coverage`` (measured world, rows
 whose jobs the closed loop caps): of every job capped alone on its GPUs, over all seeds, the share whose true slowdown
@@ -597,9 +604,9 @@ def main() -> None:
         f"(seeds {', '.join(map(str, seeds))}; world {args.world}; {folds}). Every figure is the mean over the seeds "
         "± the half-width of its 95 % interval (Student's t on the seeds); `vs excl.` is the mean of each seed's "
         "difference against `exclusive` (FIFO, default power) on the same seed. `zeus-5w` and `zeus-5w-margin` are "
-        "ablations, not baselines (see the script's docstring); `curve` is the default policy (the simulator's "
-        "`no-gnn` ablation is the same policy); `learned %` is the share of placements the policy's learned part "
-        "decided." + (f" Ablation: every cap margin times {args.margin_scale:g} (`--margin-scale`)."
+        "ablations, not baselines (see the script's docstring); `curve` is the default policy; `no-gnn` is `gnn` "
+        "without its learned parts (in the measured world the launcher's `curve`: `history-first-curve`); "
+        "`learned %` is the share of placements the policy's learned part decided." + (f" Ablation: every cap margin times {args.margin_scale:g} (`--margin-scale`)."
                       if args.margin_scale != 1.0 else "") + "\n\n" + table
         + "\n## Goals (gnn against curve and the oracle, paired by seed)\n\n```json\n"
         + json.dumps(result["goals"], indent=2) + "\n```\n"

@@ -147,7 +147,7 @@ class _GnnScorer:
 #: standard deviations of a first launch's predicted speed its cap margin keeps back (:class:`GnnFirstCurve`): the
 #: 99th percentile of (predicted - measured speed) / sd on measured curves the scoring weights never saw, the coverage
 #: the cap margin aims at (``MARGIN_Z`` = 2.33 standard errors, a one-sided 99 %). ``benchmarks/energy.py`` fits it
-#: per fold of job types (``folds.*.first_curve_z``: 1.50-1.67 on the Zeus V100 and P100 sweeps of the other folds)
+#: per fold of job types (``folds.*.first_curve_z``: 1.50-1.71 on the Zeus V100 and P100 sweeps of the other folds)
 #: and over every fold's held-out curves (``first_curve_z_pooled``: 1.61, this value). The GNN's own standard
 #: deviation is too wide for a job nothing is known of (z = 2.33 would keep back more than every measured curve
 #: needs), so fewer of them are kept back.
