@@ -148,14 +148,29 @@ def off_profile(model: CapCurve, cap_w: float, measured: IterationStats) -> str 
 
 
 def contradiction(points: Sequence[CapPoint]) -> str | None:
-    """Why a job's measured points contradict each other (:func:`undercuts_reference`: a lower cap measured
-    faster than uncapped, beyond the error of both), or None: such a curve was measured while disturbed, and read
-    as it stands it would promise low caps that cost nothing."""
+    """Why a job's measured points contradict each other, or None: a lower cap measured faster than uncapped
+    (:func:`undercuts_reference`), or than a higher measured cap, beyond the error of both (the same test: at least
+    :data:`CONTRADICTION_MIN_PCT`, both points' spreads, ``MARGIN_Z`` standard errors of the two). Such a curve was
+    measured while disturbed (a stall under one cap's window), and read as it stands it would promise low caps that
+    cost nothing, or a slowdown between two caps that no cap causes."""
     if not points:
         return None
     model = fit_curve(points)
-    return next(filter(None, (undercuts_reference(model, p.power_cap_w, point_stats(p)) for p in model.points)),
-                None)
+    found = next(filter(None, (undercuts_reference(model, p.power_cap_w, point_stats(p)) for p in model.points)), None)
+    if found is not None:
+        return found
+    measured = sorted((p for p in model.points if p.power_cap_w < model.reference_cap_w - _EPS),
+                      key=lambda p: p.power_cap_w)
+    for i, low in enumerate(measured):
+        for high in measured[i + 1:]:
+            error = max(CONTRADICTION_MIN_PCT, low.iter_time_cv_pct or 0.0, high.iter_time_cv_pct or 0.0,
+                        MARGIN_Z * math.hypot(low.se_pct, high.se_pct))
+            faster = 100.0 * (1.0 - low.iter_time_s / high.iter_time_s)
+            if faster > error:
+                return (f"{low.iter_time_s * 1e3:.4g} ms per iteration at {low.power_cap_w:.0f} W is {faster:.0f} % "
+                        f"faster than {high.iter_time_s * 1e3:.4g} ms at {high.power_cap_w:.0f} W, which no lower "
+                        "cap does")
+    return None
 
 
 def undercuts_reference(model: CapCurve, cap_w: float, measured: IterationStats) -> str | None:

@@ -302,3 +302,17 @@ def test_no_cap_is_predicted_faster_than_uncapped() -> None:
     assert choice.slowdown_pct >= 0.0 and "slowdown -" not in choice.reason
     assert cc.contradiction(points) is not None and "faster than" in cc.contradiction(points)
     assert cc.contradiction([CapPoint(400.0, 0.1, 300.0, 15, 2.0), CapPoint(250.0, 0.098, 250.0, 15, 2.0)]) is None
+
+
+def test_a_lower_cap_faster_than_a_higher_one_beyond_their_spreads_contradicts_the_profile() -> None:
+    """The audit's contended run (issue 23): 31.8 ms at 125 W with a 76 % spread, between 3.4 ms at 100 W and
+    uncapped. No cap test against the reference catches it (125 W is slower than uncapped, as caps are); the pair does."""
+    points = [CapPoint(100.0, 0.0034, 90.0, 15, 5.0), CapPoint(125.0, 0.0318, 110.0, 15, 76.0),
+              CapPoint(400.0, 0.0034, 125.0, 30, 3.0)]
+    why = cc.contradiction(points)
+    assert why is not None and "at 100 W is 89 % faster than 31.8 ms at 125 W" in why
+    # within the larger spread of the two, or the 10 % floor, it is noise, not a contradiction
+    assert cc.contradiction([CapPoint(100.0, 0.0034, 90.0, 15, 5.0), CapPoint(125.0, 0.0037, 110.0, 15, 12.0),
+                             CapPoint(400.0, 0.0034, 125.0, 30, 3.0)]) is None
+    assert cc.contradiction([CapPoint(100.0, 0.040, 90.0, 15, 2.0), CapPoint(150.0, 0.043, 110.0, 15, 2.0),
+                             CapPoint(400.0, 0.030, 125.0, 30, 2.0)]) is None  # 7 % faster: under the floor
