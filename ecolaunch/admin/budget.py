@@ -429,7 +429,8 @@ def least_total_w(rules: Rules, gpus: Sequence[GpuNode], usable: Sequence[GpuNod
 
 
 # --- what the state graph records -------------------------------------------------------------------------------
-#: (host, budget) pairs whose "floors need more than the budget" warning this process has printed
+#: (host, budget) pairs whose "floors need more than the budget" warning this process has printed, since the host's
+#: caps last fitted its budget
 _OVER_BUDGET_SAID: set[tuple[str, float]] = set()
 
 
@@ -452,9 +453,11 @@ def rebalance(state: StateGraph, rules: Rules, priors: Priors = default_prior) -
             held = [dataclasses.replace(d, floor_w=min(d.floor_w, _booked_w(state, d)))
                     if d.job_id is not None and d.curve else d for d in demands]
             caps = allocate(held, budget)
-        if caps is None:
-            # said once per process and host; with no job running, the budget is below the idle GPUs' floors, which
-            # admission refuses with its own error ("no job can run under it")
+        if caps is not None:  # it fits again: a later time it does not is said again (a long-running agent)
+            _OVER_BUDGET_SAID.difference_update({k for k in _OVER_BUDGET_SAID if k[0] == host.name})
+        else:
+            # said once per process and host while it lasts; with no job running, the budget is below the idle GPUs'
+            # floors, which admission refuses with its own error ("no job can run under it")
             running = any(j.host == host.name for j in state.running_jobs())
             if running and (host.name, budget) not in _OVER_BUDGET_SAID:
                 _OVER_BUDGET_SAID.add((host.name, budget))

@@ -46,10 +46,10 @@ from ecolaunch.jobmodel.capcurve import CapPrior, Priors, default_prior
 from ecolaunch.jobmodel.codec import profile_to_json
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, MARGIN_Z
-from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.policy.curve import AloneOnCandidate
 from ecolaunch.policy.energy import SD_Z, Candidate, EnergyAwarePolicy, Outcome
+from ecolaunch.profile.capchoice import CHOICE_STEP_W, MARGIN_Z
+from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.state.graph import StateGraph
 
 

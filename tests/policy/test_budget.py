@@ -205,7 +205,8 @@ def test_a_job_whose_measured_floor_rose_keeps_its_booked_cap_rather_than_break_
 
 def test_floors_over_the_budget_are_said_once_and_only_while_jobs_run(caplog) -> None:
     """The admin lowered the budget under two running jobs: each is held at its floor, said once however often the
-    caps are rebalanced; a host with no job running says nothing here (admission refuses such a budget itself)."""
+    caps are rebalanced, and again only after the caps fitted in between; a host with no job running says nothing here
+    (admission refuses such a budget itself)."""
     import logging
 
     from ecolaunch.admin import budget
@@ -224,6 +225,10 @@ def test_floors_over_the_budget_are_said_once_and_only_while_jobs_run(caplog) ->
         caplog.clear()
         rebalance(machine(), Rules(power_max_total_w=300.0))  # no job running: 4 idle GPUs x 100 W > 300 W
         assert [r for r in caplog.records if "power budget" in r.getMessage()] == []
+        # the admin raises the budget (it fits), then lowers it again: a long-running agent says it again
+        rebalance(graph, Rules(power_max_total_w=1600.0))
+        rebalance(graph, rules)
+        assert len([r for r in caplog.records if "power budget" in r.getMessage()]) == 1
 
 
 def test_a_job_without_a_curve_keeps_what_it_asked_and_the_others_make_room() -> None:
