@@ -56,6 +56,8 @@ for hook in (None, ecolaunch.allreduce_wait_hook):
 assert torch.allclose(grads[0], grads[1]), grads
 print("same", flush=True)
 dist.destroy_process_group()
+os._exit(0)  # torch 2.13's gloo sometimes aborts in its exit-time destructors ("terminate called without an active
+             # exception", docs/known-issues.md): what is checked is done, so the interpreter's teardown is skipped
 """
     import socket
 
