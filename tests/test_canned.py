@@ -89,7 +89,44 @@ def test_cli_without_a_backend_says_why_and_still_times(tmp_path: Path, monkeypa
     assert doc["iter_time_s"] > 0
 
 
-@pytest.mark.parametrize("argv", [["mm", "--steps", "0"], ["mm", "--steps", "3", "--warmup", "3"], ["gemm"]])
+def test_a_duty_cycle_idles_after_each_iterations_work(monkeypatch) -> None:
+    slept = []
+    monkeypatch.setattr(canned.time, "sleep", slept.append)
+    w = build("mm", "cpu", busy_pct=25.0)
+    assert w.busy_pct == 25.0 and w.what.endswith("then idle for 3x as long (busy 25 %)")
+    t0 = canned.time.perf_counter()
+    w.step()
+    work_s = canned.time.perf_counter() - t0
+    assert len(slept) == 1 and 0 < slept[0] <= 3.0 * work_s  # three times the work's own time, measured inside
+    assert slept[0] >= 3.0 * work_s * 0.5
+    slept.clear()
+    full = build("mm", "cpu")
+    full.step()
+    assert full.busy_pct == 100.0 and slept == [] and "idle" not in full.what
+    for bad in (0, -5, 150, True, "30"):
+        with pytest.raises(ValueError, match="busy percentage must be a number in"):
+            build("mm", "cpu", busy_pct=bad)
+
+
+def test_the_stand_in_of_a_duty_cycle_shows_its_share_of_the_load(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ECOLAUNCH_SIMULATE", SPEC)
+    monkeypatch.setenv("ECOLAUNCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("ECOLAUNCH_POLICY", "")
+    out = tmp_path / "r.json"
+    assert canned.main(["mm", "--steps", "6", "--warmup", "1", "--result", str(out), "--device", "cpu",
+                        "--busy-pct", "30"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["busy_pct"] == 30.0 and "busy 30 %" in doc["what"]
+    meter = canned.open_meter("cpu", "mm", busy_pct=30.0)
+    snap = meter.snapshot()
+    sm, mem, frac = canned.STAND_IN_LOADS["mm"]
+    assert snap.util_gpu_pct == pytest.approx(sm * 0.3, abs=1.0) and snap.util_mem_pct == pytest.approx(mem * 0.3, abs=1.0)
+    # 30 % of the way from the catalogue's 50 W idle (an assumption there) to the stand-in's 380 W
+    assert snap.power_w == pytest.approx(50.0 + 0.3 * (frac * 400.0 - 50.0), rel=0.05)
+
+
+@pytest.mark.parametrize("argv", [["mm", "--steps", "0"], ["mm", "--steps", "3", "--warmup", "3"], ["gemm"],
+                                  ["mm", "--busy-pct", "0"], ["mm", "--busy-pct", "101"]])
 def test_bad_arguments_exit_2(argv) -> None:
     with pytest.raises(SystemExit) as info:
         canned.main(argv)

@@ -15,16 +15,21 @@ simulated GPUs (``ECOLAUNCH_SIMULATE``) runs the same code end to end; its figur
 Every iteration ends with ``torch.cuda.synchronize()`` on a GPU and with :func:`ecolaunch.step`, so a launch by
 ecolaunch profiles it like any instrumented training script.
 
+**Duty cycle** (``busy_pct``, ``--busy-pct P``): each iteration's work is followed by an idle gap on the host (a
+sleep of the work's own time x (100 / P - 1)), as a data loader or a host-side step leaves a GPU idle; the GPU is
+busy about P % of the time. 100 (default): no gap. The pair a GPU shares well is made of such jobs.
+
 Command line (one worker; under ``torchrun`` or ``ecolaunch`` as the script, or plain ``python``)::
 
     python -m ecolaunch.calibrate.canned mm|bw|mlp --steps N --warmup K --result FILE [--device auto|cuda|cpu]
+                                                   [--busy-pct P]
 
 It runs ``N`` iterations and measures the last ``N - K`` inside the loop: wall time per iteration, and the GPU's
 energy over them from its energy counter, read through the same backend selection as the launcher
 (``ECOLAUNCH_SIMULATE`` picks simulated GPUs, else NVML; :func:`open_meter`). Rank 0 writes the result to ``FILE``
 as JSON (atomically); it prints nothing. Fields: ``workload``, ``what``, ``device``, ``gpu_uuid``,
 ``energy_source`` (``nvml``, ``simulated`` or null), ``energy_error`` (why there is no energy, or null),
-``stand_in_load`` (see :func:`open_meter`), ``steps``, ``warmup``, ``profiling`` (``ecolaunch.is_profiling()``),
+``stand_in_load`` (see :func:`open_meter`), ``steps``, ``warmup``, ``busy_pct``, ``profiling`` (``ecolaunch.is_profiling()``),
 and the figures of :func:`measure`. Unknown figures are null.
 
 Python API for other tools (``benchmarks/gpu_check.py``, ``ecolaunch calibrate``): :func:`build` returns a
@@ -48,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import EcolaunchError
 from ecolaunch.profile import hooks
 from ecolaunch.runtime import open_gpus, resolve
@@ -65,18 +71,22 @@ class Workload:
     device: str  # "cuda:N" or "cpu"
     what: str  # one iteration in words
     step: Callable[[], None]
+    busy_pct: float = 100.0  # the share of each iteration the device works (module docstring: duty cycle)
 
 
-def build(name: str, device: str = "auto") -> Workload:
-    """Allocate ``name``'s tensors on ``device`` (``auto``: ``cuda:LOCAL_RANK`` when CUDA is available, else cpu).
+def build(name: str, device: str = "auto", busy_pct: float = 100.0) -> Workload:
+    """Allocate ``name``'s tensors on ``device`` (``auto``: ``cuda:LOCAL_RANK`` when CUDA is available, else cpu);
+    ``busy_pct``: the duty cycle (module docstring), in (0, 100].
 
     Raises:
-        ValueError: an unknown workload or device.
+        ValueError: an unknown workload or device, or a duty cycle outside (0, 100].
     """
     import torch
 
     if name not in NAMES:
         raise ValueError(f"unknown workload {name!r}: choose one of {', '.join(NAMES)}")
+    if isinstance(busy_pct, bool) or not isinstance(busy_pct, (int, float)) or not 0 < busy_pct <= 100:
+        raise ValueError(f"busy percentage must be a number in (0, 100], got {busy_pct!r}")
     if device == "auto":
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
     elif device == "cuda":
@@ -89,12 +99,18 @@ def build(name: str, device: str = "auto") -> Workload:
         torch.cuda.set_device(torch.device(device))
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     what, body = _BUILDERS[name](torch, device, gpu)
+    idle_per_busy = 100.0 / float(busy_pct) - 1.0
 
     def step() -> None:
+        start = time.perf_counter()
         body()
         sync()
+        if idle_per_busy > 0:  # the device idles while the host "loads the next batch"
+            time.sleep((time.perf_counter() - start) * idle_per_busy)
 
-    return Workload(name, device, what, step)
+    if idle_per_busy > 0:
+        what += f", then idle for {idle_per_busy:.3g}x as long (busy {float(busy_pct):g} %)"
+    return Workload(name, device, what, step, float(busy_pct))
 
 
 def _mm(torch: Any, device: str, gpu: bool) -> tuple[str, Callable[[], None]]:
@@ -190,7 +206,7 @@ class GpuMeter:
 
 
 def open_meter(device: str, workload: str | None = None, env: dict[str, str] | None = None, *,
-               stand_in: bool | None = None) -> GpuMeter:
+               stand_in: bool | None = None, busy_pct: float = 100.0) -> GpuMeter:
     """Open the GPU that ``device`` computes on, as the launcher would (``ECOLAUNCH_SIMULATE``, state directory).
 
     On simulated GPUs a CPU ``device`` does nothing a GPU can see, so this process attaches itself with
@@ -199,7 +215,8 @@ def open_meter(device: str, workload: str | None = None, env: dict[str, str] | N
     that knows the job (a repeat launch) attaches the job's profile itself. A process that attached before attaches
     again (a new workload replaces its load). ``stand_in=True`` attaches whatever the GPU reports (the second
     workload of a pair, ``ecolaunch calibrate``); ``False`` never. The iteration time of the CPU stand-in does not
-    answer caps.
+    answer caps. A stand-in of a duty cycle ``busy_pct`` (:func:`build`) shows that share of its utilization and of
+    its power above the board's idle power (the catalogue's, an assumption there).
     """
     env = dict(os.environ) if env is None else env
     try:
@@ -215,11 +232,22 @@ def open_meter(device: str, workload: str | None = None, env: dict[str, str] | N
         wanted = (own or not snap.util_gpu_pct) if stand_in is None else stand_in
         if device == "cpu" and workload in STAND_IN_LOADS and wanted:
             sm_pct, mem_pct, power_frac = STAND_IN_LOADS[workload]
-            meter.stand_in = backend.attach(uuid, os.getpid(), _STAND_IN_MEMORY_MIB, util_gpu_pct=sm_pct,
-                                            util_mem_pct=mem_pct, power_w=power_frac * (snap.power_limit_max_w or 0.0))
+            duty = busy_pct / 100.0
+            busy_w = power_frac * (snap.power_limit_max_w or 0.0)
+            idle_w = min(busy_w, _idle_power_w(snap.name))
+            meter.stand_in = backend.attach(uuid, os.getpid(), _STAND_IN_MEMORY_MIB, util_gpu_pct=sm_pct * duty,
+                                            util_mem_pct=mem_pct * duty, power_w=idle_w + (busy_w - idle_w) * duty)
         return meter
     except EcolaunchError as e:
         return GpuMeter(None, None, str(e) + (f" (HINT: {e.hint})" if e.hint else ""))
+
+
+def _idle_power_w(name: str) -> float:
+    """The catalogue's idle power of board ``name`` (an assumption there); 0 for a board it does not know."""
+    try:
+        return float(lookup(name).idle_power_w or 0.0)
+    except EcolaunchError:
+        return 0.0
 
 
 def _device_uuid(device: str, env: dict[str, str], gpus: Sequence[Any]) -> str | None:
@@ -304,6 +332,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=10, help="iterations before the timed ones (default 10)")
     p.add_argument("--result", type=Path, help="write the figures here as JSON (rank 0 only)")
     p.add_argument("--device", default="auto", help="auto (default), cuda or cpu")
+    p.add_argument("--busy-pct", type=float, default=100.0, metavar="P",
+                   help="duty cycle: the device works P %% of each iteration and idles the rest, as a job waiting on "
+                        "its data loader (default 100: no idle gap)")
     return p
 
 
@@ -312,14 +343,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.steps < 1 or not 0 <= args.warmup < args.steps:
         _parser().error(f"need --steps >= 1 and 0 <= --warmup < --steps (got {args.steps}, {args.warmup})")
-    workload = build(args.workload, args.device)
-    meter = open_meter(workload.device, workload.name)
+    if not 0 < args.busy_pct <= 100:
+        _parser().error(f"--busy-pct must be in (0, 100], got {args.busy_pct:g}: the share of each iteration the "
+                        "device works")
+    workload = build(args.workload, args.device, args.busy_pct)
+    meter = open_meter(workload.device, workload.name, busy_pct=workload.busy_pct)
     figures = measure(workload, args.steps, args.warmup, meter.energy_j if meter.backend else None, hooks.step)
     if args.result is not None and os.environ.get("RANK", "0") == "0":
         _write_json(args.result, {
             "workload": workload.name, "what": workload.what, "device": workload.device, "gpu_uuid": meter.uuid,
             "energy_source": meter.kind, "energy_error": meter.error, "stand_in_load": meter.stand_in,
-            "steps": args.steps, "warmup": args.warmup, "profiling": hooks.is_profiling(), **figures,
+            "steps": args.steps, "warmup": args.warmup, "busy_pct": workload.busy_pct,
+            "profiling": hooks.is_profiling(), **figures,
         })
     return 0
 
