@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -58,7 +59,8 @@ from ecolaunch.errors import EcolaunchError
 from ecolaunch.profile import hooks
 from ecolaunch.runtime import open_gpus, resolve
 
-__all__ = ["NAMES", "STAND_IN_LOADS", "GpuMeter", "Workload", "build", "main", "measure", "open_meter", "run_for"]
+__all__ = ["NAMES", "STAND_IN_LOADS", "GpuMeter", "Workload", "build", "main", "measure", "open_meter", "parse_spec",
+           "run_for"]
 
 NAMES = ("mm", "bw", "mlp")
 
@@ -156,6 +158,24 @@ def _mlp(torch: Any, device: str, gpu: bool) -> tuple[str, Callable[[], None]]:
 
 
 _BUILDERS = {"mm": _mm, "bw": _bw, "mlp": _mlp}
+
+
+def parse_spec(spec: str) -> tuple[str, float]:
+    """A workload as ``ecolaunch calibrate --workloads`` names it: ``NAME`` (busy all the time) or ``NAME@P`` (a duty
+    cycle of ``P`` %, e.g. ``mm@30``) -> ``(name, busy_pct)``. Raises ValueError naming what is wrong."""
+    name, sep, pct = str(spec).strip().partition("@")
+    if name not in NAMES:
+        raise ValueError(f"unknown workload {spec!r}: choose one of {', '.join(NAMES)}, optionally with @P, a duty "
+                         "cycle in % (e.g. mm@30)")
+    if not sep:
+        return name, 100.0
+    try:
+        busy = float(pct)
+    except ValueError:
+        busy = math.nan
+    if not 0 < busy <= 100:
+        raise ValueError(f"workload {spec!r}: the duty cycle after @ must be a number in (0, 100], e.g. {name}@30")
+    return name, busy
 
 
 def run_for(workload: Workload, seconds: float) -> tuple[int, float]:

@@ -12,14 +12,16 @@ from ecolaunch.admin.agent import agent_alive
 from ecolaunch.calibrate.booking import Occupant
 from ecolaunch.errors import ConfigError
 from ecolaunch.state.graph import GpuNode
-from ecolaunch.calibrate.canned import NAMES
+from ecolaunch.calibrate.canned import NAMES, parse_spec
 
 __all__ = ["Settings", "cap_access", "choose_gpus"]
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """What to measure, and for how long (``ecolaunch calibrate``'s options)."""
+    """What to measure, and for how long (``ecolaunch calibrate``'s options). ``workloads``: canned workload names,
+    each optionally with a duty cycle (``mm@30``: :func:`~ecolaunch.calibrate.canned.parse_spec`), measured alone and
+    in every pair, under that name."""
 
     workloads: tuple[str, ...] = NAMES
     seconds: float = 8.0
@@ -30,9 +32,14 @@ class Settings:
     force: bool = False
 
     def __post_init__(self) -> None:
-        unknown = [w for w in self.workloads if w not in NAMES]
-        if not self.workloads or unknown or len(set(self.workloads)) != len(self.workloads):
-            raise ConfigError(f"workloads {','.join(self.workloads)!r}: name each of {', '.join(NAMES)} at most once")
+        for w in self.workloads:
+            try:
+                parse_spec(w)
+            except ValueError as e:
+                raise ConfigError(str(e), hint="e.g. --workloads mm,bw,mlp,mm@30") from None
+        if not self.workloads or len(set(self.workloads)) != len(self.workloads):
+            raise ConfigError(f"workloads {','.join(self.workloads)!r}: name each of {', '.join(NAMES)} (optionally "
+                              "@P, a duty cycle in %) at most once")
         for name in ("seconds", "budget_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")

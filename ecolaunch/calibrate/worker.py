@@ -216,9 +216,10 @@ def serve(device: str, out: IO[str], settings: Mapping[str, str] | None = None) 
             if kind == "load":
                 workload = meter = None
                 _free_cuda()
-                workload = canned.build(str(cmd["workload"]), device)
+                name, busy_pct = canned.parse_spec(str(cmd["workload"]))
+                workload = canned.build(name, device, busy_pct)
                 meter = canned.open_meter(workload.device, workload.name, {**os.environ, **(settings or {})},
-                                             stand_in=True)
+                                             stand_in=True, busy_pct=workload.busy_pct)
                 iters, _ = canned.run_for(workload, float(cmd.get("warmup_s", 0.0)))
                 if iters < 2:
                     workload.step()

@@ -50,7 +50,8 @@ class _Stopped(Exception):
 @click.option("--budget-s", type=click.FloatRange(min=1.0), default=540.0, show_default=True,
               help="Time limit per GPU: measurements that would end later are skipped (and listed).")
 @click.option("--workloads", default="mm,bw,mlp", show_default=True,
-              help="Canned workloads to measure (ecolaunch.calibrate.canned): compute-, memory-, launch-bound.")
+              help="Canned workloads to measure (ecolaunch.calibrate.canned): compute-, memory-, launch-bound; "
+                   "NAME@P runs one busy P % of each iteration, idle the rest (e.g. mm@30: an underused GPU).")
 @click.option("--no-caps", is_flag=True,
               help="Measure at the current cap only (alone and pairs): needs neither root nor the cap agent.")
 @click.option("--no-mps", is_flag=True, help="Leave out the pairs under MPS.")

@@ -264,7 +264,27 @@ def test_usage_errors_name_the_option(sim_env) -> None:
     assert bad_gpu.returncode == 2 and "--gpu '7' names no GPU of this host" in bad_gpu.stderr
     bad_workload = calibrate(env, "--workloads", "mm,resnet")
     assert bad_workload.returncode == 2
-    assert "workloads 'mm,resnet': name each of mm, bw, mlp at most once" in bad_workload.stderr
+    assert "unknown workload 'resnet': choose one of mm, bw, mlp, optionally with @P" in bad_workload.stderr
+    bad_duty = calibrate(env, "--workloads", "mm@0")
+    assert bad_duty.returncode == 2 and "the duty cycle after @ must be a number in (0, 100]" in bad_duty.stderr
+    twice = calibrate(env, "--workloads", "mm,mm")
+    assert twice.returncode == 2 and "name each of mm, bw, mlp (optionally @P" in twice.stderr
+
+
+def test_a_workload_with_a_duty_cycle_is_measured_alone_and_in_pairs_under_its_name(sim_env, state_dir: Path) -> None:
+    env = sim_env(ONE)
+    done = calibrate(env, *FAST, "--no-caps", "--workloads", "mm,mm@25", "--json")
+    assert done.returncode == 0, done.stderr
+    (doc,) = json.loads(done.stdout)
+    alone = {e["workload"]: e for e in doc["alone"]}
+    assert set(alone) == {"mm", "mm@25"}
+    assert "busy 25 %" in doc["workloads"]["mm@25"]["what"]
+    # the stand-in of a GPU busy a quarter of the time shows a quarter of the utilization
+    assert alone["mm@25"]["sm_util_pct"] == pytest.approx(alone["mm"]["sm_util_pct"] / 4, abs=2.0)
+    assert alone["mm@25"]["power_w"] < alone["mm"]["power_w"]
+    assert [p["workloads"] for p in doc["pairs"]] == [["mm", "mm"], ["mm", "mm@25"], ["mm@25", "mm@25"]]
+    data = calibration_samples(state_dir, simulated=True)  # policy train reads them as any other workload
+    assert data.summary()["pairs"] == 3, data.summary()
 
 
 def _gpu(index: int, name: str) -> GpuNode:
