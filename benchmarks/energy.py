@@ -606,8 +606,9 @@ def main() -> None:
         "difference against `exclusive` (FIFO, default power) on the same seed. `zeus-5w` and `zeus-5w-margin` are "
         "ablations, not baselines (see the script's docstring); `curve` is the default policy; `no-gnn` is `gnn` "
         "without its learned parts (in the measured world the launcher's `curve`: `history-first-curve`); "
-        "`learned %` is the share of placements the policy's learned part decided." + (f" Ablation: every cap margin times {args.margin_scale:g} (`--margin-scale`)."
-                      if args.margin_scale != 1.0 else "") + "\n\n" + table
+        "`learned %` is the share of placements the policy's learned part decided."
+        + (f" Ablation: every cap margin times {args.margin_scale:g} (`--margin-scale`)."
+           if args.margin_scale != 1.0 else "") + "\n\n" + table
         + "\n## Goals (gnn against curve and the oracle, paired by seed)\n\n```json\n"
         + json.dumps(result["goals"], indent=2) + "\n```\n"
         + ("\n## First launches told a curve (paired by seed against `curve`)\n\n" + first_launch_table(result)

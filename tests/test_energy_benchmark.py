@@ -163,3 +163,40 @@ def test_the_margin_ablation_scales_every_cap_margin_and_refuses_a_negative_scal
     ran = subprocess.run([sys.executable, str(BENCHMARKS / "energy.py"), "--margin-scale", "-1"], env=clean_env(),
                          capture_output=True, text=True, timeout=120)
     assert ran.returncode == 2 and "--margin-scale must be a number >= 0, got -1.0" in ran.stderr
+
+
+def test_the_first_launch_goal_is_the_gap_closed_paired_by_seed(energy) -> None:
+    def row(node: list[float], viol: list[float], learned: float = 0.0) -> dict:
+        out = energy.over_seeds([{"node_energy_kwh": n, "qos_violations_pct": v, "learned_pct": learned}
+                                 for n, v in zip(node, viol)])
+        return out
+
+    curve = row([100.0, 200.0, 300.0], [2.0, 2.0, 2.0])
+    oracle = row([90.0, 180.0, 270.0], [0.0, 0.0, 0.0])
+    rule = row([99.0, 198.0, 297.0], [2.0, 2.0, 2.0])
+    gnn = row([92.0, 184.0, 276.0], [2.0, 2.0, 2.0], learned=5.0)  # 80 % of each seed's gap, 7 points over the rule
+    goal = energy.learned_first_goal({"t": {"gnn": gnn, "curve": curve, "oracle": oracle, "pessimistic-curve": rule}})
+    assert goal["t"]["gap_closed_pct"] == {"mean": pytest.approx(80.0), "ci95": pytest.approx(0.0, abs=1e-9)}
+    assert goal["t"]["over_rule_pct"]["mean"] == pytest.approx(100 * (1 - 92 / 99), abs=1e-3)
+    assert goal["t"]["learned_pct"] == 5.0 and goal["t"]["met"] is True
+    # the same mean gap closed, but unlearned: not met; and one seed at 50 %: its interval reaches below 75 %
+    assert energy.learned_first_goal({"t": {"gnn": row([92.0, 184.0, 276.0], [2.0] * 3), "curve": curve,
+                                            "oracle": oracle, "pessimistic-curve": rule}})["t"]["met"] is False
+    uneven = row([95.0, 180.0, 272.0], [2.0] * 3, learned=5.0)
+    goal = energy.learned_first_goal({"t": {"gnn": uneven, "curve": curve, "oracle": oracle, "pessimistic-curve": rule}})
+    assert goal["t"]["gap_closed_pct"]["mean"] == pytest.approx((50.0 + 100.0 + 93.33333) / 3, abs=1e-3)
+    assert goal["t"]["met"] is False
+
+
+def test_each_folds_first_curve_z_is_fitted_on_the_other_folds_curves_only(energy) -> None:
+    from ecolaunch.policy.gnn import GnnFirstCurve
+    from ecolaunch.policy.infer import DEFAULT_WEIGHTS
+    from ecolaunch.sim.first_curves import first_curve_errors, first_curve_z
+
+    world = MeasuredWorld()
+    folds = {k: (world.fold_types(k), DEFAULT_WEIGHTS) for k in (0, 1)}  # the shipped weights stand in for each fold
+    per_fold, pooled = energy.fold_first_z(folds)
+    own = {k: first_curve_errors(GnnFirstCurve(DEFAULT_WEIGHTS), world.fold_curves(k)) for k in (0, 1)}
+    assert per_fold[0] == pytest.approx(first_curve_z(own[1]))  # fold 0's z from fold 1's curves
+    assert per_fold[1] == pytest.approx(first_curve_z(own[0]))
+    assert pooled == pytest.approx(first_curve_z(own[0] + own[1]), abs=1e-4)
