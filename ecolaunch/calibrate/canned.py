@@ -58,6 +58,7 @@ from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import EcolaunchError
 from ecolaunch.profile import hooks
 from ecolaunch.runtime import open_gpus, resolve
+from ecolaunch.validate import number_or_none
 
 __all__ = ["NAMES", "STAND_IN_LOADS", "GpuMeter", "Workload", "build", "main", "measure", "open_meter", "parse_spec",
            "run_for"]
@@ -87,7 +88,7 @@ def build(name: str, device: str = "auto", busy_pct: float = 100.0) -> Workload:
 
     if name not in NAMES:
         raise ValueError(f"unknown workload {name!r}: choose one of {', '.join(NAMES)}")
-    if isinstance(busy_pct, bool) or not isinstance(busy_pct, (int, float)) or not 0 < busy_pct <= 100:
+    if number_or_none(busy_pct, hi=100.0, positive=True) is None:
         raise ValueError(f"busy percentage must be a number in (0, 100], got {busy_pct!r}")
     if device == "auto":
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
@@ -173,7 +174,7 @@ def parse_spec(spec: str) -> tuple[str, float]:
         busy = float(pct)
     except ValueError:
         busy = math.nan
-    if not 0 < busy <= 100:
+    if number_or_none(busy, hi=100.0, positive=True) is None:
         raise ValueError(f"workload {spec!r}: the duty cycle after @ must be a number in (0, 100], e.g. {name}@30")
     return name, busy
 
@@ -363,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.steps < 1 or not 0 <= args.warmup < args.steps:
         _parser().error(f"need --steps >= 1 and 0 <= --warmup < --steps (got {args.steps}, {args.warmup})")
-    if not 0 < args.busy_pct <= 100:
+    if number_or_none(args.busy_pct, hi=100.0, positive=True) is None:
         _parser().error(f"--busy-pct must be in (0, 100], got {args.busy_pct:g}: the share of each iteration the "
                         "device works")
     workload = build(args.workload, args.device, args.busy_pct)
