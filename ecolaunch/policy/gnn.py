@@ -37,7 +37,6 @@ Sharing still needs a known memory size.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
@@ -207,7 +206,7 @@ class GnnFirstCurve:
         return self._cache[key]
 
     def _predict(self, gpu, known: Profile, job: JobRequest) -> Profile:
-        t0 = known.iter_time_s or _default_iter_time_s(self.weights)
+        t0 = known.iter_time_s or _model(self.weights).config.default_iter_time_s
         scale = self.z / MARGIN_Z  # the margin keeps back MARGIN_Z standard errors: z standard deviations
         points = []
         for cap, speed, sd, power in self.speeds(gpu, known, job.memory_mib, job.allowed_slowdown_pct):
@@ -223,6 +222,8 @@ class GnnFirstCurve:
         ``gpu`` (a :class:`~ecolaunch.state.graph.GpuNode`) at each cap, its normalized throughput made
         non-increasing towards low caps, the GNN's standard deviation of it and the predicted board power (asked at
         :data:`ASKED_STEP_W`, interpolated between)."""
+        import numpy as np  # lazy: as the two below
+
         # lazy: features and infer load torch, which only a gnn decision needs (see GnnPredictor.scorer)
         from ecolaunch.policy.features import scenario_graph
         from ecolaunch.policy.infer import score_sd  # lazy: as above
@@ -232,21 +233,15 @@ class GnnFirstCurve:
         coarse = cap_grid(gpu.power_limit_min_w, gpu.power_limit_max_w, ASKED_STEP_W)
         with _one_thread():
             thr, power, sd = score_sd([scenario_graph(gpu, cap, [doc]) for cap in coarse], _model(self.weights))
-        asked = []
-        slowest = 1.0
-        for t, p, s in reversed(list(zip(thr, power, sd))):
+        speeds, slowest = [], 1.0
+        for t in reversed(thr):
             slowest = min(slowest, max(float(t[0]), 1e-3))
-            asked.append((slowest, float(s[0]), max(float(p[0]), 1e-3)))
-        asked.reverse()
-        out = []
-        for cap in cap_grid(gpu.power_limit_min_w, gpu.power_limit_max_w, self.step_w):
-            i = min(bisect.bisect_left(coarse, cap - 1e-9), len(coarse) - 1)
-            if abs(coarse[i] - cap) <= 1e-9 or i == 0:
-                out.append((cap, *asked[i]))
-                continue
-            w = (cap - coarse[i - 1]) / (coarse[i] - coarse[i - 1])
-            out.append((cap, *((1.0 - w) * a + w * b for a, b in zip(asked[i - 1], asked[i]))))
-        return out
+            speeds.append(slowest)
+        speeds.reverse()
+        sds = [float(x[0]) for x in sd]
+        watts = [max(float(p[0]), 1e-3) for p in power]
+        fine = cap_grid(gpu.power_limit_min_w, gpu.power_limit_max_w, self.step_w)
+        return list(zip(fine, *(np.interp(fine, coarse, column).tolist() for column in (speeds, sds, watts))))
 
 
 def _model(weights: Path | None):
@@ -255,9 +250,6 @@ def _model(weights: Path | None):
 
     return load_default_model() if weights is None else load_model_cached(weights)
 
-
-def _default_iter_time_s(weights: Path | None) -> float:
-    return _model(weights).config.default_iter_time_s
 
 
 class _one_thread:
