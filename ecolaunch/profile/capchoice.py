@@ -153,12 +153,25 @@ def contradiction(points: Sequence[CapPoint]) -> str | None:
     :data:`CONTRADICTION_MIN_PCT`, both points' spreads, ``MARGIN_Z`` standard errors of the two). Such a curve was
     measured while disturbed (a stall under one cap's window), and read as it stands it would promise low caps that
     cost nothing, or a slowdown between two caps that no cap causes."""
+    found = _contradiction(points)
+    return None if found is None else found[0]
+
+
+def contradicted_cap(points: Sequence[CapPoint]) -> float | None:
+    """The cap whose window :func:`contradiction` reads as disturbed, or None: the higher cap of the first pair that
+    contradicts (no lower cap runs faster, so the higher one's window read slow: a stall), the uncapped reference when
+    a lower cap undercuts it. Measuring that cap once more is what can clear the contradiction."""
+    found = _contradiction(points)
+    return None if found is None else found[1]
+
+
+def _contradiction(points: Sequence[CapPoint]) -> tuple[str, float] | None:
     if not points:
         return None
     model = fit_curve(points)
-    found = next(filter(None, (undercuts_reference(model, p.power_cap_w, point_stats(p)) for p in model.points)), None)
-    if found is not None:
-        return found
+    for p in model.points:
+        if (why := undercuts_reference(model, p.power_cap_w, point_stats(p))) is not None:
+            return why, model.reference_cap_w
     measured = sorted((p for p in model.points if p.power_cap_w < model.reference_cap_w - _EPS),
                       key=lambda p: p.power_cap_w)
     for i, low in enumerate(measured):
@@ -169,7 +182,7 @@ def contradiction(points: Sequence[CapPoint]) -> str | None:
             if faster > error:
                 return (f"{low.iter_time_s * 1e3:.4g} ms per iteration at {low.power_cap_w:.0f} W is {faster:.0f} % "
                         f"faster than {high.iter_time_s * 1e3:.4g} ms at {high.power_cap_w:.0f} W, which no lower "
-                        "cap does")
+                        "cap does"), high.power_cap_w
     return None
 
 

@@ -14,9 +14,10 @@ long and within which caps (``modes``), reading stamps (``channel``) or GPUs (``
 
 Cap 0 is the top of the admin's bounds (the job "uncapped"); after it is measured, :func:`profile_caps`
 picks at most ``max_caps - 1`` lower caps that can bind this job (an input-bound job stops after one).
-When a lower cap ran faster than the top beyond what both measured
+When a lower cap ran faster than a higher one beyond what both measured
 (:func:`~ecolaunch.profile.capchoice.contradiction`: the job was still speeding up after its warm-up, or a window was
-disturbed), the top cap is measured once more, last, and that window replaces the first; a profile that still
+disturbed), the higher cap, whose window read slow (:func:`~ecolaunch.profile.capchoice.contradicted_cap`: the top
+when a lower cap undercut it), is measured once more, last, and that window replaces its first; a profile that still
 contradicts itself is not kept (the job runs uncapped; its next launch profiles it again).
 Caps are set through the run's :class:`~ecolaunch.profile.runcaps.RunCaps`, only inside the bounds; on DONE
 every GPU gets back the cap it had when profiling began (:meth:`~ecolaunch.profile.runcaps.RunCaps.restore`). A
@@ -47,7 +48,7 @@ from ecolaunch.errors import ConfigError, PermissionDenied
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.channel import iteration_times
-from ecolaunch.profile.capchoice import CapChoice, contradiction, iteration_stats, job_cap_choice
+from ecolaunch.profile.capchoice import CapChoice, contradicted_cap, contradiction, iteration_stats, job_cap_choice
 from ecolaunch.jobmodel.capcurve import NON_BINDING_RATIO, fit_curve
 from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid, profile_caps
 from ecolaunch.profile.runcaps import RunCaps
@@ -130,7 +131,7 @@ class Profiler:
         self._first_stamp = 0
         self._used = 0
         self._points: list[CapPoint] = []
-        self._remeasured = False  # the top cap measured a second time (its first window contradicted a lower cap)
+        self._remeasured = False  # a cap measured a second time (its first window read slower than a lower cap's)
         self._top: list[WindowStats] = []
         self._top_iter_s: float | None = None
         self._budget_from: float | None = None  # the time budget runs from the first step (or window)
@@ -218,8 +219,8 @@ class Profiler:
         its = iteration_stats(iteration_times(stamps[self._seg:end + 1], 0))
         if cap is not None and power is not None and power > 0 and its is not None:
             point = CapPoint(cap, its.mean_s, power, its.count, its.cv_pct)
-            if self._k > 0 and self._k == len(self._caps) - 1 and self._remeasured:
-                self._points = [point] + [p for p in self._points if p.power_cap_w != cap]  # the top, again
+            if self._k > 0 and self._k == len(self._caps) - 1 and self._remeasured:  # a cap again: replace it
+                self._points = [point if p.power_cap_w == cap else p for p in self._points]
             else:
                 self._points.append(point)
         if self._k == 0:
@@ -227,11 +228,11 @@ class Profiler:
             self._plan(power)
         self._k += 1
         if (self._k == len(self._caps) and not self._remeasured and self._can_set and len(self._caps) > 1
-                and contradiction(self._points) is not None):
-            # a lower cap ran faster than the top: the job was still speeding up (or disturbed) while the top
-            # was measured; measure the top once more, last, and keep that
+                and (slow := contradicted_cap(self._points)) is not None):
+            # a lower cap ran faster than a higher one: the job was still speeding up (or disturbed) while the
+            # higher one was measured; measure that cap once more, last, and keep that
             self._remeasured = True
-            self._caps.append(self._caps[0])
+            self._caps.append(slow if slow in self._caps else self._caps[0])
         more = self._k < len(self._caps)
         if more and s.max_iterations is not None and self._used + s.settle_iters + s.measured_iters > s.max_iterations:
             self._finish(f"profiling iteration budget of {s.max_iterations} spent")

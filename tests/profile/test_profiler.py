@@ -346,18 +346,19 @@ def test_a_cap_never_applied_ends_profiling(backend, vclock) -> None:
 
 
 class _SlowAtTheTop(SyntheticJob):
-    """A job whose iterations under the top cap take ``factor`` times longer while ``slow(n)`` holds for the n-th
-    iteration (a warm-up that is not over, or a disturbance exactly while the top cap is measured)."""
+    """A job whose iterations under cap ``at_w`` (the top) take ``factor`` times longer while ``slow(n)`` holds for
+    the n-th iteration (a warm-up that is not over, or a disturbance exactly while that cap is measured)."""
 
-    def __init__(self, *args, slow, factor: float = 2.0, **kw) -> None:
+    def __init__(self, *args, slow, factor: float = 2.0, at_w: float = 400.0, **kw) -> None:
         super().__init__(*args, **kw)
-        self.slow, self.factor = slow, factor
+        self.slow, self.factor, self.at_w = slow, factor, at_w
 
     def run(self, n: int, on_stamp=None) -> None:
         for _ in range(n):
             g = self.backend.gpu(self.uuid)
             t = iter_time_at(g.limit_w, g.demand_w, self.base_s)
-            self.clock.advance(t * (self.factor if g.limit_w >= 400.0 and self.slow(len(self.stamps)) else 1.0))
+            hit = abs(g.limit_w - self.at_w) < 1e-6 and self.slow(len(self.stamps))
+            self.clock.advance(t * (self.factor if hit else 1.0))
             self.stamps.append(self.clock.now())
 
 
@@ -372,6 +373,21 @@ def test_a_top_cap_measured_while_the_job_still_sped_up_is_measured_again(backen
     top = next(p for p in res.profile.cap_points if p.power_cap_w == 400.0)
     assert top.iter_time_s == pytest.approx(0.1) and res.profile.iter_time_s == pytest.approx(0.1)  # the second window
     assert res.choice is not None and res.choice.slowdown_pct >= 0.0
+
+
+def test_a_lower_cap_whose_window_stalled_is_measured_again(backend, vclock) -> None:
+    # caps 400, 250, 200 W; a stall while 250 W is first measured reads it slower than 200 W, which no cap does:
+    # 250 W (not the top) is measured once more, and the profile is kept with the second window
+    profiler, sampler, _ = make(backend, vclock, eta=1.0)
+    job = _SlowAtTheTop(vclock, backend, "GPU-0", slow=lambda n: n < 60, at_w=250.0)
+    drive(profiler, sampler, job, 300)
+    res = profiler.result
+    assert res is not None and res.complete and res.profile is not None, res.reason
+    caps = [w for _, w in backend.calls]
+    assert caps.count(250.0) == 4 and caps.count(400.0) == 2  # 250 W set twice on both GPUs, the top once
+    at = {p.power_cap_w: p.iter_time_s for p in res.profile.cap_points}
+    assert sorted(at) == [200.0, 250.0, 400.0]
+    assert at[250.0] == pytest.approx(iter_time_at(250.0, 300.0))  # the second, undisturbed window
 
 
 def test_a_profile_that_contradicts_itself_is_not_kept(backend, vclock) -> None:
