@@ -60,6 +60,16 @@ MARGIN_Z = 2.33
 #: the same bins give about 5): the constant sits between the two readings, whatever the played networks.
 MODEL_ERROR_PP_PER_U = 6.0
 EXTRAPOLATION_ERROR_PP = 5.0
+#: the error (% of it) of one measured window's mean beyond its iterations' standard error: what the host, the clocks
+#: and the data path move from one window to the next, which the iterations' spread inside a window cannot show.
+#: ecolaunch's profiler on an H200 read 164.7 / 177.1 / 213.6 ms where the reference sweep of the same day read
+#: 164.4 / 177.2 / 217.7 (``data/h200-2026-11-30``): +0.2, -0.1, -1.9 %, root mean square 1.1 %. Windows of real
+#: training jobs move more: Zeus's profiling windows at caps that do not bind (cap >= 1.1 x the window's power,
+#: ``data/zeus-nsdi23/profile_windows``) spread 0.7 to 6.4 % by job, median 2.1 %. It is counted on the uncapped
+#: reference alone (:func:`reference_se_pct`, divided by the root of its windows): every predicted slowdown is a
+#: ratio to it, and nothing after profiling measures it again, while the closed loop measures the job at its cap
+#: all through every run and corrects what that window misread.
+WINDOW_ERROR_PCT = 1.1
 #: the least margin, whatever was measured: a first run's whole-run slowdown also counts its profiling iterations
 #: at lower caps, up to a few points over the 2,000-iteration runs of ``benchmarks/cap_control.py`` (the most on
 #: steep curves, whose lowest profiled cap runs much slower). With no measurement noise (no other margin) this
@@ -207,10 +217,11 @@ def cap_margin_pct(model: CapCurve, cap_w: float, z: float = MARGIN_Z) -> float:
     predicted slowdown, from what was measured.
 
     Three independent parts: the standard error of the uncapped reference time (its points' spread over their
-    iteration counts), that of the measured cap nearest ``cap_w``, and the curve model's held-out error at the
-    distance from that cap (zero at a measured cap; :data:`MODEL_ERROR_PP_PER_U` per unit of ``u`` in between;
-    at least :data:`EXTRAPOLATION_ERROR_PP` below the lowest measured cap). Points without a known spread (a
-    trace, a simulation) contribute only the model error. Never less than :data:`MIN_MARGIN_PP`.
+    iteration counts, and the window error :data:`WINDOW_ERROR_PCT`: :func:`reference_se_pct`), that of the
+    measured cap nearest ``cap_w``, and the curve model's held-out error at the distance from that cap (zero at a
+    measured cap; :data:`MODEL_ERROR_PP_PER_U` per unit of ``u`` in between; at least
+    :data:`EXTRAPOLATION_ERROR_PP` below the lowest measured cap). Points without a known spread (a trace, a table)
+    contribute only the model error. Never less than :data:`MIN_MARGIN_PP`.
     """
     if z <= 0:
         return 0.0
@@ -231,15 +242,28 @@ def _replicates(model: CapCurve) -> list[CapPoint]:
     return [p for p in model.points if p is top or p.power_cap_w >= NON_BINDING_RATIO * model.reference_power_w]
 
 
-def reference_se_pct(model: CapCurve) -> float:
+def reference_se_pct(model: CapCurve, *, window: bool = True) -> float:
     """Standard error (% of it) of the job's uncapped reference time: its top point and non-binding replicates,
-    pooled by iterations; 0 when their spread is not known."""
+    pooled by iterations, and, when the top was measured (its spread known) and ``window``, :data:`WINDOW_ERROR_PCT`
+    over the root of how many of them were (each its own window); 0 when their spread is not known (a trace, a
+    table: nothing measured by ecolaunch). A predicted curve (:class:`~ecolaunch.policy.gnn.GnnFirstCurve`: an exact
+    top, its points' uncertainty as their spread) measured no window. The closed loop's test of a live reading
+    leaves the window error out (``window=False``): the cap it runs at was chosen with it kept back, and a loop
+    that held its readings to it too would raise caps its own choice had just found room for."""
     replicates = _replicates(model)
     n_ref = sum(p.iterations for p in replicates)
     if not n_ref:
         return 0.0
     pooled_cv = math.sqrt(sum(p.iterations * (p.iter_time_cv_pct or 0.0) ** 2 for p in replicates) / n_ref)
-    return pooled_cv / math.sqrt(n_ref)
+    se = pooled_cv / math.sqrt(n_ref)
+    if not window or not _spread_known(model.points[-1]):
+        return se
+    windows = sum(1 for p in replicates if _spread_known(p))
+    return math.hypot(se, WINDOW_ERROR_PCT / math.sqrt(windows))
+
+
+def _spread_known(point: CapPoint) -> bool:
+    return point.iterations > 0 and point.iter_time_cv_pct is not None
 
 
 def choose_cap(model: CapCurve, caps_w: Sequence[float], allowed_slowdown_pct: float | None,

@@ -200,7 +200,7 @@ class CapController:
         ref = model.predict(hi).iter_time_s
         slow = 100.0 * (stats.mean_s / ref - 1.0)
         self.measured_slowdown_pct = slow
-        se = math.sqrt(reference_se_pct(model) ** 2 + stats.se_pct ** 2)
+        se = math.sqrt(reference_se_pct(model, window=False) ** 2 + stats.se_pct ** 2)
         bound = self.allowed_slowdown_pct
         limit = bound - max(MIN_MARGIN_PP if self.settings.z > 0 else 0.0, self.settings.z * se)
         choice = model_cap_choice(model, self._bounds, bound, self._eta, step_w=self.settings.step_w,

@@ -428,9 +428,10 @@ class MeasuredWorld:
         known = self._history.get((user, kind, board or self.board))
         if known is None:
             return None
-        # the points as a policy reads them from history: how well each was measured is the closed loop's alone
+        # the points as a policy reads them from the launcher's history: with how well each was measured (its
+        # iterations and their spread), which sets the margins the policy keeps
         return Profile(known.iter_time_s, known.util_pct, None, _memory_mib(kind), known.power_w,
-                       tuple(CapPoint(p.power_cap_w, p.iter_time_s, p.power_w) for p in known.points))
+                       tuple(known.points))
 
     def true_profile(self, kind: str, board: str | None = None) -> Profile:
         """The type's profile on ``board`` as the truth has it (what only the oracle may read)."""

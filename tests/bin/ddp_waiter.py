@@ -33,5 +33,8 @@ for _ in range(steps):
     opt.step()
     ecolaunch.step()
 dist.barrier()
+# drop DDP (its reducer holds the process group) before the group, as examples/instrumented_ddp.py does: with torch
+# 2.13's gloo a group torn down while DDP still references it can abort the worker at exit (docs/known-issues.md)
+del model, opt, loss
 dist.destroy_process_group()
 print(f"rank {rank} done", flush=True)

@@ -265,9 +265,20 @@ def test_the_margin_comes_from_what_was_measured() -> None:
     assert cc.cap_margin_pct(exact, 150) >= cc.MARGIN_Z * cc.EXTRAPOLATION_ERROR_PP  # below the lowest measured
     noisy = jc.fit_curve([CapPoint(400, 0.1, 300, 15, 3.0), CapPoint(250, 0.114, 250, 15, 3.0),
                               CapPoint(200, 0.13, 200, 15, 3.0)])
-    assert cc.cap_margin_pct(noisy, 250) == pytest.approx(cc.MARGIN_Z * (2 * 9.0 / 15) ** 0.5)
+    # the two points' standard errors (3 % over 15 iterations each) and the reference window's own error
+    window = cc.WINDOW_ERROR_PCT ** 2
+    assert cc.cap_margin_pct(noisy, 250) == pytest.approx(cc.MARGIN_Z * (2 * 9.0 / 15 + window) ** 0.5)
     more = jc.fit_curve([CapPoint(400, 0.1, 300, 600, 3.0), CapPoint(250, 0.114, 250, 600, 3.0)])
-    assert cc.cap_margin_pct(more, 250) < cc.cap_margin_pct(noisy, 250) / 3  # more iterations, less margin
+    assert cc.cap_margin_pct(more, 250) == pytest.approx(cc.MARGIN_Z * (2 * 9.0 / 600 + window) ** 0.5)
+    assert cc.cap_margin_pct(more, 250) < cc.cap_margin_pct(noisy, 250)  # more iterations, less margin ...
+    assert cc.cap_margin_pct(more, 250) > cc.MARGIN_Z * cc.WINDOW_ERROR_PCT  # ... but never less than one window's
+    # a second window at a cap that does not bind (a replicate of the reference) halves what the window error adds
+    twice = jc.fit_curve([CapPoint(400, 0.1, 300, 600, 3.0), CapPoint(395, 0.1, 300, 600, 3.0),
+                          CapPoint(250, 0.114, 250, 600, 3.0)])
+    assert cc.reference_se_pct(twice) == pytest.approx((9.0 / 1200 + window / 2) ** 0.5)
+    # the closed loop's live test leaves it out; a curve nobody measured (no spread) has none
+    assert cc.reference_se_pct(more, window=False) == pytest.approx(3.0 / 600 ** 0.5)
+    assert cc.reference_se_pct(exact) == 0.0
 
 
 def test_the_choice_keeps_its_margin_and_noisier_profiles_choose_higher_caps() -> None:

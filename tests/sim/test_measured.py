@@ -8,9 +8,12 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.policy.base import Decision
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
-from ecolaunch.sim.measured import (BOARD, BOARDS, FOLDS, HeldOutPriors, MeasuredWorld, Noise, _pairs, held_out_prior,
+from ecolaunch.sim.measured import (BOARD, BOARDS, FOLDS, PROFILE_ITERS, HeldOutPriors, MeasuredWorld, Noise, _pairs,
+                                    held_out_prior,
                                     holdout_key, job_kinds, measured_oracle, network_of)
+from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.profile.capchoice import WINDOW_ERROR_PCT, reference_se_pct
 from ecolaunch.sim.measured_traces import measured_trace
 from ecolaunch.sim.models import gavel_pairs, gavel_solo, read_data_csv
 from ecolaunch.sim.policies import FoldedPolicy, get_sim_policy
@@ -150,6 +153,11 @@ def test_first_launch_is_unknown_then_history_is_noisy_measurement():
     assert times == pytest.approx(truth, rel=0.06)  # ... around the truth
     exact = MeasuredWorld(seed=1, noise=Noise(0.0, 0.0, 0.0, 0.0)).profile_inline("ann", HEAVY)
     assert [p.iter_time_s / kind.iter_time_s for p in exact.cap_points] == pytest.approx(truth)
+    # a repeat reads the points as the launcher's history holds them: with how well each was measured, so its
+    # margins count the reference window's error (capchoice.WINDOW_ERROR_PCT) as a real launch's do
+    again = world.request_profile("ann", HEAVY)
+    assert all(p.iterations == PROFILE_ITERS and p.iter_time_cv_pct == pytest.approx(3.0) for p in again.cap_points)
+    assert reference_se_pct(fit_curve(again.cap_points)) > WINDOW_ERROR_PCT
 
 
 def test_closed_loop_settles_within_the_bound_without_noise():
