@@ -55,8 +55,9 @@ unknown (no profile: placed alone at the default limit, as the launcher places a
 inline (three caps, :func:`~ecolaunch.profile.powercap.profile_caps`), capped by
 :func:`~ecolaunch.profile.capchoice.job_cap_choice` and then driven by the real closed loop
 (:class:`~ecolaunch.profile.control.CapController`, fed noisy iterations of the truth). What the run measured
-goes to history, and later launches of the same type by the same user arrive with it. Readings carry noise
-(:class:`Noise`): profiled iteration times and powers, utilization. Gavel measured no utilization: the
+goes to history, and later launches of the same type by the same user arrive with it, each point with its iterations
+and their spread, as the launcher's history keeps them. Readings carry noise (:class:`Noise`): profiled iteration
+times and powers, utilization. Gavel measured no utilization: the
 ``sm_util_pct`` a job shows is 100 x its type's demand fitted on Gavel pairs **without its type**
 (:func:`ecolaunch.sim.interference.fit_gavel` on the other folds, the held type interpolated by
 :func:`~ecolaunch.sim.interference.holdout_errors`'s rule), plus noise: a stand-in for NVML's reading that
