@@ -15,8 +15,10 @@
 #              of spinning kernels (a rank waiting in a collective) against idle and computing, first and
 #              repeat launch against torchrun, SIGKILL of a root launcher mid-profile and the seconds until
 #              the cap is back, launch overhead (its contract section is the pytest step above)     <= 345 s
-#   calibrate  ecolaunch calibrate on GPU 0 into a fresh state directory: alone at <= 3 caps and pairs,
-#              with MPS where the driver has it                                                       <= 150 s
+#   calibrate  ecolaunch calibrate on GPU 0 into a fresh state directory: mm, mm@30 (the same work busy 30 % of
+#              the time, like a job waiting on its data loader), bw and mlp, alone at <= 3 caps and in
+#              pairs, with MPS where the driver has it: the measured truth of pairs on an underused GPU
+#              (mm@30 first, so that the budget skips its pairs last)                                  <= 150 s
 #
 # What comes back under $OUT (the device tool returns at most 8 files):
 #   summary.json                 each step: its command, exit status, seconds, status (pass/fail/timeout/skip)
@@ -53,6 +55,7 @@ else
     QUICK=()
     CAL_ARGS=(--seconds 3 --settle-s 0.5 --budget-s 130)
 fi
+CAL_ARGS+=(--workloads mm,mm@30,bw,mlp)
 SECTIONS=${DEVICE_CHECK_SECTIONS:-sweep,waitpower,launches,sigkill,overhead,waits}
 
 # step NAME LIMIT_S CMD...: run CMD under its own limit, its output appended to the log; one row in $STEPS.

@@ -40,3 +40,7 @@ def test_it_runs_end_to_end_on_simulated_gpus(tmp_path: Path) -> None:
     calibration = [n for n in names if n.startswith("calibration-")]
     assert calibration, names
     assert json.loads((out / calibration[0]).read_text())
+    # the duty-cycled workload is measured too, in pairs: the truth of an underused GPU (issue "a busy machine")
+    cal = json.loads((out / "calibrate.json").read_text())
+    pairs = {tuple(p["workloads"]) for p in cal["pairs"]}
+    assert ("mm@30", "mm@30") in pairs and ("mm", "mm@30") in pairs, pairs
