@@ -3,7 +3,7 @@ QoS, ablations, each as a mean with its 95 % interval.
 
     python benchmarks/energy.py [--seeds 5] [--first-seed 0] [--json] [--out benchmarks/results]
                                 [--world measured|model|both] [--trace NAME ...] [--policy NAME ...] [--no-folds]
-                                [--margin-scale S]
+                                [--margin-scale S] [--lift-caps-waiting N]
 
 **Seeds.** Every trace and policy runs on the seeds ``first_seed .. first_seed + seeds - 1``; a seed draws the
 trace (its window of arrivals, its run times, its job types and users) and the world's noise, so one seed measures
@@ -55,7 +55,7 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
                                     "learned_pct", "met": bool}},
      "folds": {FOLD: {"types", "weights", "sd_z", "first_curve_z"}} | null, "first_curve_z_pooled": z | null,
      "coverage": {TRACE: {POLICY: {"jobs", "covered_pct", "by_fold": {FOLD: {"jobs", "covered_pct"}}}}},
-     "margin_scale": S}
+     "margin_scale": S, "lift_caps_waiting": N | null}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
 ``mean_slowdown_pct``, ``qos_violations_pct``, ``makespan_s``, ``jobs``, ``shared_jobs_pct``, ``learned_pct``,
@@ -70,6 +70,11 @@ pessimistic and by exact against history, with the violations' difference. ``cov
 whose jobs the closed loop caps): of every job capped alone on its GPUs, over all seeds, the share whose true slowdown
 at the cap it settled at stayed within its curve's prediction plus the cap margin, in all and per fold of job types
 (what the margin is for: its ``z`` of 2.33 aims at 99 %).
+
+**Ablations of the whole run**: ``--margin-scale S`` (every cap margin times S, :func:`scale_margins`) and
+``--lift-caps-waiting N`` (while at least N jobs wait, every running job runs uncapped and its caps come back when
+fewer wait: ``Simulation(lift_caps_waiting=N)``; not under a power budget): what caps that weighed the queue could buy
+in completion time, and what it would cost in energy. The launcher does neither.
 
 **Fold weights** are cached under a tag of what they were trained without and a fingerprint of what training reads
 (:func:`training_fingerprint`): weights trained by other code or on other data are never reused.
@@ -108,7 +113,7 @@ VS_EXCLUSIVE = {"node_energy_pct": "node_energy_kwh", "mean_jct_pct": "mean_jct_
 
 
 def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: list[str] | None, folds: bool,
-            cache: Path) -> dict:
+            cache: Path, lift_caps_waiting: int | None = None) -> dict:
     from ecolaunch.sim.trace_registry import MEASURED, MODEL, TRACES, gpus_label, trace_names
 
     out: dict = {"seeds": list(seeds), "traces": {}, "vs_exclusive": {}, "machines": {}, "wall_s": {}, "world": {},
@@ -141,7 +146,7 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
             if world == "model" and policy in FIRST_CURVE_ROWS:
                 continue  # a first launch's curve is the measured world's
             start = time.perf_counter()
-            runs = [run_one(name, world, machine, policy, seed, weights) for seed in seeds]
+            runs = [run_one(name, world, machine, policy, seed, weights, lift_caps_waiting) for seed in seeds]
             out["wall_s"][f"{name}/{policy}"] = round(time.perf_counter() - start, 2)
             covered = [c for run in runs for c in run.pop("_coverage", [])]
             if covered:
@@ -154,17 +159,21 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
     return out
 
 
-def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights) -> dict:
+def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights,
+            lift_caps_waiting: int | None = None) -> dict:
     from ecolaunch.sim.metrics import summarize
     from ecolaunch.sim.trace_registry import TRACES
 
     entry = TRACES[name]
     trace = entry.build(machine, seed=seed)
     if world_name == "model":
-        result = entry.simulation(machine, trace, policy, _policy(policy, None, None)).run(trace)
+        sim = entry.simulation(machine, trace, policy, _policy(policy, None, None))
+        sim.lift_caps_waiting = lift_caps_waiting
+        result = sim.run(trace)
         extra = {}
     else:
         sim = entry.simulation(machine, trace, policy, _policy(policy, trace, weights), seed=seed)
+        sim.lift_caps_waiting = lift_caps_waiting
         world = sim.world
         result = sim.run(trace)
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
@@ -580,7 +589,12 @@ def main() -> None:
     parser.add_argument("--margin-scale", type=float, default=1.0, metavar="S",
                         help="ablation: every cap margin (the cap choice's and the budget's floor, "
                              "capchoice.cap_margin_pct) times S; 0 removes them (default 1: as shipped)")
+    parser.add_argument("--lift-caps-waiting", type=int, default=None, metavar="N",
+                        help="ablation: while at least N jobs wait, every running job runs uncapped (its caps come "
+                             "back when fewer wait); not under a power budget. The launcher does not do this")
     args = parser.parse_args()
+    if args.lift_caps_waiting is not None and args.lift_caps_waiting < 1:
+        parser.error(f"--lift-caps-waiting must be a whole number >= 1, got {args.lift_caps_waiting}")
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
     if not args.margin_scale >= 0:
@@ -593,8 +607,8 @@ def main() -> None:
     policies = args.policy or [*sim_policy_names(), "no-gnn", *ABLATIONS, *FIRST_CURVE_ROWS]
     worlds = ["measured", "model"] if args.world == "both" else [args.world]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-    result = run_all(seeds, policies, worlds, args.trace, args.folds, args.cache)
-    result["margin_scale"] = args.margin_scale
+    result = run_all(seeds, policies, worlds, args.trace, args.folds, args.cache, args.lift_caps_waiting)
+    result["margin_scale"], result["lift_caps_waiting"] = args.margin_scale, args.lift_caps_waiting
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)
     folds = ("the GNN scoring a job was trained without its job type (k-fold by type)" if result["folds"] else
@@ -608,7 +622,9 @@ def main() -> None:
         "without its learned parts (in the measured world the launcher's `curve`: `history-first-curve`); "
         "`learned %` is the share of placements the policy's learned part decided."
         + (f" Ablation: every cap margin times {args.margin_scale:g} (`--margin-scale`)."
-           if args.margin_scale != 1.0 else "") + "\n\n" + table
+           if args.margin_scale != 1.0 else "")
+        + (f" Ablation: every running job uncapped while at least {args.lift_caps_waiting} wait "
+           "(`--lift-caps-waiting`)." if args.lift_caps_waiting else "") + "\n\n" + table
         + "\n## Goals (gnn against curve and the oracle, paired by seed)\n\n```json\n"
         + json.dumps(result["goals"], indent=2) + "\n```\n"
         + ("\n## First launches told a curve (paired by seed against `curve`)\n\n" + first_launch_table(result)
@@ -622,7 +638,8 @@ def main() -> None:
     (args.out / "energy.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     plotted = plot(result, args.out / "energy.png")
     emit({k: result.get(k) for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "learned_first_goal",
-                                     "coverage", "folds", "first_curve_z_pooled", "margin_scale")},
+                                     "coverage", "folds", "first_curve_z_pooled", "margin_scale",
+                                     "lift_caps_waiting")},
          args.json,
          table + ("" if plotted else "\n(matplotlib not installed: no energy.png)"))
 

@@ -165,6 +165,22 @@ def test_the_margin_ablation_scales_every_cap_margin_and_refuses_a_negative_scal
     assert ran.returncode == 2 and "--margin-scale must be a number >= 0, got -1.0" in ran.stderr
 
 
+def test_the_lift_ablation_reaches_the_simulation_and_refuses_less_than_one(energy, monkeypatch) -> None:
+    from ecolaunch.sim import engine
+
+    seen = []
+    run = engine.Simulation.run
+    monkeypatch.setattr(engine.Simulation, "run", lambda self, trace: seen.append(self.lift_caps_waiting) or
+                        run(self, trace))
+    from ecolaunch.sim.trace_registry import TRACES
+    machine = TRACES["workstation-measured"].machine(None, 1)
+    row = energy.run_one("workstation-measured", "measured", machine, "exclusive", 0, None, 3)
+    assert seen == [3] and row["jobs"] > 0
+    ran = subprocess.run([sys.executable, str(BENCHMARKS / "energy.py"), "--lift-caps-waiting", "0"],
+                         env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2 and "--lift-caps-waiting must be a whole number >= 1, got 0" in ran.stderr
+
+
 def test_the_first_launch_goal_is_the_gap_closed_paired_by_seed(energy) -> None:
     def row(node: list[float], viol: list[float], learned: float = 0.0) -> dict:
         out = energy.over_seeds([{"node_energy_kwh": n, "qos_violations_pct": v, "learned_pct": learned}

@@ -159,12 +159,17 @@ class Simulation:
         policy: any launcher policy.
         rules: the admin policy the decisions run under.
         host_static_w: each host's power besides its GPUs (see :func:`default_host_static_w`).
+        lift_caps_waiting: an ablation, not something the launcher does (``benchmarks/energy.py
+            --lift-caps-waiting N``): while at least N jobs wait in the queue, every running job runs uncapped, and
+            the caps decided for it come back when fewer wait. What caps that weigh the queue could buy in job
+            completion time, and what it costs in energy. None (default): off. Ignored under a power budget, whose
+            caps are the budget's.
     """
 
     def __init__(self, machine: MachineSpec, policy: Policy, rules: Rules | None = None, *,
                  host_static_w: float | None = None, profile_caps: bool = True,
                  early_check_fraction: float = 0.05, world: Any = None, closed_loop: bool = False,
-                 omniscient: bool = False) -> None:
+                 omniscient: bool = False, lift_caps_waiting: int | None = None) -> None:
         self.machine = machine
         self.profile_caps = profile_caps and world is None
         self.early_check_fraction = early_check_fraction
@@ -202,10 +207,15 @@ class Simulation:
         self._board = next(iter(models)) if len(models) == 1 else None
         self.learned_decisions = 0
         self.placements = 0
+        if lift_caps_waiting is not None and not (isinstance(lift_caps_waiting, int) and lift_caps_waiting >= 1):
+            raise ValueError(f"lift_caps_waiting must be a whole number >= 1, got {lift_caps_waiting!r}")
+        self.lift_caps_waiting = lift_caps_waiting
+        self._lifted = False  # caps lifted now (lift_caps_waiting)
 
     # --- the event loop --------------------------------------------------------------------------
     def run(self, trace: Trace, progress: Callable[[int, int], None] | None = None) -> SimResult:
         arrivals = sorted(trace.jobs, key=lambda j: (j.arrival_s, j.id))
+        self._lifted = False
         # the running launchers' curve priors (the measured world's, held out by type; the launcher's otherwise)
         self._priors = self.world.priors({j.id: j.kind for j in trace.jobs}) if self.world else default_prior
         if self.profile_caps:
@@ -317,6 +327,13 @@ class Simulation:
                 changed |= touched
                 # later heads of the queue see this placement too (and the caps it changed)
                 self._refresh(touched, gpu_jobs, running, loads, caps)
+            if self.lift_caps_waiting is not None and self.rules.power_max_total_w is None:
+                lifted = len(queue) >= self.lift_caps_waiting  # who waits once the policy has placed what it could
+                if lifted != self._lifted:  # every running job's GPUs go uncapped, or back to their caps
+                    self._lifted = lifted
+                    busy = {u for u, jobs in gpu_jobs.items() if jobs}
+                    self._refresh(busy, gpu_jobs, running, loads, caps)
+                    changed |= busy
             if changed:
                 completions = [(now + r.remaining_s / r.speed, jid) for jid, r in running.items() if r.speed > 0]
                 heapq.heapify(completions)
@@ -456,7 +473,7 @@ class Simulation:
             model = self.models[u]
             # a job without a cap has no preference; among those that want one, the least restrictive wins
             wanted = [w for w in (self.graph.jobs[j].power_caps_w.get(u) for j in jobs) if w is not None]
-            cap = max(wanted) if wanted else None
+            cap = max(wanted) if wanted and not self._lifted else None
             caps[u] = cap
             node.power_limit_w = cap if cap is not None else model.power_limit_default_w
             if not jobs:

@@ -204,6 +204,26 @@ def test_repeats_arrive_known_and_the_engine_counts_launches():
     assert (world.first_launches, world.repeat_launches) == (2, 1)
 
 
+def test_lifting_caps_while_jobs_wait_finishes_the_running_job_sooner():
+    # one GPU: j0 runs (capped by its profile and closed loop), j1 arrives at 600 s and waits for it; the ablation
+    # Simulation(lift_caps_waiting=1) runs j0 uncapped while j1 waits, so j0 ends sooner, and j1 (nobody behind
+    # it) runs capped as before
+    trace = Trace("t", (_job("j0", 0.0, HEAVY), _job("j1", 600.0, HEAVY, user="bob")))
+
+    def run(lift):
+        world = MeasuredWorld(noise=Noise(0.0, 0.0, 0.0, 0.0))
+        return Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"), world=world,
+                          closed_loop=True, lift_caps_waiting=lift).run(trace).jobs
+
+    plain, lifted = run(None), run(1)
+    assert plain[0].slowdown_pct > 1.0  # its cap binds
+    assert lifted[0].end_s < plain[0].end_s and lifted[0].slowdown_pct < plain[0].slowdown_pct
+    assert lifted[1].start_s < plain[1].start_s
+    assert lifted[1].slowdown_pct == pytest.approx(plain[1].slowdown_pct)  # nobody waits behind it: capped alike
+    with pytest.raises(ValueError, match="lift_caps_waiting"):
+        Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"), lift_caps_waiting=0)
+
+
 def test_oracle_knows_the_truth_and_caps_within_the_bound():
     trace = Trace("t", (_job("j0", 0.0, HEAVY),))
     world = MeasuredWorld()
