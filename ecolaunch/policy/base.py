@@ -15,6 +15,10 @@ from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.state.graph import StateGraph
 
 
+#: how a decision's reasons name the curve a job's cap is chosen on (:attr:`JobRequest.curve_named`)
+MEASURED_CURVE = "the job's measured curve"
+
+
 @dataclass(frozen=True, slots=True)
 class JobRequest:
     """What a policy needs to know about the job asking for GPUs."""
@@ -38,6 +42,9 @@ class JobRequest:
     allowed_by: str = "CUDA_VISIBLE_DEVICES"
     #: the user's Unix groups (for GPUs the admin reserved for a group)
     groups: tuple[str, ...] = ()
+    #: how the decision's reasons name the curve of ``profile`` (a first launch told a prediction says so,
+    #: :class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves`)
+    curve_named: str = MEASURED_CURVE
 
 
 @dataclass(frozen=True, slots=True)

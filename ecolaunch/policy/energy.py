@@ -55,7 +55,6 @@ from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior, Priors, default
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import best_set, eligible_gpus, worst_link
-from ecolaunch.policy.firstcurve import MEASURED_CURVE
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, CapChoice, job_cap_choice
 from ecolaunch.state.graph import GpuNode, StateGraph
 
@@ -163,7 +162,7 @@ def alone_cap(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules,
     choice = alone_choice(job, gpus, rules, prior)
     if choice is None or choice.cap_w >= min(g.power_limit_max_w for g in gpus) - 1e-9:  # type: ignore[type-var]
         return None, None
-    return choice.cap_w, f"{MEASURED_CURVE}: {choice.reason}"
+    return choice.cap_w, f"{job.curve_named}: {choice.reason}"
 
 
 def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, max_sets: int = 24,

@@ -19,21 +19,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from ecolaunch.policy.base import Decision, JobRequest
+from ecolaunch.policy.base import MEASURED_CURVE, Decision, JobRequest
 from ecolaunch.state.graph import StateGraph
 
 __all__ = ["FirstLaunchCurves", "MEASURED_CURVE"]
-
-#: how a decision's reasons name the curve its cap was chosen on; a supplier whose curve is a prediction names it
-#: otherwise (its ``described_as``)
-MEASURED_CURVE = "the job's measured curve"
 
 
 class FirstLaunchCurves:
     """``policy`` deciding a job that has no curve (a first launch) as if ``supply`` had told it one; the decision
     says so in ``predicted["first_curve"]`` (the supplier's ``name``) and, with ``why``, in its first reason, and
     ``predicted["learned"]`` is True when the supplier is a learned model (its ``learned`` attribute); a supplier
-    with ``described_as`` has its words replace :data:`MEASURED_CURVE` in the reasons.
+    with ``described_as`` names its curve so in the reasons (the request's ``curve_named``; else
+    :data:`~ecolaunch.policy.base.MEASURED_CURVE`).
     ``supply(state, job)``: a profile with power, or None (the job is decided as it is). ``name``: the decision's
     policy name (None: the inner policy's)."""
 
@@ -56,13 +53,13 @@ class FirstLaunchCurves:
             decision = self.policy.decide(state, job, rules)
             return None if decision is None else dataclasses.replace(decision, policy=self.name)
         memory = job.memory_mib
-        decision = self.policy.decide(state, dataclasses.replace(job, profile=dataclasses.replace(
-            supplied, memory_mib=memory if memory is not None else supplied.memory_mib)), rules)
+        told = dataclasses.replace(job, profile=dataclasses.replace(
+            supplied, memory_mib=memory if memory is not None else supplied.memory_mib),
+            curve_named=getattr(self.supply, "described_as", MEASURED_CURVE))
+        decision = self.policy.decide(state, told, rules)
         if decision is None:
             return None
-        described = getattr(self.supply, "described_as", None)
-        reasons = [r.replace(MEASURED_CURVE, described) for r in decision.reasons] if described else decision.reasons
-        reasons = [self.why, *reasons] if self.why else reasons
+        reasons = [self.why, *decision.reasons] if self.why else decision.reasons
         predicted = {**decision.predicted, "first_curve": self.supply.name}
         if getattr(self.supply, "learned", False):
             predicted["learned"] = True
