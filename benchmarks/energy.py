@@ -54,7 +54,8 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "learned_first_goal": {TRACE: {"gap_closed_pct" | "over_rule_pct" | "violations_over_curve_pp": {"mean", "ci95"},
                                     "learned_pct", "met": bool}},
      "folds": {FOLD: {"types", "weights", "sd_z", "first_curve_z"}} | null, "first_curve_z_pooled": z | null,
-     "coverage": {TRACE: {POLICY: {"jobs", "covered_pct", "by_fold": {FOLD: {"jobs", "covered_pct"}}}}},
+     "coverage": {TRACE: {POLICY: {"jobs", "covered_pct", "at_measured_cap_pct",
+                                   "by_fold": {FOLD: {"jobs", "covered_pct"}}}}},
      "margin_scale": S, "lift_caps_waiting": N | null}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
@@ -178,7 +179,8 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
         result = sim.run(trace)
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
                  "oom_failures": world.oom_failures,
-                 "_coverage": [(world.fold_of(kind), covered) for kind, covered in world.coverage]}
+                 "_coverage": [(world.fold_of(kind), covered, measured)
+                               for kind, covered, measured in world.coverage]}
     summary = summarize(result)
     return {k: round(getattr(summary, k), 4) for k in KEYS} | {
         "jobs": summary.jobs, "shared_jobs_pct": round(summary.shared_jobs_pct, 1),
@@ -187,17 +189,19 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
         "peak_limit_sum_w": round(result.peak_limit_sum_w, 1)} | extra
 
 
-def coverage(covered: list[tuple[int, bool]]) -> dict:
-    """The margins' coverage from ``(fold, covered)`` of every capped job alone on its GPUs, over all seeds
+def coverage(covered: list[tuple[int, bool, bool]]) -> dict:
+    """The margins' coverage from ``(fold, covered, measured)`` of every capped job alone on its GPUs, over all seeds
     (:meth:`~ecolaunch.sim.measured.MeasuredWorld.record_coverage`): the share whose true slowdown at the cap it
-    settled at stayed within its curve's prediction plus the cap margin, in all and per fold of job types."""
+    settled at stayed within its curve's prediction plus the cap margin, in all and per fold of job types, and the
+    share whose cap its history had measured (``at_measured_cap_pct``: there the margin is measurement error alone)."""
     def pct(flags: list[bool]) -> float:
         return round(100.0 * sum(flags) / len(flags), 2)
 
-    folds = sorted({f for f, _ in covered})
-    return {"jobs": len(covered), "covered_pct": pct([c for _, c in covered]),
-            "by_fold": {str(f): {"jobs": sum(1 for g, _ in covered if g == f),
-                                 "covered_pct": pct([c for g, c in covered if g == f])} for f in folds}}
+    folds = sorted({f for f, _, _ in covered})
+    return {"jobs": len(covered), "covered_pct": pct([c for _, c, _ in covered]),
+            "at_measured_cap_pct": pct([m for _, _, m in covered]),
+            "by_fold": {str(f): {"jobs": sum(1 for g, _, _ in covered if g == f),
+                                 "covered_pct": pct([c for g, c, _ in covered if g == f])} for f in folds}}
 
 
 def _stat(values: list[float]) -> dict:
@@ -496,13 +500,14 @@ def first_launch_table(result: dict) -> str:
 def coverage_table(result: dict) -> str:
     """The ``coverage`` figures as one markdown table: per trace and policy, all folds and each fold."""
     folds = sorted({f for rows in result["coverage"].values() for r in rows.values() for f in r["by_fold"]})
-    lines = ["| trace | policy | jobs | covered % | " + " | ".join(f"fold {f} %" for f in folds) + " |",
-             "|---|---|---|---|" + "---|" * len(folds)]
+    lines = ["| trace | policy | jobs | at a measured cap % | covered % | " + " | ".join(f"fold {f} %" for f in folds)
+             + " |", "|---|---|---|---|---|" + "---|" * len(folds)]
     for name, rows in result["coverage"].items():
         for policy, r in rows.items():
             cells = [f"{r['by_fold'][f]['covered_pct']:.1f} ({r['by_fold'][f]['jobs']})" if f in r["by_fold"] else "-"
                      for f in folds]
-            lines.append(f"| {name} | {policy} | {r['jobs']} | {r['covered_pct']:.1f} | " + " | ".join(cells) + " |")
+            lines.append(f"| {name} | {policy} | {r['jobs']} | {r['at_measured_cap_pct']:.1f} | {r['covered_pct']:.1f} | "
+                         + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -92,6 +92,12 @@ def test_short_run_json_shape(short_run, common) -> None:
     assert f"seeds {SEEDS[0]}, {SEEDS[1]}" in table and " ± " in table
 
 
+def test_coverage_counts_covered_jobs_per_fold_and_those_at_a_measured_cap(energy) -> None:
+    got = energy.coverage([(0, True, True), (0, False, True), (1, True, False), (1, True, True)])
+    assert got == {"jobs": 4, "covered_pct": 75.0, "at_measured_cap_pct": 75.0,
+                   "by_fold": {"0": {"jobs": 2, "covered_pct": 50.0}, "1": {"jobs": 2, "covered_pct": 100.0}}}
+
+
 def test_goals_are_paired_by_seed(energy) -> None:
     def row(node: list[float], jct: list[float], viol: list[float]) -> dict:
         return energy.over_seeds([{"node_energy_kwh": n, "mean_jct_s": j, "qos_violations_pct": v}

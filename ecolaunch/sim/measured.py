@@ -302,7 +302,7 @@ class MeasuredWorld:
         self.repeat_launches = 0
         self.oom_failures = 0
         #: (job type, covered) of every capped job alone on its GPUs: :meth:`record_coverage`
-        self.coverage: list[tuple[str, bool]] = []
+        self.coverage: list[tuple[str, bool, bool]] = []
 
     # --- folds ---------------------------------------------------------------------------------------
     def _deal_folds(self) -> dict[str, int]:
@@ -510,8 +510,10 @@ class MeasuredWorld:
                         board: str | None = None) -> bool | None:
         """Whether the type's true slowdown at ``cap_w`` stays within what the job's history (the curve its launcher
         reads: profiled points and what the closed loop learned) predicts there plus the margin the cap choice keeps
-        back (:func:`~ecolaunch.profile.capchoice.cap_margin_pct`); kept in :attr:`coverage` as ``(kind, covered)``.
-        None (nothing kept): no history, or ``cap_w`` at the top of ``bounds`` (uncapped: nothing predicted)."""
+        back (:func:`~ecolaunch.profile.capchoice.cap_margin_pct`); kept in :attr:`coverage` as ``(kind, covered,
+        measured)``, ``measured``: the history holds a point measured at ``cap_w`` (where the margin is measurement
+        error alone, no curve between caps). None (nothing kept): no history, or ``cap_w`` at the top of ``bounds``
+        (uncapped: nothing predicted)."""
         known = self._history.get((user, kind, board or self.board))
         if known is None or cap_w >= bounds[1] - 1e-9:
             return None
@@ -520,7 +522,8 @@ class MeasuredWorld:
         j = self._board(board)[1][kind]
         true = 100.0 * (j.time_ratio(cap_w) / j.time_ratio(bounds[1]) - 1.0)
         covered = true <= predicted + cap_margin_pct(model, cap_w) + 1e-9
-        self.coverage.append((kind, covered))
+        measured = any(abs(p.power_cap_w - cap_w) < 1e-6 for p in model.points)
+        self.coverage.append((kind, covered, measured))
         return covered
 
 

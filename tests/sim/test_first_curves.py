@@ -100,12 +100,15 @@ def test_coverage_says_whether_the_truth_stayed_within_the_curve_and_its_margin(
     world.profile_inline("u", kind)
     assert world.record_coverage("u", kind, 250.0, bounds) is None  # uncapped: nothing predicted
     covered = world.record_coverage("u", kind, 150.0, bounds)
-    assert isinstance(covered, bool) and world.coverage == [(kind, covered)]
+    assert isinstance(covered, bool) and len(world.coverage) == 1 and world.coverage[0][:2] == (kind, covered)
     # a history that says the type loses nothing at 100 W is not covered where the truth slows down
     truth = world.job_kind(kind)
     flat = [CapPoint(c, truth.iter_time_s, 100.0) for c in (100.0, 175.0, 250.0)]
     world._history[("v", kind, BOARD)] = dataclasses.replace(world._history[("u", kind, BOARD)], points=flat)
     assert truth.time_ratio(100.0) > 1.05 and world.record_coverage("v", kind, 100.0, bounds) is False
+    assert world.coverage[-1] == (kind, False, True)  # 100 W is a point its history measured
+    world.record_coverage("v", kind, 130.0, bounds)
+    assert world.coverage[-1][2] is False  # 130 W lies between measured caps
 
 
 def test_a_told_first_launch_starts_its_closed_loop_from_its_own_profilers_choice() -> None:
