@@ -1,0 +1,57 @@
+"""benchmarks/lowutil_pairs.py on a tiny made-up table in Lucid's format (Lucid's own data is not shipped): the
+three rows, the utilization-sum rule computed by hand, the subsets, and a clear error without the data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, clean_env
+
+SCRIPT = REPO / "benchmarks" / "lowutil_pairs.py"
+ALONE = """model,dataset,batchsize,amp,speed,gpu_util,gmem_util,gmem,label
+A,X,32,0,640.0,30.0,10.0,2000.0,0
+B,X,64,0,320.0,50.0,20.0,3000.0,1
+C,X,32,1,100.0,90.0,40.0,8000.0,2
+"""
+PAIRS = """,model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,gpu_util,gmem_util,gmem
+0,A,X,1,32,0,0.98,B,X,1,64,0,0.95,75.0,30.0,5000
+1,B,X,1,64,0,0.80,C,X,1,32,1,0.60,99.0,55.0,11000
+2,C,X,1,32,1,0.55,C,X,1,32,1,0.56,99.0,70.0,16000
+"""
+
+
+def run(data: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "--data", str(data), *args], env=clean_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_scores_three_rows_against_the_measured_speeds(tmp_path: Path) -> None:
+    (tmp_path / "single_data.csv").write_text(ALONE)
+    (tmp_path / "colocate_info.csv").write_text(PAIRS)
+    ran = run(tmp_path, "--json", "--bootstrap", "50")
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    assert (doc["pairs"], doc["jobs"]) == (3, 6) and set(doc["rows"]) == {"gnn", "prior", "util-sum"}
+    rule = doc["rows"]["util-sum"]
+    # A+B: 30 + 50 % fits: both at full speed; B+C: 140 %, C+C: 180 %: each at 1 / demand
+    truth = [(0.98, 0.95), (0.80, 0.60), (0.55, 0.56)]
+    want = [(1.0, 1.0), (1 / 1.4, 1 / 1.4), (1 / 1.8, 1 / 1.8)]
+    errors = [sum(abs(p - t) for p, t in zip(ps, ts)) / 2 for ps, ts in zip(want, truth)]
+    assert rule["all"]["mae"] == pytest.approx(sum(errors) / 3, abs=1e-4)
+    assert rule["underused"]["pairs"] == 1 and rule["underused"]["mae"] == pytest.approx(errors[0], abs=1e-4)
+    assert rule["busy"]["pairs"] == 2
+    for row in doc["rows"].values():
+        low, high = row["all"]["ci95"]
+        assert low <= row["all"]["mae"] <= high
+    assert doc["source"]["commit"].startswith("63685a3")
+
+
+def test_without_the_data_it_says_where_to_get_it(tmp_path: Path) -> None:
+    ran = run(tmp_path)
+    assert ran.returncode != 0
+    assert "single_data.csv not found" in ran.stderr and "S-Lab-System-Group/Lucid" in ran.stderr
