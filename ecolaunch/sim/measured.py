@@ -301,7 +301,7 @@ class MeasuredWorld:
         self.first_launches = 0
         self.repeat_launches = 0
         self.oom_failures = 0
-        #: (job type, covered) of every capped job alone on its GPUs: :meth:`record_coverage`
+        #: (job type, covered, at a measured cap) of every capped job alone on its GPUs: :meth:`record_coverage`
         self.coverage: list[tuple[str, bool, bool]] = []
 
     # --- folds ---------------------------------------------------------------------------------------
