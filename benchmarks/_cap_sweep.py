@@ -5,9 +5,11 @@
 
 For each workload of ``ecolaunch.calibrate.canned`` and each cap: set the cap through ecolaunch's backend selection
 (NVML, or the simulated GPUs of ``ECOLAUNCH_SIMULATE``), run ``settle-s`` seconds, then measure ``measure-s`` seconds:
-iteration time (each iteration synchronized), board power and J per iteration from the energy counter. The cap
-found at the start is restored in a ``finally``. Writes ``{"workloads": {name: {"what", "points": [...]}},
-"error": null or why, "stand_in_load": bool}`` to FILE (also on failure) and prints nothing. Needs root on real GPUs.
+iteration time (each iteration synchronized), board power and J per iteration from the energy counter; then the
+first cap once more, last (``repeat``: a second window at the same cap some seconds later, what one window's mean is
+off from another's: ``capchoice.WINDOW_ERROR_PCT``). The cap found at the start is restored in a ``finally``. Writes
+``{"workloads": {name: {"what", "points": [...], "repeat": point}}, "error": null or why, "stand_in_load": bool}``
+to FILE (also on failure) and prints nothing. Needs root on real GPUs.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def sweep_worker(names: list[str], caps: list[float], settle_s: float, measure_s
                 original = meter.snapshot().power_limit_w
             run_for(workload, settle_s)  # warm-up at the cap the GPU has
             points = []
-            for cap in caps:
+            for cap in [*caps, caps[0]]:  # the first cap again, last: a second window at it
                 meter.backend.set_power_limit(meter.uuid, cap)
                 run_for(workload, settle_s)
                 start_j = meter.energy_j()
@@ -49,7 +51,7 @@ def sweep_worker(names: list[str], caps: list[float], settle_s: float, measure_s
                                "power_w": None if joules is None else joules / wall_s,
                                "j_per_iter": None if joules is None else joules / iters,
                                "enforced_w": snap.power_limit_enforced_w, "util_gpu_pct": snap.util_gpu_pct})
-            doc["workloads"][name] = {"what": workload.what, "points": points}
+            doc["workloads"][name] = {"what": workload.what, "points": points[:-1], "repeat": points[-1]}
             del workload
     except (EcolaunchError, RuntimeError) as e:
         doc["error"] = f"{e}" + (f" (HINT: {e.hint})" if getattr(e, "hint", None) else "")

@@ -14,7 +14,9 @@ Sections, each recorded as ``pass``, ``fail`` or ``skip`` (with a reason) and it
    and where ``tests/`` is not beside ``benchmarks/``).
 2. ``sweep``: ground truth. ``mm`` (compute-bound) and ``bw`` (memory-bound) at caps from the board's maximum down
    to its minimum, in one process that sets the caps itself: iteration time inside the loop, board power from the
-   energy counter. Needs root on real GPUs; the original cap is restored in a ``finally``.
+   energy counter; then the maximum once more, last, whose iteration time against the first window's is
+   ``window_error_pct`` (what ``capchoice.WINDOW_ERROR_PCT`` keeps back for the uncapped reference). Needs root on
+   real GPUs; the original cap is restored in a ``finally``.
 3. ``waitpower``: what the GPU draws while 1, 8 and 32 one-thread kernels spin (``torch.cuda._sleep``: a proxy for
    a rank's GPU waiting in an NCCL collective, whose kernels spin on a flag) against idle and computing, from the
    energy counter (``_spin_worker.py``): where a waiting GPU lies between the two bounds docs/pace-matching.md assumes.
@@ -256,7 +258,11 @@ def section_sweep(check: Check, timeout_s: float) -> dict[str, Any]:
             p["slowdown_pct"] = pct(p["iter_time_s"], top["iter_time_s"])
             p["energy_saving_pct"] = None if p["j_per_iter"] is None or not top["j_per_iter"] else \
                 round(100.0 * (1.0 - p["j_per_iter"] / top["j_per_iter"]), 2)
-        workloads[name] = {"what": entry["what"], "points": points}
+        repeat = entry.get("repeat")
+        # a second window at the maximum, after the rest of the sweep: how far one window's mean is from another's
+        window = None if not repeat or not top["iter_time_s"] else \
+            round(100.0 * abs(repeat["iter_time_s"] / top["iter_time_s"] - 1.0), 2)
+        workloads[name] = {"what": entry["what"], "points": points, "repeat": repeat, "window_error_pct": window}
     return {"status": "pass" if restored else "fail",
             "reason": None if restored else f"the cap was {after} W after the sweep, not {g.power_limit_w:g} W",
             "caps_w": caps, "original_w": g.power_limit_w, "restored": restored, "workloads": workloads,
@@ -567,7 +573,8 @@ def summary(name: str, s: dict[str, Any]) -> list[str]:
         for w, entry in sorted(s.get("workloads", {}).items(), key=lambda item: WORKLOADS.index(item[0])):
             cells = [f"{p['power_cap_w']:g} W {fmt(p['iter_time_s'] * 1e3, '.1f')} ms "
                      f"{fmt(p['power_w'], '.0f')} W" for p in entry["points"]]
-            lines.append(f"  {w}: " + " | ".join(cells))
+            lines.append(f"  {w}: " + " | ".join(cells)
+                         + f"; the maximum again: {fmt(entry.get('window_error_pct'), '.2f', ' %')} off")
     elif name == "launches":
         for w, runs in sorted(s["workloads"].items(), key=lambda item: WORKLOADS.index(item[0])):
             base = runs["torchrun"]

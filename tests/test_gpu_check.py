@@ -88,6 +88,11 @@ def test_a_quick_run_on_simulated_gpus(tmp_path: Path) -> None:
         assert [p["power_cap_w"] for p in points] == sweep["caps_w"]
         assert all(p["iters"] >= 1 and p["iter_time_s"] > 0 and p["power_w"] <= p["power_cap_w"] + 25 for p in points)
         assert all(p["enforced_w"] == p["power_cap_w"] for p in points)
+        # the maximum measured once more, last: how far a second window at the same cap is from the first
+        repeat = sweep["workloads"][name]["repeat"]
+        assert repeat["power_cap_w"] == points[0]["power_cap_w"] and repeat["iter_time_s"] > 0
+        assert sweep["workloads"][name]["window_error_pct"] == pytest.approx(
+            100 * abs(repeat["iter_time_s"] / points[0]["iter_time_s"] - 1), abs=0.01)
 
     launches = sections["launches"]
     assert launches["status"] == "pass", launches["reason"]

@@ -68,7 +68,8 @@ EXTRAPOLATION_ERROR_PP = 5.0
 #: ``data/zeus-nsdi23/profile_windows``) spread 0.7 to 6.4 % by job, median 2.1 %. It is counted on the uncapped
 #: reference alone (:func:`reference_se_pct`, divided by the root of its windows): every predicted slowdown is a
 #: ratio to it, and nothing after profiling measures it again, while the closed loop measures the job at its cap
-#: all through every run and corrects what that window misread.
+#: all through every run and corrects what that window misread. ``benchmarks/gpu_check.py``'s sweep measures it
+#: again on a lent GPU (``window_error_pct``: a second window at the maximum cap, after the sweep).
 WINDOW_ERROR_PCT = 1.1
 #: the least margin, whatever was measured: a first run's whole-run slowdown also counts its profiling iterations
 #: at lower caps, up to a few points over the 2,000-iteration runs of ``benchmarks/cap_control.py`` (the most on
