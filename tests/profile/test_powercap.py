@@ -272,7 +272,7 @@ def test_the_margin_comes_from_what_was_measured() -> None:
     assert cc.cap_margin_pct(more, 250) == pytest.approx(cc.MARGIN_Z * (2 * 9.0 / 600 + window) ** 0.5)
     assert cc.cap_margin_pct(more, 250) < cc.cap_margin_pct(noisy, 250)  # more iterations, less margin ...
     assert cc.cap_margin_pct(more, 250) > cc.MARGIN_Z * cc.WINDOW_ERROR_PCT  # ... but never less than one window's
-    # a second window at a cap that does not bind (a replicate of the reference) halves what the window error adds
+    # a second window at a cap that does not bind (a replicate of the reference) halves the window error's variance
     twice = jc.fit_curve([CapPoint(400, 0.1, 300, 600, 3.0), CapPoint(395, 0.1, 300, 600, 3.0),
                           CapPoint(250, 0.114, 250, 600, 3.0)])
     assert cc.reference_se_pct(twice) == pytest.approx((9.0 / 1200 + window / 2) ** 0.5)

@@ -9,8 +9,7 @@ from ecolaunch.devices.spec import parse_spec
 from ecolaunch.policy.base import Decision
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
 from ecolaunch.sim.measured import (BOARD, BOARDS, FOLDS, PROFILE_ITERS, HeldOutPriors, MeasuredWorld, Noise, _pairs,
-                                    held_out_prior,
-                                    holdout_key, job_kinds, measured_oracle, network_of)
+                                    held_out_prior, holdout_key, job_kinds, measured_oracle, network_of)
 from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.profile.capchoice import WINDOW_ERROR_PCT, reference_se_pct
