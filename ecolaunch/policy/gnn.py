@@ -251,7 +251,6 @@ def _model(weights: Path | None):
     return load_default_model() if weights is None else load_model_cached(weights)
 
 
-
 class _one_thread:
     """torch's thread pool costs more than these tiny forward passes on a loaded machine: score on one thread."""
 
