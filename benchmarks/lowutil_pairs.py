@@ -28,7 +28,8 @@ GPU). The truth is Lucid's as measured: one run per pair, about 6 % of the speed
 profiled separately), none dropped.
 
 ``--json`` prints ``{"pairs": N, "jobs": N, "source": {...}, "rows": {ROW: {"all" | "underused" | "busy":
-{"pairs", "mae", "ci95": [low, high], "bias"}}}}`` (``bias``: mean of predicted minus measured).
+{"pairs", "mae", "ci95": [low, high], "bias"}}}}`` (``bias``: mean of predicted minus measured; ``mae``, ``ci95``
+and ``bias`` null where a subset holds no pair).
 """
 
 from __future__ import annotations
@@ -105,11 +106,13 @@ def predictions(pairs: list[dict], alone: dict) -> tuple[dict[str, np.ndarray], 
 def score(pred: np.ndarray, truth: np.ndarray, keep: np.ndarray, draws: int) -> dict:
     """MAE over the jobs of the pairs ``keep`` selects, its bootstrap 95 % interval (pairs resampled) and bias."""
     err = np.abs(pred[keep] - truth[keep]).mean(axis=1)  # per pair
+    if not len(err):  # no pair in this subset: nothing to score (and no NaN in the JSON)
+        return {"pairs": 0, "mae": None, "ci95": None, "bias": None}
     rng = np.random.default_rng(0)
-    boot = [err[rng.integers(0, len(err), len(err))].mean() for _ in range(draws)] if len(err) else [np.nan]
-    return {"pairs": int(keep.sum()), "mae": round(float(err.mean()), 4) if len(err) else None,
+    boot = [err[rng.integers(0, len(err), len(err))].mean() for _ in range(draws)]
+    return {"pairs": int(keep.sum()), "mae": round(float(err.mean()), 4),
             "ci95": [round(float(np.percentile(boot, 2.5)), 4), round(float(np.percentile(boot, 97.5)), 4)],
-            "bias": round(float((pred[keep] - truth[keep]).mean()), 4) if len(err) else None}
+            "bias": round(float((pred[keep] - truth[keep]).mean()), 4)}
 
 
 def main() -> None:
@@ -133,8 +136,8 @@ def main() -> None:
                                         for name in subsets)]
     for row in ROWS:
         lines.append(f"{row:<10}" + "".join(
-            f"{r['mae']:>9.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['bias']:+.3f}".rjust(34)
-            for r in rows[row].values()))
+            (f"{r['mae']:>9.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['bias']:+.3f}" if r["pairs"] else "-")
+            .rjust(34) for r in rows[row].values()))
     emit(doc, args.json, "\n".join(lines))
 
 

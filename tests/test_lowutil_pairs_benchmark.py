@@ -51,6 +51,18 @@ def test_scores_three_rows_against_the_measured_speeds(tmp_path: Path) -> None:
     assert doc["source"]["commit"].startswith("63685a3")
 
 
+def test_a_subset_without_pairs_is_null_not_nan(tmp_path: Path) -> None:
+    (tmp_path / "single_data.csv").write_text(ALONE)
+    (tmp_path / "colocate_info.csv").write_text("\n".join(PAIRS.splitlines()[::2]) + "\n")  # header, B+C only
+    ran = run(tmp_path, "--json", "--bootstrap", "10")
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    assert doc["rows"]["util-sum"]["underused"] == {"pairs": 0, "mae": None, "ci95": None, "bias": None}
+    assert doc["rows"]["util-sum"]["busy"]["pairs"] == 1
+    table = run(tmp_path, "--bootstrap", "10")
+    assert table.returncode == 0 and "-" in table.stdout.splitlines()[2]
+
+
 def test_without_the_data_it_says_where_to_get_it(tmp_path: Path) -> None:
     ran = run(tmp_path)
     assert ran.returncode != 0
