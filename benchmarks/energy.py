@@ -3,7 +3,7 @@ QoS, ablations, each as a mean with its 95 % interval.
 
     python benchmarks/energy.py [--seeds 5] [--first-seed 0] [--json] [--out benchmarks/results]
                                 [--world measured|model|both] [--trace NAME ...] [--policy NAME ...] [--no-folds]
-                                [--margin-scale S] [--lift-caps-waiting N]
+                                [--margin-scale S] [--lift-caps-waiting N] [--share-if-sooner]
 
 **Seeds.** Every trace and policy runs on the seeds ``first_seed .. first_seed + seeds - 1``; a seed draws the
 trace (its window of arrivals, its run times, its job types and users) and the world's noise, so one seed measures
@@ -56,11 +56,13 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "folds": {FOLD: {"types", "weights", "sd_z", "first_curve_z"}} | null, "first_curve_z_pooled": z | null,
      "coverage": {TRACE: {POLICY: {"jobs", "covered_pct", "at_measured_cap_pct",
                                    "by_fold": {FOLD: {"jobs", "covered_pct"}}}}},
-     "margin_scale": S, "lift_caps_waiting": N | null}
+     "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
 ``mean_slowdown_pct``, ``qos_violations_pct``, ``makespan_s``, ``jobs``, ``shared_jobs_pct``, ``learned_pct``,
-``peak_gpu_power_w``, ``peak_limit_sum_w`` (the most the GPUs' limits added up to at any instant, a GPU without a
+``contract_jobs_pct``, ``contract_violations_pct`` (jobs placed under the sharing contract, and those that finished
+after its deadline: counted in ``qos_violations_pct`` instead of their run-time bound), ``peak_gpu_power_w``,
+``peak_limit_sum_w`` (the most the GPUs' limits added up to at any instant, a GPU without a
 job at its minimum: what ``power-budget``'s budget bounds) and, in the measured world, ``first_launches``,
 ``repeat_launches``, ``oom_failures``. ``vs_exclusive``: each seed's ``100 * (policy / exclusive - 1)``. ``goals``:
 each seed's saving of ``gnn`` against ``curve`` (``100 * (1 - gnn / curve)``), its violations minus ``curve``'s and
@@ -75,7 +77,10 @@ at the cap it settled at stayed within its curve's prediction plus the cap margi
 **Ablations of the whole run**: ``--margin-scale S`` (every cap margin times S, :func:`scale_margins`) and
 ``--lift-caps-waiting N`` (while at least N jobs wait, every running job runs uncapped and its caps come back when
 fewer wait: ``Simulation(lift_caps_waiting=N)``; not under a power budget): what caps that weighed the queue could buy
-in completion time, and what it would cost in energy. The launcher does neither.
+in completion time, and what it would cost in energy. The launcher does neither. ``--share-if-sooner``: every job asks
+for the sharing contract (:mod:`ecolaunch.policy.contract`: start now on a shared GPU when that finishes it sooner
+than waiting, every running job within its bound) and knows its length exactly, as a history of runs just like it
+would tell (``Simulation(share_if_sooner=True)``): an upper bound on what the launcher's history knows.
 
 **Fold weights** are cached under a tag of what they were trained without and a fingerprint of what training reads
 (:func:`training_fingerprint`): weights trained by other code or on other data are never reused.
@@ -114,7 +119,7 @@ VS_EXCLUSIVE = {"node_energy_pct": "node_energy_kwh", "mean_jct_pct": "mean_jct_
 
 
 def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: list[str] | None, folds: bool,
-            cache: Path, lift_caps_waiting: int | None = None) -> dict:
+            cache: Path, lift_caps_waiting: int | None = None, share_if_sooner: bool = False) -> dict:
     from ecolaunch.sim.trace_registry import MEASURED, MODEL, TRACES, gpus_label, trace_names
 
     out: dict = {"seeds": list(seeds), "traces": {}, "vs_exclusive": {}, "machines": {}, "wall_s": {}, "world": {},
@@ -147,7 +152,8 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
             if world == "model" and policy in FIRST_CURVE_ROWS:
                 continue  # a first launch's curve is the measured world's
             start = time.perf_counter()
-            runs = [run_one(name, world, machine, policy, seed, weights, lift_caps_waiting) for seed in seeds]
+            runs = [run_one(name, world, machine, policy, seed, weights, lift_caps_waiting, share_if_sooner)
+                    for seed in seeds]
             out["wall_s"][f"{name}/{policy}"] = round(time.perf_counter() - start, 2)
             covered = [c for run in runs for c in run.pop("_coverage", [])]
             if covered:
@@ -161,7 +167,7 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
 
 
 def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights,
-            lift_caps_waiting: int | None = None) -> dict:
+            lift_caps_waiting: int | None = None, share_if_sooner: bool = False) -> dict:
     from ecolaunch.sim.metrics import summarize
     from ecolaunch.sim.trace_registry import TRACES
 
@@ -169,12 +175,12 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
     trace = entry.build(machine, seed=seed)
     if world_name == "model":
         sim = entry.simulation(machine, trace, policy, _policy(policy, None, None))
-        sim.lift_caps_waiting = lift_caps_waiting
+        sim.lift_caps_waiting, sim.share_if_sooner = lift_caps_waiting, share_if_sooner
         result = sim.run(trace)
         extra = {}
     else:
         sim = entry.simulation(machine, trace, policy, _policy(policy, trace, weights), seed=seed)
-        sim.lift_caps_waiting = lift_caps_waiting
+        sim.lift_caps_waiting, sim.share_if_sooner = lift_caps_waiting, share_if_sooner
         world = sim.world
         result = sim.run(trace)
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
@@ -184,6 +190,8 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
     summary = summarize(result)
     return {k: round(getattr(summary, k), 4) for k in KEYS} | {
         "jobs": summary.jobs, "shared_jobs_pct": round(summary.shared_jobs_pct, 1),
+        "contract_jobs_pct": round(summary.contract_jobs_pct, 2),
+        "contract_violations_pct": round(summary.contract_violations_pct, 2),
         "learned_pct": round(100.0 * result.learned_decisions / max(1, result.placements), 1),
         "peak_gpu_power_w": round(result.peak_gpu_power_w, 1),
         "peak_limit_sum_w": round(result.peak_limit_sum_w, 1)} | extra
@@ -597,6 +605,9 @@ def main() -> None:
     parser.add_argument("--lift-caps-waiting", type=int, default=None, metavar="N",
                         help="ablation: while at least N jobs wait, every running job runs uncapped (its caps come "
                              "back when fewer wait); not under a power budget. The launcher does not do this")
+    parser.add_argument("--share-if-sooner", action="store_true",
+                        help="every job asks for the sharing contract and knows its length exactly "
+                             "(Simulation(share_if_sooner=True)): an upper bound on what a history tells")
     args = parser.parse_args()
     if args.lift_caps_waiting is not None and args.lift_caps_waiting < 1:
         parser.error(f"--lift-caps-waiting must be a whole number >= 1, got {args.lift_caps_waiting}")
@@ -612,8 +623,10 @@ def main() -> None:
     policies = args.policy or [*sim_policy_names(), "no-gnn", *ABLATIONS, *FIRST_CURVE_ROWS]
     worlds = ["measured", "model"] if args.world == "both" else [args.world]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-    result = run_all(seeds, policies, worlds, args.trace, args.folds, args.cache, args.lift_caps_waiting)
+    result = run_all(seeds, policies, worlds, args.trace, args.folds, args.cache, args.lift_caps_waiting,
+                     args.share_if_sooner)
     result["margin_scale"], result["lift_caps_waiting"] = args.margin_scale, args.lift_caps_waiting
+    result["share_if_sooner"] = args.share_if_sooner
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)
     folds = ("the GNN scoring a job was trained without its job type (k-fold by type)" if result["folds"] else
@@ -629,7 +642,9 @@ def main() -> None:
         + (f" Ablation: every cap margin times {args.margin_scale:g} (`--margin-scale`)."
            if args.margin_scale != 1.0 else "")
         + (f" Ablation: every running job uncapped while at least {args.lift_caps_waiting} wait "
-           "(`--lift-caps-waiting`)." if args.lift_caps_waiting else "") + "\n\n" + table
+           "(`--lift-caps-waiting`)." if args.lift_caps_waiting else "")
+        + (" Every job asks for the sharing contract and knows its length exactly (`--share-if-sooner`)."
+           if args.share_if_sooner else "") + "\n\n" + table
         + "\n## Goals (gnn against curve and the oracle, paired by seed)\n\n```json\n"
         + json.dumps(result["goals"], indent=2) + "\n```\n"
         + ("\n## First launches told a curve (paired by seed against `curve`)\n\n" + first_launch_table(result)
@@ -644,7 +659,7 @@ def main() -> None:
     plotted = plot(result, args.out / "energy.png")
     emit({k: result.get(k) for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "learned_first_goal",
                                      "coverage", "folds", "first_curve_z_pooled", "margin_scale",
-                                     "lift_caps_waiting")},
+                                     "lift_caps_waiting", "share_if_sooner")},
          args.json,
          table + ("" if plotted else "\n(matplotlib not installed: no energy.png)"))
 

@@ -11,11 +11,12 @@ Power cap -> time and power (Zeus, NSDI '23 sweeps), per GPU:
   set's highest-cap window with the shape fitted on the sweeps (read from ``../shared/data`` when present).
 
 Interference (Gavel, OSDI '20 pairs), for each suspect-row policy (``values``: every value equal to the solo
-throughput dropped, the default; ``pairs``: only pairs where both are; ``keep``): the switching cost ``delta``
-fitted on all pairs and per GPU type, and cross-validated errors (5 folds by pair, seed 0; and holding out
+throughput dropped, the default; ``pairs``: only pairs where both are; ``keep``): the switching cost ``delta`` of
+each GPU type fitted on all pairs, and cross-validated errors (5 folds by pair, seed 0; and holding out
 each job type): MAE of normalized throughput and accuracy of "packing helps" (combined > 1), on held-out
 values that are not suspect (``clean``) and on all held-out values (``all``), next to a model-free baseline
-(training median; always-pack). ``eaco_jct_increase_pct`` shows what each ``delta`` predicts for EaCO's sets.
+(training median; always-pack). ``eaco_jct_increase_pct`` shows what the model predicts for EaCO's V100 sets, and
+``eaco_jct_increase_pct_per_gpu_delta`` what it would with each GPU type's ``delta``.
 
 Usage: ``python benchmarks/model_fit.py [--json] [--seed N]``.
 """
@@ -103,7 +104,8 @@ def _window_errors() -> dict | None:
 
 
 def _eaco_jct(delta_s: float) -> list[float]:
-    model = itf.InterferenceModel(delta_s, itf.default_interference_model().default_iter_time_s)
+    model = itf.InterferenceModel(delta_s, itf.default_interference_model().default_iter_time_s,
+                                  {"volta": delta_s})
     return [round(s.jct_increase_pct, 2) for s in reproduce_eaco(model).sets]
 
 
@@ -116,11 +118,10 @@ def interference_errors(seed: int) -> dict:
                              "pairs_unordered": int(data.a.size)}
     for policy in itf.SUSPECT_POLICIES:
         fit = itf.fit_gavel(policy)
-        per_gpu = {g: itf.fit_gavel(policy, gpus=(g,)).switch_overhead_s for g in itf.GAVEL_GPUS}
+        per_gpu = {g: fit.switch_overhead_s[g] for g in itf.GAVEL_GPUS}
         entry = {
-            "switch_overhead_ms": fit.switch_overhead_s * 1000.0,
             "switch_overhead_ms_per_gpu_fit": {g: d * 1000.0 for g, d in per_gpu.items()},
-            "eaco_jct_increase_pct": _eaco_jct(fit.switch_overhead_s),
+            "eaco_jct_increase_pct": [round(s.jct_increase_pct, 2) for s in reproduce_eaco(fit.model).sets],
             "eaco_jct_increase_pct_per_gpu_delta": {g: _eaco_jct(d) for g, d in per_gpu.items()},
         }
         for split in ("pair", "type"):
@@ -154,7 +155,7 @@ def _table(res: dict) -> str:
     lines.append(f"Interference (Gavel pairs: {sv['pairs_unordered']} unordered; V100 values equal to solo:"
                  f" {sv['v100_values_equal_to_solo']}, pairs with both:"
                  f" {sv['v100_pairs_both_equal_to_solo_unordered']})")
-    lines.append(f"{'policy':<7}{'delta ms':>9} {'per-GPU ms v100/p100/k80':>25}  held-out (clean values):"
+    lines.append(f"{'policy':<7} {'delta ms v100/p100/k80':>25}  held-out (clean values):"
                  f" MAE / pack acc [baseline]")
     for policy in itf.SUSPECT_POLICIES:
         e = itf_res[policy]
@@ -164,11 +165,11 @@ def _table(res: dict) -> str:
             h = e[f"holdout_by_{split}_clean"]
             cells.append(f"by {split}: {h['mae']:.3f} / {h['pack_accuracy']:.3f} "
                          f"[{h['baseline_mae']:.3f} / {h['baseline_pack_accuracy']:.3f}]")
-        lines.append(f"{policy:<7}{e['switch_overhead_ms']:9.2f} {per:>25}  " + "; ".join(cells))
+        lines.append(f"{policy:<7} {per:>25}  " + "; ".join(cells))
     lines.append("EaCO JCT increase % per set " + ", ".join(itf_res["eaco_sets"]))
     lines.append(f"  paper:                  {itf_res['eaco_paper_jct_increase_pct']}")
     default = itf_res["values"]
-    lines.append(f"  pooled delta (default): {default['eaco_jct_increase_pct']}")
+    lines.append(f"  the model (V100 delta): {default['eaco_jct_increase_pct']}")
     for g, v in default["eaco_jct_increase_pct_per_gpu_delta"].items():
         lines.append(f"  {g}-only delta:         {v}")
     return "\n".join(lines)

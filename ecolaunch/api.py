@@ -73,7 +73,8 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
            module: bool = False, policy: str | None = None, allowed_slowdown_pct: float | None = None,
            memory_mib: int | None = None, profile: str | None = None, wait_timeout_s: float | None = None,
            explain: bool = False, name: str | None = None, job_key: str | None = None, fresh_profile: bool = False,
-           torchrun_args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> LaunchResult:
+           share_if_sooner: bool | None = None, torchrun_args: Sequence[str] = (),
+           env: Mapping[str, str] | None = None) -> LaunchResult:
     """Run ``entrypoint`` on ``nproc`` workers, placed, queued, capped and accounted as ``ecolaunch`` would.
 
     Args:
@@ -84,7 +85,9 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
         policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain, name, job_key, fresh_profile:
             the command line's ``--policy``, ``--allowed-slowdown``, ``--memory-mib``, ``--profile``,
             ``--wait-timeout``, ``--explain``, ``--name``, ``--job-key``, ``--fresh-profile``; unset, their
-            ``ECOLAUNCH_*`` variables apply, as on the command line. What ``-v`` logs
+            ``ECOLAUNCH_*`` variables apply, as on the command line.
+        share_if_sooner: ``--share-if-sooner yes|no`` (True/False); None: ``ECOLAUNCH_SHARE_IF_SOONER``, else the
+            admin policy's default. What ``-v`` logs
             goes to the ``ecolaunch`` logger: the application's logging configuration shows it.
         torchrun_args: further torchrun options, as typed (``["--max-restarts", "1"]``).
         env: the environment the launch reads its ``ECOLAUNCH_*`` settings from (default ``os.environ``); the
@@ -116,8 +119,13 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
         raise ValueError(with_hint(f"entrypoint must be a function, a script's path or (module=True) a module's "
                                    f"name, got {entrypoint!r}", "pass a function defined at a module's top level, "
                                    "or a script's path"))
+    if share_if_sooner is not None and not isinstance(share_if_sooner, bool):
+        raise ValueError(with_hint(f"share_if_sooner must be True, False or None, got {share_if_sooner!r}",
+                                   "None leaves it to ECOLAUNCH_SHARE_IF_SOONER and the admin policy"))
     argv = [*_options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, name, job_key),
-            *_flags(explain=explain, fresh_profile=fresh_profile), *[str(a) for a in torchrun_args]]
+            *_flags(explain=explain, fresh_profile=fresh_profile),
+            *([] if share_if_sooner is None else ["--share-if-sooner", "yes" if share_if_sooner else "no"]),
+            *[str(a) for a in torchrun_args]]
     if function is not None:
         argv += ["--module", function.name]
     else:

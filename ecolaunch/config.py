@@ -32,6 +32,7 @@ ENV_PROFILE = "ECOLAUNCH_PROFILE"  # --profile auto|pre|inline|off
 ENV_JOB_NAME = "ECOLAUNCH_JOB_NAME"  # --name: the job's name in status, history, the queue and ``ecolaunch cancel``
 ENV_JOB_KEY = "ECOLAUNCH_JOB_KEY"  # --job-key KEY: the job's history key
 ENV_FRESH_PROFILE = "ECOLAUNCH_FRESH_PROFILE"  # --fresh-profile: measure a new profile
+ENV_SHARE_IF_SOONER = "ECOLAUNCH_SHARE_IF_SOONER"  # --share-if-sooner yes|no: the sharing contract
 ENV_PLAN_TIMEOUT = "ECOLAUNCH_PLAN_TIMEOUT"  # seconds a multi-node job's launchers wait for each other's plan
 ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a GNN weight file; default: <state dir>/gnn/weights.pt when present
 
@@ -129,6 +130,8 @@ class LaunchOptions:
     #: the job's history key (``--job-key``; None: matched on its script and arguments); ``--fresh-profile``
     job_key: str | None = None
     fresh_profile: bool = False
+    #: ``--share-if-sooner yes|no``: the sharing contract (``ecolaunch.policy.contract``); None: the admin's default
+    share_if_sooner: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

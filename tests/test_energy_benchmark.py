@@ -171,13 +171,19 @@ def test_the_margin_ablation_scales_every_cap_margin_and_refuses_a_negative_scal
     assert ran.returncode == 2 and "--margin-scale must be a number >= 0, got -1.0" in ran.stderr
 
 
-def test_the_lift_ablation_reaches_the_simulation_and_refuses_less_than_one(energy, monkeypatch) -> None:
+def _seen(monkeypatch, attribute: str) -> list:
+    """The values of ``attribute`` each Simulation had when it ran, in order."""
     from ecolaunch.sim import engine
 
-    seen = []
+    seen: list = []
     run = engine.Simulation.run
-    monkeypatch.setattr(engine.Simulation, "run", lambda self, trace: seen.append(self.lift_caps_waiting) or
+    monkeypatch.setattr(engine.Simulation, "run", lambda self, trace: seen.append(getattr(self, attribute)) or
                         run(self, trace))
+    return seen
+
+
+def test_the_lift_ablation_reaches_the_simulation_and_refuses_less_than_one(energy, monkeypatch) -> None:
+    seen = _seen(monkeypatch, "lift_caps_waiting")
     from ecolaunch.sim.trace_registry import TRACES
     machine = TRACES["workstation-measured"].machine(None, 1)
     row = energy.run_one("workstation-measured", "measured", machine, "exclusive", 0, None, 3)
@@ -185,6 +191,16 @@ def test_the_lift_ablation_reaches_the_simulation_and_refuses_less_than_one(ener
     ran = subprocess.run([sys.executable, str(BENCHMARKS / "energy.py"), "--lift-caps-waiting", "0"],
                          env=clean_env(), capture_output=True, text=True, timeout=120)
     assert ran.returncode == 2 and "--lift-caps-waiting must be a whole number >= 1, got 0" in ran.stderr
+
+
+def test_the_sharing_contract_reaches_the_simulation_and_its_jobs_are_counted(energy, monkeypatch) -> None:
+    seen = _seen(monkeypatch, "share_if_sooner")
+    from ecolaunch.sim.trace_registry import TRACES
+    machine = TRACES["workstation-mixed"].machine(None, 1)
+    row = energy.run_one("workstation-mixed", "measured", machine, "oracle", 0, None, None, True)
+    assert seen == [True] and row["contract_jobs_pct"] > 0.0 and row["contract_violations_pct"] == 0.0
+    plain = energy.run_one("workstation-mixed", "measured", machine, "oracle", 0, None)
+    assert seen == [True, False] and plain["contract_jobs_pct"] == 0.0
 
 
 def test_the_first_launch_goal_is_the_gap_closed_paired_by_seed(energy) -> None:

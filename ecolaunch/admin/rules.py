@@ -32,6 +32,9 @@ commented example::
     enabled = true              # may two jobs share one GPU at all                       default true
     max_jobs_per_gpu = 2        # 1-64; jobs on one GPU at once                           default 2
     memory_margin_mib = 1024    # MiB >= 0 kept free on a shared GPU beyond the peaks     default 1024
+    share_if_sooner = false     # the sharing contract for a job that does not say          default false
+                                #   (--share-if-sooner yes|no): start now on a shared GPU when that
+                                #   finishes it sooner than waiting (ecolaunch.policy.contract)
 
     [caps."A100-SXM4-80GB"]     # power-cap bounds for every GPU of this model (name as nvidia-smi shows
     min_w = 200.0               #   it; case, spacing and a leading "NVIDIA" are ignored). Watts > 0 ...
@@ -145,6 +148,8 @@ class Rules:
     max_jobs_per_gpu: int = 2
     #: memory kept free on a shared GPU beyond the jobs' peaks (MiB)
     memory_margin_mib: int = 1024
+    #: the sharing contract for a job that does not ask (``--share-if-sooner``; :mod:`ecolaunch.policy.contract`)
+    share_if_sooner: bool = False
     #: allowed slowdown when the user asks for none (percent of solo, uncapped speed)
     default_slowdown_pct: float = 10.0
     #: the most slowdown a user may ask for

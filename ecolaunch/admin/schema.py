@@ -59,6 +59,7 @@ SCALAR_KEYS: dict[str, dict[str, ScalarKey]] = {
         "enabled": ScalarKey("allow_colocation", "bool", hint="write true or false (no quotes)"),
         "max_jobs_per_gpu": ScalarKey("max_jobs_per_gpu", "int", 1, 64, "write a whole number from 1 to 64"),
         "memory_margin_mib": ScalarKey("memory_margin_mib", "int", 0, None, "write a whole number of MiB, 0 or more"),
+        "share_if_sooner": ScalarKey("share_if_sooner", "bool", hint="write true or false (no quotes)"),
     },
     "profiling": {
         "max_iterations": ScalarKey("profiling_max_iterations", "int", 0, None, _COUNT_HINT),

@@ -103,8 +103,11 @@ def status_doc(graph: StateGraph, host: str, kind: str, environment: Environment
 def job_doc(job: Job, now: float) -> dict:
     """One job's row. Its progress (None until its launcher's first heartbeat, and for a queued job): ``iterations``,
     ``iter_time_s``, ``energy_j`` (its share of its GPUs' energy), ``saving_j`` (an estimate against running
-    uncapped, ``JobProgress``), as of ``progress_age_s`` seconds ago."""
+    uncapped, ``JobProgress``), as of ``progress_age_s`` seconds ago; ``remaining_s``, how long it is expected to run
+    still (:meth:`~ecolaunch.state.graph.Job.remaining_s`: from its completed runs and its progress; None when
+    unknown)."""
     p = job.progress
+    left = job.remaining_s(now)
     return {
         "id": job.id,
         "user": job.user,
@@ -120,6 +123,7 @@ def job_doc(job: Job, now: float) -> dict:
         "energy_j": p.energy_j if p else None,
         "saving_j": p.saving_j if p else None,
         "progress_age_s": round(max(0.0, now - p.at), 1) if p else None,
+        "remaining_s": round(left, 1) if left is not None else None,
     }
 
 

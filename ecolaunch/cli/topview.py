@@ -2,7 +2,8 @@
 
 :func:`render` draws one :meth:`~ecolaunch.cli.hostview.HostView.read` document as three tables: the GPUs (power
 against the limit, utilization, memory, who uses them), the running jobs (user, name and id, GPUs, the limit in force
-on them, iterations, iteration time, energy so far and the estimated saving against uncapped, as the jobs' launchers
+on them, run time and the time it is expected to run still (``LEFT``, shown when any job knows it: from its completed
+runs and its progress, N/A when unknown), iteration time, energy so far and the estimated saving against uncapped, as the jobs' launchers
 last recorded them at a heartbeat: ``Job.progress``) and the queue with why each job waits (the row's ``reason``
 where it has one). :func:`live` redraws it on the terminal's alternate screen until ``q``; :func:`print_once`
 prints it once without colour.
@@ -132,17 +133,20 @@ def _gpu_table(doc: dict) -> Table:
 
 def _job_table(doc: dict) -> Table:
     """The running jobs; their iteration time, energy and saving as of their launchers' last heartbeat (the
-    iteration count is in ``status --json``)."""
-    table = _table(f"\njobs ({len(doc['jobs'])} running)", "JOB", "USER", "NAME", "GPUS", "CAP W", "TIME", "ITER",
-                   "ENERGY", "SAVED (EST.)")
+    iteration count is in ``status --json``); the time each is expected to run still when any of them knows it (a
+    column nobody can fill would narrow the names on an 80-column terminal)."""
+    left = any(j.get("remaining_s") is not None for j in doc["jobs"])
+    table = _table(f"\njobs ({len(doc['jobs'])} running)", "JOB", "USER", "NAME", "GPUS", "CAP W", "TIME",
+                   *(("LEFT",) if left else ()), "ITER", "ENERGY", "SAVED (EST.)")
     index = {g["uuid"]: g for g in doc["gpus"]}
     for j in doc["jobs"]:
         gpus = [index[u] for u in j["gpus"] if u in index]
         limits = sorted({g["power_limit_w"] for g in gpus if g["power_limit_w"] is not None})
+        remaining = () if not left else ("N/A" if j.get("remaining_s") is None else _duration(j["remaining_s"]),)
         table.add_row(_cell(j["id"]), _cell(j["user"]), _cell(j["name"]),
                       ",".join(str(g["index"]) for g in gpus) or "-",
-                      "/".join(f"{w:.0f}" for w in limits) or "N/A", _duration(j["age_s"]), _ms(j["iter_time_s"]),
-                      _energy(j["energy_j"]), _saving(j["energy_j"], j["saving_j"]))
+                      "/".join(f"{w:.0f}" for w in limits) or "N/A", _duration(j["age_s"]), *remaining,
+                      _ms(j["iter_time_s"]), _energy(j["energy_j"]), _saving(j["energy_j"], j["saving_j"]))
     return table
 
 

@@ -29,6 +29,7 @@ parsing machine specs (:mod:`ecolaunch.devices.spec`), the simulated device stat
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -36,7 +37,7 @@ from types import MappingProxyType
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import GpuModel
 
-__all__ = ["CATALOGUE", "lookup", "model_names"]
+__all__ = ["ARCHITECTURES", "CATALOGUE", "architecture", "lookup", "measured_for", "model_names"]
 
 _ZEUS = "Zeus NSDI'23 power-limit grid (ecolaunch/sim/data/summary_power_*.csv)"
 _DATASHEET_MIN = "NVML min as commonly reported by nvidia-smi -q (not verified from a stored source)"
@@ -152,3 +153,34 @@ def lookup(name: str) -> GpuModel:
         f"unknown GPU model {name.strip()!r}{suggestion}",
         hint=f"use one of: {', '.join(CATALOGUE)}",
     )
+
+
+#: NVIDIA's architectures, oldest first
+ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper")
+_ARCH_PATTERNS = (("hopper", r"\bG?H(100|200|800)"), ("ada", r"\bL(4|40S?)\b|RTX\s*40\d0|ADA"),
+                  ("ampere", r"\bA(2|10|16|30|40|100|800)\b|RTX\s*(30\d0|A\d000)"), ("turing", r"\bT4\b|RTX\s*20\d0"),
+                  ("volta", r"V100"), ("pascal", r"P(4|40|100)\b|GTX\s*10\d0"), ("maxwell", r"\bM(40|60)\b"),
+                  ("kepler", r"\bK(20|40|80)"))
+
+
+@functools.lru_cache(maxsize=256)
+def architecture(name: str) -> str:
+    """The lower-case architecture of board ``name`` ("volta", "hopper", ...): the catalogue's, else read off the
+    name ("" when neither knows it)."""
+    key = _INDEX.get(_normalize(name))
+    if key is not None:
+        return CATALOGUE[key].architecture.lower().split()[0]
+    return next((arch for arch, pat in _ARCH_PATTERNS if re.search(pat, name.upper())), "")
+
+
+def measured_for(arch: str, measured: Mapping[str, float], default: float) -> float:
+    """A figure measured on some architectures, for a board of ``arch``: the figure of the newest measured
+    architecture not newer than ``arch`` (of the oldest measured when ``arch`` is older still); ``default`` for an
+    unknown ``arch`` or when nothing is measured."""
+    if arch not in ARCHITECTURES:
+        return default
+    known = sorted((ARCHITECTURES.index(a), v) for a, v in measured.items() if a in ARCHITECTURES)
+    if not known:
+        return default
+    older = [v for i, v in known if i <= ARCHITECTURES.index(arch)]
+    return older[-1] if older else known[0][1]

@@ -90,11 +90,19 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
         "whatever their script and arguments (default: matched on the script and its arguments, see docs/profiling.md)",
     ),
     (("--fresh-profile",), config.ENV_FRESH_PROFILE, False, "ignore the job's stored profile: profile it again"),
+    (
+        ("--share-if-sooner",),
+        config.ENV_SHARE_IF_SOONER,
+        True,
+        "yes: when no GPUs of its own are free, start now on a shared GPU if that is predicted to finish the job "
+        "sooner than waiting, its slowdown bound waived for that (every running job keeps its own); no: never "
+        "(default: the admin policy's [colocation] share_if_sooner, off unless set; see docs/queue.md)",
+    ),
     (("-v", "--verbose"), config.ENV_VERBOSE, False, "log each step; show tracebacks of ecolaunch errors"),
 )
 
 _METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB", "--profile": "MODE",
-             "--name": "NAME", "--job-key": "KEY"}
+             "--name": "NAME", "--job-key": "KEY", "--share-if-sooner": "yes|no"}
 #: what ``--name`` may be: it is typed back to ``ecolaunch cancel`` and shown in tables (no spaces, no controls)
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,63}")
 #: the ``--nproc-per-node`` words ecolaunch resolves: as many GPUs as the policy grants; no GPU
@@ -260,8 +268,23 @@ def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
         name=_job_name(ns.eco_name),
         job_key=_job_key(ns.eco_job_key),
         fresh_profile=_flag(ns.eco_fresh_profile, config.ENV_FRESH_PROFILE),
+        share_if_sooner=_yes_no(ns.eco_share_if_sooner, "--share-if-sooner", config.ENV_SHARE_IF_SOONER),
     )
     return options, None if memory is None else int(memory)
+
+
+_YES, _NO = ("yes", "true", "on", "1"), ("no", "false", "off", "0")
+
+
+def _yes_no(raw: str | None, flag: str, env_var: str) -> bool | None:
+    """``yes``/``no`` (also true/false, on/off, 1/0, any case), or None when not given."""
+    if raw is None or raw.strip() == "":
+        return None
+    word = raw.strip().lower()
+    if word in _YES or word in _NO:
+        return word in _YES
+    raise ConfigError(f"{flag} (or {env_var}) must be yes or no, got {raw!r}",
+                      hint=f"e.g. {flag} yes (the script comes after the value)")
 
 
 def check_nproc(ns: argparse.Namespace) -> None:

@@ -41,7 +41,7 @@ from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.waiting import Waiting
-from ecolaunch.profile.history import History, JobIdentity, JobMatch
+from ecolaunch.profile.history import History, JobIdentity, JobMatch, ProfileEntry
 from ecolaunch.profile.modes import ProfileAction, ProfilePlan, resolve_mode
 from ecolaunch.state.graph import Job
 from ecolaunch.state.reconcile import process_start_time
@@ -141,7 +141,7 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
     match, plan = _profile_plan(parsed, ctx.user, allowed, history, host_gpus, rdzv)
     entry = match.entry if match is not None else None
     logger.info("profiling: %s", plan.reason)
-    request = _request(parsed, session, ctx, allowed, entry.hints if entry is not None else {}, ui)
+    request = _request(parsed, session, ctx, allowed, entry, ui)
     request = _with_profile(request, plan.profile)
     if plan.action in (ProfileAction.INLINE, ProfileAction.PRE) and not opts.fresh_profile and rdzv is None:
         _tell_first_curve(session, request, match, history)
@@ -385,12 +385,18 @@ def _host_gpus(session: Session) -> list:
 
 
 def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed_gpus,
-             hints: Mapping[str, Any], ui: LaunchCallbacks) -> JobRequest:
+             entry: ProfileEntry | None, ui: LaunchCallbacks) -> JobRequest:
     """The job's request, its slowdown bound resolved here once (:func:`~ecolaunch.admin.rules.job_bound_pct`:
-    the command line, else what the script declared on an earlier run, kept in ``hints``, else the policy's
-    default, never above the admin's maximum); the memory per GPU the script declared where the command line
-    says nothing."""
+    the command line, else what the script declared on an earlier run, kept in the history ``entry``'s hints, else
+    the policy's default, never above the admin's maximum); the memory per GPU the script declared where the
+    command line says nothing; the run's expected length from the entry's completed runs."""
     args, opts, rules = parsed.torch_args, parsed.options, ctx.rules
+    hints = entry.hints if entry is not None else {}
+    expected = entry.expected_run() if entry is not None else None
+    if expected is not None:
+        steps = f", {expected.iterations} steps" if expected.iterations else ""
+        logger.info("history: %d completed run(s) of this job: expecting about %.0f s%s", expected.runs,
+                    expected.duration_s, steps)
     elastic = args.nproc_per_node in ELASTIC_NPROC
     nproc = 1 if elastic else int(args.nproc_per_node)  # a whole number >= 1: launch.argv.check_nproc
     allowed_slowdown_pct = job_bound_pct(rules, opts.allowed_slowdown_pct, hints.get("max_slowdown_pct"))
@@ -411,6 +417,9 @@ def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed
         allowed_gpus=allowed_gpus,
         allowed_by="CUDA_VISIBLE_DEVICES" if parsed.slurm is None or parsed.slurm.gpu_indices is None else
         f"Slurm job {parsed.slurm.job_id}'s allocation",
+        expected_s=expected.duration_s if expected is not None else None,
+        expected_iterations=expected.iterations if expected is not None else None,
+        share_if_sooner=rules.share_if_sooner if opts.share_if_sooner is None else opts.share_if_sooner,
     )
 
 
@@ -463,6 +472,9 @@ def _request_info(parsed: ParsedLaunch, request: JobRequest) -> dict:
         "nproc_per_node": args.nproc_per_node,
         "memory_mib": request.memory_mib,
         "allowed_slowdown_pct": request.allowed_slowdown_pct,
+        "expected_s": request.expected_s,
+        "expected_iterations": request.expected_iterations,
+        "share_if_sooner": request.share_if_sooner,
         "policy": parsed.options.placement_policy,
         "script": args.training_script,
         "args": list(args.training_script_args),

@@ -181,11 +181,20 @@ class RunRecorder:
         return out
 
     def write(self, record: JobRecord) -> None:
-        """Add ``record`` to the history."""
+        """Add ``record`` to the history; a run that completed (exit code 0) also tells its job's next launches
+        how long to expect (:meth:`~ecolaunch.profile.history.History.note_run`), unless it updates nothing in the
+        history (``not_learned``: a disturbed run, or not the job its profile matched)."""
         try:
             self._history.record(record)
         except Exception as e:  # noqa: BLE001
             logger.warning("could not store job %s in the history: %s", self._job_id, e)
+        if record.exit_code != 0 or self.fingerprint is None or record.not_learned is not None:
+            return
+        try:
+            self._history.note_run(self.fingerprint, record.duration_s, record.iterations, job_id=self._job_id,
+                                   now=self._wall())
+        except Exception as e:  # noqa: BLE001
+            logger.warning("could not note the length of job %s in the history: %s", self._job_id, e)
 
     def _idle(self, uuid: str) -> float | None:
         if uuid in self._idle_given:

@@ -142,6 +142,7 @@ class Session:
         with self.store.transaction() as graph:
             self.refresh(graph)
             self._check_feasible(graph, request)
+            request = dataclasses.replace(request, decided_at=time.time())
             decision = admitted_decision(graph, request, self.policy, self.rules)
             waiting = None
             if decision is None or graph.queued_jobs(self.host):
@@ -169,9 +170,10 @@ class Session:
             job = graph.jobs.get(job_id)
             if job is None:
                 raise StateError(f"job {job_id} vanished from the state graph while queued", hint="launch it again")
-            decision = None
+            decision, now = None, time.time()
+            request = dataclasses.replace(request, decided_at=now)  # what running jobs' times left count from
             if graph.queue_position(job_id) == 1:
-                decision = place(graph, request, self.policy, self.rules, time.time())
+                decision = place(graph, request, self.policy, self.rules, now)
             if decision is None:
                 waiting = why_waiting(graph, request, self.policy, self.rules)
                 if (job.wait_reason, job.wait_detail) != (waiting.reason, waiting.detail):

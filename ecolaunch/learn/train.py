@@ -411,7 +411,7 @@ def build_dataset(seed: int, synthetic: int, extra: Sequence[LabelledState] = ()
             "history_samples": counts["history"], "extra_states": counts["extra"],
             "sources": dict(sorted(counts.items())),
             "holdout_types": sorted(holdout_types), "holdout_zeus": sorted(holdout_zeus),
-            "switch_overhead_s": fit.switch_overhead_s}
+            "switch_overhead_s": dict(fit.switch_overhead_s)}
     return Dataset(samples, data, fit, train_mask, power)
 
 
@@ -464,7 +464,8 @@ def train(seed: int = 0, out_path: Path | str | None = None, *, epochs: int = 60
     built = clock() - start
     prior = ds.gavel_fit.model
     model = HierarchicalGNN(ModelConfig(hidden=hidden, switch_overhead_s=prior.switch_overhead_s,
-                                        default_iter_time_s=prior.default_iter_time_s))
+                                        default_iter_time_s=prior.default_iter_time_s,
+                                        switch_overhead_by_arch_s=dict(prior.switch_overhead_by_arch_s)))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     # collating costs as much as a step: samples are collated once into fixed chunks, and each epoch shuffles the

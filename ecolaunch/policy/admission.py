@@ -16,7 +16,9 @@ The rules checked, against the state the policy decided on:
   than ``max_jobs_per_gpu`` jobs, no foreign process, and (when the job's memory is known) its free memory
   keeps ``memory_margin_mib`` beyond the job's peak;
 * caps: clipped to ``[caps.*]`` bounds; a newcomer's cap on a GPU another job already uses is dropped (a
-  newcomer takes a GPU as it finds it: the cap agent would refuse it anyway, see ``admin.capkeeper``).
+  newcomer takes a GPU as it finds it: the cap agent would refuse it anyway, see ``admin.capkeeper``), unless it
+  lifts the GPU's cap (the sharing contract, ``policy.contract``): a GPU's cap is the highest its jobs want, so a
+  lift never slows the job already there.
 
 The same rules judge the bookings already running (:func:`unadmitted_bookings`): a member can write a running job
 file of their own that never went through :func:`admit` (every GPU, a GPU reserved for a colleague). Judged under
@@ -134,8 +136,9 @@ def _clipped_caps(state: StateGraph, job: JobRequest, rules: Rules, decision: De
     for u in decision.gpus:
         watts = decision.power_caps_w.get(u)
         gpu = host.gpus[u]
-        if watts is None or state.jobs_on(u):
-            caps[u] = None  # no cap, or a newcomer's on a GPU someone else already uses
+        if watts is None or (state.jobs_on(u) and not (is_number(watts) and gpu.power_limit_w is not None
+                                                       and watts > gpu.power_limit_w)):
+            caps[u] = None  # no cap, or a newcomer's on a GPU someone else already uses that would not lift it
             continue
         if not is_number(watts) or watts <= 0:
             caps[u] = None

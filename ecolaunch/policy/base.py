@@ -45,6 +45,15 @@ class JobRequest:
     #: how the decision's reasons name the curve of ``profile`` (a first launch told a prediction says so,
     #: :class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves`)
     curve_named: str = MEASURED_CURVE
+    #: how long the job is expected to run alone, from its latest completed runs (None: it never completed here),
+    #: and how many steps it marks (None: unknown)
+    expected_s: float | None = None
+    expected_iterations: int | None = None
+    #: the sharing contract (:mod:`ecolaunch.policy.contract`): start now on a shared GPU when that finishes the job
+    #: sooner than waiting for GPUs of its own, its run-time bound waived for that
+    share_if_sooner: bool = False
+    #: when the decision is made (seconds since the epoch, the state's clock): what remaining times count from
+    decided_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from typing import Protocol
 
 from ecolaunch.admin.rules import Rules, job_cap_bounds
 from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior, Priors, default_prior
+from ecolaunch.policy import contract
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import best_set, eligible_gpus, worst_link
@@ -250,8 +251,32 @@ class EnergyAwarePolicy:
         before = scorer.current(sorted({u for c in candidates for u in c.gpus}))
         scored = self._ranked(state, job, candidates, outcomes, before)
         if not scored:
-            return None
+            return self._contract(state, job, rules, scorer, candidates) if job.share_if_sooner else None
         return self._decision(state, job, scored, self._set_aside(state, job, rules, scorer, scored, cap_for))
+
+    def _contract(self, state: StateGraph, job: JobRequest, rules: Rules, scorer: Scorer,
+                  candidates: Sequence[Candidate]) -> Decision | None:
+        """No candidate keeps the job's bound: under the sharing contract (:mod:`ecolaunch.policy.contract`), the
+        shared candidates that finish it sooner than waiting would, every running job within its bound. Each shared
+        set is weighed at its GPUs' caps as found and uncapped: a running job capped up to its bound has no room to
+        share, and a GPU's cap is the highest its jobs want (``admin.capkeeper``), so the newcomer lifts it."""
+        if rules.power_max_total_w is not None:
+            return None  # under a power budget a lift would take watts from the budget's other jobs
+        terms = contract.terms(state, job, rules)
+        if not terms.known:
+            return None
+        gpus = state.hosts[job.host].gpus
+        shared = [c for c in candidates if any(state.jobs_on(u) for u in c.gpus)]
+        shared += [Candidate(c.gpus, tuple(gpus[u].power_limit_max_w for u in c.gpus)) for c in shared]
+        if not shared:
+            return None
+        outcomes = scorer.predict(shared)
+        before = scorer.current(sorted({u for c in shared for u in c.gpus}))
+        rows = [row for cand, out in zip(shared, outcomes)
+                if (row := self._score(state, job, cand, out, before, terms)) is not None]
+        if not rows:
+            return None
+        return self._decision(state, job, self._ranked(state, job, (), (), before, rows), terms=terms)
 
     def _elastic(self, state: StateGraph, job: JobRequest, rules: Rules, cap_for) -> Decision | None:
         """``--nproc-per-node gpu``: every free GPU the user may use (as ``exclusive`` finds them; sharing a GPU
@@ -297,10 +322,17 @@ class EnergyAwarePolicy:
             limit = bound_pct + 1e-6 if exact else bound_pct * (1.0 - self.margin_pct / 100.0)
         return x > 0 and 100.0 * (1.0 / x - 1.0) <= limit
 
-    def _score(self, state: StateGraph, job: JobRequest, cand: Candidate, out: Outcome, before: Outcome):
+    def _score(self, state: StateGraph, job: JobRequest, cand: Candidate, out: Outcome, before: Outcome,
+               terms: contract.Terms | None = None):
+        """The candidate's (cost, new job's throughput, candidate, outcome, slowdowns), or None when a job breaks
+        its bound; under the sharing contract (``terms``) the new job must finish sooner than waiting instead."""
         x_new = out.throughput.get(job.id, 0.0)
+        sd = out.throughput_sd.get(job.id)
+        if terms is not None:
+            if not terms.sooner(x_new - self.sd_z * max(sd, MIN_SD) if sd is not None else x_new):
+                return None
         # a cap the job's curve chose already kept its margin (capchoice.cap_margin_pct)
-        if not self._within(x_new, out.throughput_sd.get(job.id), job.allowed_slowdown_pct, cand.by_curve):
+        elif not self._within(x_new, sd, job.allowed_slowdown_pct, cand.by_curve):
             return None
         lost = 0.0
         slowdowns = {job.id: 100.0 * (1.0 / x_new - 1.0)}
@@ -374,7 +406,8 @@ class EnergyAwarePolicy:
             out.append(_alternative(cand, slow, c, why))
         return out
 
-    def _decision(self, state: StateGraph, job: JobRequest, scored, set_aside: Sequence[dict] = ()) -> Decision:
+    def _decision(self, state: StateGraph, job: JobRequest, scored, set_aside: Sequence[dict] = (),
+                  terms: contract.Terms | None = None) -> Decision:
         gpus = state.hosts[job.host].gpus
         cost, x_new, best, out, slow = scored[0]
         caps = dict(zip(best.gpus, best.caps_w))
@@ -382,9 +415,17 @@ class EnergyAwarePolicy:
         idx = ",".join(str(gpus[u].index) for u in best.gpus)
         cap_txt = ", ".join(f"{w:.0f} W" for w in best.caps_w if w is not None) or "default power limit"
         share_txt = "shares with " + ", ".join(sorted({j for v in colocated.values() for j in v})) if any(colocated.values()) else "alone"
-        reasons = [f"GPU {idx} ({share_txt}, {cap_txt}): predicted {100 * (1 / x_new - 1):.1f} % slower than alone "
-                   f"(bound {job.allowed_slowdown_pct:g} %), {_energy_text(cost, job)}: the least energy "
-                   f"of {len(scored)} candidate{'' if len(scored) == 1 else 's'} within every job's bound"]
+        n = f"{len(scored)} candidate{'' if len(scored) == 1 else 's'}"
+        if terms is None:
+            reasons = [f"GPU {idx} ({share_txt}, {cap_txt}): predicted {100 * (1 / x_new - 1):.1f} % slower than "
+                       f"alone (bound {job.allowed_slowdown_pct:g} %), {_energy_text(cost, job)}: the least energy "
+                       f"of {n} within every job's bound"]
+        else:
+            reasons = [f"GPU {idx} ({share_txt}, {cap_txt}): no GPUs of its own within its "
+                       f"{job.allowed_slowdown_pct:g} % bound now; sharing, predicted {100 * (1 / x_new - 1):.1f} % "
+                       f"slower than alone, it finishes in about {terms.sharing_done_s(x_new):.0f} s against "
+                       f"{terms.waiting_done_s:.0f} s {terms.why} (--share-if-sooner); {_energy_text(cost, job)}: "
+                       f"the least energy of {n} that finish it sooner, every running job within its bound"]
         if best.why_cap:
             reasons.append(best.why_cap)
         # the alternatives a user can weigh: other GPU sets (with their own caps), and sharing; then those the
@@ -407,6 +448,9 @@ class EnergyAwarePolicy:
                 "learned": out.learned,
                 **({"throughput_sd": {k: round(v, 4) for k, v in out.throughput_sd.items()}}
                    if out.throughput_sd else {}),
+                **({"contract": {"wait_s": round(terms.wait_s, 1), "expected_s": round(terms.expected_s, 1),
+                                 "sharing_done_s": round(terms.sharing_done_s(x_new), 1),
+                                 "deadline_s": round(terms.deadline_s, 1)}} if terms is not None else {}),
             },
             alternatives=alternatives,
         )

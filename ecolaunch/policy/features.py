@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +48,7 @@ import torch
 from torch import Tensor
 
 from ecolaunch.devices.backend import LinkKind
-from ecolaunch.devices.catalogue import lookup
+from ecolaunch.devices.catalogue import ARCHITECTURES, architecture, lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.jobmodel.capcurve import fit_curve, profile_curve
@@ -57,7 +56,6 @@ from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
 from ecolaunch.validate import number_or_none
 
-ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper")
 CAP_REFERENCE_FRACS = (0.6, 0.8)
 #: used to scale a job's power when neither NVML nor the catalogue knows the board's max limit (an assumption)
 FALLBACK_MAX_POWER_W = 300.0
@@ -190,19 +188,9 @@ def board_facts(name: str) -> tuple[int | None, float | None, float | None]:
         model = lookup(name)
     except ConfigError:
         model = None
-    arch_name = model.architecture.lower().split()[0] if model else _arch_from_name(name)
+    arch_name = architecture(name)
     arch = ARCHITECTURES.index(arch_name) if arch_name in ARCHITECTURES else None
     return arch, (model.idle_power_w if model else None), (model.power_limit_max_w if model else None)
-
-
-_ARCH_PATTERNS = (("hopper", r"\bG?H(100|200|800)"), ("ada", r"\bL(4|40S?)\b|RTX\s*40\d0|ADA"),
-                  ("ampere", r"\bA(2|10|16|30|40|100|800)\b|RTX\s*(30\d0|A\d000)"), ("turing", r"\bT4\b|RTX\s*20\d0"),
-                  ("volta", r"V100"), ("pascal", r"P(4|40|100)\b|GTX\s*10\d0"), ("maxwell", r"\bM(40|60)\b"),
-                  ("kepler", r"\bK(20|40|80)"))
-
-
-def _arch_from_name(name: str) -> str:
-    return next((arch for arch, pat in _ARCH_PATTERNS if re.search(pat, name.upper())), "")
 
 
 def _gpu_row(node: GpuNode, cap_w: float, used_mib: float, n_jobs: int, demand_sum: float) -> list[float]:

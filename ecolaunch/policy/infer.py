@@ -14,9 +14,10 @@ Why a second implementation: ``import torch_geometric`` costs about 1.2 s on top
 
 - *throughput* of job ``j`` = ``A_j * I_j * exp(r_j)``. ``A_j`` is the job alone at its GPUs' cap, from its
   measured curve (feature ``alone_speed``, :class:`ecolaunch.jobmodel.capcurve.CapCurve`); ``I_j`` the
-  analytic interference model of :mod:`ecolaunch.sim.interference` (utilization-based: ``t / (t * max(1, D) +
-  delta * (n - 1))`` on each of its GPUs, the slowest GPU counting; ``D`` the summed demand, ``n`` the jobs, ``t``
-  its solo iteration time), with ``delta`` (``ModelConfig.switch_overhead_s``) fitted on the training pairs only;
+  analytic interference model of :mod:`ecolaunch.sim.interference` (utilization-based time-slicing: ``t / (t *
+  max(1, D) + delta * (D - d))`` on each of its GPUs, the slowest GPU counting; ``D`` the summed demand, ``d`` its
+  own, ``t`` its solo iteration time), with ``delta`` per board architecture (``ModelConfig.switch_overhead_by_arch_s``,
+  ``switch_overhead_s`` for an unknown one) fitted on the training pairs only;
   ``r_j`` the learned residual, at most :data:`THROUGHPUT_RESIDUAL_MAX` in log either way. A job alone on its
   GPU(s) at a measured cap (``anchored``) or uncapped gets no residual: its prediction *is* its measurement
   (1.0 uncapped, by definition);
@@ -47,13 +48,14 @@ import functools
 import logging
 import pickle
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from ecolaunch.devices.catalogue import ARCHITECTURES, measured_for
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.features import (EDGE_TYPES, FEATURES, GPU_FEATURES, JOB_FEATURES, LINK_RELATIONS, HeteroGraph,
                                        batch)
@@ -62,7 +64,7 @@ logger = logging.getLogger(__name__)
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 DEFAULT_WEIGHTS = WEIGHTS_DIR / "gnn.pt"
-WEIGHTS_FORMAT, WEIGHTS_VERSION = "ecolaunch-gnn", 2
+WEIGHTS_FORMAT, WEIGHTS_VERSION = "ecolaunch-gnn", 3
 #: v1 (before issue 12) predicted from scratch; its weights cannot serve the residual heads
 _RETRAIN_HINT = ("retrain with `ecolaunch policy train --out FILE` (a lab's own weights) or "
                  "`python benchmarks/train_gnn.py` (the shipped ones), or reinstall ecolaunch")
@@ -92,22 +94,28 @@ _HIERARCHY: tuple[tuple[Relation, ...], ...] = (
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
     """Hyperparameters (embedding width, job <-> GPU rounds before pooling) and the interference prior's fitted
-    parameters (the switching cost per co-runner, and the iteration time assumed when unknown)."""
+    parameters (the switching cost of a co-runner busy all the time, and the iteration time assumed when unknown)."""
 
     hidden: int = 32
     local_rounds: int = 2
+    #: on boards of an unknown architecture
     switch_overhead_s: float = 0.01
     default_iter_time_s: float = 0.1
+    #: measured architecture ("kepler", "pascal", "volta") -> its switching overhead (other boards: the newest
+    #: measured architecture's not newer than theirs)
+    switch_overhead_by_arch_s: Mapping[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> ModelConfig:
         try:
+            older = doc.get("switch_overhead_by_arch_s") or {}
             return cls(hidden=int(doc["hidden"]), local_rounds=int(doc["local_rounds"]),
                        switch_overhead_s=float(doc["switch_overhead_s"]),
-                       default_iter_time_s=float(doc["default_iter_time_s"]))
+                       default_iter_time_s=float(doc["default_iter_time_s"]),
+                       switch_overhead_by_arch_s={str(k): float(v) for k, v in dict(older).items()})
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"GNN weights carry a malformed config {dict(doc)!r}", hint=_RETRAIN_HINT) from e
 
@@ -147,7 +155,8 @@ def read_weights(path: Path | str) -> tuple[ModelConfig, dict[str, Tensor]]:
         raise ConfigError(f"{path} is not an {WEIGHTS_FORMAT} weight file", hint=_RETRAIN_HINT)
     if doc.get("version") != WEIGHTS_VERSION:
         raise ConfigError(f"{path} holds {WEIGHTS_FORMAT} v{doc.get('version')} weights; this ecolaunch reads "
-                          f"v{WEIGHTS_VERSION} (the GNN now predicts residuals over physics priors)",
+                          f"v{WEIGHTS_VERSION} (its prior charges a co-runner's switching by how busy it keeps "
+                          "the GPU)",
                           hint=_RETRAIN_HINT)
     return ModelConfig.from_dict(doc.get("config") or {}), dict(doc["state_dict"])
 
@@ -169,6 +178,15 @@ class Prior:
     var_inputs: Tensor  # [jobs, VAR_INPUTS]
 
 
+def switch_overheads(xg: Tensor, config: ModelConfig) -> Tensor:
+    """Each GPU's switching overhead, by its architecture (one-hot in the GPU features)."""
+    per_arch = xg.new_tensor([measured_for(a, config.switch_overhead_by_arch_s, config.switch_overhead_s)
+                              for a in ARCHITECTURES])
+    onehot = xg[:, _G[ARCHITECTURES[0]]:_G[ARCHITECTURES[-1]] + 1]
+    known = onehot.sum(1) > 0.5
+    return torch.where(known, onehot @ per_arch, xg.new_tensor(config.switch_overhead_s))
+
+
 def physics_prior(graph: HeteroGraph, config: ModelConfig) -> Prior:
     """The priors, from the graph's features alone (no parameters are learned here)."""
     xj, xg = graph.x["job"], graph.x["gpu"]
@@ -181,7 +199,8 @@ def physics_prior(graph: HeteroGraph, config: ModelConfig) -> Prior:
     count = xg.new_zeros(n_gpus).index_add_(0, g, torch.ones_like(g, dtype=xg.dtype))
     total = xg.new_zeros(n_gpus).index_add_(0, g, demand[j])
     te = t[j]
-    x_edge = te / (te * total[g].clamp(min=1.0) + config.switch_overhead_s * (count[g] - 1.0).clamp(min=0.0))
+    others = (total[g] - demand[j]).clamp(min=0.0)  # the co-runners' summed demand
+    x_edge = te / (te * total[g].clamp(min=1.0) + switch_overheads(xg, config)[g] * others)
     interference = xj.new_ones(n_jobs).scatter_reduce(0, j, x_edge, reduce="amin", include_self=True)
     most = xj.new_zeros(n_jobs).scatter_reduce(0, j, count[g], reduce="amax", include_self=True)
     busiest = xj.new_zeros(n_jobs).scatter_reduce(0, j, total[g], reduce="amax", include_self=True)

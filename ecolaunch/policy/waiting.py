@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ecolaunch.admin.rules import Rules, user_gpu_limit
 from ecolaunch.jobmodel.capcurve import default_prior
+from ecolaunch.policy import contract
 from ecolaunch.policy.admission import refusal
 from ecolaunch.policy.base import JobRequest, Policy
 from ecolaunch.policy.budgeted import over_budget
@@ -77,7 +78,8 @@ def _unplaced(state: StateGraph, request: JobRequest, policy: Policy, rules: Rul
                                             f"{len(free)} of the {request.nproc} GPU(s) the job needs are free to "
                                             f"user {request.user}")
         return WaitReason.RESOURCES, (f"{len(free)} of the {request.nproc} GPU(s) the job needs are free; "
-                                      + _busy(state, [g for g in eligible if not is_idle(state, g)]))
+                                      + _busy(state, [g for g in eligible if not is_idle(state, g)])
+                                      + _contract_note(state, request, rules))
     need = request.memory_mib or 0
     roomy = [g for g in free if g.memory_free_mib >= need]
     if len(roomy) < request.nproc:
@@ -96,6 +98,18 @@ def _unplaced(state: StateGraph, request: JobRequest, policy: Policy, rules: Rul
     if why is not None:
         return WaitReason.RESOURCES, f"the admin rules refuse policy {policy.name}'s choice: {why}"
     return WaitReason.RESOURCES, "the GPUs were taken by another launch meanwhile; trying again"
+
+
+def _contract_note(state: StateGraph, request: JobRequest, rules: Rules) -> str:
+    """What the sharing contract (``--share-if-sooner``) said, for a job that asked for it: why it cannot judge, or
+    that no shared GPU finishes the job sooner than waiting."""
+    if not request.share_if_sooner:
+        return ""
+    terms = contract.terms(state, request, rules)
+    if not terms.known:
+        return "; " + terms.why
+    return (f"; no shared GPU finishes it sooner than waiting (about {terms.waiting_done_s:.0f} s) with every running "
+            "job within its bound")
 
 
 def _bounded(detail: str) -> str:

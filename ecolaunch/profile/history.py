@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import re
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -84,6 +85,28 @@ Joules = Annotated[float, Meta(ge=0)]
 Watts = Annotated[float, Meta(ge=0)]
 
 
+#: the completed runs a profile entry remembers (the latest), from which a launch expects its run's length
+KEPT_RUNS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RunLength:
+    """One completed run (exit code 0) of a job: its wall time, and the steps it marked (None: not instrumented)."""
+
+    duration_s: Seconds
+    iterations: Annotated[int, Meta(ge=0)] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedRun:
+    """How long the next run of a job is expected to be: the medians of its latest completed runs (``runs`` of
+    them); ``iterations`` None when no run marked steps."""
+
+    duration_s: float
+    iterations: int | None
+    runs: int
+
+
 @dataclass(frozen=True, slots=True)
 class ProfileEntry:
     """A stored profile, whether the script declared itself safe to profile, who stored it, when.
@@ -99,6 +122,16 @@ class ProfileEntry:
     updated_at: Seconds = 0.0
     #: what the script declared with ``@ecolaunch.job`` (:func:`launch_hints`): the next launch asks for it
     hints: dict[str, Any] = field(default_factory=dict)
+    #: the latest completed runs, oldest first (:meth:`History.note_run`)
+    runs: Annotated[tuple[RunLength, ...], Meta(max_length=KEPT_RUNS)] = ()
+
+    def expected_run(self) -> ExpectedRun | None:
+        """What :attr:`runs` say of the next run, or None when the job never completed here."""
+        if not self.runs:
+            return None
+        steps = [r.iterations for r in self.runs if r.iterations]
+        return ExpectedRun(float(statistics.median(r.duration_s for r in self.runs)),
+                           int(statistics.median_low(steps)) if steps else None, len(self.runs))
 
 
 _HINTS: dict[str, Any] = {"max_slowdown_pct": Annotated[float, Meta(ge=0, le=1000)],
@@ -400,8 +433,20 @@ class History:
         cannot be written."""
         if not _FINGERPRINT.match(fp):
             raise ConfigError(f"fingerprint {fp!r} is not 64 hex digits", hint="use history.fingerprint(...)")
+        before = self.lookup(fp)
         entry = ProfileEntry(fp, profile, bool(profile_safe), job_id, time.time() if now is None else now,
-                             launch_hints(hints))
+                             launch_hints(hints), before.runs if before is not None else ())
+        return self._write("profiles", f"{fp}.json", _PROFILE_FORMAT, entry)
+
+    def note_run(self, fp: str, duration_s: float, iterations: int | None, *, job_id: str | None = None,
+                 now: float | None = None) -> Path:
+        """Remember a completed run of the fingerprint's job (the latest :data:`KEPT_RUNS`), keeping its profile.
+        Raises StateError when the directory cannot be written."""
+        before = self.lookup(fp)
+        run = RunLength(max(0.0, float(duration_s)), None if not iterations or iterations < 0 else int(iterations))
+        entry = before if before is not None else ProfileEntry(fp, None, job_id=job_id,
+                                                               updated_at=time.time() if now is None else now)
+        entry = dataclasses.replace(entry, runs=(*entry.runs, run)[-KEPT_RUNS:])
         return self._write("profiles", f"{fp}.json", _PROFILE_FORMAT, entry)
 
     # --- job records -------------------------------------------------------------------------------

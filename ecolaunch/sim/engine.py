@@ -54,6 +54,7 @@ from ecolaunch.devices.spec import MachineSpec
 from ecolaunch.jobmodel.capcurve import default_prior
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import CapPoint, Profile
+from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.place import place
@@ -105,6 +106,15 @@ class JobOutcome:
     rejected: str | None = None
     #: the job's solo speed on its GPUs against the speed ``work_s`` is counted at (the measured world's boards)
     reference_speed: float = 1.0
+    #: placed under the sharing contract (``Simulation(share_if_sooner=True)``): the time by which it promised the
+    #: job done (the decision's estimate of waiting x (1 + its bound), :mod:`ecolaunch.policy.contract`)
+    contract_deadline_s: float | None = None
+
+    @property
+    def contract_violated(self) -> bool:
+        """A contract job that finished after its deadline."""
+        return self.contract_deadline_s is not None and self.end_s is not None and \
+            self.end_s > self.contract_deadline_s + 1e-6
 
     @property
     def jct_s(self) -> float | None:
@@ -139,6 +149,14 @@ class SimResult:
     peak_limit_sum_w: float = 0.0
 
 
+#: the step the simulator's progress counts work in (``Simulation._progress``): a millisecond of the job's run alone
+_STEP_S = 0.001
+
+
+def _work_steps(work_s: float) -> int:
+    return int(round(work_s / _STEP_S))
+
+
 @dataclass(slots=True)
 class _Running:
     job: TraceJob
@@ -164,12 +182,17 @@ class Simulation:
             the caps decided for it come back when fewer wait. What caps that weigh the queue could buy in job
             completion time, and what it costs in energy. None (default): off. Ignored under a power budget, whose
             caps are the budget's.
+        share_if_sooner: every job asks for the sharing contract (``--share-if-sooner``,
+            :mod:`ecolaunch.policy.contract`) and knows its length exactly, as a history of runs just like this one
+            would tell (an upper bound on what a launcher knows): the policy reads each running job's time left from
+            its expected length and its progress (``Job.remaining_s``), as the launcher does.
     """
 
     def __init__(self, machine: MachineSpec, policy: Policy, rules: Rules | None = None, *,
                  host_static_w: float | None = None, profile_caps: bool = True,
                  early_check_fraction: float = 0.05, world: Any = None, closed_loop: bool = False,
-                 omniscient: bool = False, lift_caps_waiting: int | None = None) -> None:
+                 omniscient: bool = False, lift_caps_waiting: int | None = None,
+                 share_if_sooner: bool = False) -> None:
         self.machine = machine
         self.profile_caps = profile_caps and world is None
         self.early_check_fraction = early_check_fraction
@@ -211,6 +234,8 @@ class Simulation:
             raise ValueError(f"lift_caps_waiting must be a whole number >= 1, got {lift_caps_waiting!r}")
         self.lift_caps_waiting = lift_caps_waiting
         self._lifted = False  # caps lifted now (lift_caps_waiting)
+        self.share_if_sooner = share_if_sooner
+        self._running: dict[str, _Running] = {}
 
     # --- the event loop --------------------------------------------------------------------------
     def run(self, trace: Trace, progress: Callable[[int, int], None] | None = None) -> SimResult:
@@ -231,7 +256,7 @@ class Simulation:
         completions: list[tuple[float, str]] = []
         checks: list[tuple[float, str]] = []  # early-epoch checks of shared placements (undo_on_violation)
         undo = bool(getattr(self.policy, "undo_on_violation", False))
-        self._gpu_jobs = gpu_jobs
+        self._gpu_jobs, self._running = gpu_jobs, running
         # a deterministic policy answers the same on the same machine: retry the queue head only after a change
         blocked = False
         while nxt < len(arrivals) or queue or running:
@@ -313,6 +338,9 @@ class Simulation:
                 out.start_s = self._resume.pop(head.id, now)
                 out.gpus, out.caps_w = decision.gpus, dict(decision.power_caps_w)
                 out.shared = out.shared or any(gpu_jobs[u] for u in decision.gpus)
+                promised = (decision.predicted or {}).get("contract")
+                if promised is not None:
+                    out.contract_deadline_s = now + promised["deadline_s"]
                 running[head.id] = _Running(head, out, host, decision.gpus, head.work_s,
                                             link=self._link_factor(head, host, decision.gpus))
                 if undo and any(gpu_jobs[u] for u in decision.gpus):
@@ -355,15 +383,21 @@ class Simulation:
         if job.id in self._exclusive_only:
             rules = replace(rules, allow_colocation=False)
         profile = self._request_profile(job)
+        known: dict = {}
+        if self.share_if_sooner:
+            self._progress(now)
+            known = {"expected_s": job.work_s, "expected_iterations": _work_steps(job.work_s)}
         for host in hosts:
             request = JobRequest(
                 id=job.id, user=job.user, host=host.name, nproc=job.nproc,
                 memory_mib=profile.memory_mib if profile else None, allowed_slowdown_pct=job.allowed_slowdown_pct,
-                profile=profile,
+                profile=profile, share_if_sooner=self.share_if_sooner, decided_at=now,
+                expected_s=known.get("expected_s"),
             )
             self.graph.jobs[job.id] = Job.queued(
                 job.id, user=job.user, host=host.name, nproc=job.nproc, seq=0, submitted_at=job.arrival_s,
-                request={"allowed_slowdown_pct": job.allowed_slowdown_pct, "memory_mib": job.profile.memory_mib},
+                request={"allowed_slowdown_pct": job.allowed_slowdown_pct, "memory_mib": job.profile.memory_mib,
+                         **known},
                 name=job.kind or job.id,
             )
             decision = place(self.graph, request, self.policy, rules, now)
@@ -371,6 +405,15 @@ class Simulation:
                 return host.name, decision
         del self.graph.jobs[job.id]
         return None
+
+    def _progress(self, now: float) -> None:
+        """Each running job's progress as its launcher's heartbeat would write it (``Job.progress``): its work in
+        steps of a millisecond alone, the steps done and the time one takes at its speed now."""
+        for jid, r in self._running.items():
+            job = self.graph.jobs.get(jid)
+            if job is not None and r.speed > 0:
+                done = _work_steps(max(0.0, r.job.work_s - r.remaining_s))
+                job.progress = JobProgress(at=now, iterations=done, iter_time_s=_STEP_S / r.speed)
 
     # --- the measured world: what policies read, profiling and the closed loop, budgets ------------------
     def _request_profile(self, job: TraceJob) -> Profile | None:

@@ -12,21 +12,26 @@ a kernel runs). When jobs share a GPU:
 - the GPU is shared work-conservingly: while the summed demand ``D = sum(d)`` is at most 1 every job still gets
   the GPU time it needs; above 1 the GPU is *saturated* and every job's iteration stretches by ``D`` (processor
   sharing: the GPU is 100 % busy and each job gets its proportional share);
-- each co-runner adds a fixed switching cost ``delta`` seconds to every iteration (context switches, scheduling,
-  contended launch and host paths), which hurts short-iteration jobs most.
+- a co-runner costs switching time (context switches, scheduling, contended launch and host paths) only while it
+  holds the GPU: ``delta`` seconds per iteration for a co-runner busy all the time, ``delta x d_j`` for one busy a
+  fraction ``d_j`` of it (time-slicing: a co-runner that is idle has nothing to switch to). Short iterations pay most.
 
-So job ``i`` runs at ``x_i = t_i / (t_i * max(1, D) + delta * (n - 1))`` of its solo speed. Packing *helps* when
-``sum(x) > 1``. Pairs are what Gavel measured; N > 2 jobs use the same sums (one switching cost per co-runner,
-one shared saturation), an extension by composition that only the EaCO 3- and 4-job sets check indirectly.
+So job ``i`` runs at ``x_i = t_i / (t_i * max(1, D) + delta * (D - d_i))`` of its solo speed. Packing *helps* when
+``sum(x) > 1``. Pairs are what Gavel measured; N > 2 jobs use the same sums (each co-runner's switching cost, one
+shared saturation), an extension by composition that only the EaCO 3- and 4-job sets check indirectly.
 
 **Calibration (Gavel, OSDI '20).** Gavel measured 26 job types alone and in every single-GPU pair with CUDA
 MPS on V100, P100 and K80 (``data/gavel_*.csv``). Gavel gives throughputs only: ``t`` is measured (1 / solo
 throughput) but no utilization is. Each (GPU, job type)'s demand ``d`` is therefore a *latent* value in [0, 1]
-estimated from that type's pairs, jointly with one ``delta`` shared by the three GPU types (a property of the
-sharing mechanism rather than of one board; per-GPU fits give V100 ~4 ms, P100 ~13 ms, K80 ~45 ms and are
-printed by ``benchmarks/model_fit.py``). Only ``delta`` is used at run time; the latent demands exist to
-calibrate it and to measure the fit error. The saturation point ``D = 1`` anchors the demand scale, which is
-what lets a measured utilization stand in for ``d`` on real jobs.
+estimated from that type's pairs, jointly with one ``delta`` per board: K80 about 58 ms, P100 20 ms, V100 5 ms
+(``benchmarks/model_fit.py`` prints them). Switching got cheaper with every generation, so a board keeps the
+``delta`` of its generation (Kepler and Maxwell: the K80's; Pascal: the P100's) and every board from Volta on, or
+of an unknown generation, the V100's (the newest Gavel measured; :meth:`InterferenceModel.switch_overhead_for`).
+Only the ``delta`` are used at run time; the latent demands exist to calibrate them and to measure the fit error.
+The saturation point ``D = 1`` anchors the demand scale, which is what lets a measured utilization stand in for
+``d`` on real jobs. Held out, on Lucid's 1,388 pairs of an RTX 3090 (``benchmarks/lowutil_pairs.py``, not
+shipped), a fixed ``delta`` per co-runner (this model until 2026-12-05) predicted an underused GPU's pairs far too
+slow.
 
 **Suspect V100 rows.** 25 ordered V100 pairs report exactly the solo throughput for *both* jobs, and further
 V100 entries report exactly the solo throughput for one job (equal to all 16 digits: a copy, not a second
@@ -35,8 +40,8 @@ pairs where both values are copies; ``"keep"`` uses everything. The effect on ``
 printed by ``benchmarks/model_fit.py``.
 
 **Not modelled:** memory capacity (:func:`colocate` reports whether the summed ``memory_mib`` fits, the
-throughputs assume it does); boards other than V100/P100/K80 (the same ``delta`` is used, so predictions for
-them say ``extrapolated=True``).
+throughputs assume it does); boards other than V100/P100/K80 (their generation's ``delta`` is used, so predictions
+for them say ``extrapolated=True``).
 """
 
 from __future__ import annotations
@@ -46,10 +51,11 @@ import logging
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ecolaunch.devices.catalogue import ARCHITECTURES, architecture, measured_for
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import Profile
@@ -63,28 +69,42 @@ _START_DEMAND = 0.6
 _START_DELTA_S = 0.01
 
 
+#: Gavel's boards and the generation each stands for
+GENERATIONS = {"k80": "kepler", "p100": "pascal", "v100": "volta"}
+
+
 @dataclass(frozen=True, slots=True)
 class InterferenceModel:
-    """The run-time parameters: the per-co-runner switching cost and the fallback iteration time."""
+    """The run-time parameters: the switching cost of a co-runner busy all the time, and the fallback iteration
+    time."""
 
+    #: on boards of an unknown architecture (the newest measured board's)
     switch_overhead_s: float
     #: used for a job whose ``iter_time_s`` is unknown: the median solo iteration time of Gavel's job types
     default_iter_time_s: float
+    #: architecture ("kepler", "pascal", "volta") -> the switching overhead of the board that measured it; a board
+    #: takes that of the newest measured architecture not newer than its own (:func:`~ecolaunch.devices.catalogue.measured_for`)
+    switch_overhead_by_arch_s: Mapping[str, float] = field(default_factory=dict)
 
-    def predict(self, profiles: Sequence[Profile]) -> list[float]:
-        """Normalized throughput of each job (1.0 = as fast as alone) when all share one GPU."""
-        n = len(profiles)
-        if n == 0:
-            return []
-        if n == 1:
-            return [1.0]
-        total = sum(p.demand for p in profiles)
+    def switch_overhead_for(self, gpu: str | GpuModel | None) -> float:
+        """The switching overhead on ``gpu`` (a board name or model; None: a modern board)."""
+        if gpu is None:
+            return self.switch_overhead_s
+        return measured_for(architecture(gpu if isinstance(gpu, str) else gpu.name), self.switch_overhead_by_arch_s,
+                            self.switch_overhead_s)
+
+    def predict(self, profiles: Sequence[Profile], gpu: str | GpuModel | None = None) -> list[float]:
+        """Normalized throughput of each job (1.0 = as fast as alone) when all share one ``gpu``."""
+        if len(profiles) <= 1:
+            return [1.0] * len(profiles)
+        demands = [p.demand for p in profiles]
+        total = sum(demands)
         stretch = total if total > 1.0 else 1.0
-        extra = self.switch_overhead_s * (n - 1)
+        delta = self.switch_overhead_for(gpu)
         out = []
-        for p in profiles:
+        for p, d in zip(profiles, demands):
             t = p.iter_time_s if p.iter_time_s and p.iter_time_s > 0 else self.default_iter_time_s
-            out.append(t / (t * stretch + extra))
+            out.append(t / (t * stretch + delta * max(0.0, total - d)))
         return out
 
 
@@ -122,7 +142,7 @@ def default_interference_model() -> InterferenceModel:
     if shipped is not None:
         return InterferenceModel(**shipped["interference"])
     fit = fit_gavel()
-    logger.debug("interference switch overhead %.4f s", fit.switch_overhead_s)
+    logger.debug("interference switch overhead %s", fit.switch_overhead_s)
     return fit.model
 
 
@@ -130,10 +150,10 @@ def predict(profiles: Sequence[Profile], gpu: str | GpuModel | None = None,
             model: InterferenceModel | None = None) -> list[float]:
     """Normalized throughput of each of 1..N jobs sharing one GPU (see the module docstring).
 
-    ``gpu`` does not change the numbers (one calibration serves every board); it is accepted so callers can
-    pass what :func:`colocate` needs. Cheap: plain Python, about 2 microseconds for a pair.
+    ``gpu`` picks the switching overhead of its generation (None: a modern board's). Cheap: plain Python, a few
+    microseconds for a pair.
     """
-    return (model or default_interference_model()).predict(profiles)
+    return (model or default_interference_model()).predict(profiles, gpu)
 
 
 def colocate(profiles: Sequence[Profile], gpu: str | GpuModel | None = None,
@@ -171,6 +191,8 @@ class GavelSet:
     obs_b: np.ndarray
     copy_a: np.ndarray  # True where the value equals the solo throughput exactly (suspect)
     copy_b: np.ndarray
+    gpus: tuple[str, ...]  # the boards, in the order of ``board``
+    board: np.ndarray  # pair -> index of its board in ``gpus``
 
     def usable(self, suspect: str) -> tuple[np.ndarray, np.ndarray]:
         """Per-value masks of what a fit with the ``suspect`` policy may use."""
@@ -202,6 +224,8 @@ def gavel_set(gpus: tuple[str, ...] = GAVEL_GPUS) -> GavelSet:
         obs_b=np.array([p.shared_b / p.solo_b for p in rows]),
         copy_a=np.array([p.shared_a == p.solo_a for p in rows]),
         copy_b=np.array([p.shared_b == p.solo_b for p in rows]),
+        gpus=gpus,
+        board=np.array([gpus.index(p.gpu) for p in rows]),
     )
 
 
@@ -209,62 +233,70 @@ def gavel_set(gpus: tuple[str, ...] = GAVEL_GPUS) -> GavelSet:
 class GavelFit:
     """A calibration: the run-time model plus the latent demand of every (GPU, job type)."""
 
-    switch_overhead_s: float
+    switch_overhead_s: Mapping[str, float]  # board -> delta
     demands: Mapping[tuple[str, str], float]
     model: InterferenceModel
 
 
-def pair_throughputs(data: GavelSet, demands: np.ndarray, delta_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """Model throughputs of both jobs of every Gavel pair."""
-    t = data.iter_time_s
-    stretch = np.maximum(1.0, demands[data.a] + demands[data.b])
-    return t[data.a] / (t[data.a] * stretch + delta_s), t[data.b] / (t[data.b] * stretch + delta_s)
+def pair_throughputs(data: GavelSet, demands: np.ndarray, deltas_s: np.ndarray | Mapping[str, float]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Model throughputs of both jobs of every Gavel pair (``deltas_s``: per board of ``data.gpus``, or by name)."""
+    if isinstance(deltas_s, Mapping):
+        deltas_s = np.array([deltas_s[g] for g in data.gpus])
+    t, da, db = data.iter_time_s, demands[data.a], demands[data.b]
+    stretch, delta = np.maximum(1.0, da + db), np.asarray(deltas_s)[data.board]
+    return t[data.a] / (t[data.a] * stretch + delta * db), t[data.b] / (t[data.b] * stretch + delta * da)
+
+
+def model_of(deltas_s: Mapping[str, float], default_iter_time_s: float) -> InterferenceModel:
+    """The run-time model of per-board fits: each board's ``delta`` for its architecture, the newest board's for
+    newer and unknown ones."""
+    newest = max(deltas_s, key=lambda g: ARCHITECTURES.index(GENERATIONS[g]))
+    return InterferenceModel(switch_overhead_s=float(deltas_s[newest]), default_iter_time_s=default_iter_time_s,
+                             switch_overhead_by_arch_s={GENERATIONS[g]: float(d) for g, d in sorted(deltas_s.items())})
 
 
 def fit_gavel(suspect: str = "values", train: np.ndarray | None = None, gpus: tuple[str, ...] = GAVEL_GPUS
               ) -> GavelFit:
-    """Fit ``delta`` and the latent demands on Gavel pairs (``train``: a per-pair mask of pairs to use)."""
+    """Fit each board's ``delta`` and the latent demands on Gavel pairs (``train``: a per-pair mask of pairs to
+    use)."""
     data = gavel_set(gpus)
     use_a, use_b = data.usable(suspect)
     if train is not None:
         use_a, use_b = use_a & train, use_b & train
     wa, wb = use_a.astype(float), use_b.astype(float)
-    n = len(data.keys)
+    n, k = len(data.keys), len(data.gpus)
     t = data.iter_time_s
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        xa, xb = pair_throughputs(data, x[:n], x[n])
+        xa, xb = pair_throughputs(data, x[:n], x[n:])
         return np.concatenate([(xa - data.obs_a) * wa, (xb - data.obs_b) * wb])
 
     def normal_equations(x: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # Each residual depends on three parameters only (the two demands of its pair and delta), so J^T J is
-        # accumulated entry by entry instead of multiplying a dense 2*pairs x (types+1) Jacobian.
-        d, delta = x[:n], x[n]
-        total = d[data.a] + d[data.b]
-        sat = total > 1.0
-        stretch = np.where(sat, total, 1.0)
-        hess, grad = np.zeros((n + 1, n + 1)), np.zeros(n + 1)
-        for block, (own, w) in enumerate(((data.a, wa), (data.b, wb))):
-            den = t[own] * stretch + delta
-            g_d = -(t[own] ** 2) * sat / den**2 * w  # d residual / d demand (same for both jobs' demands)
-            g_delta = -t[own] / den**2 * w
+        # Each residual depends on three parameters only (the two demands of its pair and its board's delta), so
+        # J^T J is accumulated entry by entry instead of multiplying a dense 2*pairs x (types+boards) Jacobian.
+        d, delta = x[:n], x[n:][data.board]
+        sat = (d[data.a] + d[data.b]) > 1.0
+        stretch = np.where(sat, d[data.a] + d[data.b], 1.0)
+        hess, grad = np.zeros((n + k, n + k)), np.zeros(n + k)
+        for block, (own, other, w) in enumerate(((data.a, data.b, wa), (data.b, data.a, wb))):
+            den2 = (t[own] * stretch + delta * d[other]) ** 2
             res = r[block * data.a.size:(block + 1) * data.a.size]
-            for idx in (data.a, data.b):
-                np.add.at(grad, idx, g_d * res)
-                np.add.at(hess, (idx, n), g_d * g_delta)
-                np.add.at(hess, (n, idx), g_d * g_delta)
-                for idx2 in (data.a, data.b):
-                    np.add.at(hess, (idx, idx2), g_d * g_d)
-            grad[n] += g_delta @ res
-            hess[n, n] += g_delta @ g_delta
+            terms = ((own, -(t[own] ** 2) * sat / den2 * w),  # d residual / d own demand
+                     (other, -t[own] * (t[own] * sat + delta) / den2 * w),  # / d the co-runner's demand
+                     (n + data.board, -t[own] * d[other] / den2 * w))  # / d the board's delta
+            for idx, g in terms:
+                np.add.at(grad, idx, g * res)
+                for idx2, g2 in terms:
+                    np.add.at(hess, (idx, idx2), g * g2)
         return hess, grad
 
-    x0 = np.r_[np.full(n, _START_DEMAND), _START_DELTA_S]
-    lower, upper = np.r_[np.zeros(n), 0.0], np.r_[np.ones(n), 1.0]
+    x0 = np.r_[np.full(n, _START_DEMAND), np.full(k, _START_DELTA_S)]
+    lower, upper = np.zeros(n + k), np.ones(n + k)
     x = least_squares(residuals, x0, lower, upper, normal_equations=normal_equations, max_iter=300)
-    model = InterferenceModel(switch_overhead_s=float(x[n]),
-                              default_iter_time_s=float(statistics.median(data.iter_time_s)))
-    return GavelFit(float(x[n]), dict(zip(data.keys, map(float, x[:n]))), model)
+    deltas = {g: float(v) for g, v in zip(data.gpus, x[n:])}
+    return GavelFit(deltas, dict(zip(data.keys, map(float, x[:n]))),
+                    model_of(deltas, float(statistics.median(data.iter_time_s))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +310,7 @@ class HoldoutErrors:
     n_values: int
     n_pairs: int
     by_gpu: Mapping[str, tuple[float, float, int]]  # gpu -> (mae, pack accuracy, values)
-    switch_overhead_s: tuple[float, ...]  # of each fold's fit
+    switch_overhead_s: tuple[Mapping[str, float], ...]  # of each fold's fit, per board
     #: the same errors for a model-free baseline: each value predicted by the median of the fold's training
     #: values, and "helps" predicted when most training pairs help
     baseline_mae: float

@@ -2,7 +2,9 @@
 
 Energy in kWh in the three accountings of :mod:`ecolaunch.sim.node` (node, GPU-only, job-attributed); times in
 seconds. *Slowdown* is a job's run time against its solo, uncapped run time (queueing excluded); a *QoS
-violation* is a job whose slowdown exceeds its own bound. GPU utilization is the share of GPU-seconds during
+violation* is a job whose slowdown exceeds its own bound, or, for a job placed under the sharing contract (whose
+run-time bound the contract waives, :mod:`ecolaunch.policy.contract`), one that finished after the contract's
+deadline. GPU utilization is the share of GPU-seconds during
 the makespan in which the GPU held at least one job.
 """
 
@@ -34,6 +36,9 @@ class Summary:
     makespan_s: float
     gpu_utilization_pct: float
     shared_jobs_pct: float
+    #: jobs placed under the sharing contract, and those of them that finished after its deadline (of all jobs)
+    contract_jobs_pct: float = 0.0
+    contract_violations_pct: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -43,7 +48,10 @@ def summarize(result: SimResult) -> Summary:
     done = [j for j in result.jobs if j.end_s is not None]
     jcts = sorted(j.jct_s for j in done)
     slow = [j.slowdown_pct for j in done]
-    violations = sum(1 for j in done if j.slowdown_pct > j.allowed_slowdown_pct + _BOUND_TOLERANCE_PCT)
+    contract = [j for j in done if j.contract_deadline_s is not None]
+    broken = sum(1 for j in contract if j.contract_violated)
+    violations = broken + sum(1 for j in done if j.contract_deadline_s is None
+                              and j.slowdown_pct > j.allowed_slowdown_pct + _BOUND_TOLERANCE_PCT)
     n = max(1, len(done))
     return Summary(
         trace=result.trace,
@@ -61,6 +69,8 @@ def summarize(result: SimResult) -> Summary:
         makespan_s=result.makespan_s,
         gpu_utilization_pct=100.0 * result.gpu_busy_s / max(1e-9, result.gpu_count * result.makespan_s),
         shared_jobs_pct=100.0 * sum(1 for j in done if j.shared) / n,
+        contract_jobs_pct=100.0 * len(contract) / n,
+        contract_violations_pct=100.0 * broken / n,
     )
 
 

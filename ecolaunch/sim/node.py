@@ -52,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 #: ImageNet-1k training images / the PyTorch reference scripts' default batch size 256, rounded up
 EACO_ITERATIONS_PER_EPOCH = math.ceil(1_281_167 / 256)
+#: the board of EaCO's servers (8x V100), whose switching overhead its co-located jobs pay
+EACO_GPU = "V100"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,7 @@ def shared_gpu(profiles: Sequence[Profile], gpu: GpuModel, power_cap_w: float | 
     floor_w, extrapolated = power.active_idle_power_w(gpu)
     if not profs:
         return SharedGpu((), gpu.idle_power_w, gpu.idle_power_w, (), 1.0, False, extrapolated)
-    x = (interference or default_interference_model()).predict(profs)
+    x = (interference or default_interference_model()).predict(profs, gpu)
     dyn = []
     for p, xi in zip(profs, x):
         solo_w = p.power_w if p.power_w is not None else floor_w + p.demand * (gpu.power_limit_max_w - floor_w)
@@ -231,7 +233,7 @@ def run_colocated(jobs: Sequence[EacoJob], static_power_w: float,
     job_wh = {j.job: 0.0 for j in jobs}
     active = list(range(len(jobs)))
     while active:
-        x = model.predict([jobs[i].profile for i in active])
+        x = model.predict([jobs[i].profile for i in active], EACO_GPU)
         rates = [xi / jobs[i].jct_h for xi, i in zip(x, active)]  # work fraction per hour
         dt = min(remaining[i] / r for i, r in zip(active, rates))
         dyn = [xi * (jobs[i].node_power_w - static_power_w) for xi, i in zip(x, active)]
@@ -258,7 +260,7 @@ def fit_static_power(sets: Sequence[tuple[list[EacoJob], float]], interference: 
     model = interference or default_interference_model()
     num = den = 0.0
     for jobs, measured_w in sets:
-        x = model.predict([j.profile for j in jobs])
+        x = model.predict([j.profile for j in jobs], EACO_GPU)
         a = 1.0 - sum(x)
         b = sum(xi * j.node_power_w for xi, j in zip(x, jobs))
         num += a * (measured_w - b)
@@ -289,7 +291,7 @@ def reproduce_eaco(interference: InterferenceModel | None = None) -> EacoReprodu
             jct_l, energy_l, _ = run_colocated(jobs, fit_static_power(others, model), model)
             loo_saving = 100.0 * (1.0 - energy_l / base_energy)
             loo_jct = 100.0 * (sum(jct_l) / len(jct_l) / base_jct - 1.0)
-        x = model.predict([j.profile for j in jobs])
+        x = model.predict([j.profile for j in jobs], EACO_GPU)
         out.append(EacoSet(
             name=r["job_set"], jobs=tuple(j.job for j in jobs), saturated=saturated, utilization_sum_pct=util,
             paper_power_w=float(r["avg_power_w"]),

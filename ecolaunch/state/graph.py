@@ -206,6 +206,22 @@ class Job:
                    launcher_start_time=launcher_start_time, nproc=nproc, name=id if name is None else name, seq=seq,
                    submitted_at=submitted_at, request=dict(request))
 
+    def remaining_s(self, now: float) -> float | None:
+        """Seconds this running job is expected to run still, from what its history expected (the request's
+        ``expected_iterations`` and ``expected_s``: its latest completed runs) and its progress: the steps still to
+        mark at its measured pace, else the expected length less the time it has run. None when neither is known,
+        or the job has run past what was expected (then nothing says when it ends)."""
+        if self.state is not JobState.RUNNING or self.started_at is None:
+            return None
+        steps, length, p = self.request.get("expected_iterations"), self.request.get("expected_s"), self.progress
+        if steps and p is not None and p.iter_time_s and p.iterations:
+            left = (steps - p.iterations) * p.iter_time_s - max(0.0, now - p.at)
+        elif length is not None:
+            left = self.started_at + length - now
+        else:
+            return None
+        return left if left > 0 else None
+
     @property
     def memory_mib(self) -> int:
         """Memory the job needs per GPU: its profile's peak, else the request's estimate, else 0."""
@@ -479,6 +495,8 @@ MAX_NPROC = 4096
 MAX_MEMORY_MIB = 1 << 30  # 1 PiB per GPU
 MAX_POWER_W = 100_000.0
 MAX_SLOWDOWN_PCT = 1000.0
+#: a job's expected length: a year, and a step count no run reaches
+MAX_EXPECTED_S, MAX_EXPECTED_ITERATIONS = 366 * 86400.0, 10 ** 12
 MAX_NAME_CHARS = 256
 MAX_DETAIL_CHARS = 1024
 _JOB_INT_RANGES = {
@@ -504,11 +522,15 @@ def _wait_fields(jid: str, raw: dict[str, Any], state: JobState) -> tuple[WaitRe
 
 
 def _check_request(where: str, request: dict[str, Any]) -> None:
-    """The request fields that policies read: the memory estimate and the slowdown bound."""
-    memory = request.get("memory_mib")
-    _expect(memory is None or (is_integer(memory) and 0 <= memory <= MAX_MEMORY_MIB),
-            f"{where}.memory_mib", f"null or a whole number of MiB from 0 to {MAX_MEMORY_MIB}")
+    """The request fields that policies and readers use: the memory estimate, the slowdown bound, the expected
+    length."""
+    for key, most, unit in (("memory_mib", MAX_MEMORY_MIB, "MiB"), ("expected_iterations", MAX_EXPECTED_ITERATIONS,
+                                                                     "steps")):
+        value = request.get(key)
+        _expect(value is None or (is_integer(value) and 0 <= value <= most),
+                f"{where}.{key}", f"null or a whole number of {unit} from 0 to {most}")
     _check_number(f"{where}.allowed_slowdown_pct", request.get("allowed_slowdown_pct"), 0.0, MAX_SLOWDOWN_PCT)
+    _check_number(f"{where}.expected_s", request.get("expected_s"), 0.0, MAX_EXPECTED_S)
 
 
 def _check_number(where: str, value: Any, lo: float, hi: float, *, positive: bool = False) -> None:

@@ -124,6 +124,7 @@ def test_a_failing_worker_raises_with_its_rank_and_exit_code_and_frees_the_gpus(
     (print, {"module": True}, "module=True names a module"),
     (ENV_DUMP, {"policy": "magic"}, "must be a placement policy, got 'magic'"),
     (ENV_DUMP, {"explain": "yes"}, "explain must be True or False"),
+    (ENV_DUMP, {"share_if_sooner": "yes"}, "share_if_sooner must be True, False or None"),
     ("no-such-script.py", {}, "training script 'no-such-script.py' does not exist"),
 ])
 def test_a_bad_argument_raises_value_error_before_anything_is_booked(sim_env, state_dir, monkeypatch, entrypoint,

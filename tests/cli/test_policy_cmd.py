@@ -65,6 +65,7 @@ def test_show_prints_every_value_with_its_source(runner: CliRunner, policy_file:
         ("colocation.enabled", "true", "default"),
         ("colocation.max_jobs_per_gpu", "2", "default"),
         ("colocation.memory_margin_mib", "1024", "default"),
+        ("colocation.share_if_sooner", "false", "default"),
         ("profiling.max_iterations", "none (a full profile takes 65 iterations)", "default"),
         ("profiling.max_time_s", "none (no time limit)", "default"),
         ("profiling.max_caps", "none (profiling tries at most 3 caps)", "default"),
@@ -198,7 +199,7 @@ def test_check_unknown_key_prints_error_and_hint(runner: CliRunner, tmp_path: Pa
     assert result.output == (
         f"Error: {bad}:3: unknown key colocation.max_job_per_gpu\n"
         "HINT: did you mean colocation.max_jobs_per_gpu? [colocation] takes: enabled, max_jobs_per_gpu, "
-        "memory_margin_mib\n"
+        "memory_margin_mib, share_if_sooner\n"
     )
 
 

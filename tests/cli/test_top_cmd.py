@@ -48,7 +48,7 @@ def booked(state_dir: Path):
     session = Session(StateStore(state_dir), backend, ExclusivePolicy(), Rules())
     me = Launcher(pid=os.getpid(), start_time=process_start_time(os.getpid()), uid=os.getuid(), user=USER)
     job = session.submit(JobRequest(id="run1", user=USER, host=backend.hostname(), nproc=1), me, name="train.py",
-                         info={})
+                         info={"expected_iterations": 1000})  # its completed runs marked 1,000 steps
     placement = session.try_place(job.id)
     assert not isinstance(placement, int)
     session.heartbeat(placement.job, JobProgress(at=time.time(), iterations=120, iter_time_s=0.0502, energy_j=5400.0,
@@ -67,8 +67,9 @@ def test_without_a_terminal_it_prints_the_view_once(booked: dict[str, str]) -> N
     assert _cells(text, "1", "NVIDIA")[-1] == "-"
     row = _cells(text, "run1")
     assert row[:5] == ["run1", USER, "train.py", "0", "400"] and re.fullmatch(r"0:0\d", row[5]), row
+    assert re.fullmatch(r"0:4[0-4]", row[6]), row  # left: 880 steps to go at 50.2 ms, about 44 s
     # 50.2 ms per iteration, 5.4 kJ so far, an estimated 0.6 kJ saved: 10 % of the 6 kJ it would have used uncapped
-    assert row[6:] == ["50.2", "ms", "5.4", "kJ", "~0.6", "kJ", "(10%)"]
+    assert row[7:] == ["50.2", "ms", "5.4", "kJ", "~0.6", "kJ", "(10%)"]
     assert "SAVED (EST.)" in text and "saving: an estimate against running uncapped" in text
     queued = _cells(text, "1", "wait1")
     assert queued[:5] == ["1", "wait1", USER, "big.py", "2"] and queued[-1] == "-"  # no reason recorded

@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from ecolaunch.devices.catalogue import CATALOGUE, lookup, model_names
+from ecolaunch.devices.catalogue import CATALOGUE, architecture, lookup, measured_for, model_names
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.sim.models import DATA_DIR
@@ -82,3 +82,19 @@ def test_ranges_agree_with_zeus_measurements(gpu, model):
     entry = CATALOGUE[model]
     assert (entry.power_limit_min_w, entry.power_limit_max_w) == (min(limits), max(limits))
     assert "Zeus" in entry.source
+
+
+@pytest.mark.parametrize(("name", "arch"), [("V100-SXM2-32GB", "volta"), ("NVIDIA H200", "hopper"),
+                                            ("NVIDIA GeForce RTX 3090", "ampere"), ("Tesla K80", "kepler"),
+                                            ("Tesla M60", "maxwell"), ("Quadro GP100", "pascal"),
+                                            ("Mystery Board 9000", "")])
+def test_architecture_from_the_catalogue_or_the_name(name: str, arch: str) -> None:
+    assert architecture(name) == arch
+
+
+def test_a_figure_measured_on_some_architectures_serves_the_newer_ones() -> None:
+    measured = {"kepler": 3.0, "pascal": 2.0, "volta": 1.0}
+    assert [measured_for(a, measured, 9.0) for a in ("kepler", "maxwell", "pascal", "volta", "hopper", "", "tpu")] \
+        == [3.0, 3.0, 2.0, 1.0, 1.0, 9.0, 9.0]
+    assert measured_for("maxwell", {"pascal": 2.0}, 9.0) == 2.0  # older than every measurement: the oldest's
+    assert measured_for("hopper", {}, 9.0) == 9.0

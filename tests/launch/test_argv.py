@@ -86,6 +86,14 @@ def test_eco_options_from_flags_and_env() -> None:
     assert not hasattr(p.torch_args, "eco_json")
 
 
+def test_share_if_sooner_is_yes_no_or_the_admins_default() -> None:
+    assert parse(["train.py"], {}).options.share_if_sooner is None  # the admin's [colocation] share_if_sooner
+    assert parse(["--share-if-sooner", "yes", "train.py"], {}).options.share_if_sooner is True
+    assert parse(["--share-if-sooner=NO", "train.py"], {}).options.share_if_sooner is False
+    assert parse(["train.py"], {"ECOLAUNCH_SHARE_IF_SOONER": "1"}).options.share_if_sooner is True
+    assert parse(["--share-if-sooner", "no", "python", "train.py"], {}).torch_args.training_script == "train.py"
+
+
 @pytest.mark.parametrize(
     "argv, env, message",
     [
@@ -98,6 +106,9 @@ def test_eco_options_from_flags_and_env() -> None:
         (["t.py"], {"ECOLAUNCH_PLACEMENT_POLICY": "magic"}, "must be a placement policy, got 'magic'"),
         (["--profile", "sometimes", "t.py"], {}, "--profile 'sometimes' is not a profiling mode\nHINT: use one of: auto, pre, inline, off"),
         (["--memory-mib", "lots", "t.py"], {}, "--memory-mib (or ECOLAUNCH_MEMORY_MIB) must be a number, got 'lots'"),
+        (["--share-if-sooner", "maybe", "t.py"], {}, "--share-if-sooner (or ECOLAUNCH_SHARE_IF_SOONER) must be yes or "
+                                                     "no, got 'maybe'\nHINT: e.g. --share-if-sooner yes (the script "
+                                                     "comes after the value)"),
         (["missing.py"], {}, "training script 'missing.py' does not exist"),
         (["python", "missing.py", "--lr", "1"], {}, "training script 'missing.py' does not exist"),
         (["--run-path", "missing.py"], {}, "training script 'missing.py' does not exist"),

@@ -90,7 +90,7 @@ def test_the_heartbeat_writes_the_progress_that_status_shows(state_dir: Path, mo
     session = Session(StateStore(state_dir), backend, ExclusivePolicy(), Rules())
     me = Launcher(pid=os.getpid(), start_time=process_start_time(os.getpid()), uid=os.getuid(), user="u")
     job = session.submit(JobRequest(id="beat0001", user="u", host=backend.hostname(), nproc=1), me, name="t.py",
-                         info={})
+                         info={"expected_iterations": 100})  # as its completed runs tell
     placement = session.try_place(job.id)
     assert not isinstance(placement, int)
     config = ObserveConfig(job.id, tuple(placement.gpus), state_dir, mode="off", fingerprint=None, rules=Rules(),
@@ -125,6 +125,7 @@ def test_the_heartbeat_writes_the_progress_that_status_shows(state_dir: Path, mo
     (row,) = json.loads(shown.stdout)["jobs"]
     assert (row["id"], row["iterations"], row["saving_j"]) == (job.id, 30, None)
     assert row["iter_time_s"] == pytest.approx(0.2) and row["energy_j"] == pytest.approx(progress.energy_j)
+    assert 0.0 < row["remaining_s"] <= 70 * 0.2  # 70 steps to go at 0.2 s, less the time since the heartbeat
     session.release(job.id)
 
 
@@ -153,3 +154,27 @@ def test_a_first_launchs_measured_profile_is_booked_on_its_job_once_and_never_re
     known = booked("known001", SOLO)
     session.heartbeat(known, None, measured)
     assert StateStore(state_dir).read().jobs["known001"].profile == SOLO
+
+
+def test_a_completed_run_tells_the_next_launch_how_long_to_expect(sim_env, state_dir: Path) -> None:
+    """Each run that ends with exit code 0 is noted in its job's history entry; the next launch of the same job
+    books its expected length (``ecolaunch top``'s LEFT, a sharing decision's estimate of waiting)."""
+    stepper = str(REPO / "tests" / "bin" / "stepper.py")
+    cmd = ecolaunch_cmd("-v", "--profile", "off", "--nproc-per-node", "1", stepper, "12", "0.01")
+    first = subprocess.run(cmd, env=sim_env("1xA100-SXM4-80GB"), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "completed run(s) of this job" not in first.stderr
+    (entry_file,) = (state_dir / "history").rglob("profiles/*.json")
+    entry = History(state_dir).lookup(entry_file.stem)
+    assert len(entry.runs) == 1 and entry.runs[0].iterations == 12 and entry.runs[0].duration_s > 0.1
+    second = subprocess.run(cmd, env=sim_env("1xA100-SXM4-80GB"), cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert "history: 1 completed run(s) of this job: expecting about" in second.stderr and "12 steps" in second.stderr
+    assert len(History(state_dir).lookup(entry_file.stem).runs) == 2
+    fail = ecolaunch_cmd("-v", "--profile", "off", "--nproc-per-node", "1", str(REPO / "tests" / "bin" / "fail.py"),
+                         "0", "3")
+    for _ in range(2):  # a run that fails notes no length: the second launch expects nothing
+        failed = subprocess.run(fail, env=sim_env("1xA100-SXM4-80GB"), cwd=REPO, capture_output=True, text=True,
+                                timeout=120)
+        assert failed.returncode != 0 and "completed run(s) of this job" not in failed.stderr

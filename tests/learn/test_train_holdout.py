@@ -81,8 +81,10 @@ def test_fast_training_with_a_holdout_is_seeded_and_reports_the_held_out_pairs(t
     train(3, b, fast=True, holdout_types=[HELD], holdout_zeus=["a40:ncf:1024"])
     wa, wb = load_model(a), load_model(b)
     assert all(torch.equal(x, y) for x, y in zip(wa._enc["job"], wb._enc["job"]))
-    assert wa.config == wb.config and wa.config.switch_overhead_s == pytest.approx(
-        fit_gavel(train=~pairs_involving([HELD])).switch_overhead_s)
+    refit = fit_gavel(train=~pairs_involving([HELD])).switch_overhead_s
+    assert wa.config == wb.config and wa.config.switch_overhead_s == pytest.approx(refit["v100"])
+    assert wa.config.switch_overhead_by_arch_s == pytest.approx(
+        {"kepler": refit["k80"], "pascal": refit["p100"], "volta": refit["v100"]})
     on_disk = json.loads((a.parent / "manifest.json").read_text())
     assert on_disk["data"]["holdout_types"] == [HELD] and on_disk["data"]["holdout_zeus"] == ["a40:ncf:1024"]
     held = manifest["metrics"]["gavel_heldout"]

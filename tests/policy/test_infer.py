@@ -79,7 +79,7 @@ def test_weights_of_the_first_release_are_refused_with_a_hint(tmp_path) -> None:
     old = tmp_path / "gnn.pt"
     torch.save({"format": "ecolaunch-gnn", "version": 1, "config": {"hidden": 32, "local_rounds": 2},
                 "state_dict": {"job_head.0.weight": torch.zeros(1)}}, str(old))
-    with pytest.raises(ConfigError, match=r"holds ecolaunch-gnn v1 weights; this ecolaunch reads v2") as caught:
+    with pytest.raises(ConfigError, match=r"holds ecolaunch-gnn v1 weights; this ecolaunch reads v3") as caught:
         load_model(old)
     assert "retrain" in caught.value.hint and "ecolaunch policy train" in caught.value.hint
 
@@ -130,11 +130,13 @@ def test_shipped_model_behaves_like_the_physics() -> None:
 
 
 def test_without_its_residual_the_model_is_the_analytic_interference_model() -> None:
-    """The prior inside the network is exactly the simulator's analytic model (same switching cost and demands):
+    """The prior inside the network is exactly the simulator's analytic model (each board's switching cost, the same
+    demands):
     with the residual heads silenced, the GNN predicts every Gavel pair as ``pair_throughputs`` does."""
     fit = fit_gavel()
     torch.manual_seed(8)
-    pyg = HierarchicalGNN(ModelConfig(switch_overhead_s=fit.switch_overhead_s,
+    pyg = HierarchicalGNN(ModelConfig(switch_overhead_s=fit.model.switch_overhead_s,
+                                      switch_overhead_by_arch_s=fit.model.switch_overhead_by_arch_s,
                                       default_iter_time_s=fit.model.default_iter_time_s)).eval()
     with torch.no_grad():
         for head in (pyg.job_head, pyg.gpu_head):

@@ -12,7 +12,7 @@ import pytest
 from ecolaunch.errors import ConfigError, StateError
 from ecolaunch.jobmodel.codec import decode_record, encode_record, profile_from_json, profile_to_json
 from ecolaunch.jobmodel.profile import CapPoint, Profile
-from ecolaunch.profile.history import History, JobRecord, ProfileEntry, fingerprint
+from ecolaunch.profile.history import KEPT_RUNS, ExpectedRun, History, JobRecord, ProfileEntry, fingerprint
 from ecolaunch.state.userdirs import user_dir_name
 
 FP = "ab" * 32
@@ -182,3 +182,31 @@ def test_fingerprint_of_a_module_or_an_unreadable_script(tmp_path: Path) -> None
     missing = fingerprint(tmp_path / "missing.py", [], 1, "u", "g")
     assert missing == fingerprint(tmp_path / "missing.py", [], 1, "u", "g")
     assert missing != fingerprint(tmp_path / "missing2.py", [], 1, "u", "g")
+
+
+def test_completed_runs_tell_the_next_launch_how_long_to_expect(tmp_path: Path) -> None:
+    history = History(tmp_path)
+    assert history.lookup(FP) is None
+    history.note_run(FP, 120.0, 2000, job_id="j1", now=1.0)  # no entry yet: one without a profile
+    entry = history.lookup(FP)
+    assert entry.profile is None and entry.expected_run() == ExpectedRun(120.0, 2000, 1)
+    history.store_profile(FP, PROFILE, now=2.0)  # a profile stored later keeps the runs
+    for seconds, steps in ((100.0, 1900), (400.0, None), (110.0, 2100), (90.0, 2000), (130.0, 2050)):
+        history.note_run(FP, seconds, steps)
+    entry = history.lookup(FP)
+    assert entry.profile == PROFILE and len(entry.runs) == KEPT_RUNS  # the latest five: the first run is gone
+    assert [r.duration_s for r in entry.runs] == [100.0, 400.0, 110.0, 90.0, 130.0]
+    assert entry.expected_run() == ExpectedRun(110.0, 2000, 5)  # medians; a run without steps counts for time only
+    assert ProfileEntry(FP, PROFILE).expected_run() is None
+
+
+def test_a_profile_file_claiming_too_many_runs_is_treated_as_missing(tmp_path: Path, caplog) -> None:
+    history = History(tmp_path)
+    history.note_run(FP, 10.0, 5)
+    (path,) = (tmp_path / "history").rglob(f"{FP}.json")
+    doc = json.loads(path.read_text())
+    doc["runs"] = doc["runs"] * (KEPT_RUNS + 1)
+    path.write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING):
+        assert history.lookup(FP) is None
+    assert "ignoring history file" in caplog.text

@@ -28,11 +28,31 @@ def test_alone_is_solo_speed(model: itf.InterferenceModel) -> None:
 
 
 def test_light_pair_pays_only_the_switching_cost(model: itf.InterferenceModel) -> None:
-    delta = model.switch_overhead_s
-    x = itf.predict([job(20, 0.1), job(30, 0.4)], "V100")
-    assert x[0] == pytest.approx(0.1 / (0.1 + delta))
-    assert x[1] == pytest.approx(0.4 / (0.4 + delta))
+    delta = model.switch_overhead_for("V100")
+    x = itf.predict([job(20, 0.1), job(30, 0.4)], "V100")  # demands 0.2 and 0.3
+    assert x[0] == pytest.approx(0.1 / (0.1 + delta * 0.3))  # each pays for the time its co-runner holds the GPU
+    assert x[1] == pytest.approx(0.4 / (0.4 + delta * 0.2))
     assert sum(x) > 1.0  # packing helps
+
+
+def test_an_idle_co_runner_costs_nothing() -> None:
+    busy, idle = itf.predict([job(80, 0.05), job(0)], "V100")
+    assert busy == 1.0
+    assert idle < 1.0  # the busy one holds the GPU 80 % of the time: the idle one's rare kernels wait for it
+
+
+def test_each_board_switches_at_the_cost_of_its_generation(model: itf.InterferenceModel) -> None:
+    fit = itf.fit_gavel()
+    # one cost per Gavel board, falling with each generation (K80 about 58 ms, P100 20 ms, V100 5 ms)
+    assert fit.switch_overhead_s["k80"] > fit.switch_overhead_s["p100"] > fit.switch_overhead_s["v100"] > 0.0
+    assert model.switch_overhead_for("Tesla K80") == pytest.approx(fit.switch_overhead_s["k80"])
+    assert model.switch_overhead_for("Tesla M60") == model.switch_overhead_for("K80")  # Maxwell: the older fit
+    assert model.switch_overhead_for("P100-PCIE-16GB") == pytest.approx(fit.switch_overhead_s["p100"])
+    newest = fit.switch_overhead_s["v100"]
+    for board in ("V100", "A100-SXM4-80GB", "NVIDIA H200", "RTX3090", None, "Mystery Board 9000"):
+        assert model.switch_overhead_for(board) == pytest.approx(newest), board
+    slow, fast = itf.predict([job(50, 0.05), job(50)], "K80")[0], itf.predict([job(50, 0.05), job(50)], "H100")[0]
+    assert slow < fast < 1.0
 
 
 def test_saturated_pair_shares_the_gpu(model: itf.InterferenceModel) -> None:
@@ -64,7 +84,7 @@ def test_unknown_fields_count_as_a_busy_job_of_median_speed(model: itf.Interfere
     # unknown utilization counts as a busy job (demand 1), unknown iteration time as Gavel's median
     assert Profile().demand == UNKNOWN_DEMAND
     t = model.default_iter_time_s
-    assert speeds[1] == pytest.approx(t / (t * 1.3 + model.switch_overhead_s))
+    assert speeds[1] == pytest.approx(t / (t * 1.3 + model.switch_overhead_for("A100") * 0.3))
 
 
 def test_colocate_reports_memory_and_extrapolation() -> None:
@@ -87,7 +107,7 @@ def test_suspect_v100_rows_are_the_documented_ones() -> None:
     assert 2 * int(both.sum()) - self_pairs == 25  # SOURCE.md: 25 ordered V100 pairs equal solo for both jobs
     assert int(data.copy_a.sum() + data.copy_b.sum()) == 83
     fit = itf.fit_gavel("values")
-    assert fit.switch_overhead_s > itf.fit_gavel("keep").switch_overhead_s  # copies pull the cost towards 0
+    assert fit.switch_overhead_s["v100"] > itf.fit_gavel("keep").switch_overhead_s["v100"]  # copies pull it to 0
 
 
 def test_held_out_error_by_pair() -> None:
@@ -108,7 +128,7 @@ def test_a_model_without_switching_cost_fails_the_bound() -> None:
     fit = itf.fit_gavel()
     d = np.array([fit.demands[k] for k in data.keys])
     use_a, use_b = data.usable("values")
-    xa, xb = itf.pair_throughputs(data, d, 0.0)
+    xa, xb = itf.pair_throughputs(data, d, np.zeros(len(data.gpus)))
     mae = np.concatenate([np.abs(xa - data.obs_a)[use_a], np.abs(xb - data.obs_b)[use_b]]).mean()
     assert mae > 0.115  # even in-sample: the switching cost is what the pairs need
 

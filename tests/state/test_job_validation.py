@@ -101,6 +101,8 @@ def test_a_members_bad_job_files_do_not_stop_anyone_else(policy: str, caplog) ->
 @pytest.mark.parametrize(("field", "value"), [
     ("seq", -5), ("nproc", 0), ("nproc", 10_000), ("uid", 2**40), ("launcher_pid", 2**40),
     ("request", {"memory_mib": 1.5}), ("request", {"memory_mib": 2**60}), ("request", {"allowed_slowdown_pct": -1}),
+    ("request", {"expected_s": -1.0}), ("request", {"expected_s": 1e300}), ("request", {"expected_s": "soon"}),
+    ("request", {"expected_iterations": 2.5}), ("request", {"expected_iterations": 10**15}),
     ("profile", {"power_w": float("inf")}), ("profile", {"sm_util_pct": 101}), ("profile", {"cap_points": [[1, 2]]}),
     ("profile", {"cap_points": [{"power_cap_w": 200, "iter_time_s": 0.0, "power_w": 150}]}),
     ("profile", {"instrumented": "yes"}), ("power_caps_w", {"G": 1e12}), ("gpus", ["G", "G"]),
@@ -130,6 +132,25 @@ def test_a_running_jobs_progress_survives_its_job_file() -> None:
     job = job_from_dict("a", raw)
     assert job.progress == JobProgress(at=5.0, iterations=7, iter_time_s=0.25, energy_j=40.0, saving_j=-1.5)
     assert job_from_dict("a", json.loads(json.dumps(job_to_dict(job)))) == job
+
+
+def test_a_running_jobs_time_left_comes_from_its_expected_length_and_progress() -> None:
+    def job(request: dict, progress: dict | None = None) -> Job:
+        raw = {**BASE, "id": "a", **RUNNING, "gpus": ["G"], "request": request}
+        return job_from_dict("a", {**raw, "progress": progress} if progress else raw)
+
+    started = RUNNING["started_at"]
+    assert job({}).remaining_s(started + 10) is None  # it never completed here: unknown
+    assert job({"expected_s": 100.0}).remaining_s(started + 30) == pytest.approx(70.0)
+    assert job({"expected_s": 100.0}).remaining_s(started + 130) is None  # past what was expected: unknown again
+    # steps to go at its measured pace, less the time since that was measured
+    paced = job({"expected_s": 100.0, "expected_iterations": 1000},
+                {"at": started + 20, "iterations": 400, "iter_time_s": 0.2})
+    assert paced.remaining_s(started + 25) == pytest.approx(600 * 0.2 - 5)
+    assert job({"expected_iterations": 1000}, {"at": started + 20, "iterations": 1200, "iter_time_s": 0.2}
+               ).remaining_s(started + 25) is None
+    queued = job_from_dict("a", {**BASE, "id": "a", "request": {"expected_s": 100.0}})
+    assert queued.remaining_s(0.0) is None
 
 
 def test_a_queued_job_holds_nothing() -> None:
