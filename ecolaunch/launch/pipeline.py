@@ -43,7 +43,7 @@ from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.waiting import Waiting
 from ecolaunch.profile.history import History, JobIdentity, JobMatch, ProfileEntry
 from ecolaunch.profile.modes import ProfileAction, ProfilePlan, resolve_mode
-from ecolaunch.state.graph import Job
+from ecolaunch.state.graph import MAX_EXPECTED_ITERATIONS, MAX_EXPECTED_S, Job
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
 
@@ -417,8 +417,10 @@ def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed
         allowed_gpus=allowed_gpus,
         allowed_by="CUDA_VISIBLE_DEVICES" if parsed.slurm is None or parsed.slurm.gpu_indices is None else
         f"Slurm job {parsed.slurm.job_id}'s allocation",
-        expected_s=expected.duration_s if expected is not None else None,
-        expected_iterations=expected.iterations if expected is not None else None,
+        # within what a job file may claim (a clock that jumped must not make the job's own file invalid)
+        expected_s=min(expected.duration_s, MAX_EXPECTED_S) if expected is not None else None,
+        expected_iterations=min(expected.iterations, MAX_EXPECTED_ITERATIONS) if expected and expected.iterations
+        else None,
         share_if_sooner=rules.share_if_sooner if opts.share_if_sooner is None else opts.share_if_sooner,
     )
 
