@@ -56,6 +56,7 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "folds": {FOLD: {"types", "weights", "sd_z", "first_curve_z"}} | null, "first_curve_z_pooled": z | null,
      "coverage": {TRACE: {POLICY: {"jobs", "covered_pct", "at_measured_cap_pct",
                                    "by_fold": {FOLD: {"jobs", "covered_pct"}}}}},
+     "contract_vs_curve": {TRACE: {POLICY: {"contract_jobs", "later_than_curve_pct"}}} (with --share-if-sooner),
      "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
@@ -80,7 +81,9 @@ fewer wait: ``Simulation(lift_caps_waiting=N)``; not under a power budget): what
 in completion time, and what it would cost in energy. The launcher does neither. ``--share-if-sooner``: every job asks
 for the sharing contract (:mod:`ecolaunch.policy.contract`: start now on a shared GPU when that finishes it sooner
 than waiting, every running job within its bound) and knows its length exactly, as a history of runs just like it
-would tell (``Simulation(share_if_sooner=True)``): an upper bound on what the launcher's history knows.
+would tell (``Simulation(share_if_sooner=True)``): an upper bound on what the launcher's history knows. With it,
+``contract_vs_curve`` counts each policy's contract jobs and the share of them that finished later than the same job
+under ``curve`` on the same seed (:func:`contract_vs_curve`; ``curve`` never shares, so it runs as without).
 
 **Fold weights** are cached under a tag of what they were trained without and a fingerprint of what training reads
 (:func:`training_fingerprint`): weights trained by other code or on other data are never reused.
@@ -123,7 +126,7 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
     from ecolaunch.sim.trace_registry import MEASURED, MODEL, TRACES, gpus_label, trace_names
 
     out: dict = {"seeds": list(seeds), "traces": {}, "vs_exclusive": {}, "machines": {}, "wall_s": {}, "world": {},
-                 "folds": None, "first_curve_z_pooled": None, "coverage": {}}
+                 "folds": None, "first_curve_z_pooled": None, "coverage": {}, "contract_vs_curve": {}}
     todo = []
     if "measured" in worlds:
         todo += [(name, "measured", None, 1) for name in trace_names(MEASURED)]
@@ -148,6 +151,7 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
         out["machines"][name] = f"{hosts} x {gpus}"
         out["world"][name] = world
         out["traces"][name] = {}
+        ends: dict[str, list[dict]] = {}
         for policy in policies:
             if world == "model" and policy in FIRST_CURVE_ROWS:
                 continue  # a first launch's curve is the measured world's
@@ -158,8 +162,11 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
             covered = [c for run in runs for c in run.pop("_coverage", [])]
             if covered:
                 out["coverage"].setdefault(name, {})[policy] = coverage(covered)
+            ends[policy] = [run.pop("_ends") for run in runs]
             out["traces"][name][policy] = over_seeds(runs)
         out["vs_exclusive"][name] = vs_exclusive(out["traces"][name])
+        if share_if_sooner and "curve" in ends:
+            out["contract_vs_curve"][name] = contract_vs_curve(ends)
     out["goals"] = goals(out["traces"])
     out["first_launch"] = first_launch(out["traces"])
     out["learned_first_goal"] = learned_first_goal(out["traces"])
@@ -188,6 +195,7 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
                  "_coverage": [(world.fold_of(kind), covered, measured)
                                for kind, covered, measured in world.coverage]}
     summary = summarize(result)
+    extra["_ends"] = {j.id: (j.end_s, j.contract_deadline_s is not None) for j in result.jobs}
     return {k: round(getattr(summary, k), 4) for k in KEYS} | {
         "jobs": summary.jobs, "shared_jobs_pct": round(summary.shared_jobs_pct, 1),
         "contract_jobs_pct": round(summary.contract_jobs_pct, 2),
@@ -195,6 +203,22 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
         "learned_pct": round(100.0 * result.learned_decisions / max(1, result.placements), 1),
         "peak_gpu_power_w": round(result.peak_gpu_power_w, 1),
         "peak_limit_sum_w": round(result.peak_limit_sum_w, 1)} | extra
+
+
+def contract_vs_curve(ends: dict[str, list[dict]]) -> dict:
+    """Each policy's contract jobs (placed under the sharing contract) against the same jobs under ``curve`` on the
+    same seeds: how many, and the share that finished later than under ``curve`` (pooled over the seeds), from
+    ``{policy: [per seed: {job id: (end_s, under contract)}]}``."""
+    out = {}
+    for policy, per_seed in ends.items():
+        if policy == "curve":
+            continue
+        pairs = [(end, ends["curve"][i].get(jid, (None, False))[0])
+                 for i, seed_ends in enumerate(per_seed) for jid, (end, contract) in seed_ends.items() if contract]
+        later = [a > b + 1e-6 for a, b in pairs if a is not None and b is not None]
+        out[policy] = {"contract_jobs": len(pairs),
+                       "later_than_curve_pct": round(100.0 * sum(later) / len(later), 2) if later else None}
+    return out
 
 
 def coverage(covered: list[tuple[int, bool, bool]]) -> dict:
@@ -659,7 +683,7 @@ def main() -> None:
     plotted = plot(result, args.out / "energy.png")
     emit({k: result.get(k) for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "learned_first_goal",
                                      "coverage", "folds", "first_curve_z_pooled", "margin_scale",
-                                     "lift_caps_waiting", "share_if_sooner")},
+                                     "lift_caps_waiting", "share_if_sooner", "contract_vs_curve")},
          args.json,
          table + ("" if plotted else "\n(matplotlib not installed: no energy.png)"))
 

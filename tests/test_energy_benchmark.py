@@ -201,6 +201,16 @@ def test_the_sharing_contract_reaches_the_simulation_and_its_jobs_are_counted(en
     assert seen == [True] and row["contract_jobs_pct"] > 0.0 and row["contract_violations_pct"] == 0.0
     plain = energy.run_one("workstation-mixed", "measured", machine, "oracle", 0, None)
     assert seen == [True, False] and plain["contract_jobs_pct"] == 0.0
+    contract = [jid for jid, (_, under) in row["_ends"].items() if under]
+    assert len(contract) == round(row["contract_jobs_pct"] * row["jobs"] / 100.0)
+
+
+def test_contract_jobs_are_compared_with_the_same_jobs_under_curve(energy) -> None:
+    ends = {"curve": [{"a": (100.0, False), "b": (50.0, False), "c": (70.0, False)}],
+            "gnn": [{"a": (90.0, True), "b": (60.0, True), "c": (10.0, False)}]}
+    assert energy.contract_vs_curve(ends) == {"gnn": {"contract_jobs": 2, "later_than_curve_pct": 50.0}}
+    assert energy.contract_vs_curve({"curve": ends["curve"], "oracle": [{"a": (1.0, False)}]}) == {
+        "oracle": {"contract_jobs": 0, "later_than_curve_pct": None}}
 
 
 def test_the_first_launch_goal_is_the_gap_closed_paired_by_seed(energy) -> None:
