@@ -111,11 +111,11 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> ModelConfig:
         try:
-            older = doc.get("switch_overhead_by_arch_s") or {}
+            by_arch = doc.get("switch_overhead_by_arch_s") or {}
             return cls(hidden=int(doc["hidden"]), local_rounds=int(doc["local_rounds"]),
                        switch_overhead_s=float(doc["switch_overhead_s"]),
                        default_iter_time_s=float(doc["default_iter_time_s"]),
-                       switch_overhead_by_arch_s={str(k): float(v) for k, v in dict(older).items()})
+                       switch_overhead_by_arch_s={str(k): float(v) for k, v in dict(by_arch).items()})
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"GNN weights carry a malformed config {dict(doc)!r}", hint=_RETRAIN_HINT) from e
 
