@@ -49,14 +49,18 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+def yes_no(raw: str) -> bool | None:
+    """True or False for a clear yes or no (1/true/yes/on, 0/false/no/off, any case; empty is no), else None."""
+    word = raw.strip().lower()
+    return True if word in _TRUE else False if word in _FALSE else None
+
+
 def env_flag(env: Mapping[str, str], name: str) -> bool:
     """Read a boolean environment variable; anything but a clear yes/no is a ConfigError."""
-    raw = env.get(name, "").strip().lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise ConfigError(f"{name}={env[name]!r} is not a boolean", hint=f"set {name} to 1 or 0")
+    value = yes_no(env.get(name, ""))
+    if value is None:
+        raise ConfigError(f"{name}={env[name]!r} is not a boolean", hint=f"set {name} to 1 or 0")
+    return value
 
 
 def plan_timeout_s(env: Mapping[str, str]) -> float | None:

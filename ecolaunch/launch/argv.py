@@ -273,16 +273,13 @@ def _options(ns: argparse.Namespace) -> tuple[LaunchOptions, int | None]:
     return options, None if memory is None else int(memory)
 
 
-_YES, _NO = ("yes", "true", "on", "1"), ("no", "false", "off", "0")
-
-
 def _yes_no(raw: str | None, flag: str, env_var: str) -> bool | None:
-    """``yes``/``no`` (also true/false, on/off, 1/0, any case), or None when not given."""
+    """``yes``/``no`` (the words :func:`~ecolaunch.config.yes_no` reads), or None when not given."""
     if raw is None or raw.strip() == "":
         return None
-    word = raw.strip().lower()
-    if word in _YES or word in _NO:
-        return word in _YES
+    value = config.yes_no(raw)
+    if value is not None:
+        return value
     raise ConfigError(f"{flag} (or {env_var}) must be yes or no, got {raw!r}",
                       hint=f"e.g. {flag} yes (the script comes after the value)")
 
