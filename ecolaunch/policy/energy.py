@@ -251,11 +251,12 @@ class EnergyAwarePolicy:
         before = scorer.current(sorted({u for c in candidates for u in c.gpus}))
         scored = self._ranked(state, job, candidates, outcomes, before)
         if not scored:
-            return self._contract(state, job, rules, scorer, candidates) if job.share_if_sooner else None
+            return (self._contract(state, job, rules, scorer, candidates, outcomes, before) if job.share_if_sooner
+                    else None)
         return self._decision(state, job, scored, self._set_aside(state, job, rules, scorer, scored, cap_for))
 
     def _contract(self, state: StateGraph, job: JobRequest, rules: Rules, scorer: Scorer,
-                  candidates: Sequence[Candidate]) -> Decision | None:
+                  candidates: Sequence[Candidate], outcomes: Sequence[Outcome], before: Outcome) -> Decision | None:
         """No candidate keeps the job's bound: under the sharing contract (:mod:`ecolaunch.policy.contract`), the
         shared candidates that finish it sooner than waiting would, every running job within its bound. Each shared
         set is weighed at its GPUs' caps as found and uncapped: a running job capped up to its bound has no room to
@@ -266,13 +267,12 @@ class EnergyAwarePolicy:
         if not terms.known:
             return None
         gpus = state.hosts[job.host].gpus
-        shared = [c for c in candidates if any(state.jobs_on(u) for u in c.gpus)]
-        shared += [Candidate(c.gpus, tuple(gpus[u].power_limit_max_w for u in c.gpus)) for c in shared]
-        if not shared:
+        as_found = [(c, out) for c, out in zip(candidates, outcomes) if any(state.jobs_on(u) for u in c.gpus)]
+        if not as_found:
             return None
-        outcomes = scorer.predict(shared)
-        before = scorer.current(sorted({u for c in shared for u in c.gpus}))
-        rows = [row for cand, out in zip(shared, outcomes)
+        lifted = [Candidate(c.gpus, tuple(gpus[u].power_limit_max_w for u in c.gpus)) for c, _ in as_found]
+        # ``before`` already covers these GPUs (they are the candidates'), and the as-found ones were predicted
+        rows = [row for cand, out in [*as_found, *zip(lifted, scorer.predict(lifted))]
                 if (row := self._score(state, job, cand, out, before, terms)) is not None]
         if not rows:
             return None
