@@ -3,7 +3,7 @@ QoS, ablations, each as a mean with its 95 % interval.
 
     python benchmarks/energy.py [--seeds 5] [--first-seed 0] [--json] [--out benchmarks/results]
                                 [--world measured|model|both] [--trace NAME ...] [--policy NAME ...] [--no-folds]
-                                [--margin-scale S] [--lift-caps-waiting N] [--share-if-sooner]
+                                [--margin-scale S] [--lift-caps-waiting N] [--share-if-sooner] [--wait-weight W]
 
 **Seeds.** Every trace and policy runs on the seeds ``first_seed .. first_seed + seeds - 1``; a seed draws the
 trace (its window of arrivals, its run times, its job types and users) and the world's noise, so one seed measures
@@ -57,7 +57,7 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "coverage": {TRACE: {POLICY: {"jobs", "covered_pct", "at_measured_cap_pct",
                                    "by_fold": {FOLD: {"jobs", "covered_pct"}}}}},
      "contract_vs_curve": {TRACE: {POLICY: {"contract_jobs", "later_than_curve_pct"}}} (with --share-if-sooner),
-     "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool}
+     "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool, "wait_weight": W}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
 ``mean_slowdown_pct``, ``qos_violations_pct``, ``makespan_s``, ``jobs``, ``shared_jobs_pct``, ``learned_pct``,
@@ -77,8 +77,10 @@ at the cap it settled at stayed within its curve's prediction plus the cap margi
 
 **Ablations of the whole run**: ``--margin-scale S`` (every cap margin times S, :func:`scale_margins`) and
 ``--lift-caps-waiting N`` (while at least N jobs wait, every running job runs uncapped and its caps come back when
-fewer wait: ``Simulation(lift_caps_waiting=N)``; not under a power budget): what caps that weighed the queue could buy
-in completion time, and what it would cost in energy. The launcher does neither. ``--share-if-sooner``: every job asks
+fewer wait: ``Simulation(lift_caps_waiting=N)``; not under a power budget): what lifting caps could buy in completion
+time, and what it would cost in energy. The launcher does neither. ``--wait-weight W`` is not an ablation: it runs
+every trace under the admin's ``[energy] wait_weight = W`` (caps that weigh the queue, as the launcher does:
+:func:`ecolaunch.profile.capchoice.queue_eta`, at placement and in each running job's closed loop). ``--share-if-sooner``: every job asks
 for the sharing contract (:mod:`ecolaunch.policy.contract`: start now on a shared GPU when that finishes it sooner
 than waiting, every running job within its bound) and knows its length exactly, as a history of runs just like it
 would tell (``Simulation(share_if_sooner=True)``): an upper bound on what the launcher's history knows. With it,
@@ -97,6 +99,7 @@ import hashlib
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from _common import REPO, emit, mean_ci95
@@ -122,7 +125,8 @@ VS_EXCLUSIVE = {"node_energy_pct": "node_energy_kwh", "mean_jct_pct": "mean_jct_
 
 
 def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: list[str] | None, folds: bool,
-            cache: Path, lift_caps_waiting: int | None = None, share_if_sooner: bool = False) -> dict:
+            cache: Path, lift_caps_waiting: int | None = None, share_if_sooner: bool = False,
+            wait_weight: float = 0.0) -> dict:
     from ecolaunch.sim.trace_registry import MEASURED, MODEL, TRACES, gpus_label, trace_names
 
     out: dict = {"seeds": list(seeds), "traces": {}, "vs_exclusive": {}, "machines": {}, "wall_s": {}, "world": {},
@@ -156,8 +160,8 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
             if world == "model" and policy in FIRST_CURVE_ROWS:
                 continue  # a first launch's curve is the measured world's
             start = time.perf_counter()
-            runs = [run_one(name, world, machine, policy, seed, weights, lift_caps_waiting, share_if_sooner)
-                    for seed in seeds]
+            runs = [run_one(name, world, machine, policy, seed, weights, lift_caps_waiting, share_if_sooner,
+                            wait_weight) for seed in seeds]
             out["wall_s"][f"{name}/{policy}"] = round(time.perf_counter() - start, 2)
             covered = [c for run in runs for c in run.pop("_coverage", [])]
             if covered:
@@ -174,7 +178,7 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
 
 
 def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights,
-            lift_caps_waiting: int | None = None, share_if_sooner: bool = False) -> dict:
+            lift_caps_waiting: int | None = None, share_if_sooner: bool = False, wait_weight: float = 0.0) -> dict:
     from ecolaunch.sim.metrics import summarize
     from ecolaunch.sim.trace_registry import TRACES
 
@@ -183,11 +187,13 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
     if world_name == "model":
         sim = entry.simulation(machine, trace, policy, _policy(policy, None, None))
         sim.lift_caps_waiting, sim.share_if_sooner = lift_caps_waiting, share_if_sooner
+        sim.rules = replace(sim.rules, wait_weight=wait_weight)
         result = sim.run(trace)
         extra = {}
     else:
         sim = entry.simulation(machine, trace, policy, _policy(policy, trace, weights), seed=seed)
         sim.lift_caps_waiting, sim.share_if_sooner = lift_caps_waiting, share_if_sooner
+        sim.rules = replace(sim.rules, wait_weight=wait_weight)
         world = sim.world
         result = sim.run(trace)
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
@@ -629,6 +635,9 @@ def main() -> None:
     parser.add_argument("--lift-caps-waiting", type=int, default=None, metavar="N",
                         help="ablation: while at least N jobs wait, every running job runs uncapped (its caps come "
                              "back when fewer wait); not under a power budget. The launcher does not do this")
+    parser.add_argument("--wait-weight", type=float, default=0.0, metavar="W",
+                        help="caps that weigh the queue: every trace runs under [energy] wait_weight = W "
+                             "(capchoice.queue_eta; default 0: the queue is not counted, as shipped)")
     parser.add_argument("--share-if-sooner", action="store_true",
                         help="every job asks for the sharing contract and knows its length exactly "
                              "(Simulation(share_if_sooner=True)): an upper bound on what a history tells")
@@ -637,6 +646,8 @@ def main() -> None:
         parser.error(f"--lift-caps-waiting must be a whole number >= 1, got {args.lift_caps_waiting}")
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
+    if not 0 <= args.wait_weight <= 100:
+        parser.error(f"--wait-weight must be a number from 0 to 100, got {args.wait_weight}")
     if not args.margin_scale >= 0:
         parser.error(f"--margin-scale must be a number >= 0, got {args.margin_scale}")
     if args.margin_scale != 1.0:
@@ -648,9 +659,9 @@ def main() -> None:
     worlds = ["measured", "model"] if args.world == "both" else [args.world]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     result = run_all(seeds, policies, worlds, args.trace, args.folds, args.cache, args.lift_caps_waiting,
-                     args.share_if_sooner)
+                     args.share_if_sooner, args.wait_weight)
     result["margin_scale"], result["lift_caps_waiting"] = args.margin_scale, args.lift_caps_waiting
-    result["share_if_sooner"] = args.share_if_sooner
+    result["share_if_sooner"], result["wait_weight"] = args.share_if_sooner, args.wait_weight
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)
     folds = ("the GNN scoring a job was trained without its job type (k-fold by type)" if result["folds"] else
@@ -668,7 +679,9 @@ def main() -> None:
         + (f" Ablation: every running job uncapped while at least {args.lift_caps_waiting} wait "
            "(`--lift-caps-waiting`)." if args.lift_caps_waiting else "")
         + (" Every job asks for the sharing contract and knows its length exactly (`--share-if-sooner`)."
-           if args.share_if_sooner else "") + "\n\n" + table
+           if args.share_if_sooner else "")
+        + (f" Caps weigh the queue: `[energy] wait_weight = {args.wait_weight:g}` (`--wait-weight`)."
+           if args.wait_weight else "") + "\n\n" + table
         + "\n## Goals (gnn against curve and the oracle, paired by seed)\n\n```json\n"
         + json.dumps(result["goals"], indent=2) + "\n```\n"
         + ("\n## First launches told a curve (paired by seed against `curve`)\n\n" + first_launch_table(result)
@@ -683,7 +696,7 @@ def main() -> None:
     plotted = plot(result, args.out / "energy.png")
     emit({k: result.get(k) for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "learned_first_goal",
                                      "coverage", "folds", "first_curve_z_pooled", "margin_scale",
-                                     "lift_caps_waiting", "share_if_sooner", "contract_vs_curve")},
+                                     "lift_caps_waiting", "share_if_sooner", "wait_weight", "contract_vs_curve")},
          args.json,
          table + ("" if plotted else "\n(matplotlib not installed: no energy.png)"))
 

@@ -248,3 +248,14 @@ def test_each_folds_first_curve_z_is_fitted_on_the_other_folds_curves_only(energ
     assert per_fold[0] == pytest.approx(first_curve_z(own[1]))  # fold 0's z from fold 1's curves
     assert per_fold[1] == pytest.approx(first_curve_z(own[0]))
     assert pooled == pytest.approx(first_curve_z(own[0] + own[1]), abs=1e-4)
+
+
+def test_the_wait_weight_reaches_the_simulation_and_refuses_a_bad_number(energy, monkeypatch) -> None:
+    seen = _seen(monkeypatch, "rules")
+    from ecolaunch.sim.trace_registry import TRACES
+    machine = TRACES["workstation-measured"].machine(None, 1)
+    row = energy.run_one("workstation-measured", "measured", machine, "curve", 0, None, wait_weight=0.5)
+    assert [r.wait_weight for r in seen] == [0.5] and row["jobs"] > 0
+    ran = subprocess.run([sys.executable, str(BENCHMARKS / "energy.py"), "--wait-weight", "-1"],
+                         env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2 and "--wait-weight must be a number from 0 to 100, got -1.0" in ran.stderr

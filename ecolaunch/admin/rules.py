@@ -20,6 +20,10 @@ commented example::
                                 # 1 = the least energy per unit of work within the bound (the objective
                                 # of every cap choice: first run, repeat run, closed loop, simulator);
                                 # below 1, Zeus's cost eta*E + (1-eta)*P_max*T, on every path alike
+    wait_weight = 0.0           # 0-100; caps that weigh the queue: while jobs wait for   default 0.0
+                                #   GPUs, each second a cap delays them costs wait_weight
+                                #   seconds of the GPU at its maximum power (placement and
+                                #   closed loop; ecolaunch.profile.capchoice.queue_eta)
     [power]                     # a power budget for the whole host (ecolaunch.admin.budget)
     max_total_w = 1200.0        # watts, 1-1e6: bounds the sum over the host's GPUs of    default: none
                                 #   their power limits, a GPU without a job counted at its minimum limit.
@@ -157,6 +161,9 @@ class Rules:
     #: weight of energy against time when choosing a cap (Zeus's eta: 1 = energy only, 0 = time only); 1 is
     #: the one objective (least energy per unit of work within the bound); below 1 the admin's alternative
     eta: float = 1.0
+    #: caps that weigh the queue (:func:`~ecolaunch.profile.capchoice.queue_eta`): a second of delay a cap imposes
+    #: on a waiting job costs this many seconds of the GPU at its maximum power; 0: the queue is not counted
+    wait_weight: float = 0.0
     #: reserved GPUs (NVML index as a string, or UUID) → the users who may get them; see ``may_use_gpu``
     reserved: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: the most GPUs one user may hold at once (absent: no limit; key ``"*"``: every other user)

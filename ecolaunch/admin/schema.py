@@ -49,6 +49,9 @@ SCALAR_KEYS: dict[str, dict[str, ScalarKey]] = {
     },
     "energy": {
         "eta": ScalarKey("eta", "float", 0, 1, "eta weighs energy against time: 0 = time only, 1 = energy only"),
+        "wait_weight": ScalarKey("wait_weight", "float", 0, 100,
+                                 "a waiting job's second of delay weighs wait_weight seconds of the GPU at its "
+                                 "maximum power: 0 = the queue is not counted, 1 = as much as the GPU's time"),
     },
     "power": {
         "max_total_w": ScalarKey("power_max_total_w", "float", 1, MAX_BUDGET_W,

@@ -241,6 +241,7 @@ class RunObserver:
         self.job_id, self.mode = config.job_id, config.mode
         self._backend, self._uuids, self._clock, self._wall = backend, config.gpu_uuids, clock, wall_clock
         self._ceiling_w, self._on_done = ceiling_w, on_profile_done
+        self._waiting = 0.0  # the waiting jobs this job's slowdown delays, as the last heartbeat said (set_waiting)
         #: the job's bound; tightened once when the script declares a tighter one (:meth:`_adopt_hints`)
         self.allowed_slowdown_pct = config.allowed_slowdown_pct
         self.profile = config.profile
@@ -288,6 +289,14 @@ class RunObserver:
 
     def set_exit_code(self, code: int | None) -> None:
         self._exit_code = code
+
+    def set_waiting(self, share: float) -> None:
+        """From now on ``share`` waiting jobs are delayed by this job's slowdown (the heartbeat's
+        :class:`~ecolaunch.launch.session.Beat`): the closed loop weighs them under ``[energy] wait_weight``."""
+        self._waiting = share
+        loop = self.loop
+        if loop is not None:
+            loop.controller.set_waiting(share)
 
     def set_co_residents(self, uuid: str, jobs: Mapping[str, float | None]) -> None:
         """From now on, ``jobs`` (job id -> profile ``power_w`` or None) share GPU ``uuid`` with this job."""
@@ -512,7 +521,8 @@ class RunObserver:
         self.loop = start_loop(self.profile, self._bounds, self.allowed_slowdown_pct, cap_w, eta=self.config.rules.eta,
                                control=self.config.control, reader=self.monitor.reader, sampler=self.monitor.sampler,
                                gpu_uuids=self._uuids, clock=self._clock, apply=self.caps.apply,
-                               from_index=stamp_index, ceiling_w=self._ceiling_w)
+                               from_index=stamp_index, ceiling_w=self._ceiling_w,
+                               wait_weight=self.config.rules.wait_weight, waiting=self._waiting)
         return self.loop is not None
 
     def _early_check(self, stamps: Sequence[float]) -> None:

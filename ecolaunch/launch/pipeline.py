@@ -435,13 +435,15 @@ def _worker_args(args, placement: Placement, request: JobRequest):
 def _heartbeat(session: Session, placement: Placement, observer, stop: threading.Event) -> None:
     """Every HEARTBEAT_S: refresh the job's lease with the run's progress so far (for ``ecolaunch status`` and
     ``top``) and, once this run profiled a job booked without a profile, its measured profile; and tell the observer
-    who shares its GPUs now (energy shares, and the closed loop, which stops on a GPU that became shared)."""
+    who shares its GPUs now (energy shares, and the closed loop, which stops on a GPU that became shared) and how
+    many jobs its slowdown delays (the closed loop weighs them under ``[energy] wait_weight``)."""
     failing: str | None = None  # the kind of failure already reported: each kind is one warning, not one a beat
     while not stop.wait(HEARTBEAT_S):
         try:
-            residents = session.heartbeat(placement.job, observer.progress(), observer.measured_profile())
-            for gpu, jobs in residents.items():
+            beat = session.heartbeat(placement.job, observer.progress(), observer.measured_profile())
+            for gpu, jobs in beat.residents.items():
                 observer.set_co_residents(gpu, jobs)
+            observer.set_waiting(beat.waiting_share)
         except Exception as e:  # noqa: BLE001 - a missed heartbeat must never kill the run
             kind = f"{type(e).__name__}:{getattr(e, 'errno', None)}"
             if kind == failing:

@@ -73,6 +73,17 @@ class Placement:
     waited_s: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """What a heartbeat tells a running launcher: per GPU of its job, the other jobs on it now (job id -> its
+    profile's ``power_w``), and the waiting jobs its slowdown delays
+    (:meth:`~ecolaunch.state.graph.StateGraph.waiting_share`), which its closed loop weighs under
+    ``[energy] wait_weight``."""
+
+    residents: dict[str, dict[str, float | None]]
+    waiting_share: float = 0.0
+
+
 class Session:
     """Queue, place, keep alive and release jobs of one host.
 
@@ -171,7 +182,8 @@ class Session:
             if job is None:
                 raise StateError(f"job {job_id} vanished from the state graph while queued", hint="launch it again")
             decision, now = None, time.time()
-            request = dataclasses.replace(request, decided_at=now)  # what running jobs' times left count from
+            # what running jobs' times left count from, and who would wait behind it (caps that weigh the queue)
+            request = dataclasses.replace(request, decided_at=now, waiting_share=graph.waiting_share(job))
             if graph.queue_position(job_id) == 1:
                 decision = place(graph, request, self.policy, self.rules, now)
             if decision is None:
@@ -226,14 +238,13 @@ class Session:
                 on_wait(outcome, waited)
             self.clock.sleep(POLL_INTERVAL_S * (1.0 + 0.5 * random.random()))
 
-    def heartbeat(self, job: Job, progress: JobProgress | None = None,
-                  measured: Profile | None = None) -> dict[str, dict[str, float | None]]:
+    def heartbeat(self, job: Job, progress: JobProgress | None = None, measured: Profile | None = None) -> Beat:
         """Refresh the job's heartbeat, with what its launcher measured of the run so far (``progress``, kept when
         None); re-register it if the state was rebuilt under it. ``measured``: the profile this run measured of a
         job that was booked without one (a first launch, profiled as it runs), booked on the job from now on, so
         that every later decision (a power budget's above all) reads the job's curve, as the simulator's jobs are
-        read once profiled. Returns, per GPU of the job, the other jobs on it now (job id -> its profile's
-        ``power_w``)."""
+        read once profiled. Returns what the launcher follows (:class:`Beat`): per GPU of the job, the other jobs on it
+        now, and the waiting jobs its slowdown delays."""
         with self.store.transaction() as graph:
             self.refresh(graph)
             current = graph.jobs.get(job.id)
@@ -247,8 +258,8 @@ class Session:
             current.heartbeat_at = time.time()
             if progress is not None:
                 current.progress = progress
-            return {u: {j.id: j.profile.power_w if j.profile else None for j in graph.jobs_on(u) if j.id != job.id}
-                    for u in job.gpus}
+            return Beat({u: {j.id: j.profile.power_w if j.profile else None for j in graph.jobs_on(u)
+                             if j.id != job.id} for u in job.gpus}, graph.waiting_share(current))
 
     def release(self, job_id: str) -> Job | None:
         """Remove the job from the graph and free its GPUs."""

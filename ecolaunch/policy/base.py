@@ -54,6 +54,9 @@ class JobRequest:
     share_if_sooner: bool = False
     #: when the decision is made (seconds since the epoch, the state's clock): what remaining times count from
     decided_at: float | None = None
+    #: the waiting jobs this job's slowdown would delay (:meth:`~ecolaunch.state.graph.StateGraph.waiting_share`),
+    #: which its cap choice weighs under ``[energy] wait_weight`` (:func:`~ecolaunch.profile.capchoice.queue_eta`)
+    waiting_share: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ job's own measured curve chooses (:func:`alone_cap`: :func:`~ecolaunch.profile.c
 profiler's and the closed loop's choice, on the :data:`DECISION_CAP_STEP_W` grid, with the margin its measurement
 error asks for; the oracle passes its own, from the truth); a set that shares a GPU keeps that GPU's current cap (a
 newcomer does not change the power of a colleague's GPU); a job whose iteration time or power is unknown is never
-capped. Sets are ranked by their slowest link, then by how many of their GPUs are shared; of the sets nobody uses only
+capped (the admin's ``[energy] wait_weight`` counts the jobs waiting behind it in that choice,
+:func:`~ecolaunch.profile.capchoice.queue_eta`). Sets are ranked by their slowest link, then by how many of their GPUs are shared; of the sets nobody uses only
 the best-linked one is kept (a worse link only slows a synchronous job, by an amount no predictor here knows: the GNN
 was never trained on link effects, and a learned power difference once bought 4-GPU jobs sets across sockets,
 much slower in ``benchmarks/energy.py``'s ``workstation-topology``: see docs/benchmarks.md); at most ``max_sets``
@@ -56,7 +57,7 @@ from ecolaunch.policy import contract
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import best_set, eligible_gpus, worst_link
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, CapChoice, job_cap_choice
+from ecolaunch.profile.capchoice import CHOICE_STEP_W, CapChoice, job_cap_choice, queue_eta
 from ecolaunch.state.graph import GpuNode, StateGraph
 
 OBJECTIVES = ("node", "gpu", "job")
@@ -153,7 +154,8 @@ def alone_choice(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules,
     if bounds is None:
         return None
     points = job.profile.curve_points(bounds[1]) if job.profile else ()
-    return job_cap_choice(points, bounds, job.allowed_slowdown_pct, rules.eta, prior=prior)
+    eta = queue_eta(rules.eta, rules.wait_weight, job.waiting_share)  # the jobs waiting behind, when weighed
+    return job_cap_choice(points, bounds, job.allowed_slowdown_pct, eta, prior=prior)
 
 
 def alone_cap(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules,
@@ -163,7 +165,9 @@ def alone_cap(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules,
     choice = alone_choice(job, gpus, rules, prior)
     if choice is None or choice.cap_w >= min(g.power_limit_max_w for g in gpus) - 1e-9:  # type: ignore[type-var]
         return None, None
-    return choice.cap_w, f"{job.curve_named}: {choice.reason}"
+    weighed = (f"; {job.waiting_share:.3g} waiting job(s) weighed (wait_weight {rules.wait_weight:g})"
+               if rules.wait_weight > 0 and job.waiting_share > 0 else "")
+    return choice.cap_w, f"{job.curve_named}: {choice.reason}{weighed}"
 
 
 def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, max_sets: int = 24,

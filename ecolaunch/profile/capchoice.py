@@ -80,6 +80,9 @@ MIN_MARGIN_PP = 0.5
 MIN_SAVING_PCT = 0.5
 #: the grid caps are chosen on: NVML takes any whole-watt limit; 5 W is finer than the curve's accuracy
 CHOICE_STEP_W = 5.0
+#: the most waiting jobs a cap choice counts (:func:`queue_eta`): a queue this long already asks for speed over
+#: energy nearly alone, and a forged queue (a member's job files) can do no more than that
+MAX_WAITING = 64.0
 #: share of iterations trimmed at each end before averaging (data-loader stalls, checkpoints, GC pauses)
 TRIM_FRACTION = 0.1
 
@@ -327,6 +330,24 @@ def choose_cap(model: CapCurve, caps_w: Sequence[float], allowed_slowdown_pct: f
         why = (f"cap {cap:.0f} W: no candidate cap meets the {bound:g} % slowdown bound; "
                f"chose the fastest ({slow:.1f} %)")
     return CapChoice(cap, pred.iter_time_s, pred.power_w, energy, slow, why, margin, saving)
+
+
+def queue_eta(eta: float, wait_weight: float, waiting: float) -> float:
+    """The objective's weight with the jobs waiting behind counted: caps that weigh the queue.
+
+    A job slowed by its cap keeps its GPUs longer, and the jobs waiting for GPUs start later. Each second of that
+    delay is charged at ``wait_weight`` seconds of the GPU at its maximum power, per waiting job it delays
+    (``waiting``: the jobs queued on the host times this job's share of its GPUs,
+    :meth:`~ecolaunch.state.graph.StateGraph.waiting_share`), on top of the admin's objective:
+    ``eta*E + (1 - eta + wait_weight*waiting)*P_max*T``, which is Zeus's cost with ``eta / (1 + wait_weight *
+    waiting)`` (what this returns, for :func:`choose_cap`). No queue, or ``wait_weight = 0`` (the default): ``eta``.
+    ``waiting`` counts up to :data:`MAX_WAITING`.
+    """
+    if not (0.0 <= eta <= 1.0):
+        raise ConfigError(f"eta must be in [0, 1], got {eta!r}", hint="1 = energy only, 0 = time only")
+    if not (wait_weight >= 0 and math.isfinite(wait_weight)) or not (waiting >= 0 and math.isfinite(waiting)):
+        raise ConfigError(f"wait_weight and waiting must be numbers >= 0, got {wait_weight!r} and {waiting!r}")
+    return eta / (1.0 + wait_weight * min(waiting, MAX_WAITING))
 
 
 def job_cap_choice(points: Sequence[CapPoint], bounds_w: tuple[float, float], allowed_slowdown_pct: float | None,

@@ -25,6 +25,10 @@ work whose slowdown plus margin stays within the bound) is asked again:
 - **slack**: the choice is lower than the current cap, above every floor, saves at least
   :data:`~ecolaunch.profile.capchoice.MIN_SAVING_PCT` more, and the measured slowdown is at least
   ``deadband_pp`` below the bound's limit: the cap moves down to it, at most ``max_down_moves`` times a run.
+- **the queue** (``[energy] wait_weight`` > 0 while jobs wait for GPUs, :meth:`CapController.set_waiting`): the
+  choice is asked with the waiting jobs' delay counted (:func:`~ecolaunch.profile.capchoice.queue_eta`); when that
+  cap is higher than the current one, the cap moves up to it (not a floor: once nobody waits, the slack rule takes it
+  back down, and that move does not count against ``max_down_moves``). The queue only ever raises a cap.
 - otherwise it stays.
 
 **A disturbed run.** A window whose iterations cannot be the profiled job's undisturbed
@@ -63,7 +67,7 @@ from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.profile.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, iteration_stats,
-                                         model_cap_choice, off_profile, reference_se_pct)
+                                         model_cap_choice, off_profile, queue_eta, reference_se_pct)
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.channel import StepReader, iteration_times
 from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve
@@ -118,12 +122,14 @@ class CapController:
         allowed_slowdown_pct: the job's bound (against alone and uncapped).
         cap_w: the cap the job runs at now (the decision's, or the profiler's choice).
         eta: the admin's objective weight (1 = energy only).
+        wait_weight: how much the delay of a waiting job weighs (``[energy] wait_weight``; 0: the queue is not
+            counted); the waiting jobs come in through :meth:`set_waiting`.
         settings: loop parameters.
         prior: the curve prior (default: the one fitted on the Zeus traces).
     """
 
     def __init__(self, points: Sequence[CapPoint], bounds_w: tuple[float, float], allowed_slowdown_pct: float,
-                 cap_w: float, *, eta: float = 1.0, settings: ControlSettings | None = None,
+                 cap_w: float, *, eta: float = 1.0, wait_weight: float = 0.0, settings: ControlSettings | None = None,
                  prior: CapPrior | None = None) -> None:
         if not points:
             raise ConfigError("cap control needs the job's measured cap points", hint="profile the job first")
@@ -137,6 +143,10 @@ class CapController:
         self._bounds = (float(bounds_w[0]), float(bounds_w[1]))
         self.allowed_slowdown_pct = float(allowed_slowdown_pct)
         self._eta = eta
+        queue_eta(eta, wait_weight, 0.0)  # checks both
+        self._wait_weight = wait_weight
+        self.waiting = 0.0  # the waiting jobs this job's slowdown delays (set_waiting)
+        self._queue_lifted = False  # the cap is where the queue raised it: the way back down is not a down move
         self.settings = settings or ControlSettings()
         self._prior = prior
         self.cap_w = float(cap_w)
@@ -179,6 +189,13 @@ class CapController:
         """The job's curve as the run now knows it: profiled points and what it measured."""
         return (*self._profiled, *self.learned())
 
+    def set_waiting(self, share: float) -> None:
+        """From now on ``share`` waiting jobs are delayed by this job's slowdown
+        (:meth:`~ecolaunch.state.graph.StateGraph.waiting_share`); the next look weighs them."""
+        if not (share >= 0 and math.isfinite(share)):
+            raise ConfigError(f"waiting jobs must be a number >= 0, got {share!r}")
+        self.waiting = float(share)
+
     # --- the decision ---------------------------------------------------------------------------------
     def _look(self) -> CapMove | None:
         stats = iteration_stats(list(self._buf))
@@ -203,22 +220,32 @@ class CapController:
         se = math.sqrt(reference_se_pct(model, window=False) ** 2 + stats.se_pct ** 2)
         bound = self.allowed_slowdown_pct
         limit = bound - max(MIN_MARGIN_PP if self.settings.z > 0 else 0.0, self.settings.z * se)
-        choice = model_cap_choice(model, self._bounds, bound, self._eta, step_w=self.settings.step_w,
-                                  z=self.settings.z)
+        eta = queue_eta(self._eta, self._wait_weight, self.waiting)
+        choice = model_cap_choice(model, self._bounds, bound, eta, step_w=self.settings.step_w, z=self.settings.z)
         if slow > limit + 1e-9 and cap < hi:
             self._floors.append(cap)
             target = max(choice.cap_w, min(hi, cap + self.settings.step_w))
             where = "uncapped" if target >= hi else "the lowest cap the corrected curve keeps within it"
             why = (f"measured {slow:.1f} % slower at {cap:.0f} W (bound {bound:g} %, {bound - limit:.1f} points kept "
                    f"back for measurement error): raising the cap to {target:.0f} W, {where}")
+            self._queue_lifted = False
             return self._move(target, slow, why)
+        if eta < self._eta and choice.cap_w > cap + self.settings.step_w / 2:
+            self._queue_lifted = True
+            why = (f"{self.waiting:.3g} waiting job(s) delayed by this job's slowdown (wait_weight "
+                   f"{self._wait_weight:g}): raising the cap to {choice.cap_w:.0f} W, "
+                   + ("uncapped" if choice.cap_w >= hi else f"predicted {choice.slowdown_pct:.1f} % slower"))
+            return self._move(choice.cap_w, slow, why)
         floor = max(self._floors, default=-math.inf)
+        back = self._queue_lifted and eta >= self._eta  # nobody waits now: back to the energy's choice
         if (off is None and choice.cap_w < cap - self.settings.step_w / 2 and choice.cap_w > floor and cap > lo
-                and self._down_moves < self.settings.max_down_moves and slow + self.settings.deadband_pp <= limit):
+                and (back or self._down_moves < self.settings.max_down_moves)
+                and slow + self.settings.deadband_pp <= limit):
             here = model.predict(cap)
             gain = 100.0 * (1.0 - choice.predicted_energy_j_per_iter / (here.iter_time_s * here.power_w))
             if gain >= MIN_SAVING_PCT:
-                self._down_moves += 1
+                self._down_moves += 0 if back else 1
+                self._queue_lifted = False
                 why = (f"measured {slow:.1f} % slower at {cap:.0f} W (bound {bound:g} %): lowering the cap to "
                        f"{choice.cap_w:.0f} W, predicted {choice.slowdown_pct:.1f} % slower and {gain:.1f} % less "
                        "energy per iteration")
@@ -341,13 +368,17 @@ class ClosedLoop:
 def start_loop(profile: Profile, bounds_w: tuple[float, float], allowed_slowdown_pct: float, cap_w: float | None, *,
                eta: float, control: ControlSettings | None, reader: StepReader, sampler: Sampler,
                gpu_uuids: Sequence[str], clock: Clock, apply: Callable[[float, str], bool], from_index: int,
-               ceiling_w: Callable[[], float | None] | None = None) -> ClosedLoop | None:
+               ceiling_w: Callable[[], float | None] | None = None, wait_weight: float = 0.0,
+               waiting: float = 0.0) -> ClosedLoop | None:
     """A closed loop that starts at ``cap_w`` (None: the top of ``bounds_w``) from stamp ``from_index`` on, with the
-    curve of ``profile``; None when the profile has no curve to follow."""
+    curve of ``profile`` (``wait_weight``, ``waiting``: the queue it weighs, :meth:`CapController.set_waiting`); None
+    when the profile has no curve to follow."""
     hi = bounds_w[1]
     points = profile.curve_points(hi)  # uncapped only: one point, the prior's shape
     if not points:
         return None
     cap = hi if cap_w is None else clip_w(cap_w, bounds_w)
-    controller = CapController(points, bounds_w, allowed_slowdown_pct, cap, eta=eta, settings=control)
+    controller = CapController(points, bounds_w, allowed_slowdown_pct, cap, eta=eta, wait_weight=wait_weight,
+                               settings=control)
+    controller.set_waiting(waiting)
     return ClosedLoop(controller, reader, sampler, gpu_uuids, clock, apply, from_index, ceiling_w=ceiling_w)

@@ -236,11 +236,17 @@ class Simulation:
         self._lifted = False  # caps lifted now (lift_caps_waiting)
         self.share_if_sooner = share_if_sooner
         self._running: dict[str, _Running] = {}
+        #: caps that weigh the queue (``[energy] wait_weight``): each closed-loop job's own cap (None: uncapped) and the
+        #: waiting share its cap was last weighed for
+        self._own_caps: dict[str, float | None] = {}
+        self._weighed: dict[str, float] = {}
 
     # --- the event loop --------------------------------------------------------------------------
     def run(self, trace: Trace, progress: Callable[[int, int], None] | None = None) -> SimResult:
         arrivals = sorted(trace.jobs, key=lambda j: (j.arrival_s, j.id))
         self._lifted = False
+        self._own_caps.clear()
+        self._weighed.clear()
         # the running launchers' curve priors (the measured world's, held out by type; the launcher's otherwise)
         self._priors = self.world.priors({j.id: j.kind for j in trace.jobs}) if self.world else default_prior
         if self.profile_caps:
@@ -318,7 +324,7 @@ class Simulation:
                 self._refresh(changed, gpu_jobs, running, loads, caps)
             while queue and not blocked:
                 head = queue[0]
-                placed = self._place(head, now)
+                placed = self._place(head, now, len(queue) - 1)
                 decisions += 1
                 if placed is None:
                     blocked = True
@@ -362,6 +368,11 @@ class Simulation:
                     busy = {u for u, jobs in gpu_jobs.items() if jobs}
                     self._refresh(busy, gpu_jobs, running, loads, caps)
                     changed |= busy
+            if self.rules.wait_weight > 0 and self.rules.power_max_total_w is None:
+                weighed = self._weigh_queue(len(queue))
+                if weighed:
+                    self._refresh(weighed, gpu_jobs, running, loads, caps)
+                    changed |= weighed
             if changed:
                 completions = [(now + r.remaining_s / r.speed, jid) for jid, r in running.items() if r.speed > 0]
                 heapq.heapify(completions)
@@ -372,11 +383,42 @@ class Simulation:
                          now, busy_s, len(self._host_of), decisions, self.placements, self.learned_decisions,
                          peak_w, peak_limits_w)
 
+    def _weigh_queue(self, waiting: int) -> set[str]:
+        """Caps that weigh the queue (``[energy] wait_weight``): each running job whose closed loop runs (alone on its
+        GPUs, in the measured world) moves to the cap its loop chooses with the jobs waiting now counted
+        (:meth:`~ecolaunch.sim.measured.MeasuredWorld.loop_cap`, :func:`~ecolaunch.profile.capchoice.queue_eta`), never
+        below its own, and back to its own once nobody waits; as the launcher's loop does at its next look. Returns the
+        GPUs whose cap changed."""
+        changed: set[str] = set()
+        if self.world is None or not self.closed_loop or self.omniscient:
+            return changed
+        for jid, r in self._running.items():
+            if jid not in self._own_caps:
+                continue  # no closed loop (shared, or no curve to follow)
+            share = waiting * min(1.0, len(r.gpus) / len(self.graph.hosts[r.host].gpus))
+            if self._weighed.get(jid) == share:
+                continue
+            self._weighed[jid] = share
+            own = self._own_caps[jid]
+            cap = own
+            if share > 0:
+                host = self.graph.hosts[r.host]
+                board = self.models[r.gpus[0]].name
+                lifted = self.world.loop_cap(r.job.user, r.job.kind, self.rules, [host.gpus[u] for u in r.gpus],
+                                             r.job.allowed_slowdown_pct, board, waiting=share)
+                cap = None if own is None or lifted is None else max(own, lifted)
+            rec = self.graph.jobs[jid]
+            want = {u: cap for u in r.gpus} if cap is not None else {}
+            if rec.power_caps_w != want:
+                rec.power_caps_w = want
+                changed |= set(r.gpus)
+        return changed
+
     # --- placement -------------------------------------------------------------------------------
-    def _place(self, job: TraceJob, now: float) -> tuple[str, Decision] | None:
+    def _place(self, job: TraceJob, now: float, behind: int = 0) -> tuple[str, Decision] | None:
         """Place the queue head as its launcher would (:func:`~ecolaunch.policy.place.place`), queued on each host in
         turn, the one with the most idle GPUs first; the host and the decision booked, or None (the job leaves the
-        graph)."""
+        graph). ``behind``: the jobs waiting behind it (caps that weigh the queue count them)."""
         hosts = sorted(self.graph.hosts.values(),
                        key=lambda h: (-sum(1 for u in h.gpus if not self._gpu_jobs[u]), h.name))
         rules = self.rules
@@ -393,6 +435,7 @@ class Simulation:
                 memory_mib=profile.memory_mib if profile else None, allowed_slowdown_pct=job.allowed_slowdown_pct,
                 profile=profile, share_if_sooner=self.share_if_sooner, decided_at=now,
                 expected_s=known.get("expected_s"),
+                waiting_share=behind * min(1.0, job.nproc / len(host.gpus)),
             )
             self.graph.jobs[job.id] = Job.queued(
                 job.id, user=job.user, host=host.name, nproc=job.nproc, seq=0, submitted_at=job.arrival_s,
@@ -461,6 +504,8 @@ class Simulation:
         bounds = job_cap_bounds(self.rules, gpus)
         if cap is not None and bounds is not None:  # was its curve right there, margin included?
             world.record_coverage(job.user, job.kind, cap, bounds, board)
+        self._own_caps[job.id] = cap
+        self._weighed.pop(job.id, None)
         if cap == caps[0]:
             return set()
         rec = self.graph.jobs[job.id]

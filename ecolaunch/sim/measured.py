@@ -94,7 +94,7 @@ from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, cap_margin_pct, job_cap_choice
+from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, cap_margin_pct, job_cap_choice, queue_eta
 from ecolaunch.profile.control import CapController
 from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve, merge_points
 from ecolaunch.profile.powercap import cap_grid, profile_caps
@@ -505,6 +505,19 @@ class MeasuredWorld:
         final = ctl.cap_w
         return None if final >= bounds[1] - 1e-9 else final
 
+
+    def loop_cap(self, user: str, kind: str, rules: Rules, gpus: Sequence[GpuNode], bound_pct: float,
+                 board: str | None = None, *, waiting: float = 0.0) -> float | None:
+        """The cap a running job's closed loop chooses on what its history knows of it (profiled points and what its
+        loops learned) with ``waiting`` jobs delayed by its slowdown counted (``[energy] wait_weight``,
+        :func:`~ecolaunch.profile.capchoice.queue_eta`); None: uncapped, or nothing known."""
+        known = self._history.get((user, kind, board or self.board))
+        bounds = job_cap_bounds(rules, gpus)
+        if known is None or bounds is None:
+            return None
+        choice = job_cap_choice(known.points, bounds, bound_pct, queue_eta(rules.eta, rules.wait_weight, waiting),
+                                prior=held_out_prior(kind))
+        return None if choice is None or choice.cap_w >= bounds[1] - 1e-9 else choice.cap_w
 
     def record_coverage(self, user: str, kind: str, cap_w: float, bounds: tuple[float, float],
                         board: str | None = None) -> bool | None:

@@ -266,6 +266,17 @@ class StateGraph:
                   and (host is None or j.host == host)]
         return sorted(queued, key=lambda j: (j.seq, j.submitted_at, j.id))
 
+    def waiting_share(self, job: Job) -> float:
+        """The waiting jobs a slowdown of ``job`` delays, as a cap that weighs the queue counts them
+        (:func:`~ecolaunch.profile.capchoice.queue_eta`): the jobs queued on its host other than itself, times its
+        share of the host's GPUs (a job on 1 of 4 GPUs frees a quarter of what the queue waits for). 0.0 when nobody
+        waits or the host's GPUs are not known."""
+        host = self.hosts.get(job.host)
+        if host is None or not host.gpus:
+            return 0.0
+        waiting = sum(1 for j in self.queued_jobs(job.host) if j.id != job.id)
+        return waiting * min(1.0, (len(job.gpus) or job.nproc) / len(host.gpus))
+
     def _may_ever_fit(self, job: Job) -> bool:
         host = self.hosts.get(job.host)
         if host is None or not host.gpus:

@@ -192,6 +192,8 @@ def test_key_with_spaces_is_quoted_in_messages() -> None:
         ("[slowdown]\nmax_pct = nan", "p.toml:2: slowdown.max_pct = nan: must be a finite number"),
         ("[slowdown]\nmax_pct = true", "p.toml:2: slowdown.max_pct = true: must be a number"),
         ("[energy]\neta = -0.1", "p.toml:2: energy.eta = -0.1: must be at least 0"),
+        ("[energy]\nwait_weight = -1", "p.toml:2: energy.wait_weight = -1: must be at least 0"),
+        ("[energy]\nwait_weight = 101", "p.toml:2: energy.wait_weight = 101: must be at most 100"),
         ("[colocation]\nenabled = 1", "p.toml:2: colocation.enabled = 1: must be true or false"),
         ("[colocation]\nmax_jobs_per_gpu = 0", "p.toml:2: colocation.max_jobs_per_gpu = 0: must be at least 1"),
         ("[colocation]\nmax_jobs_per_gpu = 2.0",
@@ -256,7 +258,7 @@ def test_unknown_keys_suggest_the_closest(text: str, message: str, hint_start: s
 
 def test_unknown_key_hint_lists_the_table() -> None:
     e = error("[energy]\netta = 0.5\n")
-    assert e.hint == "did you mean energy.eta? [energy] takes: eta"
+    assert e.hint == "did you mean energy.eta? [energy] takes: eta, wait_weight"
 
 
 # --- syntax errors, files ---------------------------------------------------------------------------

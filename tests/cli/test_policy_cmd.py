@@ -61,6 +61,7 @@ def test_show_prints_every_value_with_its_source(runner: CliRunner, policy_file:
         ("slowdown.default_pct", "10.0", "default"),
         ("slowdown.max_pct", "15.0", f"{f}:2"),
         ("energy.eta", repr(Rules().eta), "default"),  # the built-in default, whatever it is
+        ("energy.wait_weight", repr(Rules().wait_weight), "default"),
         ("power.max_total_w", "none (no power budget)", "default"),
         ("colocation.enabled", "true", "default"),
         ("colocation.max_jobs_per_gpu", "2", "default"),

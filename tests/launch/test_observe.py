@@ -260,3 +260,29 @@ def test_what_a_run_learns_uncapped_is_the_profiles_one_uncapped_figure(backend,
     assert 0.09 < top.iter_time_s < 0.1 and top.iterations > 15  # pooled with what the run measured
     # the report's "alone and uncapped" and "at 400 W" are one figure (issue 23: 3.3 ms "alone", 289.9 ms at 400 W)
     assert (stored.iter_time_s, stored.power_w) == (top.iter_time_s, top.power_w)
+
+
+def test_the_closed_loop_weighs_the_jobs_the_heartbeat_says_wait(backend, vclock, tmp_path: Path) -> None:
+    # [energy] wait_weight: the heartbeat tells the observer how many waiting jobs this job's slowdown delays
+    # (set_waiting), and its closed loop raises the cap for them; without them it keeps the cap it runs within
+    solo = Profile(0.1, 80.0, 40.0, 10_000, 300.0)
+
+    def run(waiting: float) -> tuple[float, list[str]]:
+        for g in backend.gpus_:
+            g.limit_w = 275.0  # the decision's cap: 6 % slower, within the 10 % bound
+        where = tmp_path / str(waiting)
+        where.mkdir()
+        obs = observer(backend, vclock, where, ProfileAction.HISTORY, profile=solo,
+                       rules=Rules(wait_weight=1.0))
+        with obs:
+            obs.set_waiting(waiting)  # the first beat
+            workers = FakeWorkers(obs.worker_env()["ECOLAUNCH_HOOK_DIR"], vclock, backend)
+            workers.run(300, obs)
+            limit = backend.gpu("GPU-0").limit_w
+            reasons = [m.reason for m in obs.loop.controller.moves]
+            workers.close()
+        return limit, reasons
+
+    quiet, queued = run(0.0), run(3.0)
+    assert not any("waiting job" in r for r in quiet[1])
+    assert queued[0] > max(quiet[0], 275.0) and any("3 waiting job(s)" in r for r in queued[1])

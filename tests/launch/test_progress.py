@@ -178,3 +178,31 @@ def test_a_completed_run_tells_the_next_launch_how_long_to_expect(sim_env, state
         failed = subprocess.run(fail, env=sim_env("1xA100-SXM4-80GB"), cwd=REPO, capture_output=True, text=True,
                                 timeout=120)
         assert failed.returncode != 0 and "completed run(s) of this job" not in failed.stderr
+
+
+def test_the_placement_and_each_heartbeat_count_the_jobs_waiting_behind(state_dir: Path) -> None:
+    """Caps that weigh the queue read who waits from the state graph: the request a placement decides carries the
+    jobs queued behind it, and each heartbeat tells a running job how many waiting jobs its slowdown delays (the
+    queue times its share of the host's GPUs), as they come and go."""
+    env = {"ECOLAUNCH_SIMULATE": "2xA100-SXM4-80GB", "ECOLAUNCH_STATE_DIR": str(state_dir), "ECOLAUNCH_POLICY": ""}
+    backend = open_gpus(resolve(env)[0])
+    seen: list[float] = []
+
+    class Spy(ExclusivePolicy):
+        def decide(self, state, job, rules):
+            seen.append(job.waiting_share)
+            return super().decide(state, job, rules)
+
+    session = Session(StateStore(state_dir), backend, Spy(), Rules())
+    me = Launcher(pid=os.getpid(), start_time=process_start_time(os.getpid()), uid=os.getuid(), user="u")
+    for jid, n in (("one00001", 1), ("two00001", 2), ("two00002", 2)):
+        session.submit(JobRequest(id=jid, user="u", host=backend.hostname(), nproc=n, memory_mib=2048), me,
+                       name="t.py", info={})
+    placement = session.try_place("one00001")
+    assert not isinstance(placement, int) and seen == [2.0 * 0.5]  # two behind it; it takes 1 of the 2 GPUs
+    assert session.heartbeat(placement.job).waiting_share == 1.0
+    session.release("two00002")
+    assert session.heartbeat(placement.job).waiting_share == 0.5
+    session.release("two00001")
+    beat = session.heartbeat(placement.job)
+    assert beat.waiting_share == 0.0 and set(beat.residents) == set(placement.job.gpus)

@@ -108,6 +108,9 @@ class _Residents:
     def set_co_residents(self, uuid, jobs) -> None:
         pass
 
+    def set_waiting(self, share) -> None:
+        pass
+
     def progress(self) -> None:
         return None
 

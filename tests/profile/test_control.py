@@ -9,7 +9,7 @@ import pytest
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile.control import CapController, ControlSettings
-from ecolaunch.profile.capchoice import job_cap_choice
+from ecolaunch.profile.capchoice import job_cap_choice, queue_eta
 from ecolaunch.jobmodel.profile import CapPoint
 
 BOUNDS = (100.0, 400.0)
@@ -149,3 +149,31 @@ def test_a_disturbed_run_is_not_learned_and_never_moves_the_cap_down() -> None:
     run(odd, 300, time_at=lambda c: 0.8 * truth_time(400.0))
     assert odd.off_profile is not None and "faster than" in odd.off_profile and odd.learned() == ()
     assert all(m.up for m in odd.moves)
+
+
+def test_jobs_waiting_raise_the_cap_and_it_comes_back_down_once_nobody_waits() -> None:
+    # caps that weigh the queue ([energy] wait_weight): while two jobs wait, the choice counts their delay and the cap
+    # goes up (not a floor); once nobody waits it comes back down, and that move is not one of max_down_moves
+    points = profiled()
+    own = job_cap_choice(points, BOUNDS, 10.0, 1.0).cap_w
+    ctl = CapController(points, BOUNDS, 10.0, own, wait_weight=1.0, settings=ControlSettings(max_down_moves=0))
+    assert run(ctl, 300) == []  # nobody waits: it stays at the energy's choice
+    ctl.set_waiting(2.0)
+    raised = run(ctl, 300)
+    lifted = job_cap_choice(points, BOUNDS, 10.0, queue_eta(1.0, 1.0, 2.0)).cap_w
+    assert lifted > own + 10.0 and raised and raised[0] == pytest.approx(lifted, abs=10.0)
+    assert ctl.moves[-1].up and "2 waiting job(s)" in ctl.moves[-1].reason
+    ctl.set_waiting(0.0)
+    run(ctl, 600)
+    assert ctl.cap_w == pytest.approx(own, abs=10.0) and not ctl.moves[-1].up
+    with pytest.raises(ConfigError, match="waiting jobs"):
+        ctl.set_waiting(-1.0)
+
+
+def test_without_a_wait_weight_the_queue_moves_nothing() -> None:
+    points = profiled()
+    own = job_cap_choice(points, BOUNDS, 10.0, 1.0).cap_w
+    quiet, queued = (CapController(points, BOUNDS, 10.0, own) for _ in range(2))  # wait_weight 0: the default
+    queued.set_waiting(8.0)
+    assert run(queued, 600) == run(quiet, 600)
+    assert [m.reason for m in queued.moves] == [m.reason for m in quiet.moves]

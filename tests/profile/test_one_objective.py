@@ -10,8 +10,10 @@ import random
 import pytest
 
 from ecolaunch.admin.rules import Rules, job_cap_bounds
+from ecolaunch.errors import ConfigError
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.gnn import gnn_policy
+from ecolaunch.profile.capchoice import MAX_WAITING, job_cap_choice, queue_eta
 from ecolaunch.profile.profiler import Profiler
 from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import Sampler
@@ -64,3 +66,37 @@ def test_first_run_and_repeat_run_choose_the_same_cap(backend, vclock, noise: fl
     repeat = gnn_policy().decide(idle_graph(backend), request, rules)
     # the policy records no cap for "the top of the bounds" (the GPU keeps its limit): the same choice
     assert set(repeat.power_caps_w.values()) == {None if first.cap_w >= 400.0 else first.cap_w}
+
+
+def test_a_repeat_run_with_jobs_waiting_behind_it_weighs_their_delay(backend, vclock) -> None:
+    # caps that weigh the queue: the placement's choice is the same objective with the waiting jobs' delay counted
+    # (queue_eta), so it is the cap the closed loop would move to, and never below the choice with nobody waiting
+    rules = Rules(wait_weight=1.0)
+    sampler = Sampler(backend, UUIDS, clock=vclock)
+    bounds = job_cap_bounds(rules, backend.gpus())
+    profiler = Profiler(UUIDS, sampler, clock=vclock, bounds_w=bounds,
+                        caps=RunCaps("job", UUIDS, backend.set_power_limit, found={u: 400.0 for u in UUIDS}),
+                        allowed_slowdown_pct=10.0, eta=rules.eta)
+    drive(profiler, sampler, NoisyJob(vclock, backend, 0.0, 0), 300)
+    profile = profiler.result.profile
+    caps, reasons = {}, {}
+    for waiting in (0.0, 0.3, 3.0):
+        request = JobRequest(id="again", user="u", host="h", nproc=2, memory_mib=profile.memory_mib,
+                             allowed_slowdown_pct=10.0, profile=profile, waiting_share=waiting)
+        decision = gnn_policy().decide(idle_graph(backend), request, rules)
+        choice = job_cap_choice(profile.curve_points(bounds[1]), bounds, 10.0, queue_eta(1.0, 1.0, waiting))
+        assert set(decision.power_caps_w.values()) == {None if choice.cap_w >= bounds[1] else choice.cap_w}
+        caps[waiting], reasons[waiting] = choice.cap_w, " ".join(decision.reasons)
+    # nobody waiting: the profiler's own choice; a few waiting: a little higher, and the reason says why; many: uncapped
+    assert caps[0.0] == profiler.result.choice.cap_w < caps[0.3] < caps[3.0] == bounds[1]
+    assert "0.3 waiting job(s) weighed (wait_weight 1)" in reasons[0.3] and "waiting" not in reasons[0.0]
+
+
+def test_queue_eta_counts_the_waiting_jobs_on_top_of_the_admins_eta() -> None:
+    assert queue_eta(1.0, 0.0, 5.0) == 1.0 and queue_eta(0.7, 2.0, 0.0) == 0.7  # no weight, or nobody waiting
+    assert queue_eta(1.0, 1.0, 1.0) == pytest.approx(0.5)  # one waiting job at weight 1: Zeus's eta 0.5
+    assert queue_eta(0.5, 1.0, 2.0) == pytest.approx(0.5 / 3.0)
+    assert queue_eta(1.0, 1.0, 1e6) == pytest.approx(1.0 / (1.0 + MAX_WAITING))  # a forged queue does no more
+    for bad in ((1.0, -1.0, 1.0), (1.0, 1.0, float("nan")), (1.5, 1.0, 1.0)):
+        with pytest.raises(ConfigError):
+            queue_eta(*bad)

@@ -296,3 +296,21 @@ def test_on_a_host_of_mixed_models_no_launch_knows_its_profile_before_placement(
     assert seen == [None] * 4
     assert world.first_launches == 1  # profiled once, on the model it got; later runs use that model's history
 
+
+
+def test_caps_that_weigh_the_queue_finish_the_running_job_sooner_while_another_waits():
+    # [energy] wait_weight: j0 runs capped by its closed loop; from 600 s j1 waits for its GPU, so j0's loop counts
+    # j1's delay and raises its cap (never above what it needs: a lower wait weight raises it less), and j1, with
+    # nobody behind it, runs at its own cap as before
+    trace = Trace("t", (_job("j0", 0.0, HEAVY), _job("j1", 600.0, HEAVY, user="bob")))
+
+    def run(weight):
+        world = MeasuredWorld(noise=Noise(0.0, 0.0, 0.0, 0.0))
+        return Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"),
+                          Rules(wait_weight=weight), world=world, closed_loop=True).run(trace).jobs
+
+    plain, light, heavy = run(0.0), run(0.1), run(4.0)
+    assert plain[0].slowdown_pct > 1.0  # its cap binds
+    assert heavy[0].end_s < light[0].end_s < plain[0].end_s
+    assert heavy[1].start_s < plain[1].start_s
+    assert heavy[1].slowdown_pct == pytest.approx(plain[1].slowdown_pct)  # nobody waits behind it: capped alike
