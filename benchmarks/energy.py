@@ -37,8 +37,11 @@ first launch told another user's measured profile of the same job where there is
 (:class:`~ecolaunch.policy.gnn.GnnFirstCurve`, each fold's weights keeping back its own cross-fitted ``first_curve_z``,
 :func:`fold_first_z`), and ``no-gnn``, its ablation, the same without the learned parts (the launcher's ``curve``: the
 colleague's profile, else nothing; so it equals ``history-first-curve``); in the model world ``no-gnn`` is the
-``curve`` policy under another name. ``learned_pct``: the share of a policy's placements its learned part decided
-(``Decision.predicted["learned"]``).
+``curve`` policy under another name. Two more ablations of ``gnn``, asked for by name (``--policy``), not run by
+default: ``analytic-share`` and ``util-share``, the same policy (first launches, budget, the sharing contract) with the
+pairs a shared GPU would make predicted by the GNN's physics prior alone or by the utilization-sum rule
+(:func:`ecolaunch.sim.policies.prior_share`). ``learned_pct``: the share of a policy's placements its learned part
+decided (``Decision.predicted["learned"]``).
 
 Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplotlib) ``energy.png`` (means) into
 ``--out``. ``--json`` prints::
@@ -57,6 +60,7 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "coverage": {TRACE: {POLICY: {"jobs", "covered_pct", "at_measured_cap_pct",
                                    "by_fold": {FOLD: {"jobs", "covered_pct"}}}}},
      "contract_vs_curve": {TRACE: {POLICY: {"contract_jobs", "later_than_curve_pct"}}} (with --share-if-sooner),
+     "busy_goal": {TRACE: {ROW: {FIGURE: {"mean", "ci95"}}, "met": bool}} (with --share-if-sooner: busy_goal),
      "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool, "wait_weight": W}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
@@ -174,6 +178,7 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
     out["goals"] = goals(out["traces"])
     out["first_launch"] = first_launch(out["traces"])
     out["learned_first_goal"] = learned_first_goal(out["traces"])
+    out["busy_goal"] = busy_goal(out["traces"]) if share_if_sooner else {}
     return out
 
 
@@ -309,7 +314,7 @@ def _policy(name: str, trace, weights):
                   "history-pessimistic-curve": lambda: HistoryFirstCurve(kind_of, PessimisticFirstCurve(kind_of)),
                   }[name]()
         return SimFirstLaunchCurves(BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors), supply, name)
-    if name in ("gnn", "no-gnn") and trace is not None:
+    if name in ("gnn", "no-gnn", "analytic-share", "util-share") and trace is not None:
         from ecolaunch.policy.budgeted import BudgetedPolicy
         from ecolaunch.policy.curve import CurvePolicy
         from ecolaunch.policy.gnn import gnn_policy
@@ -320,6 +325,16 @@ def _policy(name: str, trace, weights):
         kind_of = {j.id: j.kind for j in trace.jobs}
         if name == "no-gnn":  # the gnn policy without its learned parts: what the launcher does with `curve`
             inner = BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors)
+        elif name != "gnn":  # pairs chosen by the prior or the rule; first launches, budget: each fold's GNN
+            from ecolaunch.sim.policies import prior_share
+
+            if weights:
+                fold_of = {t: k for k, (types, *_) in weights.items() for t in types}
+                inner = FoldedPolicy({k: prior_share(name, path, priors=priors, first_z=fz)
+                                      for k, (_, path, _z, fz) in weights.items()},
+                                     {j.id: fold_of[j.kind] for j in trace.jobs}, name=name)
+            else:
+                inner = prior_share(name, priors=priors)
         elif weights:
             fold_of = {t: k for k, (types, *_) in weights.items() for t in types}  # the world's deal of the types
             # each fold's GNN keeps back its own cross-fitted sd_z (fold_sd_z) and first-curve z (fold_first_z)
@@ -462,6 +477,38 @@ def goals(traces: dict) -> dict:
                                       or _end(r["gnn_vs_curve_jct_pct"], -1) >= 15.0)
                                      and _end(r["violations_over_curve_pp"], 1) <= 0.5
                                      and _end(r["gnn_over_oracle_energy_pct"], 1) <= 3.0)}
+    return out
+
+
+#: the rows beside ``gnn`` whose pairs a rule chooses (the issue "a busy machine"): the same policy and contract
+SHARE_ROWS = ("analytic-share", "util-share")
+
+
+def busy_goal(traces: dict) -> dict:
+    """The issue "a busy machine"'s goal on each trace with ``gnn`` and ``curve``, paired by seed: gnn's mean JCT at
+    least 15 % lower than curve's, its node energy within +1 % of curve's, its violations (contract ones included) at
+    most curve's + 0.5 points, a lower mean JCT than each of :data:`SHARE_ROWS` that ran, and ``learned_pct`` > 0;
+    the same figures against ``curve`` for each of those rows. ``met``: at the pessimistic end of each interval."""
+    out = {}
+    for name, rows in traces.items():
+        if not all(p in rows for p in ("gnn", "curve")):
+            continue
+        rules = [r for r in SHARE_ROWS if r in rows]
+        r = {row: {"jct_lower_than_curve_pct": paired(rows, row, "curve", "mean_jct_s", _pct_saved),
+                   "energy_over_curve_pct": paired(rows, row, "curve", "node_energy_kwh", _pct_over),
+                   "violations_over_curve_pp": paired(rows, row, "curve", "qos_violations_pct", lambda a, b: a - b)}
+             for row in ("gnn", *rules)}
+        for rule in rules:
+            r["gnn"][f"jct_lower_than_{rule}_pct"] = paired(rows, "gnn", rule, "mean_jct_s", _pct_saved)
+        for figures in r.values():
+            for v in figures.values():
+                del v["per_seed"]
+        g = r["gnn"]
+        out[name] = r | {"met": bool(_end(g["jct_lower_than_curve_pct"], -1) >= 15.0
+                                     and _end(g["energy_over_curve_pct"], 1) <= 1.0
+                                     and _end(g["violations_over_curve_pp"], 1) <= 0.5
+                                     and all(_end(g[f"jct_lower_than_{rule}_pct"], -1) > 0.0 for rule in rules)
+                                     and rows["gnn"]["learned_pct"] > 0.0)}
     return out
 
 
@@ -688,6 +735,8 @@ def main() -> None:
            if result["first_launch"] else "")
         + ("\n## The GNN's first-launch curves: the goal (paired by seed)\n\n```json\n"
            + json.dumps(result["learned_first_goal"], indent=2) + "\n```\n" if result["learned_first_goal"] else "")
+        + ("\n## A busy machine: the goal (paired by seed against `curve`)\n\n```json\n"
+           + json.dumps(result["busy_goal"], indent=2) + "\n```\n" if result["busy_goal"] else "")
         + ("\n## Margin coverage (capped jobs alone on their GPUs, all seeds)\n\n" + coverage_table(result)
            if result["coverage"] else "")
         + ("\n## Folds (job types each fold's GNN was trained without)\n\n" + "".join(
@@ -695,6 +744,7 @@ def main() -> None:
     (args.out / "energy.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     plotted = plot(result, args.out / "energy.png")
     emit({k: result.get(k) for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "learned_first_goal",
+                                     "busy_goal",
                                      "coverage", "folds", "first_curve_z_pooled", "margin_scale",
                                      "lift_caps_waiting", "share_if_sooner", "wait_weight", "contract_vs_curve")},
          args.json,

@@ -259,3 +259,25 @@ def test_the_wait_weight_reaches_the_simulation_and_refuses_a_bad_number(energy,
     ran = subprocess.run([sys.executable, str(BENCHMARKS / "energy.py"), "--wait-weight", "-1"],
                          env=clean_env(), capture_output=True, text=True, timeout=120)
     assert ran.returncode == 2 and "--wait-weight must be a number from 0 to 100, got -1.0" in ran.stderr
+
+
+def test_the_busy_machine_goal_pairs_gnn_with_curve_and_the_rows_whose_pairs_a_rule_chooses(energy) -> None:
+    def row(jct, kwh, violations, learned=0.0):
+        return {"learned_pct": learned, "per_seed": {"mean_jct_s": list(jct), "node_energy_kwh": list(kwh),
+                                                     "qos_violations_pct": list(violations)}}
+
+    rows = {"curve": row((100.0, 200.0), (10.0, 10.0), (1.0, 1.0)),
+            "gnn": row((80.0, 160.0), (10.05, 10.05), (1.2, 1.2), learned=3.0),
+            "util-share": row((90.0, 180.0), (10.0, 10.0), (3.0, 3.0))}
+    goal = energy.busy_goal({"t": rows})["t"]
+    assert goal["gnn"]["jct_lower_than_curve_pct"]["mean"] == pytest.approx(20.0)
+    assert goal["gnn"]["energy_over_curve_pct"]["mean"] == pytest.approx(0.5)
+    assert goal["gnn"]["jct_lower_than_util-share_pct"]["mean"] == pytest.approx(100 * (1 - 80 / 90), abs=1e-3)
+    assert goal["util-share"]["violations_over_curve_pp"]["mean"] == pytest.approx(2.0)
+    assert "analytic-share" not in goal and goal["met"] is True  # a row that did not run is not compared
+    rows["gnn"]["learned_pct"] = 0.0
+    assert energy.busy_goal({"t": rows})["t"]["met"] is False  # nothing learned decided: not the GNN's doing
+    rows["gnn"]["learned_pct"] = 3.0
+    rows["util-share"]["per_seed"]["mean_jct_s"] = [70.0, 150.0]
+    assert energy.busy_goal({"t": rows})["t"]["met"] is False  # the rule finished jobs sooner
+    assert energy.busy_goal({"t": {"curve": rows["curve"]}}) == {}

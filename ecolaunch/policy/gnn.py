@@ -143,6 +143,43 @@ class _GnnScorer:
         return Outcome(dict.fromkeys(self._now, 1.0), dict(self._now_power))
 
 
+class PriorPredictor(GnnPredictor):
+    """The GNN's physics prior alone as the policy's predictor, for the rows that ask which pairs a rule would share
+    (``benchmarks/energy.py``'s ``analytic-share`` and ``util-share``; not a launcher policy): the model of
+    ``weights`` with its residual heads silenced (:meth:`~ecolaunch.policy.infer.PlainModel.prior_only`: the
+    analytic interference model, and the analytic power), and with ``switching=False`` no switching overhead (the
+    utilization-sum rule: no slowdown while the jobs' summed demand stays within 1). Nothing is learned, so its
+    outcomes carry no standard deviation and say ``learned=False``: the policy keeps its ``margin_pct`` back."""
+
+    def __init__(self, weights: Path | str | None = None, priors: Priors = default_prior, *,
+                 switching: bool = True) -> None:
+        super().__init__(weights, priors)
+        self.switching = switching
+        self.name = "analytic" if switching else "util-sum"
+
+    def __repr__(self) -> str:
+        return f"PriorPredictor(switching={self.switching})"
+
+    def scorer(self, state: StateGraph, job: JobRequest) -> _GnnScorer:
+        return _PriorScorer(_model(self.weights).prior_only(switching=self.switching), state, job,
+                            self.priors(job.id))
+
+
+class _PriorScorer(_GnnScorer):
+    def _scored(self, candidates: Sequence[Candidate]) -> list[Outcome]:
+        return [dataclasses.replace(o, throughput_sd={}, learned=False) for o in super()._scored(candidates)]
+
+
+def prior_share_policy(name: str, weights: Path | str | None = None, *, priors: Priors = default_prior,
+                       host_static_w: float = 0.0) -> EnergyAwarePolicy:
+    """``analytic-share`` (the analytic interference model chooses the pairs) or ``util-share`` (the utilization-sum
+    rule does): :func:`gnn_policy` with :class:`PriorPredictor` in the GNN's place."""
+    if name not in ("analytic-share", "util-share"):
+        raise ValueError(f"unknown prior policy {name!r}: analytic-share or util-share")
+    return EnergyAwarePolicy(PriorPredictor(weights, priors, switching=name == "analytic-share"), name=name,
+                             objective="node", margin_pct=5.0, host_static_w=host_static_w, priors=priors)
+
+
 #: standard deviations of a first launch's predicted speed its cap margin keeps back (:class:`GnnFirstCurve`): the
 #: 99th percentile of (predicted - measured speed) / sd on measured curves the scoring weights never saw, the coverage
 #: the cap margin aims at (``MARGIN_Z`` = 2.33 standard errors, a one-sided 99 %). ``benchmarks/energy.py`` fits it

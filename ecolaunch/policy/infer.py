@@ -44,11 +44,12 @@ Speed: on 2 loaded CPU cores torch's thread pool can cost more than the work; th
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import pickle
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -294,6 +295,20 @@ class PlainModel:
         return combine(prior, self._head("job", torch.cat([h["job"], graph.x["job"], prior.job_extra], 1)),
                        self._head("var", prior.var_inputs),
                        self._head("gpu", torch.cat([h["gpu"], graph.x["gpu"], prior.gpu_extra], 1)))
+
+    def prior_only(self, *, switching: bool = True) -> PlainModel:
+        """This network with its residual heads silenced: its throughputs and powers are the physics priors alone
+        (the analytic interference model of the module docstring, the simulator's); ``switching=False`` also sets
+        every board's switching overhead to 0, so a shared GPU slows its jobs only once their summed demand passes 1
+        (the utilization-sum rule). Its standard deviations are meaningless: a caller drops them."""
+        twin = copy.copy(self)
+        twin._heads = dict(self._heads)
+        for name in ("job", "gpu"):
+            w0, b0, w1, b1 = self._heads[name]
+            twin._heads[name] = (w0, b0, torch.zeros_like(w1), torch.zeros_like(b1))
+        if not switching:
+            twin.config = replace(self.config, switch_overhead_s=0.0, switch_overhead_by_arch_s={})
+        return twin
 
     def _head(self, name: str, x: Tensor) -> Tensor:
         w0, b0, w1, b1 = self._heads[name]

@@ -91,8 +91,9 @@ GNN_FIRST_CURVE_WHY = ("first launch: capped from the GNN's predicted curve (not
                        "uncertainty kept back); its own curve is measured as it runs")
 
 
-def gnn_with_first_curve(policy, gnn_weights=None, *, first_z: float = FIRST_CURVE_Z) -> FirstLaunchCurves:
-    """``policy`` (a budgeted ``gnn`` policy) deciding a first launch with the GNN's predicted curve
-    (:class:`~ecolaunch.policy.gnn.GnnFirstCurve` of the same weights, keeping back ``first_z`` standard
-    deviations), under the name ``gnn``."""
-    return FirstLaunchCurves(policy, GnnFirstCurve(gnn_weights, z=first_z), "gnn", why=GNN_FIRST_CURVE_WHY)
+def gnn_with_first_curve(policy, gnn_weights=None, *, first_z: float = FIRST_CURVE_Z,
+                         name: str = "gnn") -> FirstLaunchCurves:
+    """``policy`` (a budgeted ``gnn`` policy, or a simulator row built like one) deciding a first launch with the
+    GNN's predicted curve (:class:`~ecolaunch.policy.gnn.GnnFirstCurve` of the same weights, keeping back ``first_z``
+    standard deviations), under the name ``name``."""
+    return FirstLaunchCurves(policy, GnnFirstCurve(gnn_weights, z=first_z), name, why=GNN_FIRST_CURVE_WHY)

@@ -6,11 +6,13 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.capcurve import Priors, default_prior
 from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.curve import CurvePolicy
-from ecolaunch.policy.registry import get_policy, policy_names
+from ecolaunch.policy.gnn import FIRST_CURVE_Z, prior_share_policy
+from ecolaunch.policy.registry import get_policy, gnn_with_first_curve, policy_names
 
 #: the ablations the simulator runs besides the policies (``no-gnn``: the gnn policy without its learned part, which
-#: is the curve policy under another name)
-ABLATIONS = ("no-gnn",)
+#: is the curve policy under another name; ``analytic-share`` and ``util-share``: the gnn policy with its pairs
+#: predicted by the GNN's physics prior alone, or by the utilization-sum rule, :func:`prior_share`)
+ABLATIONS = ("no-gnn", "analytic-share", "util-share")
 
 
 def sim_policy_names() -> list[str]:
@@ -29,11 +31,22 @@ def get_sim_policy(name: str, *, gnn_weights=None, priors: Priors = default_prio
         return oracle_policy()
     if name == "no-gnn":  # the gnn policy without its learned part: the curve policy
         return BudgetedPolicy(CurvePolicy(name="no-gnn", priors=priors), priors)
+    if name in ("analytic-share", "util-share"):
+        return prior_share(name, gnn_weights, priors=priors)
     try:
         return get_policy(name, gnn_weights=gnn_weights, priors=priors)
     except ConfigError:
         raise ConfigError(f"unknown policy {name!r}",
                           hint=f"choose from: {', '.join([*sim_policy_names(), *ABLATIONS])}") from None
+
+
+def prior_share(name: str, gnn_weights=None, *, priors: Priors = default_prior, first_z: float | None = None):
+    """``analytic-share`` or ``util-share`` built as the ``gnn`` policy is (a power budget, a first launch's curve
+    from the GNN of ``gnn_weights``), with the pairs a shared GPU would make predicted by the GNN's physics prior
+    alone or by the utilization-sum rule (:func:`~ecolaunch.policy.gnn.prior_share_policy`): under the sharing
+    contract, what differs from ``gnn`` is only which pairs are predicted to keep every job in its bound."""
+    inner = BudgetedPolicy(prior_share_policy(name, gnn_weights, priors=priors), priors)
+    return gnn_with_first_curve(inner, gnn_weights, first_z=FIRST_CURVE_Z if first_z is None else first_z, name=name)
 
 
 class WithMargin:

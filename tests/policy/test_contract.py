@@ -124,3 +124,24 @@ def test_in_simulation_a_contract_job_starts_sooner_and_keeps_its_promise() -> N
     summary = summarize(shared)
     assert summary.contract_jobs_pct == 50.0 and summary.contract_violations_pct == 0.0
     assert summary.mean_jct_s < summarize(plain).mean_jct_s
+
+
+@pytest.mark.parametrize("name", ["analytic-share", "util-share"])
+def test_the_rows_whose_pairs_a_rule_chooses_share_an_underused_gpu_and_not_a_busy_one(name: str) -> None:
+    """benchmarks/energy.py's ``analytic-share`` and ``util-share``: the same contract, the pairs predicted by the
+    GNN's prior alone or by the utilization-sum rule; nothing learned decides, so the 5 % margin is kept back."""
+    from ecolaunch.policy.gnn import prior_share_policy
+
+    policy = prior_share_policy(name)
+    state = idle_host(1)
+    running(state, "a", "G0", expected_s=1100.0)
+    decision = policy.decide(state, request(), Rules())  # two jobs at 50 % of the GPU each
+    assert decision is not None and decision.colocated_with == {"G0": ["a"]}
+    assert decision.policy == name and decision.predicted["learned"] is False
+    slow = decision.predicted["slowdown_pct"]["a"]
+    assert slow == pytest.approx(0.0, abs=1e-6) if name == "util-share" else 0.0 < slow <= 9.5
+    busy = replace(LIGHT, sm_util_pct=95.0)
+    state.jobs["a"].profile = busy
+    assert policy.decide(state, request(profile=busy), Rules()) is None  # summed demand 1.9: each would halve
+    with pytest.raises(ValueError, match="analytic-share or util-share"):
+        prior_share_policy("gnn")

@@ -194,3 +194,22 @@ def test_a_stale_state_directory_weight_file_falls_back_to_the_shipped_weights(t
     with pytest.raises(ConfigError):
         chosen_weights(named)
     assert chosen_weights(Environment(tmp_path, None, tmp_path / "policy.toml")) is None
+
+
+def test_the_prior_alone_is_the_analytic_model_and_without_switching_the_utilization_sum_rule() -> None:
+    """``PlainModel.prior_only``: the rows ``analytic-share`` and ``util-share`` (benchmarks/energy.py) read the
+    shipped network with its residual heads silenced; without switching, two jobs whose summed demand stays within 1
+    share a GPU at full speed, and past 1 each keeps 1 / (summed demand)."""
+    model = load_default_model()
+    light = {"id": "a", "iter_time_s": 0.1, "sm_util_pct": 30.0, "mem_bw_util_pct": 10.0, "memory_mib": 2000,
+             "power_w": 150.0}
+    busy = {**light, "sm_util_pct": 80.0}
+    graphs = [scenario_graph(A100_NODE, None, [light, {**light, "id": "b", "sm_util_pct": 40.0}]),
+              scenario_graph(A100_NODE, None, [busy, {**busy, "id": "b"}])]
+    util, _, _ = model.prior_only(switching=False).predict(batch(graphs))
+    analytic, _, _ = model.prior_only().predict(batch(graphs))
+    learned, _, _ = model.predict(batch(graphs))
+    assert torch.allclose(util[:2], torch.ones(2)) and torch.allclose(util[2:], torch.full((2,), 1 / 1.6))
+    assert bool((analytic < util - 1e-3).all())  # each co-runner costs its switching while it holds the GPU
+    assert not torch.allclose(analytic, learned)  # the residual moved the shipped model's answer
+    assert torch.equal(model.predict(batch(graphs))[0], learned)  # the shipped model itself is left as it was

@@ -314,3 +314,16 @@ def test_caps_that_weigh_the_queue_finish_the_running_job_sooner_while_another_w
     assert heavy[0].end_s < light[0].end_s < plain[0].end_s
     assert heavy[1].start_s < plain[1].start_s
     assert heavy[1].slowdown_pct == pytest.approx(plain[1].slowdown_pct)  # nobody waits behind it: capped alike
+
+
+@pytest.mark.parametrize("name", ["curve", "gnn", "no-gnn", "analytic-share", "util-share"])
+def test_ecolaunchs_own_rows_run_under_its_closed_loop_and_the_others_do_not(name):
+    # a row built like the gnn policy (the pairs it shares chosen otherwise) is ecolaunch's launcher too: its jobs
+    # are profiled and capped by the closed loop; without it they would keep their placement's cap
+    from ecolaunch.sim.measured_traces import measured_simulation
+
+    machine = parse_spec(f"1x{BOARD}", hostname="node0")
+    trace = Trace("t", (_job("j0", 0.0, HEAVY),))
+    assert measured_simulation("workstation-measured", machine, trace, name, get_sim_policy("exclusive")).closed_loop
+    assert not measured_simulation("workstation-measured", machine, trace, "exclusive",
+                                   get_sim_policy("exclusive")).closed_loop
