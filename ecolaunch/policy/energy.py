@@ -10,14 +10,14 @@ GPU either idle or shareable under the admin rules (co-location allowed, fewer t
 memory fits with the margin; a GPU with a foreign process is never shared). An all-idle set gets the one cap the
 job's own measured curve chooses (:func:`alone_cap`: :func:`~ecolaunch.profile.capchoice.job_cap_choice`, the
 profiler's and the closed loop's choice, on the :data:`DECISION_CAP_STEP_W` grid, with the margin its measurement
-error asks for; the oracle passes its own, from the truth); a set that shares a GPU keeps that GPU's current cap (a
-newcomer does not change the power of a colleague's GPU); a job whose iteration time or power is unknown is never
-capped (the admin's ``[energy] wait_weight`` counts the jobs waiting behind it in that choice,
-:func:`~ecolaunch.profile.capchoice.queue_eta`). Sets are ranked by their slowest link, then by how many of their GPUs are shared; of the sets nobody uses only
-the best-linked one is kept (a worse link only slows a synchronous job, by an amount no predictor here knows: the GNN
-was never trained on link effects, and a learned power difference once bought 4-GPU jobs sets across sockets,
-much slower in ``benchmarks/energy.py``'s ``workstation-topology``: see docs/benchmarks.md); at most ``max_sets``
-are kept. Past ``MAX_COMBINATIONS`` sets (a 4-GPU job on a 64-GPU host) a few good sets are built greedily instead.
+error asks for and, under the admin's ``[energy] wait_weight``, the jobs queued behind it counted:
+:func:`~ecolaunch.profile.capchoice.queue_eta`; the oracle passes its own, from the truth); a set that shares a GPU
+keeps that GPU's current cap (a newcomer does not change the power of a colleague's GPU); a job whose iteration time
+or power is unknown is never capped. Sets are ranked by their slowest link, then by how many of their GPUs are shared;
+of the sets nobody uses only the best-linked one is kept (a worse link only slows a synchronous job, by an amount no
+predictor here knows: the GNN was never trained on link effects, and a learned power difference once bought 4-GPU
+jobs sets across sockets, much slower in ``benchmarks/energy.py``'s ``workstation-topology``: see docs/benchmarks.md);
+at most ``max_sets`` are kept. Past ``MAX_COMBINATIONS`` sets (a 4-GPU job on a 64-GPU host) a few good sets are built greedily instead.
 
 **Objective** (per unit of the new job's work, so that fast and slow candidates compare fairly)::
 

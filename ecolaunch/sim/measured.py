@@ -505,7 +505,6 @@ class MeasuredWorld:
         final = ctl.cap_w
         return None if final >= bounds[1] - 1e-9 else final
 
-
     def loop_cap(self, user: str, kind: str, rules: Rules, gpus: Sequence[GpuNode], bound_pct: float,
                  board: str | None = None, *, waiting: float = 0.0) -> float | None:
         """The cap a running job's closed loop chooses on what its history knows of it (profiled points and what its
