@@ -20,7 +20,7 @@ from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.launch import pipeline
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.record import saving_estimate_j
-from ecolaunch.launch.session import Launcher, Session
+from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.profile import channel
@@ -199,7 +199,7 @@ def test_the_placement_and_each_heartbeat_count_the_jobs_waiting_behind(state_di
         session.submit(JobRequest(id=jid, user="u", host=backend.hostname(), nproc=n, memory_mib=2048), me,
                        name="t.py", info={})
     placement = session.try_place("one00001")
-    assert not isinstance(placement, int) and seen == [2.0 * 0.5]  # two behind it; it takes 1 of the 2 GPUs
+    assert isinstance(placement, Placement) and seen == [2.0 * 0.5]  # two behind it; it takes 1 of the 2 GPUs
     assert session.heartbeat(placement.job).waiting_share == 1.0
     session.release("two00002")
     assert session.heartbeat(placement.job).waiting_share == 0.5
