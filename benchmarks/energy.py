@@ -322,27 +322,25 @@ def _policy(name: str, trace, weights):
         from ecolaunch.sim.first_curves import HistoryFirstCurve, SimFirstLaunchCurves
         from ecolaunch.sim.policies import FoldedPolicy
 
+        from ecolaunch.sim.policies import prior_share
+
         kind_of = {j.id: j.kind for j in trace.jobs}
+
+        def of_fold(path, z: float, fz: float):
+            """The row as each fold's GNN builds it: ``gnn`` keeps back the fold's own cross-fitted sd_z (fold_sd_z)
+            and first-curve z (fold_first_z); the rows whose pairs the prior or the rule chooses take the fold's
+            first-launch curves and budget alike."""
+            if name == "gnn":
+                return gnn_with_first_curve(BudgetedPolicy(gnn_policy(weights=path, sd_z=z, priors=priors), priors),
+                                            path, first_z=fz)
+            return prior_share(name, path, priors=priors, first_z=fz)
+
         if name == "no-gnn":  # the gnn policy without its learned parts: what the launcher does with `curve`
             inner = BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors)
-        elif name != "gnn":  # pairs chosen by the prior or the rule; first launches, budget: each fold's GNN
-            from ecolaunch.sim.policies import prior_share
-
-            if weights:
-                fold_of = {t: k for k, (types, *_) in weights.items() for t in types}
-                inner = FoldedPolicy({k: prior_share(name, path, priors=priors, first_z=fz)
-                                      for k, (_, path, _z, fz) in weights.items()},
-                                     {j.id: fold_of[j.kind] for j in trace.jobs}, name=name)
-            else:
-                inner = prior_share(name, priors=priors)
         elif weights:
             fold_of = {t: k for k, (types, *_) in weights.items() for t in types}  # the world's deal of the types
-            # each fold's GNN keeps back its own cross-fitted sd_z (fold_sd_z) and first-curve z (fold_first_z)
-            inner = FoldedPolicy({k: gnn_with_first_curve(BudgetedPolicy(gnn_policy(weights=path, sd_z=z,
-                                                                                     priors=priors), priors),
-                                                          path, first_z=fz)
-                                  for k, (_, path, z, fz) in weights.items()},
-                                 {j.id: fold_of[j.kind] for j in trace.jobs}, name="gnn")
+            inner = FoldedPolicy({k: of_fold(path, z, fz) for k, (_, path, z, fz) in weights.items()},
+                                 {j.id: fold_of[j.kind] for j in trace.jobs}, name=name)
         else:
             inner = get_sim_policy(name, priors=priors)
         # as the launcher: a colleague's measured profile of the same job first (history), else the policy's own

@@ -17,7 +17,8 @@ or power is unknown is never capped. Sets are ranked by their slowest link, then
 of the sets nobody uses only the best-linked one is kept (a worse link only slows a synchronous job, by an amount no
 predictor here knows: the GNN was never trained on link effects, and a learned power difference once bought 4-GPU
 jobs sets across sockets, much slower in ``benchmarks/energy.py``'s ``workstation-topology``: see docs/benchmarks.md);
-at most ``max_sets`` are kept. Past ``MAX_COMBINATIONS`` sets (a 4-GPU job on a 64-GPU host) a few good sets are built greedily instead.
+at most ``max_sets`` are kept. Past ``MAX_COMBINATIONS`` sets (a 4-GPU job on a 64-GPU host) a few good sets are built
+greedily instead.
 
 **Objective** (per unit of the new job's work, so that fast and slow candidates compare fairly)::
 
@@ -320,11 +321,16 @@ class EnergyAwarePolicy:
         """Whether throughput ``x`` keeps a slowdown bound with the room its prediction asks for (module
         docstring): ``sd_z`` standard deviations of a learned one, none for an exact one, else ``margin_pct``."""
         if sd is not None:
-            x -= self.sd_z * max(sd, MIN_SD)
+            x = self._kept_back(x, sd)
             limit = bound_pct + 1e-6
         else:
             limit = bound_pct + 1e-6 if exact else bound_pct * (1.0 - self.margin_pct / 100.0)
         return x > 0 and 100.0 * (1.0 / x - 1.0) <= limit
+
+    def _kept_back(self, x: float, sd: float | None) -> float:
+        """Throughput ``x`` with ``sd_z`` of its learned standard deviation ``sd`` (at least :data:`MIN_SD`) kept
+        back; ``x`` itself when nothing was learned (``sd`` None)."""
+        return x if sd is None else x - self.sd_z * max(sd, MIN_SD)
 
     def _score(self, state: StateGraph, job: JobRequest, cand: Candidate, out: Outcome, before: Outcome,
                terms: contract.Terms | None = None):
@@ -333,7 +339,7 @@ class EnergyAwarePolicy:
         x_new = out.throughput.get(job.id, 0.0)
         sd = out.throughput_sd.get(job.id)
         if terms is not None:
-            if not terms.sooner(x_new - self.sd_z * max(sd, MIN_SD) if sd is not None else x_new):
+            if not terms.sooner(self._kept_back(x_new, sd)):
                 return None
         # a cap the job's curve chose already kept its margin (capchoice.cap_margin_pct)
         elif not self._within(x_new, sd, job.allowed_slowdown_pct, cand.by_curve):

@@ -61,7 +61,7 @@ from ecolaunch.policy.place import place
 from ecolaunch.profile.powercap import profile_caps
 from ecolaunch.sim.power import default_power_model
 from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, reproduce_eaco, shared_gpu
-from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
+from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph, queue_share
 
 logger = logging.getLogger(__name__)
 
@@ -395,7 +395,7 @@ class Simulation:
         for jid, r in self._running.items():
             if jid not in self._own_caps:
                 continue  # no closed loop (shared, or no curve to follow)
-            share = waiting * min(1.0, len(r.gpus) / len(self.graph.hosts[r.host].gpus))
+            share = queue_share(waiting, len(r.gpus), len(self.graph.hosts[r.host].gpus))
             if self._weighed.get(jid) == share:
                 continue
             self._weighed[jid] = share
@@ -435,7 +435,7 @@ class Simulation:
                 memory_mib=profile.memory_mib if profile else None, allowed_slowdown_pct=job.allowed_slowdown_pct,
                 profile=profile, share_if_sooner=self.share_if_sooner, decided_at=now,
                 expected_s=known.get("expected_s"),
-                waiting_share=behind * min(1.0, job.nproc / len(host.gpus)),
+                waiting_share=queue_share(behind, job.nproc, len(host.gpus)),
             )
             self.graph.jobs[job.id] = Job.queued(
                 job.id, user=job.user, host=host.name, nproc=job.nproc, seq=0, submitted_at=job.arrival_s,

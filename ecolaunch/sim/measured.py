@@ -486,10 +486,9 @@ class MeasuredWorld:
             return cap_w
         prior = held_out_prior(kind)
         if cap_w is None or first:
-            choice = job_cap_choice(known.points, bounds, bound_pct, rules.eta, prior=prior)
-            if choice is None or choice.cap_w >= bounds[1] - 1e-9:
+            cap_w = self.loop_cap(user, kind, rules, gpus, bound_pct, board)
+            if cap_w is None:
                 return None
-            cap_w = choice.cap_w
         j = self._board(board)[1][kind]
         ctl = CapController(known.points, bounds, bound_pct, cap_w, eta=rules.eta, prior=prior)
         done, batch = 0, 10

@@ -239,6 +239,12 @@ class IgnoredJob:
     job: Job | None = None
 
 
+def queue_share(waiting: int, job_gpus: int, host_gpus: int) -> float:
+    """``waiting`` jobs counted by the share of the host's ``host_gpus`` a job on ``job_gpus`` of them frees
+    (:meth:`StateGraph.waiting_share`; the simulator's queue, which is not in its graph, counts the same way)."""
+    return waiting * min(1.0, job_gpus / host_gpus)
+
+
 @dataclass(slots=True)
 class StateGraph:
     hosts: dict[str, Host] = field(default_factory=dict)
@@ -275,7 +281,7 @@ class StateGraph:
         if host is None or not host.gpus:
             return 0.0
         waiting = sum(1 for j in self.queued_jobs(job.host) if j.id != job.id)
-        return waiting * min(1.0, (len(job.gpus) or job.nproc) / len(host.gpus))
+        return queue_share(waiting, len(job.gpus) or job.nproc, len(host.gpus))
 
     def _may_ever_fit(self, job: Job) -> bool:
         host = self.hosts.get(job.host)
