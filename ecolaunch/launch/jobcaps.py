@@ -105,6 +105,9 @@ class JobCaps:
         self._lock = threading.RLock()  # the follower thread and the run observer's thread both change wishes
         self._stop = threading.Event()
         self._follower: threading.Thread | None = None
+        #: called with the wishes a look at the budget changed (uuid -> W, None: no wish), after they were applied:
+        #: the leader of a job over several nodes publishes them (``multinode.PublishedCaps.follow``)
+        self.on_follow: Callable[[Mapping[str, float | None]], None] | None = None
 
     @property
     def by_agent(self) -> bool:
@@ -146,7 +149,10 @@ class JobCaps:
         each GPU's new ceiling asks for. Returns the wishes it changed (uuid -> W, None: no wish)."""
         if not self._budgeted or self._refused:
             return {}
-        return self._look(apply=True)
+        changes = self._look(apply=True)
+        if changes and not self._refused and self.on_follow is not None:
+            self.on_follow(changes)
+        return changes
 
     def _look(self, *, apply: bool) -> dict[str, float | None]:
         graph = self._session.store.read_unlocked()  # each file is replaced whole: no lock for a look
@@ -252,7 +258,7 @@ class JobCaps:
                 self._wish(uuid, before)
                 self._refuse(None)
                 raise PermissionDenied(f"cannot set GPU {gpu.index} to {clipped:.0f} W here")
-        return clipped if applied is None else applied
+        return applied  # a wish of a number stays a number under a ceiling (_under_ceiling)
 
     # --- release -----------------------------------------------------------------------------------
     def release(self) -> None:

@@ -110,20 +110,32 @@ def exit_stuck(signum: int) -> None:
 class PublishedCaps:
     """The leader's ``set_cap(uuid, watts)``: sets the cap through ``set_cap`` (the node's own ``JobCaps``: clipped to
     its admin policy) and publishes the job's caps by GPU position; ``gpus``: the leader's GPUs in order,
-    ``initial``: their caps at the start (None: the default limit), published at once."""
+    ``initial``: their caps at the start (None: the default limit), published at once. :meth:`follow` publishes
+    what the leader's power budget changed (``JobCaps.on_follow``): a node the budget slows paces the whole job, so
+    the other nodes follow it down, and back up."""
 
     def __init__(self, meeting: Meeting, set_cap: Callable[[str, float], float], gpus: Sequence[str],
                  initial: Mapping[str, float | None]) -> None:
+        import threading
+
         self.meeting, self.set_cap, self.gpus = meeting, set_cap, tuple(gpus)
         self.caps_w = [initial.get(u) for u in self.gpus]
+        self._lock = threading.Lock()  # the run observer's thread sets caps, the budget's follower changes them
         self._publish()
 
     def __call__(self, uuid: str, watts: float) -> float:
         applied = self.set_cap(uuid, watts)
-        if uuid in self.gpus:
-            self.caps_w[self.gpus.index(uuid)] = applied
-            self._publish()
+        self.follow({uuid: applied})
         return applied
+
+    def follow(self, changes: Mapping[str, float | None]) -> None:
+        """Publish the caps ``changes`` says this node's GPUs now run at (uuid -> W, None: the default limit)."""
+        with self._lock:
+            known = {u: w for u, w in changes.items() if u in self.gpus}
+            for uuid, watts in known.items():
+                self.caps_w[self.gpus.index(uuid)] = watts
+            if known:
+                self._publish()
 
     def _publish(self) -> None:
         try:

@@ -5,6 +5,7 @@ rank sleeps ``<common seconds>`` (default 0) as its own work.
     ddp_waiter.py <steps> <slow seconds> [<common seconds>]
 """
 
+import os
 import sys
 import time
 
@@ -38,3 +39,8 @@ dist.barrier()
 del model, opt, loss
 dist.destroy_process_group()
 print(f"rank {rank} done", flush=True)
+# what the tests read is written (step and wait records go straight to their files, unbuffered): skip the
+# interpreter's teardown, where torch 2.13's gloo still aborts now and then ("terminate called without an active
+# exception", SIGABRT; docs/known-issues.md). Seen failing tests/profile/test_pacing.py once in CI's suite.
+sys.stderr.flush()
+os._exit(0)

@@ -120,6 +120,8 @@ def test_a_running_launcher_follows_a_lowered_then_raised_ceiling(session: Sessi
     a = place(session, "a", launchers[0])
     said: list[str] = []
     caps_a = owner(session, a, state_dir, follow_s=0, on_message=said.append)
+    followed: list[dict] = []  # what a multi-node job's leader would publish to its other nodes
+    caps_a.on_follow = lambda changes: followed.append(dict(changes))
     caps_a.begin()
     assert limits(session) == {G0: 400.0, G1: 400.0} and caps_a.ceiling_w() == 400.0
     b = place(session, "b", launchers[1])
@@ -138,6 +140,7 @@ def test_a_running_launcher_follows_a_lowered_then_raised_ceiling(session: Sessi
     assert caps_a.follow_budget() == {G0: 400.0}  # back to what the loop asked, now that there is room
     assert len(said) == 2 and said[-1].startswith("power budget: GPU 0 at 400 W now")
     assert limits(session) == {G0: 400.0, G1: 400.0}
+    assert followed == [{G0: 300.0}, {G0: 400.0}]  # each change the budget made, once; no look that changed nothing
     session.release("a")
     caps_a.release()
 

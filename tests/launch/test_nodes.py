@@ -78,20 +78,24 @@ def test_the_first_to_arrive_leads_and_the_others_read_its_plan(store) -> None:
     assert b.share_waits({0: 0.002}) is None
 
 
-def test_the_same_gpus_on_every_node_follow_the_leaders_caps(store) -> None:
+def _two_nodes(store, gpus: int = 1):
+    """Two nodes of the same A100s meeting through ``store``: (the leader's meeting, the follower's)."""
     results = {}
 
     def node(name: str) -> None:
-        results[name] = meet(rdzv(), f"job-{name}", ["GPU-" + name], ["NVIDIA A100-SXM4-80GB"], wait_s=30,
-                             host=name, open_store=lambda is_server: store)
+        results[name] = meet(rdzv(), f"job-{name}", [f"GPU-{name}-{i}" for i in range(gpus)],
+                             ["NVIDIA A100-SXM4-80GB"] * gpus, wait_s=30, host=name, open_store=lambda is_server: store)
 
     threads = [threading.Thread(target=node, args=(n,)) for n in ("h0", "h1")]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
-    lead = next(m for m in results.values() if m.leader)
-    follow = next(m for m in results.values() if not m.leader)
+    return next(m for m in results.values() if m.leader), next(m for m in results.values() if not m.leader)
+
+
+def test_the_same_gpus_on_every_node_follow_the_leaders_caps(store) -> None:
+    lead, follow = _two_nodes(store)
     assert lead.leads_caps and follow.follows_caps and lead.plan.profile
     assert follow.leader_caps() is None
     applied: list[tuple[int, float | None]] = []
@@ -108,6 +112,26 @@ def test_the_same_gpus_on_every_node_follow_the_leaders_caps(store) -> None:
         wait(lambda: applied == [(0, None), (0, 250.0)])
     assert lines == ["the leader's 250 W cap is 300 W here: this node's admin policy clips it"]
     assert follow.leader_caps() == (2, [250.0])
+
+
+def test_what_the_leaders_power_budget_changes_every_node_follows(store) -> None:
+    lead, follow = _two_nodes(store, gpus=2)
+    assert lead.leads_caps and follow.follows_caps
+    applied: list[tuple[int, float | None]] = []
+
+    def apply(position: int, watts: float | None) -> float | None:
+        applied.append((position, watts))
+        return watts
+
+    with CapFollower(follow, apply, lambda line: None, poll_s=0.01):
+        published = PublishedCaps(lead, lambda uuid, w: w, ["GPU-x", "GPU-y"], {"GPU-x": 300.0, "GPU-y": 300.0})
+        wait(lambda: applied == [(0, 300.0), (1, 300.0)])
+        published.follow({"GPU-y": 200.0, "GPU-elsewhere": 100.0})  # the budget lowered one GPU (and names another)
+        wait(lambda: applied[2:] == [(0, 300.0), (1, 200.0)])
+        published.follow({"GPU-y": None})  # room again: back to the default limit
+        wait(lambda: applied[4:] == [(0, 300.0), (1, None)])
+        published.follow({"GPU-elsewhere": 100.0})  # nothing of this job's: nothing published
+    assert follow.leader_caps() == (3, [300.0, None])
 
 
 def wait(predicate, timeout: float = 10.0) -> None:
