@@ -40,7 +40,8 @@ def test_rows_are_paired_by_seed_against_the_shipped_curve(queue_caps) -> None:
     assert row["mean_jct_pct"][0] == pytest.approx(-7.5)  # -10 % and -5 %
     assert row["violations_pp"][0] == pytest.approx(-0.5)
     assert row["vs_exclusive"]["node_energy_pct"][0] == pytest.approx(100 * ((9.09 + 8.16) / 20 - 1))
-    assert "| wait_weight 1 | +1.50 ±" in queue_caps.markdown({"t": table})
+    assert row["per_seed"]["mean_jct_pct"] == pytest.approx([-10.0, -5.0])  # each seed's change, kept
+    assert "| wait_weight 1 | +1.50 ± 6.35 % | -7.50 ± 31.77 % | -7.50 % |" in queue_caps.markdown({"t": table})
 
 
 def test_a_short_run_prints_every_row_and_refuses_bad_arguments() -> None:
