@@ -231,6 +231,12 @@ class JobCaps:
             if self._refused:
                 return
 
+    def wishes(self) -> dict[str, float | None]:
+        """This job's cap wish on each of its GPUs now, as the state graph records it (None: no wish, the GPU's
+        default limit): the decision's caps, held under the budget's ceilings where there is one."""
+        have = self._current_wishes()
+        return {u: have.get(u) for u in self._gpus}
+
     def _current_wishes(self) -> dict[str, float]:
         with self._session.store.transaction() as graph:
             job = graph.jobs.get(self._job_id)

@@ -125,16 +125,20 @@ class PublishedCaps:
 
     def __call__(self, uuid: str, watts: float) -> float:
         applied = self.set_cap(uuid, watts)
-        self.follow({uuid: applied})
+        with self._lock:  # every cap set is published (a follower counts the profiler's steps by them)
+            if uuid in self.gpus:
+                self.caps_w[self.gpus.index(uuid)] = applied
+                self._publish()
         return applied
 
     def follow(self, changes: Mapping[str, float | None]) -> None:
         """Publish the caps ``changes`` says this node's GPUs now run at (uuid -> W, None: the default limit)."""
         with self._lock:
-            known = {u: w for u, w in changes.items() if u in self.gpus}
-            for uuid, watts in known.items():
-                self.caps_w[self.gpus.index(uuid)] = watts
-            if known:
+            before = list(self.caps_w)
+            for uuid, watts in changes.items():
+                if uuid in self.gpus:
+                    self.caps_w[self.gpus.index(uuid)] = watts
+            if self.caps_w != before:
                 self._publish()
 
     def _publish(self) -> None:

@@ -219,6 +219,7 @@ class _Run:
             if meeting is not None and meeting.leads_caps and set_cap is not None:
                 set_cap = PublishedCaps(meeting, set_cap, placement.decision.gpus, placement.decision.power_caps_w)
                 caps.on_follow = set_cap.follow  # what the leader's budget changes, every node follows
+                set_cap.follow(caps.wishes())  # and what it changed since the booking, before the follower looked
             worker_args = _worker_args(parsed.torch_args, placement, request)
             if pre:
                 worker_args.max_restarts = 0  # a profiling run that is stopped must not be restarted

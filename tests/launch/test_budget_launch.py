@@ -128,7 +128,9 @@ def test_a_running_launcher_follows_a_lowered_then_raised_ceiling(session: Sessi
     caps_b = owner(session, b, state_dir, follow_s=0, budget_wait_s=0.3)
     caps_b.begin()  # sets its own 300 W; a's launcher has not looked yet: b waits 0.3 s, then starts anyway
     assert limits(session) == {G0: 400.0, G1: 300.0}
+    assert caps_a.wishes() == {G0: None}  # nothing asked yet: the GPU's default limit
     assert caps_a.follow_budget() == {G0: 300.0}  # a's next look: its GPU comes down
+    assert caps_a.wishes() == {G0: 300.0}  # what a multi-node job's leader publishes at the start
     assert said == ["power budget: GPU 0 at 300 W now (the host's budget was shared again as jobs came or went)"]
     assert limits(session) == {G0: 300.0, G1: 300.0} and caps_a.ceiling_w() == 300.0
     assert session.snapshot().jobs["a"].power_caps_w == {G0: 300.0}  # the wish the agent would apply

@@ -130,7 +130,7 @@ def test_what_the_leaders_power_budget_changes_every_node_follows(store) -> None
         wait(lambda: applied[2:] == [(0, 300.0), (1, 200.0)])
         published.follow({"GPU-y": None})  # room again: back to the default limit
         wait(lambda: applied[4:] == [(0, 300.0), (1, None)])
-        published.follow({"GPU-elsewhere": 100.0})  # nothing of this job's: nothing published
+        published.follow({"GPU-elsewhere": 100.0, "GPU-x": 300.0})  # nothing changed: nothing published
     assert follow.leader_caps() == (3, [300.0, None])
 
 
