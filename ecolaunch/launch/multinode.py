@@ -125,14 +125,12 @@ class PublishedCaps:
 
     def __call__(self, uuid: str, watts: float) -> float:
         applied = self.set_cap(uuid, watts)
-        with self._lock:  # every cap set is published (a follower counts the profiler's steps by them)
-            if uuid in self.gpus:
-                self.caps_w[self.gpus.index(uuid)] = applied
-                self._publish()
+        self.follow({uuid: applied})
         return applied
 
     def follow(self, changes: Mapping[str, float | None]) -> None:
-        """Publish the caps ``changes`` says this node's GPUs now run at (uuid -> W, None: the default limit)."""
+        """Publish the caps ``changes`` says this node's GPUs now run at (uuid -> W, None: the default limit), when
+        that changes the job's caps (the other nodes have nothing to do otherwise)."""
         with self._lock:
             before = list(self.caps_w)
             for uuid, watts in changes.items():

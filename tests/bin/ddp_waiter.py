@@ -41,6 +41,6 @@ dist.destroy_process_group()
 print(f"rank {rank} done", flush=True)
 # what the tests read is written (step and wait records go straight to their files, unbuffered): skip the
 # interpreter's teardown, where torch 2.13's gloo still aborts now and then ("terminate called without an active
-# exception", SIGABRT; docs/known-issues.md). Seen failing tests/profile/test_pacing.py once in CI's suite.
+# exception", SIGABRT; docs/known-issues.md): it failed tests/profile/test_pacing.py once in a full run.
 sys.stderr.flush()
 os._exit(0)
