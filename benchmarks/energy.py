@@ -191,16 +191,14 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
     trace = entry.build(machine, seed=seed)
     if world_name == "model":
         sim = entry.simulation(machine, trace, policy, _policy(policy, None, None))
-        sim.lift_caps_waiting, sim.share_if_sooner = lift_caps_waiting, share_if_sooner
-        sim.rules = replace(sim.rules, wait_weight=wait_weight)
-        result = sim.run(trace)
-        extra = {}
     else:
         sim = entry.simulation(machine, trace, policy, _policy(policy, trace, weights), seed=seed)
-        sim.lift_caps_waiting, sim.share_if_sooner = lift_caps_waiting, share_if_sooner
-        sim.rules = replace(sim.rules, wait_weight=wait_weight)
+    sim.lift_caps_waiting, sim.share_if_sooner = lift_caps_waiting, share_if_sooner
+    sim.rules = replace(sim.rules, wait_weight=wait_weight)
+    result = sim.run(trace)
+    extra: dict = {}
+    if world_name != "model":
         world = sim.world
-        result = sim.run(trace)
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
                  "oom_failures": world.oom_failures,
                  "_coverage": [(world.fold_of(kind), covered, measured)
@@ -320,9 +318,7 @@ def _policy(name: str, trace, weights):
         from ecolaunch.policy.gnn import gnn_policy
         from ecolaunch.policy.registry import gnn_with_first_curve
         from ecolaunch.sim.first_curves import HistoryFirstCurve, SimFirstLaunchCurves
-        from ecolaunch.sim.policies import FoldedPolicy
-
-        from ecolaunch.sim.policies import prior_share
+        from ecolaunch.sim.policies import FoldedPolicy, prior_share
 
         kind_of = {j.id: j.kind for j in trace.jobs}
 

@@ -395,14 +395,14 @@ class Simulation:
         for jid, r in self._running.items():
             if jid not in self._own_caps:
                 continue  # no closed loop (shared, or no curve to follow)
-            share = queue_share(waiting, len(r.gpus), len(self.graph.hosts[r.host].gpus))
+            host = self.graph.hosts[r.host]
+            share = queue_share(waiting, len(r.gpus), len(host.gpus))
             if self._weighed.get(jid) == share:
                 continue
             self._weighed[jid] = share
             own = self._own_caps[jid]
             cap = own
             if share > 0:
-                host = self.graph.hosts[r.host]
                 board = self.models[r.gpus[0]].name
                 lifted = self.world.loop_cap(r.job.user, r.job.kind, self.rules, [host.gpus[u] for u in r.gpus],
                                              r.job.allowed_slowdown_pct, board, waiting=share)
