@@ -111,6 +111,8 @@ def _trusted_weights(path: Path) -> bool:
             st = os.lstat(entry)
             if not kind(st.st_mode) or st.st_uid not in (0, euid) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 return False
+            if kind is stat.S_ISREG and st.st_nlink != 1:  # the rule of trust (safefs.check_trusted): one link
+                return False
     except OSError:
         return False
     return True

@@ -14,19 +14,18 @@ import os
 import pwd
 from collections.abc import Mapping
 
-from ecolaunch.admin.rules import Rules, load_rules
+from ecolaunch.admin.binding import binding_policy
+from ecolaunch.admin.rules import Rules
 from ecolaunch.config import Environment
 
 
 def resolve(env: Mapping[str, str] | None = None) -> tuple[Environment, Rules]:
-    """The environment and the effective admin policy; the policy's ``[state] dir`` applies unless
+    """The environment and the policy that binds this process (``admin.binding``: the admin's, which a user's
+    ``ECOLAUNCH_POLICY`` may only tighten on a shared state directory); the policy's ``[state] dir`` applies unless
     ``ECOLAUNCH_STATE_DIR`` is set."""
     env = os.environ if env is None else env
-    first = Environment.from_env(env)
-    rules, _ = load_rules(first.policy_file)
-    if rules.state_dir is None:
-        return first, rules
-    return Environment.from_env(env, rules.state_dir), rules
+    binding = binding_policy(env)
+    return Environment.from_env(env, binding.policy_state_dir), binding.rules
 
 
 def open_gpus(environment: Environment):

@@ -6,16 +6,20 @@ admin's layout command):
 
 * :func:`open_dir` opens one directory *relative to its parent's descriptor* with ``O_NOFOLLOW`` (a planted
   symbolic link is refused, not followed), optionally creates it, and checks who owns it and who may write it;
-* :func:`read_at` reads one regular file relative to a directory descriptor (``O_NOFOLLOW | O_NONBLOCK``, so
-  a FIFO never blocks and a link is never followed), refusing anything larger than a bound;
-* :func:`write_at` replaces one file atomically relative to a directory descriptor: a temporary file with an
-  unpredictable name created with ``O_EXCL | O_NOFOLLOW``, its mode set through the descriptor, fsync, a
-  rename between the same directory descriptor, fsync of the directory.
+* :func:`read_at` / :func:`read_file` read one regular file (``O_NOFOLLOW | O_NONBLOCK``, so a FIFO never
+  blocks and a link is never followed), refusing anything larger than a bound; with ``trusted`` they enforce
+  **the rule of trust**, the one rule for every file someone believes because of who owns it: a regular file
+  with exactly one link, writable by nobody but its owner (:func:`check_trusted`). A hard link is how a member
+  makes a root-owned, group-writable file (``state.lock``, ``state.json``) appear under another name;
+* :func:`open_lock` opens a lock file every member of the group shares (never a link, never a special file);
+* :func:`write_at` / :func:`write_file` replace one file atomically: a temporary file with an unpredictable name
+  created with ``O_EXCL | O_NOFOLLOW``, its mode set through the descriptor, fsync, a rename in the same
+  directory, fsync of the directory; :func:`write_in_place` rewrites a shared file that only its owner may rename.
 
-Refusals raise :class:`RefusedFile` (a kind of ``OSError``, so callers that degrade on I/O errors degrade on it
-too) naming what was wrong. What does not live here: the state store's own files (``ecolaunch.state.store``)
-and the layout the admin creates (``ecolaunch.state.layout``). It sits beside ``errors`` and ``clock``
-because every layer that touches the shared directory (``state``, ``devices``, ``profile``) uses it.
+The modes of the shared tree live here too (:data:`SHARED_DIR_MODE` and its kin): members read what they must,
+outsiders nothing. Refusals raise :class:`RefusedFile` (a kind of ``OSError``, so callers that degrade on I/O errors
+degrade on it too) naming what was wrong. It sits beside ``errors`` and ``clock`` because every layer that touches
+the shared directory (``state``, ``devices``, ``profile``, ``admin``) uses it.
 """
 
 from __future__ import annotations
@@ -27,8 +31,19 @@ import secrets
 import stat
 from collections.abc import Collection, Iterator
 
-__all__ = ["RefusedFile", "check_owned_dir", "dir_fd", "open_dir", "read_at", "shared_dir_mode", "write_at",
-           "write_fd"]
+__all__ = ["OWN_DIR_MODE", "RECORD_MODE", "SHARED_DIR_MODE", "SHARED_FILE_MODE", "RefusedFile", "check_owned_dir",
+           "check_trusted", "dir_fd", "open_dir", "open_lock", "read_at", "read_file", "shared_dir_mode", "write_at",
+           "write_fd", "write_file", "write_in_place"]
+
+#: a directory every member writes into (the state directory, ``jobs/``, ``hooks/``, ``history/``): setgid (files
+#: get the group), sticky (nobody renames another's entries), nothing for outsiders
+SHARED_DIR_MODE = 0o3770
+#: a directory one user (or the admin) alone writes and the group reads (``history/<user>/``, ``gnn/``)
+OWN_DIR_MODE = 0o750
+#: a file its owner alone writes and the group reads: job files, history records, the cap ledger, results
+RECORD_MODE = 0o640
+#: a file every member writes: ``state.lock``, ``state.json``, the simulated GPUs' state and lock. Never trusted
+SHARED_FILE_MODE = 0o660
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -132,27 +147,51 @@ def dir_fd(*args, **kwargs) -> Iterator[int]:
         os.close(fd)
 
 
+def _open_regular(name: str | os.PathLike[str], tries: tuple[int, ...], parent_fd: int | None = None) -> int:
+    """Open a regular file with the first of ``tries`` (open flags, all with ``O_NOFOLLOW | O_NONBLOCK``) that the
+    kernel permits (a later one only after PermissionError); a link or a special file is RefusedFile."""
+    for i, flags in enumerate(tries):
+        try:
+            fd = os.open(name, flags, 0o600, dir_fd=parent_fd)
+            break
+        except PermissionError:
+            if i == len(tries) - 1:
+                raise
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise RefusedFile("a symbolic link (not followed)", name) from e
+            raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RefusedFile("not a regular file", name)
+    return fd
+
+
+def check_trusted(st: os.stat_result, name: str | os.PathLike[str] | None = None) -> None:
+    """Raise RefusedFile unless ``st`` may be believed because of its owner: a regular file with exactly one link,
+    writable by nobody but its owner (the rule of trust, docs/threat-model.md)."""
+    if not stat.S_ISREG(st.st_mode):
+        raise RefusedFile("not a regular file", name)
+    if st.st_nlink != 1:
+        raise RefusedFile(f"{st.st_nlink} hard links (a trusted file has one)", name)
+    if st.st_mode & _OTHERS_WRITE:
+        raise RefusedFile(f"writable by others (mode {stat.S_IMODE(st.st_mode):o})", name)
+
+
 def read_at(parent_fd: int | None, name: str | os.PathLike[str], max_bytes: int, *,
-            owners: Collection[int] | None = None, private: bool = False) -> tuple[bytes, os.stat_result]:
+            owners: Collection[int] | None = None, trusted: bool = False) -> tuple[bytes, os.stat_result]:
     """Read a regular file (relative to ``parent_fd``) without following a link or blocking on a FIFO.
 
     Raises FileNotFoundError, RefusedFile (a link, not a regular file, more than ``max_bytes``, owned by a uid
-    not in ``owners``, or — with ``private`` — writable by group or others), or another OSError.
+    not in ``owners``, or — with ``trusted`` — failing :func:`check_trusted`), or another OSError.
     """
-    try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=parent_fd)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise RefusedFile("a symbolic link (not followed)", name) from e
-        raise
+    fd = _open_regular(name, (_READ_FLAGS,), parent_fd)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise RefusedFile("not a regular file", name)
         if owners is not None and st.st_uid not in owners:
             raise RefusedFile(f"owned by uid {st.st_uid}", name)
-        if private and st.st_mode & _OTHERS_WRITE:
-            raise RefusedFile(f"writable by others (mode {stat.S_IMODE(st.st_mode):o})", name)
+        if trusted:
+            check_trusted(st, name)
         if st.st_size > max_bytes:
             raise RefusedFile(f"{st.st_size} bytes, over the {max_bytes}-byte limit", name)
         chunks, total = [], 0
@@ -168,6 +207,32 @@ def read_at(parent_fd: int | None, name: str | os.PathLike[str], max_bytes: int,
         os.close(fd)
 
 
+def read_file(path: str | os.PathLike[str], max_bytes: int, *, owners: Collection[int] | None = None,
+              trusted: bool = False) -> tuple[bytes, os.stat_result]:
+    """:func:`read_at` for a path (its last component is never followed); returns the bytes and the open file's
+    ``stat`` (owner and mode of what was read)."""
+    return read_at(None, os.fspath(path), max_bytes, owners=owners, trusted=trusted)
+
+
+def open_lock(path: str | os.PathLike[str], mode: int = SHARED_FILE_MODE) -> int:
+    """Open (creating it with ``mode``) a lock file that every member of the group shares; returns its descriptor.
+
+    Never through a link, never a FIFO or a device (a non-blocking open, then ``fstat``). Opened read-only where this
+    user may not write it (``flock`` needs no write access); its owner puts ``mode`` back whatever the umask or an
+    older layout left. Raises RefusedFile or another OSError.
+    """
+    fd = _open_regular(path, (os.O_RDWR | os.O_CREAT | _READ_FLAGS, _READ_FLAGS))  # O_RDONLY is 0
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def write_fd(fd: int, data: bytes) -> None:
     """Write all of ``data`` to ``fd`` (``os.write`` may write less than asked), then fsync it."""
     view = memoryview(data)
@@ -176,7 +241,7 @@ def write_fd(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def write_at(parent_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
+def write_at(parent_fd: int, name: str, data: bytes, mode: int = RECORD_MODE) -> None:
     """Replace ``name`` under ``parent_fd`` with ``data`` atomically; a link at ``name`` is replaced, never followed.
 
     The temporary file's name is unpredictable and it is created with ``O_EXCL | O_NOFOLLOW``, so nothing a
@@ -199,12 +264,37 @@ def write_at(parent_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
         os.fsync(parent_fd)
 
 
+def write_file(path: str | os.PathLike[str], data: bytes, mode: int = RECORD_MODE) -> None:
+    """:func:`write_at` for a path: the parent directory is opened as given, the file replaced atomically in it."""
+    path = os.fspath(path)
+    parent = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_at(parent, os.path.basename(path), data, mode)
+    finally:
+        os.close(parent)
+
+
+def write_in_place(path: str | os.PathLike[str], data: bytes) -> None:
+    """Rewrite a regular file in place (never through a link, never a special file): the way a member writes a
+    shared file in a sticky directory, where only its owner may rename over it. A write torn by a crash reads as
+    corrupt to the next reader, so only a file that is rebuilt when corrupt may be written so."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RefusedFile("not a regular file", path)
+        write_fd(fd, data)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def shared_dir_mode(parent_mode: int) -> int:
     """The mode of a directory every user of a shared parent writes into (``hooks/``, ``history/``, ``jobs/``):
     sticky always, so that nobody renames another user's entries; writable like its parent; setgid when the
-    parent is group-shared."""
+    parent is group-shared; nothing for outsiders unless the parent is open to all."""
     if parent_mode & stat.S_IWOTH:
         return 0o1777
     if parent_mode & stat.S_IWGRP:
-        return 0o3775
-    return 0o1755
+        return SHARED_DIR_MODE
+    return 0o1750

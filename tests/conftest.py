@@ -1,4 +1,5 @@
-"""Shared fixtures: a clean environment (no PET_*/ECOLAUNCH_* leaking in) and a private state directory."""
+"""Shared fixtures: a clean environment (no PET_*/ECOLAUNCH_* leaking in, and never the host's admin policy) and a
+private state directory."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(__file__).resolve().parent / "bin"
+#: the policy every test runs under unless it names its own: none. Without it, a test (and every process it starts)
+#: would read the host's /etc/ecolaunch/policy.toml, and a lab machine's policy would change what the tests see
+NO_POLICY = Path(__file__).resolve().parent / "data" / "no-policy.toml"
 
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The current environment without torchrun's PET_* and ecolaunch's variables, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "ECOLAUNCH_", "TORCHELASTIC_"))}
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    env["ECOLAUNCH_POLICY"] = str(NO_POLICY)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env
@@ -26,6 +31,7 @@ def _no_leaking_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith(("PET_", "ECOLAUNCH_")):
             monkeypatch.delenv(key)
+    monkeypatch.setenv("ECOLAUNCH_POLICY", str(NO_POLICY))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 

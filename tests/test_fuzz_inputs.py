@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from ecolaunch.cli.agent_cmd import agent
 from ecolaunch.cli.launch_cmd import launch
 from ecolaunch.cli.policy_cmd import policy
 from ecolaunch.cli.predict_cmd import predict
@@ -28,7 +29,7 @@ from ecolaunch.cli.status_cmd import status
 from ecolaunch.state.graph import Job, job_to_dict
 from ecolaunch.state.layout import init_state
 from ecolaunch.state.reconcile import process_start_time
-from tests.conftest import REPO
+from tests.conftest import NO_POLICY, REPO
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +89,7 @@ def _no_traceback(result, what: str) -> None:
 
 def _env(state: Path) -> dict[str, str]:
     return {"ECOLAUNCH_STATE_DIR": str(state), "ECOLAUNCH_SIMULATE": SPEC,
-            "ECOLAUNCH_POLICY": ""}
+            "ECOLAUNCH_POLICY": str(NO_POLICY)}
 
 
 @pytest.fixture
@@ -126,6 +127,11 @@ def test_job_files_and_state_documents_never_crash_status_or_a_launch(state: Pat
             if rng.random() < 0.1:
                 doc = _mutate(doc, rng, ["schema", "version", "job"])
             (jobs / f"{jid}.json").write_text(_text(doc, rng))
+        if batch % 5 == 1:  # what the rule of trust refuses: a hard link of state.json, an oversize file, a FIFO
+            if (state / "state.json").is_file():
+                os.link(state / "state.json", jobs / f"link{batch}.json")
+            (jobs / f"big{batch}.json").write_text(" " * (300 * 1024) + "{}")
+            os.mkfifo(jobs / f"fifo{batch}.json")
         if batch % 3 == 0:  # a member's rewrite of the shared state.json
             current = state / "state.json"
             if current.exists():
@@ -140,6 +146,8 @@ def test_job_files_and_state_documents_never_crash_status_or_a_launch(state: Pat
         if result.exit_code == 0:
             shown = json.loads(result.output)
             seen += len(shown["jobs"]) + len(shown["queue"])
+        passed = runner.invoke(agent, ["--once"], env=env)  # the cap agent's pass over the same files
+        _no_traceback(passed, f"agent --once, batch {batch}")
         capfd.readouterr()
         code = launch(["--dry-run", "--json", "--wait-timeout", "0", "--nproc-per-node", "1", str(SLEEPER), "0"],
                       os.environ)

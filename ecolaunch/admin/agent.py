@@ -39,7 +39,8 @@ from ecolaunch.admin.safety import trusted_by_root
 from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, process_start_time
-from ecolaunch.state.store import RefusedFile, StateStore, atomic_write_bytes, read_regular_file_owned
+from ecolaunch.safefs import RECORD_MODE, RefusedFile, read_file, write_file
+from ecolaunch.state.store import StateStore
 from ecolaunch.validate import is_integer, is_real
 
 __all__ = ["AGENT_FILE", "CapAgent", "agent_alive"]
@@ -185,7 +186,7 @@ class CapAgent:
             self._start_time = process_start_time(self._pid)
         doc = {"pid": self._pid, "start_time": self._start_time, "heartbeat_at": self._wall_clock(), "host": self.host}
         with contextlib.suppress(OSError):
-            atomic_write_bytes(self.store.directory / AGENT_FILE, json.dumps(doc).encode(), mode=0o644)
+            write_file(self.store.directory / AGENT_FILE, json.dumps(doc).encode(), mode=RECORD_MODE)
 
     def _retire(self) -> None:
         if self.textfile is not None:
@@ -193,7 +194,7 @@ class CapAgent:
                 os.unlink(self.textfile)
         path = self.store.directory / AGENT_FILE
         with contextlib.suppress(OSError, RefusedFile, ValueError, TypeError):
-            raw, _ = read_regular_file_owned(path, 4096)
+            raw, _ = read_file(path, 4096)
             if json.loads(raw).get("pid") == self._pid:
                 os.unlink(path)
 
@@ -203,7 +204,7 @@ def agent_alive(state_dir: Path, processes: ProcessTable | None = None) -> bool:
     names a live process."""
     processes = processes or PsutilProcessTable()
     try:
-        raw, st = read_regular_file_owned(Path(state_dir) / AGENT_FILE, 4096)
+        raw, st = read_file(Path(state_dir) / AGENT_FILE, 4096)
         doc = json.loads(raw)
         pid, start = doc["pid"], doc["start_time"]
     except (OSError, RefusedFile, ValueError, TypeError, KeyError, AttributeError):

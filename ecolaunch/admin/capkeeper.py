@@ -54,7 +54,8 @@ from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.admin.budget import budget_ceilings, job_floor_w
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
-from ecolaunch.state.store import StateStore, atomic_write_bytes
+from ecolaunch.safefs import RECORD_MODE, write_file
+from ecolaunch.state.store import StateStore
 from ecolaunch.validate import is_number, is_real
 
 __all__ = [
@@ -358,7 +359,8 @@ class CapKeeper:
         except StateError as e:
             logger.warning("state transaction failed (%s); applying caps from a lock-free snapshot", e)
             graph = store.read_unlocked()
-            reconcile(graph, self.host, self.processes)
+            # the host's GPUs from the driver, never from state.json (which the lock's holder may have rewritten)
+            reconcile(graph, self.host, self.processes, self.backend.gpus(), topology)
             return self.reconcile(graph)
 
     def restore_orphans(self, graph: StateGraph, gpus: Sequence[GpuSnapshot] | None = None) -> CapReport:
@@ -491,7 +493,7 @@ class CapKeeper:
                "gpus": {u: e.to_dict() for u, e in sorted(ledger.items())}}
         try:
             # mode 0644: readable for `ecolaunch status`, writable only by its owner (root)
-            atomic_write_bytes(self.ledger_path, json.dumps(doc, indent=1, sort_keys=True).encode(), mode=0o644)
+            write_file(self.ledger_path, json.dumps(doc, indent=1, sort_keys=True).encode(), mode=RECORD_MODE)
         except OSError as e:
             raise LedgerWriteError(e.errno, e.strerror or str(e), str(self.ledger_path)) from e
         self._on_disk = dict(ledger)
@@ -518,7 +520,8 @@ def apply_caps_as_launcher(
     processes = processes or PsutilProcessTable()
     keeper = CapKeeper(backend, store.directory, rules, host=host, processes=processes, ledger_path=ledger_path)
     with store.transaction() as graph:
-        reconcile(graph, host, processes)
+        # the host's GPUs from the driver, never from state.json, which any member may write
+        reconcile(graph, host, processes, backend.gpus(), backend.topology())
         return keeper.reconcile(graph)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ecolaunch.admin.safety import trusted_by_root
-from ecolaunch.state.store import RefusedFile, read_regular_file_owned
+from ecolaunch.safefs import RefusedFile, read_file
 from ecolaunch.validate import is_number
 
 __all__ = ["LEDGER_FILE", "LEDGER_SCHEMA", "LEDGER_VERSION", "MAX_LEDGER_BYTES", "LedgerEntry", "LedgerWriteError",
@@ -61,7 +61,7 @@ def load_ledger_entries(path: Path, host: str, warn=logger.warning) -> dict[str,
     someone other than this user or root or writable by others, or a document that fails validation.
     """
     try:
-        raw, st = read_regular_file_owned(path, MAX_LEDGER_BYTES)
+        raw, st = read_file(path, MAX_LEDGER_BYTES)
     except FileNotFoundError:
         return None
     except (RefusedFile, OSError) as e:

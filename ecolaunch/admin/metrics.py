@@ -38,7 +38,8 @@ from ecolaunch.devices.backend import GpuBackend, GpuSnapshot
 from ecolaunch.errors import EcolaunchError
 from ecolaunch.state.graph import StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
-from ecolaunch.state.store import StateStore, atomic_write_bytes
+from ecolaunch.safefs import write_file
+from ecolaunch.state.store import StateStore
 
 __all__ = ["HostCollector", "families", "registry", "write_textfile"]
 
@@ -143,4 +144,4 @@ def write_textfile(path: Path, reg: CollectorRegistry) -> None:
     """Write ``reg`` to ``path`` for node_exporter's textfile collector: a temporary file in the same directory
     (a name node_exporter does not read: it reads ``*.prom``), then a rename, so it never reads half a file.
     Raises OSError."""
-    atomic_write_bytes(Path(path), generate_latest(reg), mode=0o644)
+    write_file(Path(path), generate_latest(reg), mode=0o644)  # outside the state tree: node_exporter reads it

@@ -17,10 +17,10 @@ import grp
 import logging
 import os
 import pwd
-import stat
 
 from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import PermissionDenied, with_hint
+from ecolaunch.safefs import RefusedFile, check_trusted
 
 logger = logging.getLogger(__name__)
 
@@ -58,14 +58,14 @@ def require_launcher_privilege(backend: GpuBackend) -> None:
 
 
 def trusted_by_root(st: os.stat_result, euid: int | None = None) -> bool:
-    """Whether a file with this ``stat`` may steer a privileged process: a regular file owned by root or by this
-    user, and not writable by group or others."""
+    """Whether a file with this ``stat`` may steer a privileged process: owned by root or by this user, and
+    trusted (``safefs.check_trusted``: a regular file with one link, writable by its owner alone)."""
     euid = os.geteuid() if euid is None else euid
-    return (
-        stat.S_ISREG(st.st_mode)
-        and st.st_uid in (0, euid)
-        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    )
+    try:
+        check_trusted(st)
+    except RefusedFile:
+        return False
+    return st.st_uid in (0, euid)
 
 
 def identity_of_uid(uid: int) -> tuple[str, tuple[str, ...]]:

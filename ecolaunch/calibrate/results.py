@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ecolaunch.errors import ConfigError, StateError
-from ecolaunch.safefs import RefusedFile, open_dir, read_at, write_at
+from ecolaunch.safefs import OWN_DIR_MODE, RECORD_MODE, RefusedFile, open_dir, read_at, write_at
 from ecolaunch.validate import is_real
 
 __all__ = ["CALIBRATION_DIR", "FORMAT", "VERSION", "StoredResult", "file_name", "read_results", "validate",
@@ -66,12 +66,12 @@ def write_result(state_dir: Path, doc: dict[str, Any]) -> Path:
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         parent = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fd = open_dir(CALIBRATION_DIR, parent_fd=parent, create_mode=0o755, owners=_trusted_owners(),
+            fd = open_dir(CALIBRATION_DIR, parent_fd=parent, create_mode=OWN_DIR_MODE, owners=_trusted_owners(),
                           private=True)
         finally:
             os.close(parent)
         try:
-            write_at(fd, name, data, mode=0o644)
+            write_at(fd, name, data, mode=RECORD_MODE)
         finally:
             os.close(fd)
     except RefusedFile as e:
@@ -114,7 +114,7 @@ def read_results(state_dir: Path) -> list[StoredResult]:
                 continue
             path = directory / name
             try:
-                raw, _ = read_at(fd, name, MAX_BYTES, owners=_trusted_owners(), private=True)
+                raw, _ = read_at(fd, name, MAX_BYTES, owners=_trusted_owners(), trusted=True)
                 doc = json.loads(raw)
                 validate(doc)
             except (OSError, ValueError, ConfigError) as e:

@@ -19,7 +19,8 @@ from datetime import datetime
 
 import click
 
-from ecolaunch.cli.history_cmd import fmt_time, open_history, warn_squatted
+from ecolaunch.cli.history_cmd import SELF_REPORTED, SELF_REPORTED_MARK, fmt_time, open_history, warn_squatted
+from ecolaunch.cli.text import echo
 from ecolaunch.errors import with_hint
 
 FORMATS = ("table", "csv", "json")
@@ -151,25 +152,31 @@ def report_across(by: str, since: Since, users: tuple[str, ...], fmt: str) -> No
     from ecolaunch.profile.accounting import ESTIMATE, summarize
 
     store, state_dir = open_history()
-    groups, usage = summarize(store.list(), by, since=since.at, users=users)
+    records = store.list()
+    groups, usage = summarize(records, by, since=since.at, users=users)
+    claimed = sum(1 for r in records if store.self_reported(r) and (since.at is None or r.ended >= since.at)
+                  and (not users or r.user in users))
     warn_squatted(store)
     table_rows, total = rows(groups, by), _numbers(usage)
     if fmt == "json":
         click.echo(json.dumps({"by": by, "since": _iso(since.at), "users": list(users), "rows": table_rows,
-                               "total": total, "estimate": ESTIMATE}, indent=2))
+                               "total": total, "estimate": ESTIMATE}, indent=2, ensure_ascii=True))
         return
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(fields(by))
         writer.writerows([["" if r[f] is None else r[f] for f in fields(by)] for r in table_rows])
-        click.echo(buffer.getvalue(), nl=False)
+        echo(buffer.getvalue(), nl=False)
         return
     whose = f" of {', '.join(users)}" if users else ""
     if not table_rows:
-        click.echo(f"no finished jobs{whose} ended since {since.describe()} in the history of {state_dir}")
+        echo(f"no finished jobs{whose} ended since {since.describe()} in the history of {state_dir}")
         return
-    click.echo(f"jobs{whose} that ended since {since.describe()}, by {by}:")
-    click.echo(render_table(table_rows, total, by))
+    echo(f"jobs{whose} that ended since {since.describe()}, by {by}:")
+    echo(render_table(table_rows, total, by))
     note = f"* estimated for {usage.estimated} of {usage.jobs} jobs: {ESTIMATE} (docs/accounting.md)"
-    click.echo(textwrap.fill(note, NOTE_WIDTH, subsequent_indent="  "))
+    echo(textwrap.fill(note, NOTE_WIDTH, subsequent_indent="  "))
+    if claimed:
+        echo(textwrap.fill(f"{SELF_REPORTED_MARK} {claimed} of {usage.jobs} jobs' energy is self-reported: "
+                           f"{SELF_REPORTED}", NOTE_WIDTH, subsequent_indent="  "))

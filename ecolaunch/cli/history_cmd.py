@@ -9,6 +9,7 @@ import time
 
 import click
 
+from ecolaunch.cli.text import echo
 from ecolaunch.cli.command import Command, Failed
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
 from ecolaunch.errors import StateError, with_hint
@@ -47,6 +48,12 @@ def fmt_time(unix_s: float) -> str:
 def fmt_caps(caps: dict) -> str:
     values = sorted({c for c in caps.values() if c is not None})
     return ",".join(f"{c:.0f}" for c in values) if values else "N/A"
+
+
+#: the mark and the words for energy that only its user's own record claims (``History.self_reported``)
+SELF_REPORTED_MARK = "~"
+SELF_REPORTED = ("the energy another user's launcher wrote in their own record; nothing root runs measured it "
+                 "(docs/threat-model.md)")
 
 
 def open_history():
@@ -89,7 +96,7 @@ def warn_squatted(store) -> None:
     warnings = [f"Warning: {store.root / name} belongs to uid {actual}, not to its user (uid {owner}): that user's "
                 "jobs are neither recorded nor shown" for name, owner, actual in store.squatted()]
     if warnings:
-        click.echo(with_hint("\n".join(warnings), "the lab admin runs `sudo ecolaunch init-state`: it moves such "
+        echo(with_hint("\n".join(warnings), "the lab admin runs `sudo ecolaunch init-state`: it moves such "
                              "directories aside and gives each user a fresh one"), err=True)
 
 
@@ -148,9 +155,9 @@ def history(job: str | None, as_json: bool, limit: int) -> None:
         if as_json:
             doc = to_json(rec)
             doc.pop("samples", None)
-            click.echo(json.dumps(doc, indent=2, sort_keys=True))
+            click.echo(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=True))
         else:
-            click.echo("\n".join(match_lines(rec)))
+            echo("\n".join(match_lines(rec)))
         return
     records = store.list(limit=limit or None)
     warn_squatted(store)
@@ -160,24 +167,27 @@ def history(job: str | None, as_json: bool, limit: int) -> None:
             doc = to_json(rec)
             doc.pop("samples", None)
             docs.append(doc)
-        click.echo(json.dumps(docs, indent=2, sort_keys=True))
+        click.echo(json.dumps(docs, indent=2, sort_keys=True, ensure_ascii=True))
         return
     if not records:
         missing = "" if state_dir.exists() else " (the directory does not exist: nothing has run there yet)"
-        click.echo(f"no finished jobs in the history of {state_dir}{missing}")
+        echo(f"no finished jobs in the history of {state_dir}{missing}")
         return
     header = (f"{'JOB':<10}{'ENDED':<18}{'USER':<10}{'NAME':<20}{'TIME':>9}{'ENERGY':>10}{'GPUS':>5}  {'CAP (W)':<9}"
               f"{'EXIT':>5}  {'PROFILE':<11}SHARED WITH")
     lines = [header]
     for r in records:
         shared = sorted({j for jobs in r.colocated_with.values() for j in jobs})
+        energy = fmt_energy(r.energy_j) + (SELF_REPORTED_MARK if store.self_reported(r) else "")
         exit_code = "N/A" if r.exit_code is None else str(r.exit_code)
         lines.append(f"{r.job_id[:9]:<10}{fmt_time(r.ended):<18}{r.user[:9]:<10}{r.name[:19]:<20}"
-                     f"{fmt_duration(r.duration_s):>9}{fmt_energy(r.energy_j):>10}{len(r.gpus):>5}  "
+                     f"{fmt_duration(r.duration_s):>9}{energy:>10}{len(r.gpus):>5}  "
                      f"{fmt_caps(r.power_caps_w):<9}{exit_code:>5}  {profile_used(r):<11}{', '.join(shared) or '-'}")
     if any(r.not_learned for r in records):
         lines.append("* updated nothing in the history: 'ecolaunch history JOB' says why")
-    click.echo("\n".join(lines))
+    if any(store.self_reported(r) for r in records):
+        lines.append(f"{SELF_REPORTED_MARK} self-reported: {SELF_REPORTED}")
+    echo("\n".join(lines))
 
 
 history.help = f"""List finished jobs, newest first: energy (the job's share of its GPUs'), run time, power caps,

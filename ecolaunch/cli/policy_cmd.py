@@ -16,10 +16,12 @@ schema is documented in :mod:`ecolaunch.admin.rules`.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
 
+from ecolaunch.admin.binding import binding_policy
 from ecolaunch.admin.rules import Rules, load_rules
 from ecolaunch.admin.schema import SCALAR_KEYS, dotted, render
 from ecolaunch.cli.command import Failed, Group
@@ -35,7 +37,7 @@ from ecolaunch.config import (
 )
 from ecolaunch.errors import EcolaunchError, StateError, with_hint
 from ecolaunch.profile.modes import ProfilerSettings
-from ecolaunch.safefs import RefusedFile, open_dir
+from ecolaunch.safefs import OWN_DIR_MODE, RECORD_MODE, RefusedFile, open_dir
 
 
 @click.group("policy", cls=Group)
@@ -57,6 +59,8 @@ def show(file_: Path | None, as_json: bool) -> None:
     path = file_ if file_ is not None else Environment.from_env().policy_file
     # --file names a file that must exist; the environment's choice follows load_rules' rule
     rules, sources = load_rules(path, required=True if file_ is not None else None)
+    if file_ is None:
+        binding_policy(os.environ)  # on a shared state directory: one warning naming what the admin's policy overrides
     found = path.is_file()
     if as_json:
         doc = {"file": str(path), "found": found, "rules": rules.to_dict(), "sources": sources}
@@ -248,7 +252,6 @@ def train_cmd(out: Path | None, seed: int, epochs: int, synthetic: int, use_hist
 def _warn_untrusted_calibration(state_dir: Path) -> None:
     """A ``Warning:`` when ``<state dir>/calibration`` exists but is not used (a link, or not root's or this user's
     alone: a member made it first), so that its results are left out; with the fix."""
-    import os
     import stat
 
     # lazy: only `policy train` reads calibration results
@@ -272,7 +275,6 @@ def _train_into_state_dir(target: Path, run) -> dict:
     """``run(path)`` trains into a private temporary directory beside ``target`` (``<state dir>/gnn/weights.pt``);
     the manifest, then the weights, are renamed into place, so a launch reads the old weights or the new ones,
     never a partial file. ``gnn/`` is created 0755 and must be root's or this user's, writable by nobody else."""
-    import os
     import shutil
     import tempfile
 
@@ -282,7 +284,7 @@ def _train_into_state_dir(target: Path, run) -> dict:
         directory.parent.mkdir(parents=True, exist_ok=True)
         parent = os.open(directory.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            os.close(open_dir(directory.name, parent_fd=parent, create_mode=0o755, owners={0, os.geteuid()},
+            os.close(open_dir(directory.name, parent_fd=parent, create_mode=OWN_DIR_MODE, owners={0, os.geteuid()},
                               private=True))
         finally:
             os.close(parent)
@@ -298,7 +300,7 @@ def _train_into_state_dir(target: Path, run) -> dict:
     try:
         manifest = run(staging / target.name)
         for name in ("manifest.json", target.name):
-            os.chmod(staging / name, 0o644)
+            os.chmod(staging / name, RECORD_MODE)
             os.replace(staging / name, directory / name)
         return manifest
     finally:

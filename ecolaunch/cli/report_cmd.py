@@ -11,8 +11,9 @@ import click
 from click.core import ParameterSource
 
 from ecolaunch.cli.accounting import DEFAULT_SINCE, FORMATS, SinceType, report_across
+from ecolaunch.cli.text import echo
 from ecolaunch.cli.command import Command, Failed
-from ecolaunch.cli.history_cmd import find_record, fmt_duration, fmt_energy, fmt_time, open_history
+from ecolaunch.cli.history_cmd import SELF_REPORTED, find_record, fmt_duration, fmt_energy, fmt_time, open_history
 from ecolaunch.config import ENV_STATE_DIR
 from ecolaunch.errors import with_hint
 from ecolaunch.jobmodel.codec import to_json
@@ -25,9 +26,10 @@ def _na(value, fmt: str = "{:.0f}") -> str:
     return "N/A" if value is None else fmt.format(value)
 
 
-def render(rec, indices: dict[str, int] | None = None) -> str:
+def render(rec, indices: dict[str, int] | None = None, *, self_reported: bool = False) -> str:
     """The text report of one JobRecord; its GPUs named by their NVML index as ``ecolaunch status`` shows them
-    (``indices``: UUID → index; a GPU missing there is named by its UUID)."""
+    (``indices``: UUID → index; a GPU missing there is named by its UUID); ``self_reported``: its energy is only
+    its user's word (``History.self_reported``)."""
     exit_code = "N/A" if rec.exit_code is None else str(rec.exit_code)
     lines = [f"job {rec.job_id}  {rec.name}  (user {rec.user})",
              f"  ran         {fmt_time(rec.started)} to {fmt_time(rec.ended)}, {fmt_duration(rec.duration_s)}, exit {exit_code}"]
@@ -42,6 +44,8 @@ def render(rec, indices: dict[str, int] | None = None) -> str:
             if rec.gpu_energy_j is not None and rec.duration_s > 0 else "")
     lines.append(f"  energy      {fmt_energy(rec.energy_j)}{wh} charged to the job; its GPUs drew "
                  f"{fmt_energy(rec.gpu_energy_j)}{mean}")
+    if self_reported:
+        lines.append(f"              self-reported: {SELF_REPORTED}")
     if rec.profiling_energy_j:
         lines.append(f"              plus {fmt_energy(rec.profiling_energy_j)} for a pre-launch profiling run")
     it = "" if rec.iter_time_s is None else f", {rec.iter_time_s * 1e3:.1f} ms each"
@@ -100,10 +104,11 @@ def gpu_indices(state_dir: Path) -> dict[str, int]:
     """UUID → NVML index of every GPU the state directory's graph knows; empty when it cannot be read. Read as
     a plain file, not through a store transaction: a report changes nothing and may run where it cannot write."""
     # lazy: the store loads filelock, which `ecolaunch report` needs only for a state directory's graph
-    from ecolaunch.state.store import MAX_STATE_BYTES, STATE_FILE, read_regular_file
+    from ecolaunch.state.store import MAX_STATE_BYTES, STATE_FILE
+    from ecolaunch.safefs import read_file  # lazy: as the line above
 
     try:
-        graph = StateGraph.from_dict(json.loads(read_regular_file(state_dir / STATE_FILE, MAX_STATE_BYTES)))
+        graph = StateGraph.from_dict(json.loads(read_file(state_dir / STATE_FILE, MAX_STATE_BYTES)[0]))
     except (OSError, ValueError, TypeError, RecursionError):  # missing, refused, not JSON, not a state document
         return {}
     return {g.uuid: g.index for host in graph.hosts.values() for g in host.gpus.values()}
@@ -204,9 +209,9 @@ def report(ctx: click.Context, job: str | None, as_json: bool, plot_path: Path |
     store, state_dir = open_history()
     rec = find_record(store, job)
     if as_json:
-        click.echo(json.dumps(to_json(rec), indent=2, sort_keys=True))
+        click.echo(json.dumps(to_json(rec), indent=2, sort_keys=True, ensure_ascii=True))
     else:
-        click.echo(render(rec, gpu_indices(state_dir)))
+        echo(render(rec, gpu_indices(state_dir), self_reported=store.self_reported(rec)))
     if plot_path is not None:
         plot(rec, plot_path, gpu_indices(state_dir))
         click.echo(f"plot written to {plot_path}", err=True)

@@ -28,14 +28,11 @@ What lives elsewhere: the spec and catalogue (:mod:`ecolaunch.devices.spec`,
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import logging
 import math
 import os
-import secrets
-import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -48,7 +45,7 @@ from ecolaunch.devices.backend import GpuProcess, GpuSnapshot, LinkKind, pair_ke
 from ecolaunch.devices.spec import HostSpec
 from ecolaunch.errors import DeviceError, PermissionDenied
 from ecolaunch.jobmodel.gpu import GpuModel
-from ecolaunch.safefs import RefusedFile, read_at
+from ecolaunch.safefs import SHARED_FILE_MODE, open_lock, read_file, write_file, write_in_place
 from ecolaunch.validate import is_integer, is_real
 
 __all__ = ["ProcessLoad", "Reading", "SimulatedBackend", "basic_reading"]
@@ -57,8 +54,6 @@ logger = logging.getLogger(__name__)
 
 _FORMAT = "ecolaunch-simulated-gpus"
 _VERSION = 1
-#: the state and lock files: shared by the users of a group-shared state directory (setgid gives them its group)
-_SHARED_MODE = 0o664
 MAX_STATE_BYTES = 8 * 1024 * 1024
 # psutil reports start times in clock ticks (10 ms); the same process always gives the same value.
 _START_TIME_TOLERANCE_S = 0.01
@@ -275,7 +270,7 @@ class SimulatedBackend:
     def _transaction(self) -> Iterator[tuple[_State, float]]:
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            fd = _open_lock(self._lock_path)
+            fd = open_lock(self._lock_path)  # every member of the state directory's group shares these GPUs
         except OSError as e:
             why = getattr(e, "why", None) or e.strerror or e
             raise DeviceError(f"cannot use the simulated GPU state in {str(self._path.parent)!r}: {why}",
@@ -299,7 +294,7 @@ class SimulatedBackend:
         state = _State()
         raw: Any = None
         try:
-            raw = json.loads(read_at(None, self._path, MAX_STATE_BYTES)[0].decode("utf-8"))
+            raw = json.loads(read_file(self._path, MAX_STATE_BYTES)[0].decode("utf-8"))
             gpus = _parse_state(raw, self._spec.name)
         except FileNotFoundError:
             logger.debug("simulated GPU state %s does not exist yet; creating it", self._path)
@@ -339,68 +334,18 @@ class SimulatedBackend:
     def _write(self, state: _State) -> None:
         doc = {"format": _FORMAT, "version": _VERSION, "host": self._spec.name, "gpus": dict(state)}
         data = json.dumps(doc, indent=1, sort_keys=True).encode("utf-8")
-        tmp = self._path.with_name(f".{self._path.name}.{secrets.token_hex(8)}.tmp")
         try:
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                try:
-                    os.fchmod(fd, _SHARED_MODE)  # every user of a group-shared state directory shares these GPUs
-                    os.write(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, self._path)
+                # every user of a group-shared state directory shares these GPUs (setgid gives the file its group)
+                write_file(self._path, data, mode=SHARED_FILE_MODE)
             except PermissionError:
                 # a sticky directory: only the file's owner may rename over it. Others rewrite it in place, under
                 # the lock (a write torn by a crash reads as corrupt and is rebuilt: the simulation restarts)
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-                _write_in_place(self._path, data)
+                write_in_place(self._path, data)
         except OSError as e:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             why = getattr(e, "why", None) or e.strerror or e
             raise DeviceError(f"cannot write the simulated GPU state {str(self._path)!r}: {why}",
                               hint="set ECOLAUNCH_STATE_DIR to a writable directory") from e
-
-
-def _open_lock(path: Path) -> int:
-    """The lock file, shared by every user of the state directory: never through a link, never a FIFO or device.
-
-    Created group-writable; opened read-only where this user may not write it (``flock`` needs no write access),
-    so a lock file made by the first user of a sticky directory does not lock the others out.
-    """
-    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, os.O_RDWR | flags, 0o600)
-    except PermissionError:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise RefusedFile("a symbolic link (not followed)", path) from e
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise RefusedFile("not a regular file", path)
-        if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != _SHARED_MODE:
-            os.fchmod(fd, _SHARED_MODE)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _write_in_place(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RefusedFile("not a regular file", path)
-        os.write(fd, data)
-        os.ftruncate(fd, len(data))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _State(dict):

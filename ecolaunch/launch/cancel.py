@@ -4,9 +4,13 @@ A job is stopped the way SIGTERM stops it, because it *is* SIGTERM, sent to the 
 leaves the queue and exits 143 (its own line says so), a running one forwards the signal to its workers, releases
 its GPUs and restores its caps, as for any SIGTERM (``cli.launch_cmd``, ``launch.pipeline``). Nothing else writes
 the job's file, so cancelling needs no right beyond the kernel's: the job's own user may signal their launcher, and
-root may signal anyone's. Whoever else asks is refused here, before any signal (:func:`may_cancel`). The launcher
-is the process the job file names, checked by its start time and owner (``state.reconcile.launcher_alive``): a pid
-that another program reuses is never signalled.
+root may signal anyone's. Whoever else asks is refused here, before any signal (:func:`may_cancel`).
+
+A job file is its owner's word, so the pid it names is believed only where the kernel agrees
+(:func:`not_its_launcher`): the process must run, with the start time the file gives, as the job's uid and no other,
+must not be pid 1, and must hold the job's own file open (``StateStore.hold_job_file``, which every launcher does
+from the moment it queues). Otherwise nothing is signalled: root's ``cancel`` never becomes a way to kill a process
+a member picked.
 
 What does not live here: finding the job by id or name (``state.queue.find_jobs``), printing (``cli.cancel_cmd``).
 """
@@ -18,12 +22,13 @@ import os
 import signal
 import time
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 from ecolaunch.errors import EcolaunchError
 from ecolaunch.state.graph import Job, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, launcher_alive
 
-__all__ = ["may_cancel", "stop", "wait_gone"]
+__all__ = ["may_cancel", "not_its_launcher", "stop", "wait_gone"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +41,32 @@ def may_cancel(job: Job, uid: int) -> bool:
     return uid in (0, job.uid)
 
 
-def stop(job: Job, processes: ProcessTable) -> bool:
-    """Send SIGTERM to the job's launcher; False when it is gone already (nothing to stop)."""
+def not_its_launcher(job: Job, processes: ProcessTable, job_file: Path) -> str | None:
+    """Why the process the job names is not one to signal for it (None: it is the job's launcher, by the kernel's
+    word). ``job_file``: where the job's file lives."""
+    pid = job.launcher_pid
+    if pid <= 1:
+        return f"its file names pid {pid}, which no launcher has"
+    owner_uids = getattr(processes, "owner_uids", None)
+    uids = owner_uids(pid) if owner_uids is not None else None
+    if uids is None or set(uids) != {job.uid}:
+        seen = "cannot be read" if uids is None else "are " + "/".join(str(u) for u in dict.fromkeys(uids))
+        return f"the kernel's uids of pid {pid} {seen}, not the job's uid {job.uid}"
+    holds_open = getattr(processes, "holds_open", None)
+    if holds_open is None or holds_open(pid, job_file) is not True:
+        return f"pid {pid} does not hold the job's file open, as its launcher does"
+    return None
+
+
+def stop(job: Job, processes: ProcessTable, job_file: Path) -> bool:
+    """Send SIGTERM to the job's launcher; False when it is gone already (nothing to stop). Raises EcolaunchError
+    when the process the job names is not its launcher (:func:`not_its_launcher`): nothing is signalled."""
     if not launcher_alive(processes, job):
         return False
+    why = not_its_launcher(job, processes, job_file)
+    if why is not None:
+        logger.info("not signalling pid %d for job %s: %s", job.launcher_pid, job.id, why)
+        raise NotItsLauncher(job, why, job_file)
     try:
         os.kill(job.launcher_pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -49,6 +76,16 @@ def stop(job: Job, processes: ProcessTable) -> bool:
                              hint="ask the lab admin to cancel it (sudo ecolaunch cancel " + job.id + ")") from e
     logger.info("sent SIGTERM to the launcher of job %s (pid %d)", job.id, job.launcher_pid)
     return True
+
+
+class NotItsLauncher(EcolaunchError):
+    """The pid a job file names is not that job's launcher (see :func:`not_its_launcher`); nothing was signalled."""
+
+    def __init__(self, job: Job, why: str, job_file: Path) -> None:
+        super().__init__(f"job {job.id} was not cancelled: {why}; nothing was signalled",
+                         hint=f"the job's file may be forged or stale: the lab admin can remove it (sudo rm {job_file})")
+        self.job = job
+        self.why = why
 
 
 def wait_gone(read: Callable[[], StateGraph], ids: Collection[str], timeout_s: float,

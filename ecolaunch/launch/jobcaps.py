@@ -155,7 +155,7 @@ class JobCaps:
         return changes
 
     def _look(self, *, apply: bool) -> dict[str, float | None]:
-        graph = self._session.store.read_unlocked()  # each file is replaced whole: no lock for a look
+        graph = self._session.look()  # no lock for a look; the host's GPUs from the driver, not state.json
         job = graph.jobs.get(self._job_id)
         if job is None:
             return {}  # released
@@ -204,7 +204,7 @@ class JobCaps:
         if not (self._agent or self._session.backend.privileged):
             return True  # no cap is applied here, nor by an agent: nothing to wait for
         watch = set(self._gpus) | set(self._placement.decision.recaps_w)
-        ceilings = {u: c for u, c in budget_ceilings(self._session.store.read_unlocked(), self._session.rules).items()
+        ceilings = {u: c for u, c in budget_ceilings(self._session.look(), self._session.rules).items()
                     if u in watch}
         clock = self._session.clock
         deadline = clock.now() + self._budget_wait_s

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -117,6 +118,8 @@ class Session:
         self.host = backend.hostname()
         self._topology = None
         self._requests: dict[str, JobRequest] = {}
+        #: job id -> the descriptor of its file this launcher holds open (``StateStore.hold_job_file``)
+        self._held: dict[str, int] = {}
         self.cap_keeper = cap_keeper
 
     # --- transactions ----------------------------------------------------------------------------
@@ -141,6 +144,18 @@ class Session:
                 self.cap_keeper = None
         self._keep_budget(graph, force=job_left or bool(report.released))
         return report.released
+
+    def look(self) -> StateGraph:
+        """A lock-free snapshot for a look (a running job's budget ceilings): the job files as they are, this host's
+        GPUs and links from the driver, never from ``state.json``, which any member may write; dead launchers' and
+        never-admitted bookings left out. Writes nothing."""
+        graph = self.store.read_unlocked()
+        if self._topology is None:
+            self._topology = self.backend.topology()
+        reconcile(graph, self.host, self.processes, self.backend.gpus(), self._topology)
+        for job_id, why in unadmitted_bookings(graph, self.host, self.rules, exempt=self._requests).items():
+            graph.set_aside(job_id, f"{why}: never admitted")
+        return graph
 
     def snapshot(self) -> StateGraph:
         with self.store.transaction() as graph:
@@ -170,6 +185,8 @@ class Session:
                              launcher_pid=launcher.pid, launcher_start_time=launcher.start_time)
             graph.jobs[job.id] = job
         self._requests[job.id] = request
+        if launcher.pid == os.getpid() and (fd := self.store.hold_job_file(job.id)) is not None:
+            self._held[job.id] = fd  # the kernel's word that this process launches the job (``launch.cancel``)
         return job
 
     def try_place(self, job_id: str) -> Placement | Waiting:
@@ -272,6 +289,8 @@ class Session:
             # not in the graph (its file refused, or set aside): the file is still ours to remove
             logger.info("removed the file of job %s, which the state graph no longer listed", job_id)
         self._requests.pop(job_id, None)
+        if (fd := self._held.pop(job_id, None)) is not None:
+            os.close(fd)
         return job
 
     # --- helpers ---------------------------------------------------------------------------------

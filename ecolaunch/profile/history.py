@@ -69,6 +69,11 @@ HISTORY_DIR = "history"
 #: records and profiles larger than this are refused unread (a link to /dev/zero must not fill memory)
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 MAX_PROFILE_BYTES = 1024 * 1024
+#: more than any GPU board draws (the largest are rated about 1.2 kW): a record claiming more energy per GPU-second
+#: than this is refused on read, as a lie or a corruption (a member's record once claimed 1e18 J)
+MAX_GPU_POWER_W = 2000.0
+#: the longest pre-launch profiling run a record's ``profiling_energy_j`` may cover (it is not in ``duration_s``)
+MAX_PROFILING_S = 86400.0
 _JOB_FORMAT, _PROFILE_FORMAT = "ecolaunch-job", "ecolaunch-profile"
 _FINGERPRINT_VERSION = 1
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -193,6 +198,18 @@ class JobRecord:
     profile_from: JobId | None = None
     #: why the run updated nothing in the history (its iterations were not its profile's job undisturbed)
     not_learned: str | None = None
+
+
+def implausible_energy(rec: JobRecord) -> str | None:
+    """Why ``rec``'s energy cannot be true (more than :data:`MAX_GPU_POWER_W` per GPU over its run), or None."""
+    n = max(1, len(rec.gpus))
+    run_s = max(rec.duration_s, rec.ended - rec.started, 1.0)
+    for name, value, seconds in (("energy_j", rec.energy_j, run_s), ("gpu_energy_j", rec.gpu_energy_j, run_s),
+                                 ("profiling_energy_j", rec.profiling_energy_j, MAX_PROFILING_S)):
+        if value is not None and value > MAX_GPU_POWER_W * n * seconds:
+            return (f"{name} = {value:.4g} J over {seconds:.0f} s on {n} GPU{'s' if n > 1 else ''} is more than "
+                    f"{MAX_GPU_POWER_W:.0f} W per GPU, which no board draws")
+    return None
 
 
 # --- fingerprint -----------------------------------------------------------------------------------
@@ -351,9 +368,18 @@ class History:
         #: why this user's own directory can never be written (a member squatted it), once looked at
         self._squatted: str | None = None
         self._looked = False
+        #: job id -> the uid whose directory its record was read from
+        self._owners: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"History({str(self.root.parent)!r})"
+
+    def self_reported(self, rec: JobRecord) -> bool:
+        """Whether ``rec``'s figures are only its user's word to this reader: read from the directory of a user other
+        than this one and root (a member's launcher writes her records, and could write anything a plausible record
+        holds). The CLI marks such energy (``history``, ``report``, accounting)."""
+        owner = self._owners.get(rec.job_id)
+        return owner is not None and owner not in (0, self._tree.uid)
 
     # --- matching ----------------------------------------------------------------------------------
     def match(self, identity: JobIdentity, *, key: str | None = None, fresh: bool = False) -> JobMatch:
@@ -520,6 +546,11 @@ class History:
             # root's launcher may record a job for anyone; a user only for themselves
             logger.warning("ignoring history record %s: it names user %r but belongs to %s", where, rec.user, user)
             return None
+        absurd = implausible_energy(rec)
+        if absurd is not None:
+            logger.warning("ignoring history record %s: %s", where, absurd)
+            return None
+        self._owners[rec.job_id] = uid
         return rec
 
     def _profile_entry(self, user: str, uid: int, fp: str) -> ProfileEntry | None:

@@ -33,21 +33,21 @@ import time
 from pathlib import Path
 
 from ecolaunch.errors import StateError
-from ecolaunch.safefs import write_fd
+from ecolaunch.safefs import OWN_DIR_MODE, RECORD_MODE, write_fd
 from ecolaunch.state.userdirs import expected_owner, user_dir_name
 
-__all__ = ["ADMIN_DIRS", "LEDGER_NAME", "open_top", "parent_warnings", "repair_extras"]
+__all__ = ["ADMIN_DIRS", "LEDGER_NAME", "close_to_outsiders", "open_top", "parent_warnings", "repair_extras"]
 
 logger = logging.getLogger(__name__)
 
 #: directories only the admin writes (``ecolaunch calibrate``'s results, ``policy train``'s weights)
 ADMIN_DIRS = ("gnn", "calibration")
-ADMIN_DIR_MODE = 0o755
-USER_DIR_MODE = 0o755
+ADMIN_DIR_MODE = OWN_DIR_MODE
+USER_DIR_MODE = OWN_DIR_MODE
 #: the cap ledger (``ecolaunch.admin.ledger.LEDGER_FILE``: this layer may not import that one; its format is that
 #: module's, and the CLI passes the empty document in)
 LEDGER_NAME = "caps.json"
-LEDGER_MODE = 0o644
+LEDGER_MODE = RECORD_MODE
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
@@ -150,6 +150,43 @@ def repair_extras(top: int, directory: Path, uid: int, gid: int, done: list[str]
     for name in ADMIN_DIRS:
         _admin_dir(top, name, directory, uid, gid, done)
     _ledger(top, directory, uid, gid, done, empty_ledger)
+    close_to_outsiders(top, directory, done)
+
+
+def close_to_outsiders(top: int, directory: Path, done: list[str], *, depth: int = 4) -> None:
+    """Take every permission for others (``o=``) off what lies in the tree: job files, history records, results,
+    the simulated GPUs' files, a state directory laid out before outsiders were shut out. One line per directory
+    in which something changed; links and special files are never opened (the rest of this module moves them)."""
+    _strip_others(top, directory, done, depth)
+
+
+def _strip_others(fd: int, where: Path, done: list[str], depth: int) -> None:
+    fixed = 0
+    for name in sorted(os.listdir(fd)):
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            continue  # a link is never followed; a FIFO or a device is never opened
+        is_dir = stat.S_ISDIR(st.st_mode)
+        flags = _DIR_FLAGS if is_dir else os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            sub = os.open(name, flags, dir_fd=fd)
+        except OSError:
+            continue  # swapped for a link or removed meanwhile
+        try:
+            mode = stat.S_IMODE(os.fstat(sub).st_mode)
+            if mode & 0o007:
+                os.fchmod(sub, mode & ~0o007)
+                fixed += 1
+            if is_dir and depth > 1:
+                _strip_others(sub, where / name, done, depth - 1)
+        finally:
+            os.close(sub)
+    if fixed:
+        done.append(f"fixed {fixed} entr{'y' if fixed == 1 else 'ies'} in {where}/: no access for users outside the "
+                    "group")
 
 
 def group_members(gid: int) -> list[tuple[str, int]]:

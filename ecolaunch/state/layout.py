@@ -27,6 +27,7 @@ import stat
 import time
 from pathlib import Path
 
+from ecolaunch.safefs import SHARED_DIR_MODE, SHARED_FILE_MODE
 from ecolaunch.state.graph import StateGraph
 from ecolaunch.state.init import open_top, repair_extras
 
@@ -34,8 +35,8 @@ __all__ = ["SHARED_DIRS", "SHARED_FILES", "init_state"]
 
 logger = logging.getLogger(__name__)
 
-DIR_MODE = 0o3775
-FILE_MODE = 0o664
+DIR_MODE = SHARED_DIR_MODE
+FILE_MODE = SHARED_FILE_MODE
 SHARED_DIRS = ("jobs", "hooks", "history")
 SHARED_FILES = ("state.lock", "state.json")
 

@@ -71,6 +71,27 @@ class PsutilProcessTable:
         except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
             return []
 
+    def holds_open(self, pid: int, path: str | os.PathLike[str]) -> bool | None:
+        """Whether the kernel says ``pid`` has the file at ``path`` open (``/proc/<pid>/fd``; a file replaced since
+        it was opened counts: the kernel still names it, with `` (deleted)``); None when it cannot be told (another
+        user's process, or no ``/proc``)."""
+        want = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+        fds = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(fds)
+        except FileNotFoundError:
+            return False if os.path.isdir("/proc/self/fd") else None
+        except OSError:
+            return None
+        for name in names:
+            try:
+                target = os.readlink(f"{fds}/{name}")
+            except OSError:
+                continue
+            if target.removesuffix(" (deleted)") == want:
+                return True
+        return False
+
     def owner_uids(self, pid: int) -> tuple[int, ...] | None:
         """The process's real and effective uids, from the kernel; None when they cannot be read."""
         try:

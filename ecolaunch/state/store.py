@@ -39,7 +39,6 @@ never followed) and written atomically: a temporary file in the same directory, 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import grp
 import json
@@ -48,7 +47,6 @@ import os
 import re
 import secrets
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,7 +55,8 @@ from typing import Any
 from ecolaunch.errors import StateError
 from ecolaunch.state.graph import MAX_SEQ, IgnoredJob, Job, StateGraph, job_from_dict, job_to_dict
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, account_name, launcher_alive
-from ecolaunch.safefs import RefusedFile as _RefusedFile
+from ecolaunch.safefs import (RECORD_MODE, SHARED_DIR_MODE, SHARED_FILE_MODE, RefusedFile, open_lock, read_at, read_file,
+                              shared_dir_mode, write_file, write_in_place)
 
 logger = logging.getLogger(__name__)
 
@@ -70,13 +69,14 @@ DEFAULT_LOCK_TIMEOUT_S = 60.0
 #: documents larger than this are refused unread (a hostile user could otherwise make every launcher parse gigabytes)
 MAX_STATE_BYTES = 8 * 1024 * 1024
 MAX_JOB_BYTES = 256 * 1024
+#: job files read per uid (in file-name order): far more jobs than one user queues or runs on a host, and a bound on
+#: what a member who fills ``jobs/`` with files costs every transaction
+MAX_JOB_FILES_PER_UID = 256
 #: job ids become file names: no separators, no leading dot
 JOB_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 #: moved-aside copies of a broken ``state.json`` (``state.json.corrupt-*``) kept per owner; older ones are removed
 KEEP_CORRUPT_COPIES = 3
 CORRUPT_PREFIX = f"{STATE_FILE}.corrupt-"
-
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class StateStore:
@@ -141,6 +141,21 @@ class StateStore:
         graph = self._load(move_aside=False)
         return graph
 
+    def job_file(self, job_id: str) -> Path:
+        """Where ``job_id``'s file lives."""
+        return self.jobs_dir / f"{job_id}.json"
+
+    def hold_job_file(self, job_id: str) -> int | None:
+        """Open this process's own job file and keep it open (the caller closes the descriptor when the job ends):
+        the kernel then names this process as the job's launcher (``/proc/<pid>/fd``), which is what ``ecolaunch
+        cancel`` believes before it signals anyone (``launch.cancel``). None when the file cannot be opened."""
+        try:
+            fd = os.open(self.job_file(job_id), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            logger.debug("cannot hold the file of job %s open: %s", job_id, e)
+            return None
+        return fd
+
     # --- loading ---------------------------------------------------------------------------------
     def discard_job_file(self, job_id: str) -> bool:
         """Remove this user's own file of ``job_id``, whatever it holds, under the lock (a launch that failed, or
@@ -174,10 +189,10 @@ class StateStore:
 
     def _load_shared(self, move_aside: bool) -> StateGraph:
         try:
-            raw = read_regular_file(self.path, MAX_STATE_BYTES)
+            raw, _ = read_file(self.path, MAX_STATE_BYTES)
         except FileNotFoundError:
             return StateGraph()
-        except _Refused as e:
+        except RefusedFile as e:
             return self._rebuild(str(e), move_aside)
         except OSError as e:
             # e.g. a mode-600 file a member planted: it holds nothing that is not rebuilt, so never fatal
@@ -250,29 +265,46 @@ class StateStore:
         except OSError as e:
             raise StateError(f"cannot open {str(self.jobs_dir)!r}: {e.strerror}", hint="check the directory (see ecolaunch's threat model)") from e
         jobs: dict[str, Job] = {}
+        per_uid: dict[int, int] = {}
         try:
             for name in sorted(os.listdir(dir_fd)):
                 if name.startswith(".") or not name.endswith(".json"):
                     continue
+                try:
+                    uid = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_uid
+                except FileNotFoundError:
+                    continue
+                per_uid[uid] = per_uid.get(uid, 0) + 1
+                if per_uid[uid] > MAX_JOB_FILES_PER_UID:
+                    continue  # a member who fills jobs/ slows nobody's transaction down: her surplus is not read
                 job = self._load_job_file(dir_fd, name, ignored)
                 if job is not None:
                     jobs[job.id] = job
         finally:
             os.close(dir_fd)
+        for uid, count in per_uid.items():
+            if count > MAX_JOB_FILES_PER_UID:
+                self._warn_once(("surplus", uid), "uid %d has %d job files in %s; reading the first %d only", uid,
+                                count, self.jobs_dir, MAX_JOB_FILES_PER_UID)
+                key = f"({count - MAX_JOB_FILES_PER_UID} more files of uid {uid})"
+                ignored[key] = IgnoredJob(key, f"over the {MAX_JOB_FILES_PER_UID} job files one uid may have; not read")
         return jobs
 
     def _load_job_file(self, dir_fd: int, name: str, ignored: dict[str, IgnoredJob]) -> Job | None:
         where = self.jobs_dir / name
         jid = name[: -len(".json")]
         try:
-            raw, owner = _read_at(dir_fd, name, MAX_JOB_BYTES)
+            # the rule of trust: one link (a member cannot pass off a hard link of the root-owned, group-writable
+            # state.lock or state.json as a root job), writable by its owner alone
+            raw, st = read_at(dir_fd, name, MAX_JOB_BYTES, trusted=True)
+            owner = st.st_uid
             doc = json.loads(raw)
             if not (isinstance(doc, dict) and doc.get("schema") == JOB_SCHEMA and doc.get("version") == JOB_VERSION):
                 raise ValueError(f"not an {JOB_SCHEMA} document of version {JOB_VERSION}")
             job = job_from_dict(jid, doc.get("job"))
         except FileNotFoundError:
             return None  # removed between listing and opening
-        except (_Refused, OSError, ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
+        except (OSError, ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
             self._warn_once((name, str(e)), "ignoring job file %s: %s", where, e)
             ignored[jid] = IgnoredJob(jid, f"refused: {e}")
             return None
@@ -319,7 +351,7 @@ class StateStore:
         for jid in changed:
             doc = {"schema": JOB_SCHEMA, "version": JOB_VERSION, "job": after_docs[jid]}
             try:
-                atomic_write_bytes(self.jobs_dir / f"{jid}.json", _dumps(doc), mode=0o644)
+                write_file(self.jobs_dir / f"{jid}.json", _dumps(doc), mode=RECORD_MODE)
             except PermissionError as e:
                 raise StateError(f"cannot write job file {jid}.json: {e.strerror}", hint="a user can only change their own jobs") from e
             wrote = True
@@ -342,20 +374,12 @@ class StateStore:
         data = _dumps(doc)
         try:
             try:
-                atomic_write_bytes(self.path, data)
+                write_file(self.path, data, mode=SHARED_FILE_MODE)
             except PermissionError:
                 # a sticky state directory: only state.json's owner may rename over it. Everyone else rewrites it in
                 # place (it is group-writable); a write torn by a crash reads as corrupt and is rebuilt, losing
                 # nothing that the next reconcile does not restore
-                fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-                try:
-                    if not stat.S_ISREG(os.fstat(fd).st_mode):
-                        raise _Refused("not a regular file")
-                    os.write(fd, data)
-                    os.ftruncate(fd, len(data))
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                write_in_place(self.path, data)
         except OSError as e:
             # a state.json planted by a member (a directory, or a file only they may write): it holds nothing that
             # the next transaction does not rebuild from the driver and the job files, so the transaction stands
@@ -368,9 +392,9 @@ class StateStore:
             return
         try:
             if not os.path.lexists(self.directory):
-                self.directory.mkdir(parents=True, exist_ok=True, mode=0o775)
+                self.directory.mkdir(parents=True, exist_ok=True, mode=0o770)
                 with contextlib.suppress(OSError):  # mkdir drops setgid and sticky and applies the umask
-                    os.chmod(self.directory, 0o3775)
+                    os.chmod(self.directory, SHARED_DIR_MODE)
         except OSError as e:
             raise StateError(
                 f"cannot create the state directory {str(self.directory)!r}: {e.strerror}",
@@ -404,12 +428,12 @@ class StateStore:
                              hint="the lab admin should run: ecolaunch init-state (or set ECOLAUNCH_STATE_DIR to a "
                                   "directory of your own)")
         try:
-            os.mkdir(self.jobs_dir, 0o3775)
+            os.mkdir(self.jobs_dir, 0o700)
         except FileExistsError:
             pass
         else:
             # mkdir ignores the setgid bit and applies the umask; the sticky bit is what protects job files
-            os.chmod(self.jobs_dir, 0o3775 if os.stat(self.directory).st_mode & stat.S_IWGRP else 0o1755)
+            os.chmod(self.jobs_dir, shared_dir_mode(os.stat(self.directory).st_mode))
         check_jobs_dir(self.jobs_dir, os.stat(self.directory).st_uid)
 
     @contextlib.contextmanager
@@ -417,20 +441,14 @@ class StateStore:
         self._prepare()
         lock_path = self.directory / LOCK_FILE
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o664)
+            fd = open_lock(lock_path, SHARED_FILE_MODE)
+        except RefusedFile as e:
+            raise StateError(f"the state lock {str(lock_path)!r} is {e.why}; refusing to use it",
+                             hint="remove it; someone may be trying to make ecolaunch write elsewhere") from e
         except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise StateError(f"the state lock {str(lock_path)!r} is a symbolic link; refusing to use it",
-                                 hint="remove the link; someone may be trying to make ecolaunch write elsewhere") from e
             raise StateError(f"cannot open the state lock {str(lock_path)!r}: {e.strerror}",
                              hint="check the state directory's permissions") from e
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise StateError(f"the state lock {str(lock_path)!r} is not a regular file", hint="remove it")
-            if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != 0o664:
-                with contextlib.suppress(OSError):
-                    os.fchmod(fd, 0o664)  # shared by every user of the group-shared directory, whatever the umask
             waited = self._acquire(fd, lock_path)
             if self._on_lock_wait is not None:
                 self._on_lock_wait(waited)
@@ -447,12 +465,49 @@ class StateStore:
                 return time.perf_counter() - start
             except BlockingIOError:
                 if time.perf_counter() - start >= self._lock_timeout_s:
+                    holders = describe_lock_holders(fd)
                     raise StateError(
-                        f"waited {self._lock_timeout_s:g} s for the state lock {str(lock_path)!r}",
-                        hint="another ecolaunch process holds it; if none is running, the file system may not support locks",
+                        f"waited {self._lock_timeout_s:g} s for the state lock {str(lock_path)!r}"
+                        + (f", held by {holders}" if holders else ""),
+                        hint="another ecolaunch process holds it" + (": if it hangs, its user or the lab admin may "
+                             "stop it" if holders else "; if none is running, the file system may not support locks"),
                     ) from None
                 time.sleep(delay)
                 delay = min(0.05, delay * 2)
+
+
+def lock_holders(fd: int, locks_file: str = "/proc/locks") -> list[int]:
+    """The pids the kernel lists as holding a lock on the file open at ``fd`` (``/proc/locks``; empty where there
+    is none, or no such file)."""
+    st = os.fstat(fd)
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    try:
+        with open(locks_file, encoding="ascii", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 fd:00:56789 0 EOF" (a blocked waiter's line starts "1: ->")
+                if len(fields) >= 6 and fields[1] != "->" and fields[5] == key and fields[4].isdigit():
+                    pids.append(int(fields[4]))
+    except OSError:
+        return []
+    return sorted(set(pids))
+
+
+def describe_lock_holders(fd: int) -> str:
+    """``pid 1234 (uid 1001, python -m ecolaunch ...)`` for each holder the kernel names; empty when it names none."""
+    out = []
+    for pid in lock_holders(fd):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read(200).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            cmd = "".join(c if c.isprintable() else "?" for c in cmd)  # its owner chose it: no terminal escapes
+            uid = os.stat(f"/proc/{pid}").st_uid
+        except OSError:
+            out.append(f"pid {pid}")
+            continue
+        out.append(f"pid {pid} (uid {uid}: {cmd or '?'})")
+    return ", ".join(out)
 
 
 # --- checks --------------------------------------------------------------------------------------
@@ -535,84 +590,6 @@ def _read_only_mount(path: Path) -> bool:
 
 
 # --- files ---------------------------------------------------------------------------------------
-# A file that must not be read: a symbolic link, not a regular file, or too large (an OSError: see safefs)
-_Refused = _RefusedFile
-
-
-def read_regular_file(path: Path, max_bytes: int) -> bytes:
-    """Read a regular file without following a symbolic link; raises FileNotFoundError, OSError or _Refused."""
-    return _read_at(None, str(path), max_bytes)[0]
-
-
-def read_regular_file_owned(path: Path, max_bytes: int) -> tuple[bytes, os.stat_result]:
-    """Like :func:`read_regular_file`, also returning the open file's ``stat`` (owner and mode of what was read)."""
-    fd = _open_regular(None, str(path))
-    try:
-        st = os.fstat(fd)
-        return _read_fd(fd, st, str(path), max_bytes), st
-    finally:
-        os.close(fd)
-
-
-def _read_at(dir_fd: int | None, name: str, max_bytes: int) -> tuple[bytes, int]:
-    fd = _open_regular(dir_fd, name)
-    try:
-        st = os.fstat(fd)
-        return _read_fd(fd, st, name, max_bytes), st.st_uid
-    finally:
-        os.close(fd)
-
-
-def _open_regular(dir_fd: int | None, name: str) -> int:
-    try:
-        return os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise _Refused("a symbolic link (not followed)") from e
-        raise
-
-
-def _read_fd(fd: int, st: os.stat_result, name: str, max_bytes: int) -> bytes:
-    if not stat.S_ISREG(st.st_mode):
-        raise _Refused("not a regular file")
-    if st.st_size > max_bytes:
-        raise _Refused(f"{st.st_size} bytes, over the {max_bytes}-byte limit")
-    chunks, total = [], 0
-    while True:
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            return b"".join(chunks)
-        total += len(chunk)
-        if total > max_bytes:
-            raise _Refused(f"over the {max_bytes}-byte limit")
-        chunks.append(chunk)
-
-
-RefusedFile = _Refused
-
-
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o664) -> None:
-    """Replace ``path`` with ``data`` atomically: temporary file in the same directory, fsync, rename, fsync
-    of the directory. Readers see the old or the new content, never a mix, even across a crash.
-
-    The temporary file is created with ``O_EXCL`` and its mode set through its descriptor, so a link planted in
-    the directory is never followed; the rename replaces a link at ``path`` itself, never its target.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(path.parent)
-
-
 def _shared_part(graph: StateGraph) -> dict[str, Any]:
     doc = graph.to_dict(include_jobs=False)
     doc.pop("jobs")
@@ -623,12 +600,3 @@ def _shared_part(graph: StateGraph) -> dict[str, Any]:
 def _dumps(doc: dict) -> bytes:
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
-
-def _fsync_directory(directory: Path) -> None:
-    # fsync of the directory makes the rename itself durable (ext4/xfs need it after os.replace)
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ecolaunch.safefs import open_dir, read_at, shared_dir_mode, write_at
+from ecolaunch.safefs import OWN_DIR_MODE, RECORD_MODE, open_dir, read_at, shared_dir_mode, write_at
 
 __all__ = ["Entry", "UserTree", "account_name", "expected_owner", "user_dir_name"]
 
@@ -109,15 +109,15 @@ class UserTree:
         finally:
             os.close(parent)
         try:
-            mine = open_dir(self.user, parent_fd=root, create_mode=0o755, owners={self.uid}, private=True)
+            mine = open_dir(self.user, parent_fd=root, create_mode=OWN_DIR_MODE, owners={self.uid}, private=True)
         finally:
             os.close(root)
         try:
-            kind_fd = open_dir(kind, parent_fd=mine, create_mode=0o755, owners={self.uid}, private=True)
+            kind_fd = open_dir(kind, parent_fd=mine, create_mode=OWN_DIR_MODE, owners={self.uid}, private=True)
         finally:
             os.close(mine)
         try:
-            write_at(kind_fd, name, data, mode=0o644)
+            write_at(kind_fd, name, data, mode=RECORD_MODE)
         finally:
             os.close(kind_fd)
         return self.own_dir(kind) / name
@@ -190,7 +190,7 @@ class UserTree:
         """The bytes of one user's file; raises FileNotFoundError, RefusedFile or OSError."""
         fd = self._open_kind(user, uid, kind)
         try:
-            return read_at(fd, name, max_bytes, owners={uid}, private=True)[0]
+            return read_at(fd, name, max_bytes, owners={uid}, trusted=True)[0]
         finally:
             os.close(fd)
 

@@ -14,13 +14,14 @@ from ecolaunch.admin.rules import Rules, budget_range_w, parse_rules
 from ecolaunch.cli.policy_cmd import policy
 from ecolaunch.errors import ConfigError
 from ecolaunch.state.graph import GpuNode
+from tests.conftest import NO_POLICY
 
 HINT = "HINT: the budget is in watts for all of this host's GPUs together, e.g. max_total_w = 1200; leave [power] " \
        "out for no budget\n"
 
 
 def invoke(args: list[str], env: dict[str, str | None]):
-    env = {"ECOLAUNCH_POLICY": None, "ECOLAUNCH_JSON": None, **env}
+    env = {"ECOLAUNCH_POLICY": str(NO_POLICY), "ECOLAUNCH_JSON": None, **env}
     return CliRunner().invoke(policy, args, env=env, prog_name="ecolaunch policy")
 
 

@@ -70,7 +70,7 @@ def test_a_calibration_writes_alone_and_pair_entries_and_puts_the_cap_back(sim_e
     assert "these figures are not measurements" in done.stderr
     (doc,) = json.loads(done.stdout)
     path = state_dir / FILE
-    assert doc["path"] == str(path) and stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert doc["path"] == str(path) and stat.S_IMODE(path.stat().st_mode) == 0o640
     assert json.loads(path.read_text()) == {k: v for k, v in doc.items() if k != "path"}
     assert doc["simulated"] is True and "not measurements" in doc["note"]
     assert doc["gpu"]["uuid"] == gpu.uuid and doc["gpu"]["power_limit_found_w"] == 300.0  # one GPU of the model

@@ -19,7 +19,7 @@ from ecolaunch.jobmodel.codec import to_json
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.profile.history import History, JobRecord
 from ecolaunch.jobmodel.profile import CapPoint
-from tests.conftest import clean_env, ecolaunch_cmd
+from tests.conftest import NO_POLICY, clean_env, ecolaunch_cmd
 
 PROFILE = Profile(0.05, 81.5, 40.0, 12_000, 290.0, (CapPoint(400.0, 0.05, 290.0), CapPoint(250.0, 0.056, 240.0)))
 
@@ -64,7 +64,7 @@ def filled(state: Path) -> History:
 
 
 def invoke(command, args: list[str], state: Path):
-    return CliRunner().invoke(command, args, env={"ECOLAUNCH_STATE_DIR": str(state), "ECOLAUNCH_POLICY": None,
+    return CliRunner().invoke(command, args, env={"ECOLAUNCH_STATE_DIR": str(state), "ECOLAUNCH_POLICY": str(NO_POLICY),
                                                   "ECOLAUNCH_SIMULATE": None})
 
 

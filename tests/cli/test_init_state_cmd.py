@@ -34,16 +34,16 @@ def test_creates_the_layout_then_has_nothing_to_change(tmp_path: Path) -> None:
     members = sorted({(p.pw_name, p.pw_uid) for p in pwd.getpwall()
                       if p.pw_gid == GID or p.pw_name in grp.getgrgid(GID).gr_mem or p.pw_uid == 0})
     assert result.output == "".join(f"ecolaunch init-state: created {p} (mode {m}, owner {u}:{GID}{e})\n" for p, m, u, e in [
-        (d, "3775", 0, ""), (f"{d}/jobs/", "3775", 0, ""), (f"{d}/hooks/", "3775", 0, ""),
-        (f"{d}/history/", "3775", 0, ""), (d / "state.lock", "664", 0, ""), (d / "state.json", "664", 0, ""),
-        *((f"{d}/history/{name}/", "755", uid, "") for name, uid in members),
-        (f"{d}/gnn/", "755", 0, ""), (f"{d}/calibration/", "755", 0, ""),
-        (d / "caps.json", "644", 0, ": an empty ledger")]) + f"ecolaunch init-state: {d} is ready for group {GROUP}\n"
+        (d, "3770", 0, ""), (f"{d}/jobs/", "3770", 0, ""), (f"{d}/hooks/", "3770", 0, ""),
+        (f"{d}/history/", "3770", 0, ""), (d / "state.lock", "660", 0, ""), (d / "state.json", "660", 0, ""),
+        *((f"{d}/history/{name}/", "750", uid, "") for name, uid in members),
+        (f"{d}/gnn/", "750", 0, ""), (f"{d}/calibration/", "750", 0, ""),
+        (d / "caps.json", "640", 0, ": an empty ledger")]) + f"ecolaunch init-state: {d} is ready for group {GROUP}\n"
     for name in ("", "jobs", "hooks", "history"):
-        assert _mode(d / name) == (0o3775, 0, GID)
-    assert _mode(d / "state.lock") == _mode(d / "state.json") == (0o664, 0, GID)
-    assert _mode(d / "gnn") == _mode(d / "calibration") == (0o755, 0, GID) and _mode(d / "caps.json") == (0o644, 0, GID)
-    assert all(_mode(d / "history" / name) == (0o755, uid, GID) for name, uid in members)
+        assert _mode(d / name) == (0o3770, 0, GID)
+    assert _mode(d / "state.lock") == _mode(d / "state.json") == (0o660, 0, GID)
+    assert _mode(d / "gnn") == _mode(d / "calibration") == (0o750, 0, GID) and _mode(d / "caps.json") == (0o640, 0, GID)
+    assert all(_mode(d / "history" / name) == (0o750, uid, GID) for name, uid in members)
     assert StateStore(d).read().jobs == {}  # the store accepts it as it is
     again = invoke("--group", GROUP, "--dir", str(d))
     assert again.output == f"ecolaunch init-state: {d} is ready for group {GROUP} (nothing to change)\n"
@@ -66,8 +66,8 @@ def test_repairs_what_a_member_planted() -> None:
         assert any(line.startswith(f"ecolaunch init-state: moved {d}/hooks (not a directory, owned by uid {MALLORY})")
                    for line in lines)
         assert any(line.startswith(f"ecolaunch init-state: moved {d}/state.lock (not a regular file") for line in lines)
-        assert f"ecolaunch init-state: fixed {d}/jobs: owner {MALLORY}:{GID} -> 0:{GID}, mode 777 -> 3775" in lines
-        assert _mode(d / "hooks") == _mode(d / "jobs") == (0o3775, 0, GID) and _mode(d / "state.lock")[0] == 0o664
+        assert f"ecolaunch init-state: fixed {d}/jobs: owner {MALLORY}:{GID} -> 0:{GID}, mode 777 -> 3770" in lines
+        assert _mode(d / "hooks") == _mode(d / "jobs") == (0o3770, 0, GID) and _mode(d / "state.lock")[0] == 0o660
     finally:
         remove(d)
 

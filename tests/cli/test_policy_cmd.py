@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from ecolaunch.admin.rules import Rules
 from ecolaunch.cli.policy_cmd import policy
-from tests.conftest import clean_env, ecolaunch_cmd
+from tests.conftest import NO_POLICY, clean_env, ecolaunch_cmd
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.toml"
 POLICY = textwrap.dedent(
@@ -41,7 +41,7 @@ def runner() -> CliRunner:
 
 
 def invoke(runner: CliRunner, args: list[str], env: dict[str, str] | None = None):
-    env = {"ECOLAUNCH_POLICY": None, "ECOLAUNCH_JSON": None, **(env or {})}
+    env = {"ECOLAUNCH_POLICY": str(NO_POLICY), "ECOLAUNCH_JSON": None, **(env or {})}
     return runner.invoke(policy, args, env=env, prog_name="ecolaunch policy")
 
 

@@ -50,7 +50,7 @@ def _mode(path: Path) -> tuple[int, int, int]:
 # --- item 2: the state directory's own path -------------------------------------------------------
 def test_a_link_or_a_members_directory_at_the_state_directorys_path_is_refused_untouched() -> None:
     require_root()
-    d = shared_dir()  # 3775 root:<group>, as /var/lib would be for a lab that keeps it shared
+    d = shared_dir()  # 3770 root:<group>, as /var/lib would be for a lab that keeps it shared
     victim = shared_dir(0o755)  # a root directory, e.g. /etc
     try:
         run_as(MALLORY, """
@@ -64,7 +64,7 @@ def test_a_link_or_a_members_directory_at_the_state_directorys_path_is_refused_u
                                  f"{str(victim)!r}, made by uid {MALLORY}; init-state does not follow it\n"
                                  f"HINT: remove the link (rm {d / 'state'}) and run init-state again, or name the "
                                  "real directory with --dir\n")
-        assert _mode(victim) == (0o755, 0, GID) and list(victim.iterdir()) == []  # not 3775, nothing created
+        assert _mode(victim) == (0o755, 0, GID) and list(victim.iterdir()) == []  # not 3770, nothing created
         hers = _mode(d / "hers")
         result = invoke("--group", GROUP, "--dir", str(d / "hers"))
         assert result.exit_code == 1, result.output
@@ -88,7 +88,7 @@ def test_a_parent_a_member_may_write_is_warned_about(tmp_path: Path) -> None:
             assert result.exit_code == 0, result.output + result.stderr
             assert f"Warning: {parent} {why}: whoever may write there can rename {parent / 's'} away" in result.stderr
             assert result.stderr.count("\nHINT: keep the state directory below directories only root may write") == 1
-            assert _mode(parent / "s") == (0o3775, 0, GID)  # still set up: the warning is the admin's to act on
+            assert _mode(parent / "s") == (0o3770, 0, GID)  # still set up: the warning is the admin's to act on
         quiet = CliRunner().invoke(init_state, ["--group", GROUP, "--dir", str(tmp_path / "s")])
         assert quiet.exit_code == 0 and quiet.stderr == ""  # a root-only path: nothing to say
     finally:
@@ -168,13 +168,13 @@ def test_squatted_history_gnn_and_calibration_directories_are_repaired_by_init_s
         for name, uid in ((str(ALICE), ALICE), ("root", 0), ("daemon", 1)):
             assert any(line.startswith(f"ecolaunch init-state: moved {d}/history/{name} (a directory of uid {MALLORY},"
                                        f" but it is {name}'s, uid {uid}) aside to {d}/history/.{name}.untrusted-")
-                       and line.endswith(f"; made a fresh one (mode 755, owner {uid}:{GID})")
+                       and line.endswith(f"; made a fresh one (mode 750, owner {uid}:{GID})")
                        for line in moved), result.output
         for name in ("gnn", "calibration"):
             assert any(line.startswith(f"ecolaunch init-state: moved {d}/{name} (a directory, owned by uid {MALLORY})")
                        for line in moved)
-            assert _mode(d / name) == (0o755, 0, GID) and list((d / name).iterdir()) == []
-        assert _mode(d / "history" / "root") == (0o755, 0, GID)  # root is always given its own
+            assert _mode(d / name) == (0o750, 0, GID) and list((d / name).iterdir()) == []
+        assert _mode(d / "history" / "root") == (0o750, 0, GID)  # root is always given its own
         assert invoke("--group", GROUP, "--dir", str(d)).output.endswith("(nothing to change)\n")
         # after: mallory cannot squat again, alice and root record, policy train writes root's weights
         again = last_json(run_as(MALLORY, """
@@ -195,7 +195,7 @@ def test_squatted_history_gnn_and_calibration_directories_are_repaired_by_init_s
             print(json.dumps(out))
             """, {"d": str(d), "names": names}))
         assert again == ["PermissionError"] * 3 + ["FileExistsError"] * 3
-        assert _mode(d / "history" / str(ALICE)) == (0o755, ALICE, GID) and _mode(d / "history" / "daemon")[1] == 1
+        assert _mode(d / "history" / str(ALICE)) == (0o750, ALICE, GID) and _mode(d / "history" / "daemon")[1] == 1
         run_as(ALICE, 'History(Path(args["d"])).record(make_record("alices", user=str(os.getuid())))', {"d": str(d)},
                imports=IMPORTS)
         History(d).record(make_record("rootjob", user="root"))
@@ -226,7 +226,7 @@ def test_init_state_repairs_a_planted_cap_ledger_and_creates_one_nobody_can_take
             kind = "not a regular file" if "mkdir" in plant else "a regular file"
             assert f"ecolaunch init-state: moved {d}/caps.json ({kind}, owned by uid {MALLORY} with mode" in \
                 result.output
-            assert f"ecolaunch init-state: created {d}/caps.json (mode 644, owner 0:{GID}: an empty ledger)\n" in \
+            assert f"ecolaunch init-state: created {d}/caps.json (mode 640, owner 0:{GID}: an empty ledger)\n" in \
                 result.output
             host = socket.gethostname()  # a one-host simulated spec takes this host's name
             assert load_ledger_entries(d / "caps.json", host, warn=_fail) == {}  # root's, trusted, empty

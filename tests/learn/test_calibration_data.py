@@ -135,7 +135,7 @@ def test_policy_train_uses_the_calibration_and_writes_weights_the_environment_fi
     assert lines[-1].startswith(f"use it:     launches, predict and simulate with state directory {state_dir} use it")
     manifest = json.loads((state_dir / "gnn" / "manifest.json").read_text())
     assert manifest["calibration"]["samples"] == 7 and manifest["calibration"]["simulated"] is True
-    assert oct(weights.stat().st_mode & 0o777) == "0o644" and not list(weights.parent.glob(".train-*"))
+    assert oct(weights.stat().st_mode & 0o777) == "0o640" and not list(weights.parent.glob(".train-*"))
     assert Environment.from_env(env).gnn_weights == weights
     real = clean_env(ECOLAUNCH_STATE_DIR=str(state_dir))  # real GPUs: simulated calibration is left out
     assert Environment.from_env(real).gnn_weights == weights

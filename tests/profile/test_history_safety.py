@@ -61,7 +61,7 @@ def test_members_keep_their_own_records_and_cannot_touch_anyone_elses() -> None:
         run_as(ALICE, 'History(Path(args["d"])).record(make_record("alices", user=str(os.getuid())))',
                {"d": str(d)}, imports=IMPORTS)
         mine = d / "history" / user_dir_name(MALLORY) / "jobs" / "mine.json"
-        assert stat.S_IMODE(mine.stat().st_mode) == 0o644 and mine.stat().st_uid == MALLORY
+        assert stat.S_IMODE(mine.stat().st_mode) == 0o640 and mine.stat().st_uid == MALLORY
         start = time.monotonic()
         records = History(d).list()
         assert time.monotonic() - start < 10  # the link to /dev/zero, the FIFO and 64 MiB are refused, not read

@@ -45,7 +45,7 @@ def test_jobs_live_in_per_user_files_and_state_json_holds_none(state_dir: Path) 
     assert doc["jobs"] == {}
     job_file = state_dir / "jobs" / "a.json"
     assert json.loads(job_file.read_text())["job"]["id"] == "a"
-    assert stat.S_IMODE(job_file.stat().st_mode) == 0o644
+    assert stat.S_IMODE(job_file.stat().st_mode) == 0o640
     assert (state_dir / "jobs").stat().st_mode & stat.S_ISVTX
     with store.transaction() as graph:
         del graph.jobs["a"]
