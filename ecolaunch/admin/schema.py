@@ -3,7 +3,9 @@
 What lives here: the table of known keys (:data:`SCALAR_KEYS`, :data:`CAP_KEYS`, ...), the
 :class:`Locator` that maps a dotted key back to its line (``tomllib`` reports no positions), and
 :func:`validate`, which walks a ``tomllib`` document and returns field values with their sources, or
-raises a :class:`~ecolaunch.errors.ConfigError` naming file, line, dotted key, value and a hint.
+raises a :class:`~ecolaunch.errors.ConfigError` naming file, line, dotted key, value and a hint. A file with
+several errors raises :class:`PolicyErrors` (a ConfigError that reads as the first, and carries every one, in file
+order: ``ecolaunch policy check`` prints them all); a key whose value is wrong does not stop the others' checks.
 
 The schema itself is documented for admins in :mod:`ecolaunch.admin.rules`; reading files and the
 precedence helpers live there too. Nothing here touches a file or a device.
@@ -160,6 +162,15 @@ def _read_key(s: str, i: int) -> tuple[tuple[str, ...], int] | None:
         return tuple(parts), i
 
 
+class PolicyErrors(ConfigError):
+    """Every error of one policy file (two or more, in the order the walk met them); ``str()`` and ``hint`` are the
+    first's, so that a caller that shows one error shows what it did before."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        super().__init__(str(errors[0]), hint=errors[0].hint)
+        self.errors = tuple(errors)
+
+
 class Locator:
     """Finds the line that sets a dotted key, by scanning table headers and ``key =`` lines.
 
@@ -227,7 +238,12 @@ def validate(
     """
     walker = _Walker(label, Locator(text))
     walker.document(doc)
-    walker.cross_checks(defaults)
+    if not walker.errors:  # a key that failed has no value to compare
+        walker.cross_checks(defaults)
+    if len(walker.errors) > 1:
+        raise PolicyErrors(walker.errors)
+    if walker.errors:
+        raise walker.errors[0]
     return walker.values, walker.sources
 
 
@@ -237,6 +253,8 @@ class _Walker:
         self.locator = locator
         self.values: dict[str, Any] = {}
         self.sources: dict[str, str] = {}
+        #: what failed so far: each top-level table, and each key of a table of scalars, is checked on its own
+        self.errors: list[ConfigError] = []
 
     # --- reporting --------------------------------------------------------------------------------
     def where(self, path: tuple[str, ...]) -> str:
@@ -316,15 +334,27 @@ class _Walker:
     def document(self, doc: Mapping[str, Any]) -> None:
         for name, value in doc.items():
             path = (name,)
-            if name not in TABLES:
-                self.unknown(path, TABLES)
-            if name in SCALAR_KEYS:
-                keys = SCALAR_KEYS[name]
-                for key, item in self.table(path, value, tuple(keys)).items():
-                    spec = keys[key]
-                    self.set(spec.field, self.scalar(path + (key,), item, spec), path + (key,))
-            else:
-                getattr(self, f"_{name}")(path, self.table(path, value))
+            try:
+                if name not in TABLES:
+                    self.unknown(path, TABLES)
+                if name in SCALAR_KEYS:
+                    for key, item in self.table(path, value).items():
+                        self._scalar_key(path, key, item)
+                else:
+                    getattr(self, f"_{name}")(path, self.table(path, value))
+            except ConfigError as e:
+                self.errors.append(e)
+
+    def _scalar_key(self, path: tuple[str, ...], key: str, item: Any) -> None:
+        """One key of a table of scalars: its error is collected, and the table's other keys are still checked."""
+        keys = SCALAR_KEYS[path[-1]]
+        try:
+            if key not in keys:
+                self.unknown(path + (key,), tuple(keys))
+            spec = keys[key]
+            self.set(spec.field, self.scalar(path + (key,), item, spec), path + (key,))
+        except ConfigError as e:
+            self.errors.append(e)
 
     def _caps(self, path: tuple[str, ...], caps: dict[str, Any]) -> None:
         by_model: dict[str, dict[str, float]] = {}

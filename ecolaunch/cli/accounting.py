@@ -78,21 +78,23 @@ def _numbers(usage) -> dict:
     """A group's sums (:class:`~ecolaunch.profile.accounting.Usage`) as the CSV and JSON name them."""
     return {"jobs": usage.jobs, "energy_kwh": usage.energy_kwh, "gpu_hours": usage.gpu_hours,
             "jobs_estimated": usage.estimated, "uncapped_kwh_estimate": usage.uncapped_kwh,
-            "saving_kwh_estimate": usage.saving_kwh, "saving_pct_estimate": usage.saving_pct}
+            "saving_kwh_estimate": usage.saving_kwh, "saving_pct_estimate": usage.saving_pct,
+            "saving_error_pct_estimate": usage.saving_error_pct}
 
 
 def _job_row(job) -> dict:
     """One job (:class:`~ecolaunch.profile.accounting.JobUsage`) as the CSV and JSON name it."""
     return {"job": job.job_id, "user": job.user, "name": job.name, "ended": _iso(job.ended), "gpus": job.gpus,
             "energy_kwh": job.energy_kwh, "gpu_hours": job.gpu_hours, "uncapped_kwh_estimate": job.uncapped_kwh,
-            "saving_kwh_estimate": job.saving_kwh, "saving_pct_estimate": job.saving_pct}
+            "saving_kwh_estimate": job.saving_kwh, "saving_pct_estimate": job.saving_pct,
+            "saving_error_pct_estimate": job.saving_error_pct}
 
 
 #: the CSV's and JSON's fields of a group (after its key: the user or the day), and of a job (``--by job``)
 GROUP_FIELDS = ("jobs", "energy_kwh", "gpu_hours", "jobs_estimated", "uncapped_kwh_estimate", "saving_kwh_estimate",
-                "saving_pct_estimate")
+                "saving_pct_estimate", "saving_error_pct_estimate")
 JOB_FIELDS = ("job", "user", "name", "ended", "gpus", "energy_kwh", "gpu_hours", "uncapped_kwh_estimate",
-              "saving_kwh_estimate", "saving_pct_estimate")
+              "saving_kwh_estimate", "saving_pct_estimate", "saving_error_pct_estimate")
 
 
 def fields(by: str) -> tuple[str, ...]:
@@ -121,9 +123,25 @@ def _pct(value: float | None) -> str:
     return "N/A" if value is None else f"{value:.1f} %"
 
 
+def _saving(row: dict, field: str) -> str:
+    """A saving cell: ``none`` for jobs that ran alone and uncapped (a saving of 0 with no error: the baseline
+    itself), ``~0`` and ``within ±N %`` for a saving within its measurement error (no finding), else the estimate."""
+    saving, error = row["saving_pct_estimate"], row["saving_error_pct_estimate"]
+    if saving is None or error is None:
+        return "N/A"
+    if saving == 0.0 and error == 0.0:
+        return "none"
+    if abs(saving) <= error:
+        return f"within ±{error:.1f} %" if field == "saving_pct_estimate" else "~0"
+    return _pct(saving) if field == "saving_pct_estimate" else fmt_number(row[field])
+
+
 #: the table's number columns: (field, heading, how a value is shown); ``jobs`` only for groups
 _NUMBERS = (("jobs", "JOBS", str), ("energy_kwh", "ENERGY (kWh)", fmt_number), ("gpu_hours", "GPU-HOURS", fmt_number),
-            ("saving_kwh_estimate", "SAVING (kWh)*", fmt_number), ("saving_pct_estimate", "SAVING*", _pct))
+            ("saving_kwh_estimate", "SAVING (kWh)*", None), ("saving_pct_estimate", "SAVING*", None))
+#: what the table's saving cells other than numbers mean, said under it when one shows
+NONE_NOTE = "none: the jobs ran alone and uncapped, the baseline itself"
+WITHIN_NOTE = "within ±N %: the saving is within its measurement error, no finding"
 
 
 def render_table(table_rows: list[dict], total: dict, by: str) -> str:
@@ -132,7 +150,7 @@ def render_table(table_rows: list[dict], total: dict, by: str) -> str:
     numbers = [c for c in _NUMBERS if by != "job" or c[0] != "jobs"]
     shown = [{k: (r[k][:16].replace("T", " ") if k == "ended" else str(r[k])) for k in keys} for r in table_rows]
     widths = [max([len(k), *(len(r[k]) for r in shown)]) + 2 for k in keys]
-    cells = [[show(r[f]) for f, _, show in numbers] for r in (*table_rows, total)]
+    cells = [[_saving(r, f) if show is None else show(r[f]) for f, _, show in numbers] for r in (*table_rows, total)]
     number_widths = [max([len(head), *(len(c[i]) for c in cells)]) + 2 for i, (_, head, _) in enumerate(numbers)]
 
     def line(left: list[str], right: list[str]) -> str:
@@ -176,6 +194,9 @@ def report_across(by: str, since: Since, users: tuple[str, ...], fmt: str) -> No
     echo(f"jobs{whose} that ended since {since.describe()}, by {by}:")
     echo(render_table(table_rows, total, by))
     note = f"* estimated for {usage.estimated} of {usage.jobs} jobs: {ESTIMATE} (docs/accounting.md)"
+    shown = {_saving(r, "saving_pct_estimate") for r in (*table_rows, total)}
+    note += "".join(f"; {words}" for words, cell in ((NONE_NOTE, "none"), (WITHIN_NOTE, "within"))
+                    if any(c.startswith(cell) for c in shown))
     echo(textwrap.fill(note, NOTE_WIDTH, subsequent_indent="  "))
     if claimed:
         echo(textwrap.fill(f"{SELF_REPORTED_MARK} {claimed} of {usage.jobs} jobs' energy is self-reported: "

@@ -41,19 +41,22 @@ def _textfile(ctx: click.Context, param: click.Parameter, path: Path | None) -> 
               help="write this host's metrics there after every pass, for node_exporter's textfile collector (a "
               "*.prom file in its --collector.textfile.directory; see docs/accounting.md)")
 @click.option("-v", "--verbose", is_flag=True, help="log every change (INFO)")
-def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, textfile: Path | None,
-          verbose: bool) -> None:
+@click.pass_context
+def agent(ctx: click.Context, once: bool, restore: bool, interval_s: float, ledger: Path | None,
+          textfile: Path | None, verbose: bool) -> None:
     """Apply the power caps that running jobs want, within the admin policy; restore each GPU's original cap.
 
     Runs as root on real GPUs (anyone may run it on simulated ones, ECOLAUNCH_SIMULATE). Reads the policy
-    (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command. SIGTERM or
-    Ctrl-C restores every GPU it changed, then exits.
+    (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command. SIGTERM, Ctrl-C or
+    SIGHUP restores every GPU it changed, then exits 128 + the signal's number (143, 130, 129), as the launcher and
+    the exporter do.
     """
     # lazy: registering the subcommands loads every cli module; the agent's load only when `ecolaunch agent` runs
     from ecolaunch.admin.agent import CapAgent
     from ecolaunch.admin.safety import require_cap_privilege, warn_unsafe_interpreter  # lazy: as above
     from ecolaunch.runtime import open_gpus, resolve  # lazy: as above
     from ecolaunch.cli.logs import stderr_logging  # lazy: as above
+    from ecolaunch.launch.exitcodes import from_signal  # lazy: as above
     from ecolaunch.state.store import StateStore  # lazy: as above
 
     restore_logging = stderr_logging("ecolaunch agent", verbose)
@@ -73,15 +76,23 @@ def agent(once: bool, restore: bool, interval_s: float, ledger: Path | None, tex
             click.echo(f"ecolaunch agent: set {_describe(report.applied)}; restored {_describe(report.restored)}"
                        + (f"; ignored {len(report.ignored)} request(s)" if report.ignored else ""))
             return
-        stop = threading.Event()
-        saved = {s: signal.signal(s, lambda *_: stop.set()) for s in _STOP_SIGNALS}
+        stop, got = threading.Event(), []
+
+        def on_signal(signum, _frame) -> None:
+            got.append(signum)
+            stop.set()
+
+        saved = {s: signal.signal(s, on_signal) for s in _STOP_SIGNALS}
         click.echo(f"ecolaunch agent: serving {environment.state_dir} on {backend.kind} GPUs every {interval_s:g} s", err=True)
         try:
             report = cap_agent.run(interval_s, stop)
         finally:
             for s, handler in saved.items():
                 signal.signal(s, handler)
-        click.echo(f"ecolaunch agent: stopped; restored {_describe(report.restored)}", err=True)
+        why = f" ({signal.Signals(got[0]).name})" if got else ""
+        click.echo(f"ecolaunch agent: stopped{why}; restored {_describe(report.restored)}", err=True)
+        if got:  # stopped by a signal: 128 + its number, as the launcher and the exporter (issue 41: it exited 0)
+            ctx.exit(from_signal(got[0]))
     except OSError as e:  # --once/--restore: the ledger could not be written (the loop logs and retries instead)
         raise Failed(f"cannot write the cap ledger: {e}", hint="free space there, or run `ecolaunch init-state` to "
                      "repair the state directory (or pass --ledger a file in a root-only directory)") from e

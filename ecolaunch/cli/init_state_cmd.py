@@ -35,8 +35,9 @@ def init_state(group: str | None, directory: Path | None) -> None:
     (a link, a FIFO, a file where a directory belongs, a directory made first in a colleague's or root's name) is
     moved aside; one line says each change. The state directory itself must not be a link or another user's
     (exit 1), and a parent directory a non-root user may write is warned about. Reads the policy
-    (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command; with
-    ECOLAUNCH_SIMULATE it also creates the simulated GPUs' shared files.
+    (ECOLAUNCH_POLICY) and the state directory (ECOLAUNCH_STATE_DIR) like every other command. With
+    ECOLAUNCH_SIMULATE and without --dir it also creates the simulated GPUs' shared files, in the simulated
+    machine's own directory; with --dir it lays out that directory only, and creates no simulated GPU files.
     """
     # lazy: registering the subcommands loads every cli module; the state layout loads when `init-state` runs
     from ecolaunch.runtime import open_gpus, resolve

@@ -27,6 +27,7 @@ from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import ParsedLaunch
 from ecolaunch.launch.observe import RunSummary, format_summary
 from ecolaunch.launch.pipeline import LaunchCallbacks, LaunchContext, run_launch
+from ecolaunch.launch.procname import set_name
 from ecolaunch.launch.torchrun import WorkerOutcome
 from ecolaunch.policy.base import Decision
 from ecolaunch.policy.waiting import Waiting
@@ -52,6 +53,7 @@ def launch(argv: list[str], env: Mapping[str, str], subcommands: Collection[str]
     # torch's import leaves about a million objects to the garbage collector; without this, the first full
     # collection during ecolaunch's own work costs tens of milliseconds on every launch
     gc.freeze()
+    set_name()  # `ps -o comm` says ecolaunch while it waits in the queue too, not python (issue 41)
     _setup_logging(parsed.options.verbose)
     _warn_unsafe_interpreter()
     saved = {s: signal.getsignal(s) for s in _STOP_SIGNALS}

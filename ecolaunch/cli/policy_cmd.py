@@ -4,7 +4,7 @@
 
     ecolaunch policy show [--json] [--file PATH]   every policy value and where it comes from
     ecolaunch policy check FILE                    "OK: FILE" (exit 0; rules that apply to no GPU: "Warning: ..."),
-                                                   or "Error: ..." + "HINT: ..." (exit 1)
+                                                   or "Error: ..." + "HINT: ..." for each error (exit 1)
     ecolaunch policy train [--out FILE] [--seed N] [--no-history] [--no-calibration] [--json]
                                                    retrain the GNN, with this machine's job history and
                                                    calibration; default output <state dir>/gnn/weights.pt
@@ -23,7 +23,7 @@ import click
 
 from ecolaunch.admin.binding import binding_policy
 from ecolaunch.admin.rules import Rules, load_rules
-from ecolaunch.admin.schema import SCALAR_KEYS, dotted, render
+from ecolaunch.admin.schema import SCALAR_KEYS, PolicyErrors, dotted, render
 from ecolaunch.cli.command import Failed, Group
 from ecolaunch.config import (
     DEFAULT_POLICY_FILE,
@@ -126,7 +126,7 @@ def policy_rows(rules: Rules, sources: dict[str, str]) -> list[tuple[str, str, s
 @policy.command("check")
 @click.argument("file", type=click.Path(path_type=Path))
 def check(file: Path) -> None:
-    """Validate the policy FILE: print "OK: FILE", or the first error with its line and key (exit 1).
+    """Validate the policy FILE: print "OK: FILE", or every error with its line and key (exit 1).
 
     A rule that applies to no GPU (a model no GPU reports; an index or UUID this host does not have, when its
     GPUs can be read) is a warning on stderr; the file is still valid (exit 0). A ``[power] max_total_w`` below
@@ -135,7 +135,12 @@ def check(file: Path) -> None:
     # lazy: registering the subcommands loads every cli module; the linter loads only when `policy check` runs
     from ecolaunch.admin.lint import check_power_budget, policy_warnings
 
-    rules, sources = load_rules(file, required=True)
+    try:
+        rules, sources = load_rules(file, required=True)
+    except PolicyErrors as e:  # every error, not only the first (issue 41); the last one exits
+        for error in e.errors[:-1]:
+            click.echo(error.render(), err=True)
+        raise Failed.from_error(e.errors[-1]) from e
     gpus, why_unknown = _host_gpus()
     if gpus is not None:
         check_power_budget(rules, sources, gpus)  # below what one job needs, or above what the boards draw

@@ -26,8 +26,9 @@ reading the placement policy uses too). Alone on the GPU at a measured cap, the 
 (``throughput_sd`` 0). Between measured caps it follows the curve (the Zeus prior's shape, corrected at each
 measurement); below the lowest it is extrapolated with the Zeus prior and the model's learned residual. Sharing the GPU multiplies the
 job's speed alone at that cap by the learned interference factor. Bad input: ``Error:`` naming the field (``missing``
-when it is absent, else the value it got) and ``HINT:`` with the shortest valid scenario, exit 1 (including input nested deeper than :data:`MAX_DEPTH` and more than :data:`MAX_JOBS_PER_GPU` jobs on one GPU).
-Bad options: usage error, exit 2. More jobs on one GPU than the model was trained with
+when it is absent, else the value it got) and ``HINT:`` with the shortest valid scenario, a usage error, exit 2 as for
+bad options (including input nested deeper than :data:`MAX_DEPTH` and more than :data:`MAX_JOBS_PER_GPU` jobs on one
+GPU). More jobs on one GPU than the model was trained with
 (:data:`TRAINED_JOBS_PER_GPU`) are predicted with a note on stderr: those answers are extrapolations.
 """
 
@@ -41,9 +42,9 @@ from typing import Any
 
 import click
 
-from ecolaunch.cli.command import Command, Failed
+from ecolaunch.cli.command import Command
 from ecolaunch.config import Environment
-from ecolaunch.errors import ConfigError
+from ecolaunch.errors import ConfigError, with_hint
 from ecolaunch.jobmodel.codec import profile_from_json, profile_to_json
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.state.graph import GpuNode
@@ -212,11 +213,14 @@ def _depth(text: str) -> int:
     return deepest
 
 
-def _render(raw_scenarios: list[dict[str, Any]], results: list[dict[str, Any]]) -> str:
+def _render(raw_scenarios: list[dict[str, Any]], scenarios: list[tuple[GpuModel, float | None, Any]],
+            results: list[dict[str, Any]]) -> str:
     blocks = []
-    for k, (raw, res) in enumerate(zip(raw_scenarios, results)):
-        cap = raw.get("power_cap_w")
-        head = f"{raw['gpu']}, cap {'max' if cap is None else f'{cap:g} W'}: {res['gpu_power_w']:.1f} W, " \
+    for k, (raw, (gpu, cap, _), res) in enumerate(zip(raw_scenarios, scenarios, results)):
+        # the cap in words, apart from the predicted power: "cap max: 383.0 W" read as a cap of 383 W (issue 41)
+        limit = (f"uncapped (the board's maximum, {gpu.power_limit_max_w:g} W)" if cap is None
+                 else f"capped at {cap:g} W")
+        head = f"{raw['gpu']} {limit}: predicted GPU power {res['gpu_power_w']:.1f} W, " \
                f"memory {'fits' if res['fits_memory'] else 'does NOT fit'}"
         width = max(3, *(len(j["id"]) for j in res["jobs"]))
         rows = [f"{'JOB':<{width}}  NORMALIZED THROUGHPUT ± SD"]
@@ -243,24 +247,24 @@ def predict(as_json: bool) -> None:
                  "power_w": 250,                              optional: solo, uncapped
                  "cap_points": [{"power_cap_w": 200, "iter_time_s": 0.11, "power_w": 190}]}]}   optional
 
-    Bad input: Error naming the field, exit 1.
+    Bad input: a usage error naming the field, exit 2.
     """
     stdin = click.get_text_stream("stdin")
     if stdin.isatty():
         raise click.UsageError("give the scenario as JSON on stdin, e.g. ecolaunch predict < scenario.json")
     text = stdin.read()
     if _depth(text) > MAX_DEPTH:
-        raise Failed(f"input: arrays and objects nested more than {MAX_DEPTH} deep (scenarios need 6)", INPUT_HINT)
+        raise _bad_input(f"input: arrays and objects nested more than {MAX_DEPTH} deep (scenarios need 6)")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise Failed(f"stdin is not JSON: {e.msg} at line {e.lineno} column {e.colno}", INPUT_HINT) from None
+        raise _bad_input(f"stdin is not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except RecursionError:  # pragma: no cover - refused above
-        raise Failed(f"input: arrays and objects nested more than {MAX_DEPTH} deep", INPUT_HINT) from None
+        raise _bad_input(f"input: arrays and objects nested more than {MAX_DEPTH} deep") from None
     many = isinstance(doc, list)
     items = doc if many else [doc]
     if many and not items:
-        raise Failed("input: expected a scenario object or a non-empty array of them, got []", INPUT_HINT)
+        raise _bad_input("input: expected a scenario object or a non-empty array of them, got []")
     try:
         scenarios = [parse_scenario(s, f"[{i}]" if many else "") for i, s in enumerate(items)]
         # lazy: infer loads torch, which registering the subcommands must not; here only after the input parsed
@@ -268,7 +272,7 @@ def predict(as_json: bool) -> None:
 
         results = predict_scenarios(scenarios, chosen_weights(Environment.from_env()))
     except _Bad as e:
-        raise Failed(str(e), INPUT_HINT) from None
+        raise _bad_input(str(e)) from None
     crowded = max(len(jobs) for _, _, jobs in scenarios)
     if crowded > TRAINED_JOBS_PER_GPU:
         click.echo(f"note: {crowded} jobs on one GPU; the model was trained with at most {TRAINED_JOBS_PER_GPU}, so these "
@@ -276,7 +280,12 @@ def predict(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(results if many else results[0], indent=2))
     else:
-        click.echo(_render(items, results))
+        click.echo(_render(items, scenarios, results))
+
+
+def _bad_input(message: str) -> click.UsageError:
+    """Bad input on stdin: a usage error (exit 2, as a bad option), ``Error: message`` and the shortest scenario."""
+    return click.UsageError(with_hint(message, INPUT_HINT), click.get_current_context(silent=True))
 
 
 if __name__ == "__main__":  # pragma: no cover

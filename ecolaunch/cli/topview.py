@@ -108,9 +108,11 @@ def _table(title: str, *columns: str) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, expand=False,
                   collapse_padding=True)
     for name in columns:
-        # on a narrow terminal the free text wraps; figures and ids never do
+        # on a narrow terminal the free text wraps, a word longer than its column folded onto the next line (rich's
+        # default cuts it to "resnet50-…": a name no one can tell from its neighbours); figures and ids never wrap
         text = name in _TEXT_COLUMNS
-        table.add_column(name, justify="left" if text or name == "JOB" else "right", no_wrap=not text)
+        table.add_column(name, justify="left" if text or name == "JOB" else "right", no_wrap=not text,
+                         overflow="fold" if text else "ellipsis")
     return table
 
 

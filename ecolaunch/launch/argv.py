@@ -103,6 +103,13 @@ ECO_OPTIONS: tuple[tuple[tuple[str, ...], str, bool, str], ...] = (
 
 _METAVARS = {"--wait-timeout": "SECONDS", "--policy": "NAME", "--allowed-slowdown": "PCT", "--memory-mib": "MIB", "--profile": "MODE",
              "--name": "NAME", "--job-key": "KEY", "--share-if-sooner": "yes|no"}
+#: the HINT printed under a bad value of each numeric option (the README promises one after every bad value)
+_NUMBER_HINTS = {
+    "--wait-timeout": "e.g. --wait-timeout 600 (seconds in the queue; 0: fail at once, exit 75; leave it out to wait "
+                      "until GPUs fit)",
+    "--allowed-slowdown": "e.g. --allowed-slowdown 10 (percent: at most 10 % slower than the job alone and uncapped)",
+    "--memory-mib": "e.g. --memory-mib 20000 (one worker's peak GPU memory in MiB); leave it out when unknown",
+}
 #: what ``--name`` may be: it is typed back to ``ecolaunch cancel`` and shown in tables (no spaces, no controls)
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+:@-]{0,63}")
 #: the ``--nproc-per-node`` words ecolaunch resolves: as many GPUs as the policy grants; no GPU
@@ -371,10 +378,11 @@ def _flag(raw: str | None, env_var: str) -> bool:
 def _number(raw: str | None, flag: str, env_var: str, *, low: float) -> float | None:
     if raw is None or raw == "":
         return None
+    hint = _NUMBER_HINTS[flag]
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{flag} (or {env_var}) must be a number, got {raw!r}") from None
+        raise ConfigError(f"{flag} (or {env_var}) must be a number, got {raw!r}", hint=hint) from None
     if number_or_none(value, lo=low) is None:
-        raise ConfigError(f"{flag} (or {env_var}) must be a finite number >= {low:g}, got {raw!r}")
+        raise ConfigError(f"{flag} (or {env_var}) must be a finite number >= {low:g}, got {raw!r}", hint=hint)
     return value

@@ -167,6 +167,8 @@ class RunSummary:
     not_learned: str | None = None
     #: what the ranks waited at the all-reduce for the slowest (``ecolaunch.allreduce_wait_hook``), one line
     allreduce_wait: str | None = None
+    #: the error of ``measured_slowdown_pct`` (percentage points; None: not known): a slowdown within it is none
+    measured_error_pp: float | None = None
 
     @property
     def energy_wh(self) -> float | None:
@@ -205,10 +207,7 @@ def format_summary(s: RunSummary) -> str:
         lines.append(f"ecolaunch: power cap: {s.recommendation}")
     lines += [f"ecolaunch: power cap: {m}" for m in s.cap_moves]
     if s.measured_slowdown_pct is not None and s.final_cap_w is not None and s.not_learned is None:
-        slow = s.measured_slowdown_pct
-        how = (f"{slow:.1f} % slower than" if slow >= 0.05 else "as fast as" if slow > -0.05 else
-               f"{-slow:.1f} % faster than")
-        lines.append(f"ecolaunch: power cap: ended at {s.final_cap_w:.0f} W, measured {how} alone and uncapped "
+        lines.append(f"ecolaunch: power cap: ended at {s.final_cap_w:.0f} W, measured {_how_fast(s)} "
                      "(kept in the history for the next launch)")
     if s.allreduce_wait:
         lines.append(f"ecolaunch: {s.allreduce_wait}")
@@ -216,6 +215,16 @@ def format_summary(s: RunSummary) -> str:
     if s.not_learned is not None:
         lines.append(f"ecolaunch: history: not updated from this run: {s.not_learned}")
     return "\n".join(lines)
+
+
+def _how_fast(s: RunSummary) -> str:
+    """The measured slowdown against alone and uncapped in words: one within its measurement error is none."""
+    slow, error = s.measured_slowdown_pct, s.measured_error_pp
+    if error is not None and abs(slow) <= error:
+        return f"as fast as alone and uncapped within its measurement error of ±{error:.1f} points"
+    how = (f"{slow:.1f} % slower than" if slow >= 0.05 else "as fast as" if slow > -0.05 else
+           f"{-slow:.1f} % faster than")
+    return f"{how} alone and uncapped" + ("" if error is None else f", beyond its measurement error of ±{error:.1f} points")
 
 
 class RunObserver:
@@ -358,7 +367,8 @@ class RunObserver:
             (*(m.reason for m in (ctl.moves if ctl else ())), *pace_summary(self.pace)),
             ctl.measured_slowdown_pct if ctl else None,
             ctl.cap_w if ctl and ctl.measured_slowdown_pct is not None else None, n, self.not_learned(),
-            self._waits.line() if self._waits is not None else None)
+            self._waits.line() if self._waits is not None else None,
+            measured_error_pp=ctl.measured_error_pp if ctl else None)
 
     def not_learned(self) -> str | None:
         """Why this run updates nothing in the history: its iterations cannot be its profile's job undisturbed

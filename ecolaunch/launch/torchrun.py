@@ -6,7 +6,8 @@ This is the only importer of ``torch.distributed``. ``run()`` has side effects t
 (see the project notes on torchrun's ``run()``): it mutates its Namespace (we pass a deep copy), writes
 ``OMP_NUM_THREADS`` and ``TORCHELASTIC_SIGNALS_TO_HANDLE`` into our environment, and replaces the SIGINT,
 SIGTERM, SIGHUP and SIGQUIT handlers (restored afterwards). It must run on the main thread, or torch cannot
-forward signals to the workers.
+forward signals to the workers. It also names that thread, and so the launcher's process, ``pt_elastic``: run here
+it names it ``ecolaunch`` (:mod:`ecolaunch.launch.procname`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.launch import exitcodes
+from ecolaunch.launch.procname import keeping_name
 
 logger = logging.getLogger(__name__)
 
@@ -223,6 +225,7 @@ def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str],
     torch starts that round's workers (:class:`_RoundWatch`; not for other backends, whose nodes never change)."""
     global _on_round
     import torch.distributed.run as torchrun
+    import torch.multiprocessing
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -240,7 +243,7 @@ def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str],
             run_args = copy.deepcopy(args)
             if on_round is not None and run_args.rdzv_backend == "c10d" and not run_args.standalone:
                 _on_round, run_args = on_round, _watch_rounds(run_args)
-            with watch:
+            with watch, keeping_name(torch.multiprocessing):
                 torchrun.run(run_args)
             return WorkerOutcome(exitcodes.OK)
         config, _, _ = torchrun.config_from_args(_single_node(args, torchrun.parse_min_max_nnodes))

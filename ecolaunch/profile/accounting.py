@@ -19,17 +19,28 @@ The numbers of one job, from its record:
   energy sharing a GPU saved; a run slower than its profile (a stalled data loader, a busy CPU) makes it negative.
   A run whose iterations were far outside its profile's spread (its record's ``not_learned``: disturbed, or not the
   job it matched) gets no estimate: its profile does not describe it, so the difference is not the cap's.
+- **its error** (:func:`saving_error_pct`): ``MARGIN_Z`` standard errors of the profile's uncapped reference time
+  (:func:`~ecolaunch.profile.capchoice.reference_se_pct`: its iterations' spread and the window error), at least
+  ``MIN_MARGIN_PP``, in % of ``uncapped``: what the cap choice keeps back for the same measurement. A group's error
+  is its jobs' errors added in quadrature. A saving within its error is no finding (the report says so).
+- **a job that ran alone and uncapped** (:func:`ran_uncapped`: every sampled power limit of its run at or above its
+  profile's uncapped cap, no GPU shared, no pre-launch profiling run) is the baseline itself: its saving is 0 exactly,
+  with no error, and the energy of its iterations counts on both sides (issue 41: such a run reported -12.4 %).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ecolaunch.jobmodel.capcurve import fit_curve
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.profile.capchoice import MARGIN_Z, MIN_MARGIN_PP, reference_se_pct
 from ecolaunch.profile.history import JobRecord
 
-__all__ = ["BY", "ESTIMATE", "JobUsage", "Usage", "summarize"]
+__all__ = ["BY", "ESTIMATE", "JobUsage", "Usage", "ran_uncapped", "saving_error_pct", "summarize"]
 
 #: how the saving is estimated, in words (the report prints it under its table, and in its JSON)
 ESTIMATE = ("the saving is an estimate against running alone and uncapped, made for the undisturbed jobs whose "
@@ -37,6 +48,8 @@ ESTIMATE = ("the saving is an estimate against running alone and uncapped, made 
             "the measured energy of the same iterations and of any pre-launch profiling run")
 
 J_PER_KWH = 3.6e6
+#: a power limit this many watts below the uncapped cap is still uncapped (drivers round to whole watts or mW)
+UNCAPPED_TOLERANCE_W = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,20 +67,30 @@ class JobUsage:
     uncapped_j: float | None
     #: the estimated saving against that (None: no estimate)
     saving_j: float | None
+    #: the error of ``saving_j`` (J, :func:`saving_error_pct` of ``uncapped_j``; None: no estimate)
+    saving_error_j: float | None = None
+    #: the job ran alone and uncapped (:func:`ran_uncapped`): its saving is 0, no estimate
+    uncapped: bool = False
 
     @classmethod
     def of(cls, rec: JobRecord) -> JobUsage:
         profiling_j = rec.profiling_energy_j or 0.0
         energy_j = None if rec.energy_j is None else rec.energy_j + profiling_j
-        uncapped_j = saving_j = None
+        uncapped_j = saving_j = error_j = None
+        alone_uncapped = False
         p = rec.profile
         if (rec.not_learned is None and p is not None and p.iter_time_s and p.power_w and rec.iterations
                 and rec.iter_time_s and rec.energy_j is not None and rec.duration_s > 0 and rec.gpus):
-            uncapped_j = rec.iterations * p.iter_time_s * p.power_w * len(rec.gpus)
             iterating = min(1.0, rec.iterations * rec.iter_time_s / rec.duration_s)
-            saving_j = uncapped_j - rec.energy_j * iterating - profiling_j
+            alone_uncapped = ran_uncapped(rec)
+            if alone_uncapped:  # the baseline itself: what its iterations used is what they use alone and uncapped
+                uncapped_j, saving_j, error_j = rec.energy_j * iterating, 0.0, 0.0
+            else:
+                uncapped_j = rec.iterations * p.iter_time_s * p.power_w * len(rec.gpus)
+                saving_j = uncapped_j - rec.energy_j * iterating - profiling_j
+                error_j = uncapped_j * saving_error_pct(p) / 100.0
         return cls(rec.job_id, rec.user, rec.name, rec.ended, len(rec.gpus), energy_j,
-                   len(rec.gpus) * rec.duration_s / 3600.0, uncapped_j, saving_j)
+                   len(rec.gpus) * rec.duration_s / 3600.0, uncapped_j, saving_j, error_j, alone_uncapped)
 
     @property
     def energy_kwh(self) -> float | None:
@@ -86,6 +109,11 @@ class JobUsage:
         """The estimated saving in % of the energy alone and uncapped; None without an estimate."""
         return _pct(self.saving_j, self.uncapped_j)
 
+    @property
+    def saving_error_pct(self) -> float | None:
+        """The error of :attr:`saving_pct` (percentage points); None without an estimate."""
+        return _pct(self.saving_error_j, self.uncapped_j)
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -97,13 +125,19 @@ class Usage:
     estimated: int
     uncapped_j: float
     saving_j: float
+    #: the error of ``saving_j``: the jobs' errors added in quadrature (J)
+    saving_error_j: float = 0.0
+    #: how many of the ``estimated`` jobs ran alone and uncapped (saving 0, no error)
+    uncapped: int = 0
 
     @classmethod
     def of(cls, jobs: Iterable[JobUsage]) -> Usage:
         jobs = list(jobs)
         estimated = [j for j in jobs if j.uncapped_j is not None and j.saving_j is not None]
         return cls(len(jobs), sum(j.energy_j or 0.0 for j in jobs), sum(j.gpu_hours for j in jobs), len(estimated),
-                   sum(j.uncapped_j for j in estimated), sum(j.saving_j for j in estimated))
+                   sum(j.uncapped_j for j in estimated), sum(j.saving_j for j in estimated),
+                   math.sqrt(sum((j.saving_error_j or 0.0) ** 2 for j in estimated)),
+                   sum(1 for j in estimated if j.uncapped))
 
     @property
     def energy_kwh(self) -> float:
@@ -123,6 +157,39 @@ class Usage:
     def saving_pct(self) -> float | None:
         """The estimated saving in % of the estimated jobs' energy alone and uncapped; None without an estimate."""
         return _pct(self.saving_j, self.uncapped_j) if self.estimated else None
+
+    @property
+    def saving_error_pct(self) -> float | None:
+        """The error of :attr:`saving_pct` (percentage points); None without an estimate."""
+        return _pct(self.saving_error_j, self.uncapped_j) if self.estimated else None
+
+
+def ran_uncapped(rec: JobRecord) -> bool:
+    """Whether the record shows the job alone and uncapped all through its run: no GPU shared, no pre-launch
+    profiling run, and every sampled power limit of every GPU (and the limit each spent most of the run at) at or
+    above the highest cap of its profile (its uncapped reference: the admin's maximum when it was measured). False
+    when the record cannot tell (no cap points, no samples, a limit not read). A cap held for less than one point of
+    the record's short series may not show: it saved next to nothing of the run."""
+    p = rec.profile
+    if p is None or not p.cap_points or rec.colocated_with or rec.profiling_energy_j or not rec.gpus:
+        return False
+    top_w = max(pt.power_cap_w for pt in p.cap_points)
+    limits = [rec.power_caps_w.get(u) for u in rec.gpus]
+    for uuid in rec.gpus:
+        samples = rec.samples.get(uuid) or []
+        if not samples:
+            return False
+        limits += [s.get("power_limit_w") if isinstance(s, dict) else None for s in samples]
+    return all(w is not None and w >= top_w - UNCAPPED_TOLERANCE_W for w in limits)
+
+
+def saving_error_pct(profile: Profile) -> float:
+    """The error of a saving estimated from ``profile`` (% of its energy alone and uncapped): ``MARGIN_Z`` standard
+    errors of its uncapped reference time (:func:`~ecolaunch.profile.capchoice.reference_se_pct`), at least
+    ``MIN_MARGIN_PP`` (also when its cap points, and so their spread, are not known)."""
+    if not profile.cap_points:
+        return MIN_MARGIN_PP
+    return max(MIN_MARGIN_PP, MARGIN_Z * reference_se_pct(fit_curve(profile.cap_points)))
 
 
 def _kwh(joules: float | None) -> float | None:

@@ -152,6 +152,9 @@ class CapController:
         self.cap_w = float(cap_w)
         self.moves: list[CapMove] = []
         self.measured_slowdown_pct: float | None = None  # at the current cap, latest look
+        #: the error of that reading (percentage points, ``MARGIN_Z`` standard errors of it and of the uncapped
+        #: reference, its window error included): a slowdown within it is no finding (issue 41)
+        self.measured_error_pp: float | None = None
         self._floors: list[float] = []  # caps found too slow: never go back down to them
         self._observed: dict[float, CapPoint] = {}
         self._buf: collections.deque[float] = collections.deque(maxlen=self.settings.recent_iters)
@@ -217,6 +220,7 @@ class CapController:
         ref = model.predict(hi).iter_time_s
         slow = 100.0 * (stats.mean_s / ref - 1.0)
         self.measured_slowdown_pct = slow
+        self.measured_error_pp = max(MIN_MARGIN_PP, MARGIN_Z * math.hypot(reference_se_pct(model), stats.se_pct))
         se = math.sqrt(reference_se_pct(model, window=False) ** 2 + stats.se_pct ** 2)
         bound = self.allowed_slowdown_pct
         limit = bound - max(MIN_MARGIN_PP if self.settings.z > 0 else 0.0, self.settings.z * se)

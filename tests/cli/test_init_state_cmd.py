@@ -95,3 +95,18 @@ def test_without_a_group_it_is_a_usage_error(tmp_path: Path) -> None:
     policy.write_text("")
     result = invoke("--dir", str(tmp_path / "s"), env={"ECOLAUNCH_POLICY": str(policy)})
     assert result.exit_code == 2 and "Error: name the lab's group: --group NAME, or [state] group" in result.output
+
+
+def test_the_help_says_the_simulated_gpus_files_are_made_only_without_dir() -> None:
+    """Issue 41: the help said init-state creates the simulated GPUs' files; it does only without --dir."""
+    import subprocess
+
+    from tests.conftest import REPO, clean_env, ecolaunch_cmd
+
+    out = subprocess.run(ecolaunch_cmd("init-state", "--help"), env=clean_env(), cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert " ".join(out.stdout.split()).count(
+        "With ECOLAUNCH_SIMULATE and without --dir it also creates the simulated GPUs' shared files, in the "
+        "simulated machine's own directory; with --dir it lays out that directory only, and creates no simulated "
+        "GPU files.") == 1, out.stdout

@@ -177,3 +177,12 @@ def test_sixteen_concurrent_launches_never_share_a_gpu(sim_env, tmp_path: Path) 
         for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
             assert s2 >= e1, f"GPU {gpu} ran two jobs at once: {(s1, e1)} and {(s2, e2)}"
     assert status(env)["jobs"] == [] and status(env)["queue"] == []
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/comm"), reason="reads the launcher's name from /proc (Linux)")
+def test_ps_shows_the_launcher_as_ecolaunch(sim_env) -> None:
+    """Issue 41: torch names its launcher thread ``pt_elastic``, which ``ps -o comm`` showed for the launcher; a
+    worker reads its parent's (the launcher's) name."""
+    out = run(["--nproc-per-node", "1", str(BIN / "parent_comm.py")], sim_env())
+    assert out.returncode == 0, out.stderr
+    assert "launcher comm: ecolaunch\n" in out.stdout, out.stdout

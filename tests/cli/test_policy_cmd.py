@@ -204,6 +204,23 @@ def test_check_unknown_key_prints_error_and_hint(runner: CliRunner, tmp_path: Pa
     )
 
 
+def test_check_prints_every_error_not_only_the_first(runner: CliRunner, tmp_path: Path) -> None:
+    """Issue 41: a file with two errors showed the first; fixed, the admin met the second on the next run."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[slowdown]\ndefault_pct = -5\nmax_pct = \"x\"\n[colocation]\nmax_job_per_gpu = 3\n[power]\n"
+                   "max_total_w = 100\n")
+    result = invoke(runner, ["check", str(bad)])
+    assert result.exit_code == 1, result.output
+    pct_hint = "HINT: a slowdown is in percent of the solo, uncapped iteration time: 10 means at most 10 % slower\n"
+    assert result.output == (
+        f"Error: {bad}:2: slowdown.default_pct = -5: must be at least 0\n{pct_hint}"
+        f"Error: {bad}:3: slowdown.max_pct = \"x\": must be a number\n{pct_hint}"
+        f"Error: {bad}:5: unknown key colocation.max_job_per_gpu\n"
+        "HINT: did you mean colocation.max_jobs_per_gpu? [colocation] takes: enabled, max_jobs_per_gpu, "
+        "memory_margin_mib, share_if_sooner\n"
+    )
+
+
 def test_check_errors_go_to_stderr(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[slowdown\n")

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from ecolaunch.cli.predict_cmd import INPUT_HINT, predict
 
+USAGE = "Usage: ecolaunch predict [OPTIONS]\nTry 'ecolaunch predict --help' for help.\n\n"
 JOB = {"id": "a", "iter_time_s": 0.12, "sm_util_pct": 45, "mem_bw_util_pct": 30, "memory_mib": 6000, "power_w": None}
 HEAVY = {"id": "b", "iter_time_s": 0.3, "sm_util_pct": 90, "mem_bw_util_pct": 60, "memory_mib": 20000,
          "power_w": 280.0, "cap_points": [{"power_cap_w": 200, "iter_time_s": 0.34, "power_w": 195}]}
@@ -47,7 +48,11 @@ def test_table_without_json() -> None:
     result = invoke(SCENARIO)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].startswith("V100-SXM2-32GB, cap max: ") and lines[0].endswith(" W, memory fits")
+    # issue 41: "cap max: 383.0 W" read as a cap of 383 W; the cap and the predicted power are apart
+    assert lines[0].startswith("V100-SXM2-32GB uncapped (the board's maximum, 300 W): predicted GPU power ")
+    assert lines[0].endswith(" W, memory fits")
+    capped = invoke({**SCENARIO, "power_cap_w": 200}).output.splitlines()[0]
+    assert capped.startswith("V100-SXM2-32GB capped at 200 W: predicted GPU power ") and capped.endswith(" W, memory fits")
     assert lines[1] == "JOB  NORMALIZED THROUGHPUT ± SD"
     assert all(" ± " in line for line in lines[2:])
     assert [line.split()[0] for line in lines[2:]] == ["a", "b"]
@@ -78,22 +83,22 @@ def test_table_without_json() -> None:
     ([], "input: expected a scenario object or a non-empty array of them, got []"),
     ("V100", 'input: expected an object, got "V100"'),
 ])
-def test_bad_input_names_the_field_and_exits_1(doc, message: str) -> None:
+def test_bad_input_names_the_field_and_is_a_usage_error(doc, message: str) -> None:
     result = invoke(doc, "--json")
-    assert result.exit_code == 1, result.output
-    assert result.output == f"Error: {message}\nHINT: {INPUT_HINT}\n"
+    assert result.exit_code == 2, result.output  # issue 41: bad input is a usage error, as a bad option (was 1)
+    assert result.output == f"{USAGE}Error: {message}\nHINT: {INPUT_HINT}\n"
 
 
 def test_unknown_gpu_lists_close_names() -> None:
     result = invoke({**SCENARIO, "gpu": "V100-SXM2"})
-    assert result.exit_code == 1, result.output
-    assert result.output.startswith("Error: gpu: unknown GPU model 'V100-SXM2'; did you mean V100-SXM2-32GB")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"{USAGE}Error: gpu: unknown GPU model 'V100-SXM2'; did you mean V100-SXM2-32GB")
 
 
-def test_not_json_exits_1() -> None:
+def test_not_json_is_a_usage_error() -> None:
     result = invoke(None, raw='{"gpu": ')
-    assert result.exit_code == 1, result.output
-    assert result.output == f"Error: stdin is not JSON: Expecting value at line 1 column 9\nHINT: {INPUT_HINT}\n"
+    assert result.exit_code == 2, result.output
+    assert result.output == f"{USAGE}Error: stdin is not JSON: Expecting value at line 1 column 9\nHINT: {INPUT_HINT}\n"
 
 
 def test_unknown_option_is_a_usage_error() -> None:
@@ -171,8 +176,8 @@ def test_a_missing_key_reads_missing_and_every_error_has_the_hint(doc, message: 
 
     out = subprocess.run(ecolaunch_cmd("predict"), input=json.dumps(doc), env=clean_env(
         ECOLAUNCH_STATE_DIR=str(tmp_path)), cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert (out.returncode, out.stdout) == (1, ""), out.stderr
-    assert out.stderr == f"Error: {message}\nHINT: {INPUT_HINT}\n"
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr
+    assert out.stderr == f"{USAGE}Error: {message}\nHINT: {INPUT_HINT}\n"
     assert "predict --help" in INPUT_HINT and '"memory_mib": 6000' in INPUT_HINT
     help_text = subprocess.run(ecolaunch_cmd("predict", "--help"), env=clean_env(), cwd=REPO, capture_output=True,
                                text=True, timeout=120).stdout

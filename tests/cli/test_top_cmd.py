@@ -95,6 +95,33 @@ def test_a_queue_row_shows_its_reason_and_member_text_is_not_markup() -> None:
     assert _cells(text, "1", "q1") == ["1", "q1", "eve", "[bold]x\\x1b[2J", "2", "1:15", "Resources"]
 
 
+def test_long_names_wrap_on_an_80_column_terminal_and_are_never_cut() -> None:
+    """Issue 41: docs/top.md says long names wrap; they were cut to "resnet50-…", which tells no job from another."""
+    from rich.console import Console
+
+    name = "resnet50-imagenet-lr3e-4-batch256-warmup-cosine-long"
+    doc = {"host": "h", "simulate": None, "gpus": [], "caps_left": [], "ignored": [], "queue": [],
+           "jobs": [{"id": "a1b2c3d4", "user": "alice", "name": name, "gpus": [], "age_s": 70.0, "iter_time_s": 0.05,
+                     "energy_j": 5400.0, "saving_j": 600.0}]}
+    console = Console(width=80, no_color=True, record=True, file=open(os.devnull, "w"))
+    console.print(render(doc, live=False))
+    text = console.export_text()
+    jobs = text[text.index("jobs (1 running)"):text.index("queue: nothing waiting")]
+    assert [line.rstrip() for line in jobs.splitlines()] == [
+        "jobs (1 running)",
+        " JOB       USER   NAME        GPUS  CAP W  TIME     ITER  ENERGY   SAVED (EST.)",
+        "─" * 80,
+        " a1b2c3d4  alice  resnet50-i     -    N/A  1:10  50.0 ms  5.4 kJ  ~0.6 kJ (10%)",
+        "                  magenet-lr",
+        "                  3e-4-batch",
+        "                  256-warmup",
+        "                  -cosine-lo",
+        "                  ng",
+        "",
+    ]
+    assert "…" not in text
+
+
 @pytest.mark.parametrize("value, why", [
     ("0", "0.0 is not in the range 0.1<=x<=3600.0."),
     ("-1", "-1.0 is not in the range 0.1<=x<=3600.0."),

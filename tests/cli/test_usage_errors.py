@@ -31,6 +31,27 @@ def test_a_bad_nproc_per_node_is_a_usage_error_with_a_hint(value: str, sim_env, 
     assert list(state_dir.iterdir()) == []  # refused before anything was booked
 
 
+@pytest.mark.parametrize("args, lines", [
+    (["--allowed-slowdown", "-5"],
+     ["ecolaunch: error: --allowed-slowdown (or ECOLAUNCH_ALLOWED_SLOWDOWN) must be a finite number >= 0, got '-5'",
+      "HINT: e.g. --allowed-slowdown 10 (percent: at most 10 % slower than the job alone and uncapped)"]),
+    (["--wait-timeout", "abc"],
+     ["ecolaunch: error: --wait-timeout (or ECOLAUNCH_WAIT_TIMEOUT) must be a number, got 'abc'",
+      "HINT: e.g. --wait-timeout 600 (seconds in the queue; 0: fail at once, exit 75; leave it out to wait until "
+      "GPUs fit)"]),
+    (["--memory-mib", "-1"],
+     ["ecolaunch: error: --memory-mib (or ECOLAUNCH_MEMORY_MIB) must be a finite number >= 0, got '-1'",
+      "HINT: e.g. --memory-mib 20000 (one worker's peak GPU memory in MiB); leave it out when unknown"]),
+])
+def test_a_bad_number_is_a_usage_error_with_a_hint(args: list[str], lines: list[str], sim_env,
+                                                   state_dir: Path) -> None:
+    out = run([*args, EXAMPLE], sim_env())
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("usage: ecolaunch "), out.stderr
+    assert out.stderr.splitlines()[-2:] == lines
+    assert list(state_dir.iterdir()) == []
+
+
 def test_what_torch_refuses_is_a_usage_error_too(sim_env, state_dir: Path) -> None:
     out = run(["--no-python", "-m", "pkg.mod"], sim_env())
     assert out.returncode == 2, out.stderr

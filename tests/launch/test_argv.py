@@ -123,6 +123,26 @@ def test_bad_input_exits_2_with_message(argv, env, message, capsys) -> None:
     assert message in capsys.readouterr().err
 
 
+#: a bad value of every ecolaunch option that takes one (the registry below checks none is missing)
+BAD_VALUES = {"--wait-timeout": "abc", "--policy": "magic", "--allowed-slowdown": "-5", "--memory-mib": "-1",
+              "--profile": "sometimes", "--name": "a b", "--job-key": " ", "--share-if-sooner": "maybe"}
+
+
+def test_every_option_that_takes_a_value_is_in_bad_values() -> None:
+    assert set(BAD_VALUES) == {flags[-1] for flags, _, takes_value, _ in ECO_OPTIONS if takes_value}
+
+
+@pytest.mark.parametrize("flag", sorted(BAD_VALUES))
+def test_a_bad_value_of_every_option_ends_with_a_hint(flag: str, capsys) -> None:
+    """The README's promise: a HINT line after every bad option value (issue 41: three numeric options had none)."""
+    with pytest.raises(SystemExit) as exc:
+        parse([flag, BAD_VALUES[flag], "t.py"], {})
+    assert exc.value.code == 2
+    error, hint = capsys.readouterr().err.splitlines()[-2:]
+    assert error.startswith("ecolaunch: error: ") and repr(BAD_VALUES[flag]) in error, error
+    assert hint.startswith("HINT: ") and len(hint) > len("HINT: "), hint
+
+
 def test_prefix_forms() -> None:
     assert expand_prefix(["torchrun", "--nproc-per-node", "2", "t.py"]) == (["--nproc-per-node", "2", "t.py"], None)
     assert expand_prefix(["--dry-run", "torchrun", "t.py", "a"]) == (["--dry-run", "t.py", "a"], None)

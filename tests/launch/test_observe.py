@@ -244,6 +244,22 @@ def test_the_summary_says_how_fast_in_words_and_power_per_gpu() -> None:
     assert off.splitlines()[-1] == "ecolaunch: history: not updated from this run: why" and "kept in" not in off
 
 
+def test_a_slowdown_within_its_measurement_error_is_no_finding() -> None:
+    """Issue 41: "measured 13.0 % faster than alone and uncapped" was the noise of the reading presented as a finding."""
+    base = RunSummary("j1", 10.0, 1000.0, 1000.0, 50.0, 100, 0.02, "history", None, None, final_cap_w=400.0)
+
+    def said(slow: float, error: float) -> str:
+        return format_summary(dataclasses.replace(base, measured_slowdown_pct=slow,
+                                                  measured_error_pp=error)).splitlines()[-1]
+
+    assert said(-13.0, 21.0) == said(4.0, 21.0) == (
+        "ecolaunch: power cap: ended at 400 W, measured as fast as alone and uncapped within its measurement error "
+        "of ±21.0 points (kept in the history for the next launch)")
+    assert said(13.0, 2.6) == ("ecolaunch: power cap: ended at 400 W, measured 13.0 % slower than alone and uncapped, "
+                               "beyond its measurement error of ±2.6 points (kept in the history for the next launch)")
+    assert "measured 13.0 % faster than alone and uncapped, beyond" in said(-13.0, 2.6)
+
+
 def test_what_a_run_learns_uncapped_is_the_profiles_one_uncapped_figure(backend, vclock, tmp_path: Path) -> None:
     for g in backend.gpus_:
         g.limit_w = 400.0

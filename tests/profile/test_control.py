@@ -104,6 +104,18 @@ def test_a_flat_job_is_never_moved() -> None:
     assert ctl.moves == [] and ctl.cap_w == 400.0 and ctl.measured_slowdown_pct == pytest.approx(0.0, abs=1e-9)
 
 
+def test_a_reading_knows_its_measurement_error() -> None:
+    """Issue 41: a run at the uncapped limit read "13.0 % faster than alone and uncapped" against a reference of 15
+    jittery iterations; the reading carries its error, the reference's included, which such a difference is within."""
+    ctl = CapController([CapPoint(400.0, 0.1, 60.0, 15, 30.0)], BOUNDS, 10.0, 400.0)
+    run(ctl, 200, power_at=lambda cap: 60.0, time_at=lambda cap: 0.087, noise=0.3)
+    assert ctl.cap_w == 400.0 and ctl.measured_slowdown_pct < -1.0
+    assert ctl.measured_error_pp >= abs(ctl.measured_slowdown_pct)
+    quiet = CapController([CapPoint(400.0, 0.1, 60.0, 2000, 0.5)], BOUNDS, 10.0, 400.0)
+    run(quiet, 200, power_at=lambda cap: 60.0, time_at=lambda cap: 0.1)
+    assert quiet.measured_error_pp == pytest.approx(2.33 * 1.1, abs=0.1)  # the window error of its one reference
+
+
 def test_settling_iterations_after_a_move_are_not_counted() -> None:
     ctl = CapController([CapPoint(400.0, 0.1, 300.0)], BOUNDS, 10.0, 250.0,
                         settings=ControlSettings(settle_iters=5, window_iters=30))
