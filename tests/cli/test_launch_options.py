@@ -28,7 +28,8 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
         (["--profile", "sometimes"], {}, "--profile 'sometimes' is not a profiling mode\nHINT: use one of: auto, pre, "
                                          "inline, off"),
         (["--allowed-slowdown", "lots"], {}, "--allowed-slowdown (or ECOLAUNCH_ALLOWED_SLOWDOWN) must be a number, "
-                                             "got 'lots'"),
+                                             "got 'lots'\nHINT: e.g. --allowed-slowdown 10 (percent: at most 10 % "
+                                             "slower than the job alone and uncapped)"),
     ],
     ids=["policy", "policy-env", "profile", "slowdown"],
 )

@@ -115,17 +115,21 @@ def test_json_flag_from_environment(runner: CliRunner, policy_file: Path) -> Non
     assert json.loads(result.output)["found"] is True
 
 
-def test_show_env_named_missing_file_is_error_default_is_not(runner: CliRunner, tmp_path: Path) -> None:
+def test_show_env_named_missing_file_is_error_default_is_not(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # an environment that names a missing file is an explicit choice: an error, not silent defaults
     result = invoke(runner, ["show"], env={"ECOLAUNCH_POLICY": str(tmp_path / "gone.toml")})
     assert result.exit_code == 1
     assert result.output.startswith(f"Error: policy file {tmp_path / 'gone.toml'} does not exist\n")
-    default = Path("/etc/ecolaunch/policy.toml")
-    if not default.exists():
-        result = invoke(runner, ["show"])
-        assert result.exit_code == 0, result.output
-        assert result.output.splitlines()[0] == f"Policy file: {default} (not found: built-in defaults)"
-        assert "slowdown.max_pct              25.0" in result.output
+    # a missing default file is built-in defaults; the default path is moved here so the host's own is never read
+    default = tmp_path / "etc" / "policy.toml"
+    for module in ("ecolaunch.config", "ecolaunch.admin.rules", "ecolaunch.admin.binding"):
+        monkeypatch.setattr(f"{module}.DEFAULT_POLICY_FILE", default)
+    result = invoke(runner, ["show"], env={"ECOLAUNCH_POLICY": None})
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == f"Policy file: {default} (not found: built-in defaults)"
+    assert "slowdown.max_pct              25.0" in result.output
 
 
 def test_show_bad_file_is_error_exit_1(runner: CliRunner, tmp_path: Path) -> None:
