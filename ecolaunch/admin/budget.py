@@ -82,7 +82,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ecolaunch.admin.rules import Rules, job_cap_bounds, may_manage_gpu
+from ecolaunch.admin.rules import Rules, clip_cap_w, job_cap_bounds, may_manage_gpu
 from ecolaunch.errors import EcolaunchError
 from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.jobmodel.profile import CapPoint, Profile
@@ -92,8 +92,8 @@ from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 from ecolaunch.validate import is_number, number_or_none
 
-__all__ = ["EPS_W", "GRID_W", "NO_CURVE_FLOOR_SHARE", "GpuDemand", "Newcomer", "allocate", "bounds_or_none",
-           "budget_ceilings", "budgeted_gpus", "budgeted_on_host", "curve_at", "host_demands", "job_floor_w", "least_total_w",
+__all__ = ["EPS_W", "GRID_W", "NO_CURVE_FLOOR_SHARE", "AT_CEILING_W", "GpuDemand", "Newcomer", "allocate",
+           "asked_caps", "bounds_or_none", "budget_ceilings", "held_ceiling_w", "wish_under_ceiling", "budgeted_gpus", "budgeted_on_host", "curve_at", "host_demands", "job_floor_w", "least_total_w",
            "may_cap", "no_curve_floor_w", "rebalance", "trusted_budget_caps"]
 
 logger = logging.getLogger(__name__)
@@ -103,6 +103,8 @@ GRID_W = CHOICE_STEP_W
 #: the lowest share of its board's default power limit a job without a curve is ever capped to (module docstring)
 NO_CURVE_FLOOR_SHARE = 0.8
 EPS_W = 1e-6
+#: a limit within this many watts of a ceiling is taken as at it (drivers round to whole watts or milliwatts)
+AT_CEILING_W = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,6 +428,52 @@ def least_total_w(rules: Rules, gpus: Sequence[GpuNode], usable: Sequence[GpuNod
 
     extra = sorted(lowest(g) - count(g) for g in usable)[:nproc]
     return sum(count(g) for g in gpus) + sum(extra)
+
+
+# --- a running job under its ceiling: the one rule the launcher and the simulator follow -----------------------
+def asked_caps(job: Job) -> dict[str, float | None]:
+    """What a job asks per GPU before any budget, read when it is placed (``job.power_caps_w`` then holds its
+    decision's caps): no cap where its decision set none (the budget's ceiling alone then holds the GPU), else the
+    cap its placement wanted before the budget (``predicted.budget.wanted_w``), else the one it set. A running
+    launcher's closed loop replaces a GPU's ask with its own cap (``JobCaps.set_cap``)."""
+    decision = job.decision if isinstance(job.decision, dict) else {}
+    predicted = decision.get("predicted")
+    budget = predicted.get("budget") if isinstance(predicted, dict) else None
+    wanted = budget.get("wanted_w") if isinstance(budget, dict) else None
+    wanted = wanted if isinstance(wanted, dict) else {}
+    asks: dict[str, float | None] = {}
+    for uuid in job.gpus:
+        decided = job.power_caps_w.get(uuid)
+        asked = number_or_none(wanted.get(uuid), positive=True)
+        asks[uuid] = None if decided is None else float(asked) if asked is not None else float(decided)
+    return asks
+
+
+def held_ceiling_w(ceiling_w: float, floor_w: float | None, rules: Rules, gpu: Any) -> float:
+    """A GPU's budget ceiling as its job follows it: never below the job's own floor (:func:`job_floor_w`, fixed
+    when the job was placed), within the policy's bounds on ``gpu``."""
+    if floor_w is not None:
+        ceiling_w = max(ceiling_w, floor_w)
+    return clip_cap_w(rules, gpu, ceiling_w)[0]
+
+
+def wish_under_ceiling(ask_w: float | None, ceiling_w: float | None, *, floor_w: float | None,
+                       found_w: float | None, rules: Rules, gpu: Any) -> float | None:
+    """The cap a running job wishes on ``gpu`` under the power budget (None: no wish, the GPU keeps its limit):
+    the lower of what it asks (:func:`asked_caps`, or its closed loop's own cap) and the GPU's ceiling
+    (:func:`budget_ceilings`, held by :func:`held_ceiling_w`). A job that asks no cap gets the ceiling only when
+    the limit the GPU had when the job was placed (``found_w``) is above it. Never above the job's own ask: a
+    budget's room raises a job back to what it asked, not past it.
+
+    The one rule for a running job under a budget: the launcher's :class:`~ecolaunch.launch.jobcaps.JobCaps` at
+    every look and cap change, and the simulator (:class:`~ecolaunch.sim.engine.Simulation`) at every arrival,
+    departure and closed-loop settling, both call it."""
+    if ceiling_w is None:
+        return ask_w
+    ceiling_w = held_ceiling_w(ceiling_w, floor_w, rules, gpu)
+    if ask_w is None:
+        return ceiling_w if found_w is None or found_w > ceiling_w + AT_CEILING_W else None
+    return min(ask_w, ceiling_w)
 
 
 # --- what the state graph records -------------------------------------------------------------------------------

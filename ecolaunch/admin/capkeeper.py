@@ -46,12 +46,11 @@ from typing import Any
 
 from ecolaunch.admin.ledger import (LEDGER_FILE, LEDGER_SCHEMA, LEDGER_VERSION, LedgerEntry, LedgerWriteError,
                                     load_ledger_entries)
-from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu, may_use_gpu
+from ecolaunch.admin.rules import Rules, clip_cap_w, may_manage_gpu, may_use_gpu
 from ecolaunch.admin.safety import identity_of_uid, require_launcher_privilege
 from ecolaunch.devices.backend import GpuBackend, GpuSnapshot
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
-from ecolaunch.jobmodel.gpu import clip_w
-from ecolaunch.admin.budget import budget_ceilings, job_floor_w
+from ecolaunch.admin.budget import budget_ceilings, job_floor_w, wish_under_ceiling
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
 from ecolaunch.safefs import RECORD_MODE, write_file
@@ -63,7 +62,6 @@ __all__ = [
     "CapReport",
     "apply_caps_as_launcher",
     "cap_recommendation",
-    "clip_cap_w",
     "desired_caps",
     "has_cap_range",
     "hold_to_budget",
@@ -223,17 +221,16 @@ def hold_to_budget(graph: StateGraph, host: str, gpus: Sequence[GpuSnapshot], ru
         ceiling = ceilings.get(gpu.uuid)
         if ceiling is None:
             continue
-        ceiling = clip_cap_w(rules, gpu, ceiling)[0]
         wish = out.get(gpu.uuid)
-        if wish is not None and wish > ceiling + TOLERANCE_W:
-            ignored.append(f"GPU {gpu.index}: {wish:.0f} W is above its {ceiling:.0f} W power-budget ceiling")
+        # the budget's one rule for a wish under its ceiling (a job's floor is its launcher's to hold, not ours)
+        held = wish_under_ceiling(wish, ceiling, floor_w=None, found_w=found_w.get(gpu.uuid), rules=rules, gpu=gpu)
+        if wish is not None and held is not None and wish > held + TOLERANCE_W:
+            ignored.append(f"GPU {gpu.index}: {wish:.0f} W is above its {held:.0f} W power-budget ceiling")
             logger.warning("GPU %d: a wish of %.0f W is above its %.0f W power-budget ceiling; holding it there",
-                           gpu.index, wish, ceiling)
-            out[gpu.uuid] = ceiling
-        elif wish is None and enforce:
-            found = found_w.get(gpu.uuid)
-            if found is None or found > ceiling + TOLERANCE_W:
-                out[gpu.uuid] = ceiling
+                           gpu.index, wish, held)
+            out[gpu.uuid] = held
+        elif wish is None and enforce and held is not None:
+            out[gpu.uuid] = held
     if enforce:
         _fit_last_resort(graph, host, gpus, managed, rules, out, found_w, budget)
     return out
@@ -526,15 +523,6 @@ def apply_caps_as_launcher(
 
 
 restore_caps_as_launcher = apply_caps_as_launcher
-
-
-def clip_cap_w(rules: Rules, gpu: Any, watts: float) -> tuple[float, tuple[float, float]]:
-    """``watts`` inside what the admin policy allows on ``gpu`` (a GpuNode or a snapshot with a power-limit range),
-    and those bounds. The one place a cap is clipped on one GPU: admission, the agent, root launchers, the guard,
-    :class:`~ecolaunch.launch.jobcaps.JobCaps` (the profiler, the closed loop, calibration) and the advice of an
-    unprivileged launcher all go through it (:func:`~ecolaunch.jobmodel.gpu.clip_w`, the clamp itself)."""
-    bounds = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
-    return clip_w(watts, bounds), bounds
 
 
 def cap_recommendation(gpus: Mapping[str, Any], rules: Rules, caps_w: Mapping[str, float | None]) -> str | None:

@@ -333,6 +333,15 @@ def cap_bounds_w(
     return bounds.resolve_w(float(board_min_w), float(board_max_w))
 
 
+def clip_cap_w(rules: Rules, gpu: Any, watts: float) -> tuple[float, tuple[float, float]]:
+    """``watts`` inside what the admin policy allows on ``gpu`` (a GpuNode or a snapshot with a power-limit range),
+    and those bounds. The one place a cap is clipped on one GPU: admission, the agent, root launchers, the guard,
+    :class:`~ecolaunch.launch.jobcaps.JobCaps` (the profiler, the closed loop, calibration) and the advice of an
+    unprivileged launcher all go through it (:func:`~ecolaunch.jobmodel.gpu.clip_w`, the clamp itself)."""
+    bounds = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
+    return clip_w(watts, bounds), bounds
+
+
 def job_cap_bounds(rules: Rules, gpus: Sequence[Any]) -> tuple[float, float] | None:
     """The caps (W) every one of the job's GPUs may run at under the admin policy; None if there are none.
 

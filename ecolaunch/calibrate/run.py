@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ecolaunch._version import __version__
-from ecolaunch.admin.capkeeper import clip_cap_w
+from ecolaunch.admin.rules import clip_cap_w
 from ecolaunch.admin.rules import may_manage_gpu
 from ecolaunch.calibrate.booking import GpuBusy, Occupant, book, still_alone
 from ecolaunch.calibrate.mps import CONTROL, private_daemon, why_not_mps

@@ -4,7 +4,7 @@
 pipeline (the decision's caps at placement, the restore at release), and through :meth:`JobCaps.set_cap` the
 profiler (the caps it measures at) and the run observer's closed loop (the caps it moves to). Every cap is:
 
-1. **clipped** to what the admin policy allows on that GPU (:func:`ecolaunch.admin.capkeeper.clip_cap_w`, the one
+1. **clipped** to what the admin policy allows on that GPU (:func:`ecolaunch.admin.rules.clip_cap_w`, the one
    place a cap is clipped);
 2. **recorded** as the job's wish in its job file, under the state lock: that is what the cap agent applies, and
    what any root process restores when the job is gone;
@@ -50,12 +50,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ecolaunch.admin.agent import agent_alive
-from ecolaunch.admin.capkeeper import CapKeeper, apply_caps_as_launcher, cap_recommendation, clip_cap_w, desired_caps
+from ecolaunch.admin.capkeeper import CapKeeper, apply_caps_as_launcher, cap_recommendation, desired_caps
+from ecolaunch.admin.rules import clip_cap_w
 from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.errors import EcolaunchError, PermissionDenied, StateError
 from ecolaunch.launch.guard import Guard, start_guard
 from ecolaunch.launch.session import Placement, Session
-from ecolaunch.admin.budget import budget_ceilings, job_floor_w
+from ecolaunch.admin.budget import AT_CEILING_W, asked_caps, budget_ceilings, held_ceiling_w, job_floor_w, wish_under_ceiling
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +65,6 @@ BUDGET_FOLLOW_S = 1.0
 #: the most a newcomer waits for the GPUs its placement lowered to show their new limits (the running launchers'
 #: follow period plus a cap agent's pass, with room to spare)
 BUDGET_WAIT_S = 5.0
-#: a limit within this many watts of a ceiling is taken as at it (drivers round to whole watts or milliwatts)
-_TOLERANCE_W = 0.5
 
 
 class JobCaps:
@@ -98,7 +97,7 @@ class JobCaps:
         self.applied = False
         # the power budget: what the job asks per GPU (before the budget), and its ceilings as last seen
         self._budgeted = session.rules.power_max_total_w is not None
-        self._targets: dict[str, float | None] = _targets(placement)
+        self._targets: dict[str, float | None] = asked_caps(placement.job)
         self._ceilings: dict[str, float] = {}
         self._floor_w = job_floor_w(placement.job, list(self._gpus.values()), session.rules) if self._budgeted else None
         self._follow_s, self._budget_wait_s = follow_s, budget_wait_s
@@ -165,7 +164,7 @@ class JobCaps:
             changes = {}
             for uuid in self._gpus:
                 want, have = self._under_ceiling(uuid, self._targets.get(uuid)), job.power_caps_w.get(uuid)
-                if (want is None) != (have is None) or (want is not None and abs(want - have) > _TOLERANCE_W):
+                if (want is None) != (have is None) or (want is not None and abs(want - have) > AT_CEILING_W):
                     changes[uuid] = want
             if not changes:
                 return {}
@@ -181,22 +180,15 @@ class JobCaps:
         return changes
 
     def _under_ceiling(self, uuid: str, target: float | None) -> float | None:
-        """The wish for ``target`` (None: no wish) under the GPU's ceiling, never below the job's own floor."""
-        ceiling = self._ceilings.get(uuid)
-        if ceiling is None:
-            return target
-        ceiling = self._held(uuid, ceiling)
-        if target is None:
-            # no wish: the GPU runs at the limit it had when the job was placed; a wish only when that is above
-            found = self._gpus[uuid].power_limit_w
-            return ceiling if found is None or found > ceiling + _TOLERANCE_W else None
-        return min(target, ceiling)
+        """The wish for ``target`` (None: no wish) under the GPU's ceiling: the budget's one rule
+        (:func:`~ecolaunch.admin.budget.wish_under_ceiling`, which the simulator follows too)."""
+        gpu = self._gpus[uuid]
+        return wish_under_ceiling(target, self._ceilings.get(uuid), floor_w=self._floor_w, found_w=gpu.power_limit_w,
+                                  rules=self._session.rules, gpu=gpu)
 
     def _held(self, uuid: str, ceiling: float) -> float:
         """A ceiling as this job follows it: within the policy's bounds, and not below its own floor."""
-        if self._floor_w is not None:
-            ceiling = max(ceiling, self._floor_w)
-        return clip_cap_w(self._session.rules, self._gpus[uuid], ceiling)[0]
+        return held_ceiling_w(ceiling, self._floor_w, self._session.rules, self._gpus[uuid])
 
     def _await_budget(self) -> bool:
         """Wait (up to ``budget_wait_s``) until this job's GPUs and those its placement lowered show limits within
@@ -210,7 +202,7 @@ class JobCaps:
         deadline = clock.now() + self._budget_wait_s
         while True:
             over = {g.index: g.power_limit_w for g in self._session.backend.gpus() if g.uuid in ceilings
-                    and g.power_limit_w is not None and g.power_limit_w > ceilings[g.uuid] + _TOLERANCE_W}
+                    and g.power_limit_w is not None and g.power_limit_w > ceilings[g.uuid] + AT_CEILING_W}
             if not over:
                 return True
             if clock.now() >= deadline:
@@ -340,21 +332,6 @@ class JobCaps:
             self._guard = None
         self._say(line or "power caps cannot be set here (not root, and no cap agent serves this state directory): "
                   "the job runs at its GPUs' current caps; run `ecolaunch agent` as root to apply them")
-
-
-def _targets(placement: Placement) -> dict[str, float | None]:
-    """What the job asks per GPU before any budget: no cap where its decision set none (the budget's ceiling alone
-    then holds the GPU), else the cap its placement wanted before the budget (``predicted.budget.wanted_w``), else
-    the one it set."""
-    budget = placement.decision.predicted.get("budget") if isinstance(placement.decision.predicted, dict) else None
-    wanted = budget.get("wanted_w") if isinstance(budget, dict) else None
-    wanted = wanted if isinstance(wanted, dict) else {}
-    targets: dict[str, float | None] = {}
-    for uuid in placement.gpus:
-        decided = placement.job.power_caps_w.get(uuid)
-        asked = wanted.get(uuid)
-        targets[uuid] = None if decided is None else float(asked) if isinstance(asked, (int, float)) else decided
-    return targets
 
 
 def orphan_keeper(backend, rules, state_dir: Path) -> CapKeeper | None:

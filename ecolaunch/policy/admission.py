@@ -35,7 +35,8 @@ import logging
 
 from collections.abc import Collection
 
-from ecolaunch.admin.capkeeper import clip_cap_w, has_cap_range
+from ecolaunch.admin.capkeeper import has_cap_range
+from ecolaunch.admin.rules import clip_cap_w
 from ecolaunch.admin.rules import Rules, may_use_gpu, user_gpu_limit
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.candidates import user_quota_left

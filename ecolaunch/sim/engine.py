@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass, field, replace
 
-from ecolaunch.admin.budget import budget_ceilings
+from ecolaunch.admin.budget import asked_caps, budget_ceilings, job_floor_w, wish_under_ceiling
 from ecolaunch.admin.rules import Rules, job_cap_bounds
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.devices.spec import MachineSpec
@@ -169,6 +169,16 @@ class _Running:
     link: float = 1.0
 
 
+@dataclass(slots=True)
+class _BudgetAsk:
+    """What a running job asks of a power budget (``JobCaps``' own state): per GPU, the cap it asks (None: none;
+    its closed loop's once it settled), its floor, and each GPU's limit when it was placed."""
+
+    asks: dict[str, float | None]
+    floor_w: float | None
+    found_w: dict[str, float | None]
+
+
 class Simulation:
     """One policy on one machine.
 
@@ -240,6 +250,8 @@ class Simulation:
         #: waiting share its cap was last weighed for
         self._own_caps: dict[str, float | None] = {}
         self._weighed: dict[str, float] = {}
+        #: under a power budget, what each running job asks of it, as its launcher's JobCaps holds it
+        self._asks: dict[str, _BudgetAsk] = {}
 
     # --- the event loop --------------------------------------------------------------------------
     def run(self, trace: Trace, progress: Callable[[int, int], None] | None = None) -> SimResult:
@@ -247,6 +259,7 @@ class Simulation:
         self._lifted = False
         self._own_caps.clear()
         self._weighed.clear()
+        self._asks.clear()
         # the running launchers' curve priors (the measured world's, held out by type; the launcher's otherwise)
         self._priors = self.world.priors({j.id: j.kind for j in trace.jobs}) if self.world else default_prior
         if self.profile_caps:
@@ -354,10 +367,11 @@ class Simulation:
                 for u in decision.gpus:
                     gpu_jobs[u].append(head.id)
                     changed.add(u)
-                touched = set(decision.gpus) | self._apply_recaps(decision)
+                self._ask_budget(head.id)
+                touched = set(decision.gpus)
                 if self.world is not None:
                     touched |= self._world_start(head, out, decision, gpu_jobs, checks, now)
-                touched |= self._follow_ceilings()
+                touched |= self._follow_budget()  # the newcomer's caps, and the running jobs' under new ceilings
                 changed |= touched
                 # later heads of the queue see this placement too (and the caps it changed)
                 self._refresh(touched, gpu_jobs, running, loads, caps)
@@ -495,60 +509,71 @@ class Simulation:
         caps = [decision.power_caps_w.get(u) for u in decision.gpus]
         cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct, board,
                                first=first)
-        if self.rules.power_max_total_w is not None:  # the closed loop never moves past the budget's ceiling
-
-            ceiling = min((budget_ceilings(self.graph, self.rules).get(u, math.inf) for u in decision.gpus),
-                          default=math.inf)
-            if ceiling < math.inf:
-                cap = min(cap if cap is not None else ceiling, ceiling)
+        self._own_caps[job.id] = cap
+        self._weighed.pop(job.id, None)
+        rec = self.graph.jobs[job.id]
+        ask = self._asks.get(job.id)
+        changed: set[str] = set()
+        if ask is not None:
+            # under a power budget the loop's own cap is the job's ask, held under its ceilings by the budget's rule
+            ask.asks.update({u: cap for u in decision.gpus})
+            changed = self._follow_budget()
+            held = [rec.power_caps_w[u] for u in decision.gpus if u in rec.power_caps_w]
+            cap = min(held) if held else None
+        elif cap != caps[0]:
+            rec.power_caps_w = {u: cap for u in decision.gpus} if cap is not None else {}
+            changed = set(decision.gpus)
         bounds = job_cap_bounds(self.rules, gpus)
         if cap is not None and bounds is not None:  # was its curve right there, margin included?
             world.record_coverage(job.user, job.kind, cap, bounds, board)
-        self._own_caps[job.id] = cap
-        self._weighed.pop(job.id, None)
-        if cap == caps[0]:
-            return set()
-        rec = self.graph.jobs[job.id]
-        rec.power_caps_w = {u: cap for u in decision.gpus} if cap is not None else {}
-        return set(decision.gpus)
-
-    def _apply_recaps(self, decision: Decision) -> set[str]:
-        """A budget's new caps for running jobs' GPUs (``Decision.recaps_w``): booked on the jobs there."""
-        return self._set_caps(decision.recaps_w)
-
-    def _set_caps(self, caps: dict[str, float]) -> set[str]:
-        changed = set()
-        for u, cap in caps.items():
-            for j in self._gpu_jobs.get(u, []):
-                rec = self.graph.jobs[j]
-                if rec.power_caps_w.get(u) != cap:
-                    rec.power_caps_w[u] = float(cap)
-                    changed.add(u)
         return changed
 
-    def _rebalance(self, changed: set[str]) -> None:
-        """After departures, a budget's caps go back up (the policy's ``rebalance``, when it has one)."""
-        rebalance = getattr(self.policy, "rebalance", None)
-        if rebalance is None or self.rules.power_max_total_w is None:
+    def _ask_budget(self, jid: str) -> None:
+        """Under a power budget, what a job just placed asks of it, read as its launcher's
+        :class:`~ecolaunch.launch.jobcaps.JobCaps` reads it from the placement: its asks, its floor, each GPU's limit
+        as found."""
+        if self.rules.power_max_total_w is None:
             return
-        caps = rebalance(self.graph, self.rules) or {}
-        self.graph.budget_caps_w = dict(caps)
-        changed |= self._set_caps(caps)
-        changed |= self._follow_ceilings()
+        rec = self.graph.jobs[jid]
+        nodes = self.graph.hosts[rec.host].gpus
+        self._asks[jid] = _BudgetAsk(asked_caps(rec), job_floor_w(rec, [nodes[u] for u in rec.gpus], self.rules),
+                                     {u: nodes[u].power_limit_w for u in rec.gpus})
 
-    def _follow_ceilings(self) -> set[str]:
-        """Running launchers follow their GPUs' budget ceilings (``JobCaps.follow_budget``): a cap above its ceiling
-        comes down to it. Returns the GPUs whose cap changed."""
+    def _rebalance(self, changed: set[str]) -> None:
+        """After departures, a budget's caps go back up (the policy's ``rebalance``, recorded as the launcher's
+        release records it) and every running job follows its new ceilings."""
+        if self.rules.power_max_total_w is None:
+            return
+        rebalance = getattr(self.policy, "rebalance", None)
+        if rebalance is not None:
+            self.graph.budget_caps_w = dict(rebalance(self.graph, self.rules) or {})
+        changed |= self._follow_budget()
+
+    def _follow_budget(self) -> set[str]:
+        """Every running job's caps under the power budget, by the launcher's own rule
+        (:func:`~ecolaunch.admin.budget.wish_under_ceiling`, as ``JobCaps`` follows it at each look): the lower of
+        what the job asks (its closed loop's own cap once it settled) and its GPUs' ceilings now, so a ceiling that
+        rises gives a job back at most what it asked. Returns the GPUs whose cap changed."""
         if self.rules.power_max_total_w is None:
             return set()
-
-        lower = {}
-        for u, ceiling in budget_ceilings(self.graph, self.rules, priors=self._priors).items():
-            for j in self._gpu_jobs.get(u, []):
-                cap = self.graph.jobs[j].power_caps_w.get(u)
-                if cap is None or cap > ceiling + 1e-9:
-                    lower[u] = ceiling
-        return self._set_caps(lower)
+        ceilings = budget_ceilings(self.graph, self.rules, priors=self._priors)
+        changed: set[str] = set()
+        for jid, ask in list(self._asks.items()):
+            rec = self.graph.jobs.get(jid)
+            if rec is None:
+                del self._asks[jid]  # left, or undone (asked again when placed again)
+                continue
+            nodes = self.graph.hosts[rec.host].gpus
+            want: dict[str, float] = {}
+            for u in rec.gpus:
+                wish = wish_under_ceiling(ask.asks.get(u), ceilings.get(u), floor_w=ask.floor_w,
+                                          found_w=ask.found_w.get(u), rules=self.rules, gpu=nodes[u])
+                if wish is not None:
+                    want[u] = float(wish)
+            if rec.power_caps_w != want:
+                rec.power_caps_w = want
+                changed |= set(rec.gpus)
+        return changed
 
     # --- the machine's response ------------------------------------------------------------------
     def _refresh(self, changed: set[str], gpu_jobs: dict[str, list[str]], running: dict[str, _Running],
