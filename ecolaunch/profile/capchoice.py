@@ -207,7 +207,7 @@ def undercuts_reference(model: CapCurve, cap_w: float, measured: IterationStats)
         return None
     ref = model.reference_iter_time_s
     # the reference's own spread too: windows of a jittery job (a loaded host) differ by a part of it, stall or not
-    spread = max((p.iter_time_cv_pct or 0.0 for p in _replicates(model)), default=0.0)
+    spread = model.points[-1].iter_time_cv_pct or 0.0
     error = max(CONTRADICTION_MIN_PCT, spread, MARGIN_Z * math.hypot(reference_se_pct(model), measured.se_pct))
     undercut = 100.0 * (1.0 - measured.mean_s / ref)
     if undercut <= error:
@@ -230,10 +230,9 @@ def cap_margin_pct(model: CapCurve, cap_w: float, z: float = MARGIN_Z) -> float:
     if z <= 0:
         return 0.0
     points = model.points
-    replicates = _replicates(model)
     se_ref = reference_se_pct(model)
     nearest = min(points, key=lambda p: (abs(p.power_cap_w - cap_w), -p.power_cap_w))
-    se_cap = 0.0 if nearest in replicates else nearest.se_pct
+    se_cap = 0.0 if nearest is points[-1] else nearest.se_pct
     distance_u = abs(nearest.power_cap_w - cap_w) / model.reference_power_w
     error = MODEL_ERROR_PP_PER_U * distance_u
     if cap_w < points[0].power_cap_w - _EPS and cap_w < NON_BINDING_RATIO * model.reference_power_w:
@@ -241,29 +240,21 @@ def cap_margin_pct(model: CapCurve, cap_w: float, z: float = MARGIN_Z) -> float:
     return max(MIN_MARGIN_PP, z * math.sqrt(se_ref ** 2 + se_cap ** 2 + error ** 2))
 
 
-def _replicates(model: CapCurve) -> list[CapPoint]:
-    top = model.points[-1]
-    return [p for p in model.points if p is top or p.power_cap_w >= NON_BINDING_RATIO * model.reference_power_w]
-
-
 def reference_se_pct(model: CapCurve, *, window: bool = True) -> float:
-    """Standard error (% of it) of the job's uncapped reference time: its top point and non-binding replicates,
-    pooled by iterations, and, when the top was measured (its spread known) and ``window``, :data:`WINDOW_ERROR_PCT`
-    over the root of how many of them were (each its own window); 0 when their spread is not known (a trace, a
-    table: nothing measured by ecolaunch). A predicted curve (:class:`~ecolaunch.policy.gnn.GnnFirstCurve`: an exact
-    top, its points' uncertainty as their spread) measured no window. The closed loop's test of a live reading
-    leaves the window error out (``window=False``): the cap it runs at was chosen with it kept back, and a loop
+    """Standard error (% of it) of the job's uncapped reference time, the time measured at its top cap
+    (:func:`~ecolaunch.jobmodel.capcurve.fit_curve`): its spread over its iterations, and, when it was measured (its
+    spread known) and ``window``, :data:`WINDOW_ERROR_PCT` (the window's own error); 0 when its spread is not known
+    (a trace, a table: nothing measured by ecolaunch). A predicted curve (:class:`~ecolaunch.policy.gnn.GnnFirstCurve`:
+    an exact top, its points' uncertainty as their spread) measured no window. The closed loop's test of a live
+    reading leaves the window error out (``window=False``): the cap it runs at was chosen with it kept back, and a loop
     that held its readings to it too would raise caps its own choice had just found room for."""
-    replicates = _replicates(model)
-    n_ref = sum(p.iterations for p in replicates)
-    if not n_ref:
+    top = model.points[-1]
+    if not top.iterations:
         return 0.0
-    pooled_cv = math.sqrt(sum(p.iterations * (p.iter_time_cv_pct or 0.0) ** 2 for p in replicates) / n_ref)
-    se = pooled_cv / math.sqrt(n_ref)
-    if not window or not _spread_known(model.points[-1]):
+    se = (top.iter_time_cv_pct or 0.0) / math.sqrt(top.iterations)
+    if not window or not _spread_known(top):
         return se
-    windows = sum(1 for p in replicates if _spread_known(p))
-    return math.hypot(se, WINDOW_ERROR_PCT / math.sqrt(windows))
+    return math.hypot(se, WINDOW_ERROR_PCT)
 
 
 def _spread_known(point: CapPoint) -> bool:

@@ -40,10 +40,12 @@ def test_the_curve_is_the_measurement_at_measured_caps_and_anchored_only_within_
         assert not curve.anchored(points[0].power_cap_w - 20.0) and not curve.anchored(top_w + 20.0)
 
 
-def test_caps_that_cannot_bind_the_job_are_replicates_of_its_top() -> None:
+def test_caps_that_cannot_bind_the_job_pool_its_power_and_keep_their_own_time() -> None:
     top, loose = CapPoint(300.0, 0.20, 100.0), CapPoint(200.0, 0.22, 104.0)  # 200 W >= 1.3 x 102 W: not binding
     curve = fit_curve([loose, top])
-    assert curve.is_flat and curve.predict(200.0).iter_time_s == pytest.approx(0.21)
+    assert curve.is_flat and curve.reference_power_w == pytest.approx(102.0)
+    # the reference time is the top's (what the bound is promised against); the loose cap's own time stays its own
+    assert curve.reference_iter_time_s == 0.20 and curve.predict(200.0).iter_time_s == pytest.approx(0.22)
 
 
 def test_the_profile_curve_is_its_cap_points_else_its_uncapped_point() -> None:
