@@ -18,7 +18,10 @@ job was trained without that job's type (k-fold by job type, :data:`ecolaunch.si
 one deal of the types whatever the seed; trained on first use into ``--cache``, once for every seed; ``--no-folds``
 uses the shipped weights, which saw every Gavel pair, and says so); every policy, the oracle's budget and the closed
 loop read a job's cap curve with a prior fitted without the Zeus curves of its type's networks
-(:func:`ecolaunch.sim.measured.held_out_prior`). Traces: the measured ones of
+(:func:`ecolaunch.sim.measured.held_out_prior`). The row ``curve`` is what the launcher does by default: the
+``curve`` policy, a first launch told the profile another user of the machine measured of the same job where there
+is one (:class:`~ecolaunch.sim.first_curves.HistoryFirstCurve`); the bare rule, told nothing, is the ablation
+``curve-untold``. Traces: the measured ones of
 :data:`ecolaunch.sim.trace_registry.TRACES`, on their own machines (4 V100 PCIe 16 GB for most; ``power-budget``
 under ``[power] max_total_w``). The oracle predicts with the truth.
 
@@ -27,16 +30,15 @@ fitted models the policies predict with (kept to compare with earlier results: c
 
 Rows: the policies of :func:`ecolaunch.sim.policies.sim_policy_names` (``curve``, the default, among them), the
 oracle, the ablations ``zeus-5w`` (Zeus's cap rule on the 5 W grid) and ``zeus-5w-margin`` (the same with 5 % of
-the bound kept back), and, in the measured world, three rows for what a first launch can be told before it runs
-(:mod:`ecolaunch.sim.first_curves`): ``pessimistic-curve`` (``curve`` with each first launch told the most
-pessimistic curve of the other folds' job types: the rule to beat), ``history-first-curve`` (told what the machine's
-history holds of the same job from another user, else nothing: what the launcher does with any policy),
-``history-pessimistic-curve`` (that, else the pessimistic curve) and ``exact-first-curve`` (told its true curve: what
-a perfect predictor would add). In the measured world ``gnn`` is what the launcher does with ``--policy gnn``: a
+the bound kept back), and, in the measured world, rows for what a first launch can be told before it runs
+(:mod:`ecolaunch.sim.first_curves`): ``curve-untold`` (nothing), ``pessimistic-curve`` (the most pessimistic curve
+of the other folds' job types: the rule to beat), ``history-pessimistic-curve`` (what the machine's history holds of
+the same job from another user, as ``curve`` is told, else the pessimistic curve) and ``exact-first-curve`` (its true
+curve: what a perfect predictor would add). In the measured world ``gnn`` is what the launcher does with ``--policy gnn``: a
 first launch told another user's measured profile of the same job where there is one, else the GNN's predicted curve
 (:class:`~ecolaunch.policy.gnn.GnnFirstCurve`, each fold's weights keeping back its own cross-fitted ``first_curve_z``,
 :func:`fold_first_z`), and ``no-gnn``, its ablation, the same without the learned parts (the launcher's ``curve``: the
-colleague's profile, else nothing; so it equals ``history-first-curve``); in the model world ``no-gnn`` is the
+colleague's profile, else nothing; so it equals ``curve``); in the model world ``no-gnn`` is the
 ``curve`` policy under another name. Two more ablations of ``gnn``, asked for by name (``--policy``), not run by
 default: ``analytic-share`` and ``util-share``, the same policy (first launches, budget, the sharing contract) with the
 pairs a shared GPU would make predicted by the GNN's physics prior alone or by the utilization-sum rule
@@ -50,7 +52,9 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "traces": {TRACE: {POLICY: {KEY: mean over the seeds, ...,
                                  "ci95": {KEY: half-width of the 95 % interval (null for one seed)},
                                  "per_seed": {KEY: [value on each seed, in the order of "seeds"]}}}},
-     "vs_exclusive": {TRACE: {POLICY: {"node_energy_pct" | "mean_jct_pct": {"mean", "ci95", "per_seed"}}}},
+     "vs_exclusive": {TRACE: {POLICY: {"node_energy_pct" | "gpu_dynamic_energy_pct" | "mean_jct_pct":
+                                       {"mean", "ci95", "per_seed"}}}},
+     "oracle_share": {TRACE: {POLICY: {"node" | "gpu_dynamic": {"share_pct", "ci95": [low, high] | null}}}},
      "goals": {TRACE: {"gnn_vs_curve_energy_pct" | "gnn_vs_curve_jct_pct" | "violations_over_curve_pp"
                        | "gnn_over_oracle_energy_pct": {"mean", "ci95"}, "met": bool}},
      "first_launch": {TRACE: {"A vs B": {"energy_saved_pct" | "violations_pp": {"mean", "ci95", "per_seed"}}}},
@@ -63,7 +67,8 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "busy_goal": {TRACE: {ROW: {FIGURE: {"mean", "ci95"}}, "met": bool}} (with --share-if-sooner: busy_goal),
      "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool, "wait_weight": W}
 
-``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
+``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``gpu_dynamic_energy_kwh`` (the GPUs' energy above their idle
+power: what caps and placements move; node energy is about half fixed host power), ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
 ``mean_slowdown_pct``, ``qos_violations_pct``, ``makespan_s``, ``jobs``, ``shared_jobs_pct``, ``learned_pct``,
 ``contract_jobs_pct``, ``contract_violations_pct`` (jobs placed under the sharing contract, and those that finished
 after its deadline: counted in ``qos_violations_pct`` instead of their run-time bound), ``peak_gpu_power_w``,
@@ -72,9 +77,11 @@ job at its minimum: what ``power-budget``'s budget bounds) and, in the measured 
 ``repeat_launches``, ``oom_failures``. ``vs_exclusive``: each seed's ``100 * (policy / exclusive - 1)``. ``goals``:
 each seed's saving of ``gnn`` against ``curve`` (``100 * (1 - gnn / curve)``), its violations minus ``curve``'s and
 its node energy over the oracle's. ``learned_first_goal``: the first-launch issue's goal (:func:`learned_first_goal`).
+``oracle_share``: each policy's share of the oracle's saving against ``exclusive``, in node and in dynamic GPU
+energy (:func:`oracle_share`: the ratio of the paired means, a bootstrap 95 % interval over the seeds).
 ``first_launch`` (traces with ``curve``, the first-curve rows and the oracle):
-each seed's node energy saved by each first-curve row and the oracle against ``curve``, by history and exact against
-pessimistic and by exact against history, with the violations' difference. ``coverage`` (measured world, rows
+each seed's node energy saved by ``curve``, each first-curve row and the oracle against ``curve-untold``, by the
+history and exact against pessimistic and by exact against the history, with the violations' difference. ``coverage`` (measured world, rows
 whose jobs the closed loop caps): of every job capped alone on its GPUs, over all seeds, the share whose true slowdown
 at the cap it settled at stayed within its curve's prediction plus the cap margin, in all and per fold of job types
 (what the margin is for: its ``z`` of 2.33 aims at 99 %).
@@ -115,17 +122,23 @@ MODEL_TRACES = {
     "cluster-heavy": ("8xA100-SXM4-80GB", 4),
     "alibaba-share": ("8xA100-SXM4-80GB", 1),
 }
-KEYS = ("node_energy_kwh", "gpu_energy_kwh", "job_energy_kwh", "mean_jct_s", "p95_jct_s", "mean_slowdown_pct",
-        "qos_violations_pct", "makespan_s")
+KEYS = ("node_energy_kwh", "gpu_energy_kwh", "gpu_dynamic_energy_kwh", "job_energy_kwh", "mean_jct_s", "p95_jct_s",
+        "mean_slowdown_pct", "qos_violations_pct", "makespan_s")
 ABLATIONS = ("zeus-5w", "zeus-5w-margin")
-#: ``curve`` with a first launch's missing curve supplied (measured world only; :mod:`ecolaunch.sim.first_curves`):
-#: the most pessimistic curve of the other folds' types (the rule to beat), its true curve (an upper bound), the
-#: machine's history of the same job from another user (what the launcher does), or that else the pessimistic curve
-FIRST_CURVE_ROWS = ("pessimistic-curve", "exact-first-curve", "history-first-curve", "history-pessimistic-curve")
+#: the ``curve`` rule with a first launch told something else than the launcher tells it (measured world only;
+#: :mod:`ecolaunch.sim.first_curves`): nothing (``curve-untold``, the bare rule), the most pessimistic curve of the
+#: other folds' types (the rule to beat), its true curve (an upper bound), or the machine's history of the same job
+#: from another user else the pessimistic curve. The launcher's own (the history, else nothing) is ``curve`` itself.
+FIRST_CURVE_ROWS = ("curve-untold", "pessimistic-curve", "exact-first-curve", "history-pessimistic-curve")
 #: the seed every fold's GNN is trained with (the folds serve every run seed)
 TRAIN_SEED = 0
 #: the per-seed differences against ``exclusive``: name -> the row key it compares
-VS_EXCLUSIVE = {"node_energy_pct": "node_energy_kwh", "mean_jct_pct": "mean_jct_s"}
+VS_EXCLUSIVE = {"node_energy_pct": "node_energy_kwh", "gpu_dynamic_energy_pct": "gpu_dynamic_energy_kwh",
+                "mean_jct_pct": "mean_jct_s"}
+#: the energies whose share of the oracle's saving is reported (:func:`oracle_share`)
+SHARE_KEYS = {"node": "node_energy_kwh", "gpu_dynamic": "gpu_dynamic_energy_kwh"}
+#: bootstrap resamples of the seeds for the share's interval, and the generator's seed (the figures are reproducible)
+BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED = 4000, 0
 
 
 def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: list[str] | None, folds: bool,
@@ -177,6 +190,7 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
             out["contract_vs_curve"][name] = contract_vs_curve(ends)
     out["goals"] = goals(out["traces"])
     out["first_launch"] = first_launch(out["traces"])
+    out["oracle_share"] = oracle_share(out["traces"])
     out["learned_first_goal"] = learned_first_goal(out["traces"])
     out["busy_goal"] = busy_goal(out["traces"]) if share_if_sooner else {}
     return out
@@ -299,19 +313,23 @@ def _policy(name: str, trace, weights):
 
         zeus = ZeusPolicy(cap_step_w=5.0, name=name, priors=priors)
         return BudgetedPolicy(zeus if name == "zeus-5w" else WithMargin(zeus, name), priors)
-    if name in FIRST_CURVE_ROWS and trace is not None:
+    if (name in FIRST_CURVE_ROWS or name == "curve") and trace is not None:
         from ecolaunch.policy.budgeted import BudgetedPolicy
         from ecolaunch.policy.curve import CurvePolicy
         from ecolaunch.sim.first_curves import (ExactFirstCurve, HistoryFirstCurve, PessimisticFirstCurve,
-                                                SimFirstLaunchCurves)
+                                                SimFirstLaunchCurves, as_launched)
 
+        bare = BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors)
+        if name == "curve-untold":
+            return bare  # the ablation: a first launch told nothing, even where a colleague ran the job
+        if name == "curve":
+            return as_launched(bare, trace)  # what the launcher does by default
         kind_of = {j.id: j.kind for j in trace.jobs}
         supply = {"pessimistic-curve": lambda: PessimisticFirstCurve(kind_of),
                   "exact-first-curve": lambda: ExactFirstCurve(kind_of),
-                  "history-first-curve": lambda: HistoryFirstCurve(kind_of),
                   "history-pessimistic-curve": lambda: HistoryFirstCurve(kind_of, PessimisticFirstCurve(kind_of)),
                   }[name]()
-        return SimFirstLaunchCurves(BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors), supply, name)
+        return SimFirstLaunchCurves(bare, supply, name)
     if name in ("gnn", "no-gnn", "analytic-share", "util-share") and trace is not None:
         from ecolaunch.policy.budgeted import BudgetedPolicy
         from ecolaunch.policy.curve import CurvePolicy
@@ -508,13 +526,14 @@ def busy_goal(traces: dict) -> dict:
 
 def first_launch(traces: dict) -> dict:
     """What telling a first launch its curve is worth, on each trace that has the rows, paired by seed: the node energy
-    ``pessimistic-curve``, ``history-first-curve``, ``exact-first-curve`` and the oracle save against ``curve`` (and
-    against each other: what the machine's history adds over the rule, what a perfect predictor adds over the history),
-    with each one's violations minus the other's."""
-    pairs = (("pessimistic-curve", "curve"), ("history-first-curve", "curve"), ("history-pessimistic-curve", "curve"),
-             ("exact-first-curve", "curve"), ("oracle", "curve"), ("history-first-curve", "pessimistic-curve"),
+    ``pessimistic-curve``, ``curve`` (the launcher's: a colleague's profile, else nothing), ``exact-first-curve`` and
+    the oracle save against ``curve-untold`` (told nothing), and against each other (what the machine's history adds
+    over the rule, what a perfect predictor adds over the history), with each one's violations minus the other's."""
+    pairs = (("pessimistic-curve", "curve-untold"), ("curve", "curve-untold"),
+             ("history-pessimistic-curve", "curve-untold"), ("exact-first-curve", "curve-untold"),
+             ("oracle", "curve-untold"), ("curve", "pessimistic-curve"),
              ("history-pessimistic-curve", "pessimistic-curve"), ("exact-first-curve", "pessimistic-curve"),
-             ("exact-first-curve", "history-first-curve"))
+             ("exact-first-curve", "curve"))
     out = {}
     for name, rows in traces.items():
         if not all(p in rows for p in ("curve", *FIRST_CURVE_ROWS, "oracle")):
@@ -525,6 +544,59 @@ def first_launch(traces: dict) -> dict:
             viol = paired(rows, a, b, "qos_violations_pct", lambda x, y: x - y)
             out[name][f"{a} vs {b}"] = {"energy_saved_pct": saved, "violations_pp": viol}
     return out
+
+
+def oracle_share(traces: dict) -> dict:
+    """Each policy's share of the oracle's saving against ``exclusive``, per trace and energy (:data:`SHARE_KEYS`):
+    the ratio of the paired mean differences over the seeds, ``100 * mean(exclusive - policy) / mean(exclusive -
+    oracle)``, with a percentile bootstrap 95 % interval over the seeds (:data:`BOOTSTRAP_RESAMPLES` resamples of
+    the seeds with replacement, the same resamples for every policy; a resample where the oracle saves nothing is
+    left out). None where the oracle saves nothing on average: there is no saving to share."""
+    import random
+
+    out: dict = {}
+    for name, rows in traces.items():
+        if "exclusive" not in rows or "oracle" not in rows:
+            continue
+        n = len(rows["exclusive"]["per_seed"]["node_energy_kwh"])
+        rng = random.Random(BOOTSTRAP_SEED)
+        draws = [[rng.randrange(n) for _ in range(n)] for _ in range(BOOTSTRAP_RESAMPLES)] if n > 1 else []
+        out[name] = {}
+        for policy in rows:
+            if policy in ("exclusive", "oracle"):
+                continue
+            out[name][policy] = {}
+            for label, key in SHARE_KEYS.items():
+                excl, oracle, mine = (rows[p]["per_seed"][key] for p in ("exclusive", "oracle", policy))
+                gap = [e - o for e, o in zip(excl, oracle)]
+                saved = [e - m for e, m in zip(excl, mine)]
+                point = _share(saved, gap, range(n))
+                boot = sorted(v for d in draws if (v := _share(saved, gap, d)) is not None)
+                ci = ([round(boot[int(0.025 * (len(boot) - 1))], 2), round(boot[int(0.975 * (len(boot) - 1))], 2)]
+                      if point is not None and len(boot) >= 100 else None)
+                out[name][policy][label] = {"share_pct": None if point is None else round(point, 2), "ci95": ci}
+    return out
+
+
+def _share(saved: list[float], gap: list[float], idx) -> float | None:
+    """``100 * sum(saved) / sum(gap)`` over the seeds ``idx`` (with repeats); None where the oracle saves nothing."""
+    whole = sum(gap[i] for i in idx)
+    return None if whole <= 0 else 100.0 * sum(saved[i] for i in idx) / whole
+
+
+def oracle_share_table(result: dict) -> str:
+    """The ``oracle_share`` figures as one markdown table."""
+    lines = ["| trace | policy | share of the oracle's node-energy saving % | of its dynamic GPU-energy saving % |",
+             "|---|---|---|---|"]
+    for name, rows in result["oracle_share"].items():
+        for policy, r in rows.items():
+            cells = []
+            for label in SHARE_KEYS:
+                v = r[label]
+                cells.append("n/a" if v["share_pct"] is None else f"{v['share_pct']:.1f}" + (
+                    f" [{v['ci95'][0]:.1f}, {v['ci95'][1]:.1f}]" if v["ci95"] else ""))
+            lines.append(f"| {name} | {policy} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
 
 
 def _end(stat: dict, side: int) -> float:
@@ -544,16 +616,19 @@ def markdown(result: dict) -> str:
         paired_rows = result["vs_exclusive"].get(trace, {})
         lines += [f"### {trace} ({result['world'][trace]} world, {result['machines'][trace]}, "
                   f"{next(iter(rows.values()))['jobs']:.0f} jobs)", "",
-                  "| policy | node kWh | node vs excl. % | mean JCT h | JCT vs excl. % | p95 JCT h | QoS violations % "
-                  "| GPU kWh | job kWh | mean slowdown % | shared % | learned % |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| policy | node kWh | node vs excl. % | dynamic GPU kWh | dyn. vs excl. % | mean JCT h "
+                  "| JCT vs excl. % | p95 JCT h | QoS violations % | GPU kWh | job kWh | mean slowdown % | shared % "
+                  "| learned % |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for policy, r in rows.items():
             ci = r["ci95"]
             vs = paired_rows.get(policy)
-            energy, jct = (("0", "0") if policy == "exclusive" else ("n/a", "n/a") if vs is None else
-                           (_pm(vs[k]["mean"], vs[k]["ci95"], "+.1f") for k in ("node_energy_pct", "mean_jct_pct")))
+            keys = ("node_energy_pct", "gpu_dynamic_energy_pct", "mean_jct_pct")
+            energy, dynamic, jct = (("0", "0", "0") if policy == "exclusive" else ("n/a",) * 3 if vs is None else
+                                    (_pm(vs[k]["mean"], vs[k]["ci95"], "+.1f") for k in keys))
             lines.append(
                 f"| {policy} | {_pm(r['node_energy_kwh'], ci['node_energy_kwh'], '.1f')} | {energy} "
+                f"| {_pm(r['gpu_dynamic_energy_kwh'], ci['gpu_dynamic_energy_kwh'], '.1f')} | {dynamic} "
                 f"| {_pm(r['mean_jct_s'], ci['mean_jct_s'], '.2f', 3600)} | {jct} "
                 f"| {_pm(r['p95_jct_s'], ci['p95_jct_s'], '.2f', 3600)} "
                 f"| {_pm(r['qos_violations_pct'], ci['qos_violations_pct'], '.1f')} "
@@ -613,8 +688,8 @@ def plot(result: dict, path: Path) -> bool:
 
 
 #: the gnn row against its ablation, the rule and the bounds (:func:`first_launch`)
-GNN_PAIRS = (("gnn", "curve"), ("gnn", "no-gnn"), ("gnn", "pessimistic-curve"), ("gnn", "history-pessimistic-curve"),
-             ("exact-first-curve", "no-gnn"), ("oracle", "no-gnn"))
+GNN_PAIRS = (("gnn", "curve"), ("gnn", "no-gnn"), ("gnn", "curve-untold"), ("gnn", "pessimistic-curve"),
+             ("gnn", "history-pessimistic-curve"))
 
 
 def learned_first_goal(traces: dict) -> dict:
@@ -712,8 +787,10 @@ def main() -> None:
         f"(seeds {', '.join(map(str, seeds))}; world {args.world}; {folds}). Every figure is the mean over the seeds "
         "± the half-width of its 95 % interval (Student's t on the seeds); `vs excl.` is the mean of each seed's "
         "difference against `exclusive` (FIFO, default power) on the same seed. `zeus-5w` and `zeus-5w-margin` are "
-        "ablations, not baselines (see the script's docstring); `curve` is the default policy; `no-gnn` is `gnn` "
-        "without its learned parts (in the measured world the launcher's `curve`: `history-first-curve`); "
+        "ablations, not baselines (see the script's docstring); `curve` is what the launcher does by default (in the "
+        "measured world a first launch told a colleague's measured profile of the job where there is one); "
+        "`curve-untold` is the bare rule, told nothing; `no-gnn` is `gnn` without its learned parts (in the measured "
+        "world the same as `curve`); `dynamic GPU kWh` is what the GPUs drew above their idle power; "
         "`learned %` is the share of placements the policy's learned part decided."
         + (f" Ablation: every cap margin times {args.margin_scale:g} (`--margin-scale`)."
            if args.margin_scale != 1.0 else "")
@@ -725,7 +802,9 @@ def main() -> None:
            if args.wait_weight else "") + "\n\n" + table
         + "\n## Goals (gnn against curve and the oracle, paired by seed)\n\n```json\n"
         + json.dumps(result["goals"], indent=2) + "\n```\n"
-        + ("\n## First launches told a curve (paired by seed against `curve`)\n\n" + first_launch_table(result)
+        + ("\n## Share of the oracle's saving against `exclusive` (ratio of paired means, bootstrap 95 % interval "
+           "over the seeds)\n\n" + oracle_share_table(result) if result["oracle_share"] else "")
+        + ("\n## First launches told a curve (paired by seed)\n\n" + first_launch_table(result)
            if result["first_launch"] else "")
         + ("\n## The GNN's first-launch curves: the goal (paired by seed)\n\n```json\n"
            + json.dumps(result["learned_first_goal"], indent=2) + "\n```\n" if result["learned_first_goal"] else "")
@@ -737,7 +816,8 @@ def main() -> None:
             f"- fold {k}: {', '.join(f['types'])}\n" for k, f in result["folds"].items()) if result["folds"] else ""))
     (args.out / "energy.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     plotted = plot(result, args.out / "energy.png")
-    emit({k: result.get(k) for k in ("seeds", "traces", "vs_exclusive", "goals", "first_launch", "learned_first_goal",
+    emit({k: result.get(k) for k in ("seeds", "traces", "vs_exclusive", "oracle_share", "goals", "first_launch",
+                                     "learned_first_goal",
                                      "busy_goal",
                                      "coverage", "folds", "first_curve_z_pooled", "margin_scale",
                                      "lift_caps_waiting", "share_if_sooner", "wait_weight", "contract_vs_curve")},

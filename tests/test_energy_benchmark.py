@@ -64,7 +64,13 @@ def test_short_run_json_shape(short_run, common) -> None:
     t = common.t_quantile(0.975, len(SEEDS) - 1)
     for policy, row in rows.items():
         keys = set(row) - {"ci95", "per_seed"}
-        assert {"node_energy_kwh", "mean_jct_s", "qos_violations_pct", "jobs", "first_launches"} <= keys
+        assert {"node_energy_kwh", "gpu_dynamic_energy_kwh", "mean_jct_s", "qos_violations_pct", "jobs",
+                "first_launches"} <= keys
+        # the GPUs' energy above idle is a part of their energy, which is a part of the node's
+        for seed in range(len(SEEDS)):
+            dyn, gpu, node = (row["per_seed"][k][seed] for k in ("gpu_dynamic_energy_kwh", "gpu_energy_kwh",
+                                                                  "node_energy_kwh"))
+            assert 0 < dyn < gpu < node, policy
         assert set(row["ci95"]) == set(row["per_seed"]) == keys, policy
         for key in keys:
             values = row["per_seed"][key]
@@ -78,18 +84,59 @@ def test_short_run_json_shape(short_run, common) -> None:
     paired = doc["vs_exclusive"]["workstation-measured"]
     assert set(paired) == {"zeus", "oracle"}
     for policy, figures in paired.items():
-        for name, key in (("node_energy_pct", "node_energy_kwh"), ("mean_jct_pct", "mean_jct_s")):
+        for name, key in (("node_energy_pct", "node_energy_kwh"), ("gpu_dynamic_energy_pct", "gpu_dynamic_energy_kwh"),
+                          ("mean_jct_pct", "mean_jct_s")):
             want = [100 * (a / b - 1) for a, b in zip(rows[policy]["per_seed"][key],
                                                       rows["exclusive"]["per_seed"][key])]
             assert figures[name]["per_seed"] == pytest.approx(want, abs=1e-3), (policy, name)
             assert figures[name]["mean"] == pytest.approx(statistics.fmean(want), abs=1e-3)
             assert figures[name]["ci95"] > 0
     assert doc["goals"] == {} and doc["folds"] is None  # no gnn, no curve row asked for
+    share = doc["oracle_share"]["workstation-measured"]["zeus"]
+    for label, key in (("node", "node_energy_kwh"), ("gpu_dynamic", "gpu_dynamic_energy_kwh")):
+        saved, gap = ([e - x for e, x in zip(rows["exclusive"]["per_seed"][key], rows[p]["per_seed"][key])]
+                      for p in ("zeus", "oracle"))
+        assert share[label]["share_pct"] == pytest.approx(100 * sum(saved) / sum(gap), abs=0.01)
+        low, high = share[label]["ci95"]
+        assert low <= share[label]["share_pct"] <= high
 
     written = json.loads((out / "energy.json").read_text())
     assert {k: written[k] for k in doc} == doc
     table = (out / "energy.md").read_text()
     assert f"seeds {SEEDS[0]}, {SEEDS[1]}" in table and " ± " in table
+
+
+def test_the_share_of_the_oracles_saving_is_a_ratio_of_paired_means_with_a_bootstrap_interval(energy) -> None:
+    def row(node: list[float]) -> dict:
+        return energy.over_seeds([{"node_energy_kwh": n, "gpu_dynamic_energy_kwh": n / 2} for n in node])
+
+    exclusive, oracle = row([100.0, 200.0, 300.0, 400.0]), row([90.0, 180.0, 270.0, 360.0])  # saves 10, 20, 30, 40
+    half = row([95.0, 190.0, 285.0, 380.0])  # half of it on every seed: 50 %, with no spread to bootstrap
+    uneven = row([100.0, 180.0, 300.0, 360.0])  # all of it on two seeds, none on the others: 60 / 100
+    got = energy.oracle_share({"t": {"exclusive": exclusive, "oracle": oracle, "half": half, "uneven": uneven}})["t"]
+    assert got["half"]["node"] == {"share_pct": 50.0, "ci95": [50.0, 50.0]}
+    assert got["half"]["gpu_dynamic"]["share_pct"] == 50.0
+    assert got["uneven"]["node"]["share_pct"] == 60.0  # not the mean of the per-seed ratios (50 %)
+    low, high = got["uneven"]["node"]["ci95"]
+    assert 0.0 <= low < 60.0 < high <= 100.0
+    # an oracle that saves nothing leaves no saving to share
+    none = energy.oracle_share({"t": {"exclusive": exclusive, "oracle": exclusive, "half": half}})["t"]
+    assert none["half"]["node"] == {"share_pct": None, "ci95": None}
+
+
+def test_the_curve_row_is_what_the_launcher_does_and_its_ablation_is_told_nothing(energy) -> None:
+    from ecolaunch.sim.first_curves import HistoryFirstCurve, SimFirstLaunchCurves
+    from ecolaunch.sim.trace_registry import TRACES
+
+    entry = TRACES["power-budget"]
+    machine = entry.machine(None, 1)
+    trace = entry.build(machine, seed=0)
+    default = energy._policy("curve", trace, None)
+    assert isinstance(default, SimFirstLaunchCurves) and default.name == "curve"
+    assert isinstance(default.supply, HistoryFirstCurve) and default.supply.fallback is None
+    untold = energy._policy("curve-untold", trace, None)
+    assert not isinstance(untold, SimFirstLaunchCurves) and untold.name == "curve-untold"
+    assert "history-first-curve" not in energy.FIRST_CURVE_ROWS  # it is the curve row
 
 
 def test_coverage_counts_covered_jobs_per_fold_and_those_at_a_measured_cap(energy) -> None:

@@ -265,7 +265,8 @@ class Simulation:
         if self.profile_caps:
             arrivals = [_with_cap_points(j, self.machine.hosts[0].gpus[0]) for j in arrivals]
         outcomes = {j.id: JobOutcome(j.id, j.arrival_s, j.nproc, j.work_s, j.allowed_slowdown_pct) for j in arrivals}
-        meters = {h: EnergyMeter(self.host_static_w) for h in self.graph.hosts}
+        meters = {h: EnergyMeter(self.host_static_w, sum(float(self.models[u].idle_power_w) for u in host.gpus))
+                  for h, host in self.graph.hosts.items()}
         queue: deque[TraceJob] = deque()
         running: dict[str, _Running] = {}
         gpu_jobs: dict[str, list[str]] = {u: [] for u in self._host_of}
@@ -694,6 +695,7 @@ def _merge(reports: Sequence[EnergyReport]) -> EnergyReport:
         job_energy_j=jobs,
         unattributed_energy_j=sum(r.unattributed_energy_j for r in reports),
         duration_s=max((r.duration_s for r in reports), default=0.0),
+        gpu_idle_energy_j=sum(r.gpu_idle_energy_j for r in reports),
     )
 
 

@@ -6,7 +6,7 @@ What lives here: the three suppliers the energy benchmark compares, each a first
 binds it to the simulation's world): :class:`PessimisticFirstCurve` (the rule a skeptic tries first: the most
 pessimistic curve of the job types of the *other* folds, on the job's board), :class:`HistoryFirstCurve` (what the
 launcher does: the profile another user measured of the same job on this machine; else nothing, or the pessimistic
-curve) and
+curve; :func:`as_launched` wraps a policy with it) and
 :class:`ExactFirstCurve` (the job's true curve: what a perfect first-launch predictor would say, an upper bound).
 What does not: the world's truth (:mod:`ecolaunch.sim.measured`), the budget that reads the curve
 (:mod:`ecolaunch.admin.budget`).
@@ -184,3 +184,11 @@ def first_curve_z(errors: Sequence[FirstCurveError], coverage: float = 0.99) -> 
     if not zs:
         raise ValueError("no errors with a standard deviation to calibrate on")
     return max(0.0, float(np.quantile(np.asarray(zs), coverage)))
+
+
+def as_launched(policy, trace, name: str = "curve") -> SimFirstLaunchCurves:
+    """``policy`` as the launcher runs it by default in the measured world: a first launch told the profile another
+    user of the machine measured of the same job where there is one, else nothing (:class:`HistoryFirstCurve`). What
+    the ``curve`` row of ``benchmarks/energy.py`` and ``ecolaunch simulate --policy curve`` on a measured trace run."""
+    return SimFirstLaunchCurves(policy, HistoryFirstCurve({j.id: j.kind for j in trace.jobs}), name)
+

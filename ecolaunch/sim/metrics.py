@@ -39,6 +39,8 @@ class Summary:
     #: jobs placed under the sharing contract, and those of them that finished after its deadline (of all jobs)
     contract_jobs_pct: float = 0.0
     contract_violations_pct: float = 0.0
+    #: the GPUs' energy above their idle power (what caps and placements move)
+    gpu_dynamic_energy_kwh: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,6 +63,7 @@ def summarize(result: SimResult) -> Summary:
         rejected=sum(1 for j in result.jobs if j.rejected),
         node_energy_kwh=result.energy.node_energy_j / _J_PER_KWH,
         gpu_energy_kwh=result.energy.gpu_energy_j / _J_PER_KWH,
+        gpu_dynamic_energy_kwh=result.energy.gpu_dynamic_energy_j / _J_PER_KWH,
         job_energy_kwh=sum(result.energy.job_energy_j.values()) / _J_PER_KWH,
         mean_jct_s=sum(jcts) / n,
         p95_jct_s=_percentile(jcts, 95.0),

@@ -9,7 +9,8 @@ What lives here: :func:`shared_gpu` (jobs on one GPU under an optional cap -> th
 
 - *node energy*: host static power + every GPU's board power (idle GPUs at their idle power, a workstation
   stays on) + any host power a job adds, over the whole interval;
-- *GPU-only energy*: the board power of every GPU, idle ones included;
+- *GPU-only energy*: the board power of every GPU, idle ones included; its *dynamic* part is what the boards
+  draw above their idle power (:attr:`EnergyReport.gpu_dynamic_energy_j`), the part a cap or a placement can move;
 - *job-attributed energy*: each job gets its dynamic GPU power (what it adds above the board's floor), an
   equal share of the floor of every GPU it is on, the host power it adds, and a share of the *static pool*
   (host static + boards nobody uses) while it runs, weighted by the GPUs it holds (a GPU shared by k jobs
@@ -122,14 +123,23 @@ class EnergyReport:
     #: static pool while no job ran (part of the node energy, nobody's job energy)
     unattributed_energy_j: float
     duration_s: float
+    #: what the boards would have drawn idle over the same time (the meter's ``gpu_idle_w``)
+    gpu_idle_energy_j: float = 0.0
+
+    @property
+    def gpu_dynamic_energy_j(self) -> float:
+        """The GPUs' energy above their idle power: what caps and placements move (node energy is mostly fixed)."""
+        return self.gpu_energy_j - self.gpu_idle_energy_j
 
 
 class EnergyMeter:
     """Accumulates node, GPU-only and job-attributed energy interval by interval (see module docstring)."""
 
-    def __init__(self, host_static_w: float) -> None:
+    def __init__(self, host_static_w: float, gpu_idle_w: float = 0.0) -> None:
+        """``gpu_idle_w``: the idle power of the node's GPUs added up (what the dynamic GPU energy is counted above)."""
         self.host_static_w = host_static_w
-        self._node = self._gpu = self._unattributed = self._duration = 0.0
+        self.gpu_idle_w = gpu_idle_w
+        self._node = self._gpu = self._unattributed = self._duration = self._gpu_idle = 0.0
         self._jobs: dict[str, float] = {}
 
     def __repr__(self) -> str:
@@ -144,6 +154,7 @@ class EnergyMeter:
         gpu_w = sum(g.power_w for g in gpus)
         self._duration += duration_s
         self._gpu += gpu_w * duration_s
+        self._gpu_idle += self.gpu_idle_w * duration_s
         self._node += (self.host_static_w + gpu_w + sum(host_dynamic_w.values())) * duration_s
         static_pool_w = self.host_static_w + sum(g.power_w for g in gpus if not g.jobs)
         weights: dict[str, float] = {}
@@ -165,7 +176,7 @@ class EnergyMeter:
         self._jobs[job] = self._jobs.get(job, 0.0) + joules
 
     def report(self) -> EnergyReport:
-        return EnergyReport(self._node, self._gpu, dict(self._jobs), self._unattributed, self._duration)
+        return EnergyReport(self._node, self._gpu, dict(self._jobs), self._unattributed, self._duration, self._gpu_idle)
 
 
 # --- EaCO Tables 1-4 --------------------------------------------------------------------------------------

@@ -66,6 +66,16 @@ def test_energy_meter_accountings_add_up() -> None:
     assert rep.duration_s == 15.0
 
 
+def test_the_dynamic_gpu_energy_is_what_the_boards_drew_above_their_idle_power() -> None:
+    meter = node.EnergyMeter(host_static_w=100.0, gpu_idle_w=2 * 30.0)  # two boards idling at 30 W
+    meter.add(10.0, [node.GpuLoad(power_w=230.0, floor_power_w=50.0, jobs={"a": 180.0}), node.GpuLoad(30.0, 30.0)])
+    meter.add(5.0, [node.GpuLoad(30.0, 30.0), node.GpuLoad(30.0, 30.0)])
+    rep = meter.report()
+    assert rep.gpu_idle_energy_j == pytest.approx(60 * 15)
+    assert rep.gpu_dynamic_energy_j == pytest.approx((230 - 30) * 10)  # idle boards add nothing to it
+    assert node.EnergyMeter(100.0).report().gpu_dynamic_energy_j == 0.0
+
+
 def test_meter_ignores_empty_intervals() -> None:
     meter = node.EnergyMeter(50.0)
     meter.add(0.0, [node.GpuLoad(30.0, 30.0)])
