@@ -150,7 +150,7 @@ def test_first_launch_is_unknown_then_history_is_noisy_measurement():
     truth = [kind.time_ratio(c) for c in caps]
     assert times != truth  # readings carry noise ...
     assert times == pytest.approx(truth, rel=0.06)  # ... around the truth
-    exact = MeasuredWorld(seed=1, noise=Noise(0.0, 0.0, 0.0, 0.0)).profile_inline("ann", HEAVY)
+    exact = MeasuredWorld(seed=1, noise=Noise(0.0, 0.0, 0.0, 0.0, 0.0)).profile_inline("ann", HEAVY)
     assert [p.iter_time_s / kind.iter_time_s for p in exact.cap_points] == pytest.approx(truth)
     # a repeat reads the points as the launcher's history holds them: with how well each was measured, so its
     # margins count the reference window's error (capchoice.WINDOW_ERROR_PCT) as a real launch's do
@@ -159,8 +159,41 @@ def test_first_launch_is_unknown_then_history_is_noisy_measurement():
     assert reference_se_pct(fit_curve(again.cap_points)) > WINDOW_ERROR_PCT
 
 
+def test_part_of_a_windows_error_repeats_in_every_run_of_the_job_on_the_board():
+    kind = job_kinds()[HEAVY]
+    world = MeasuredWorld(seed=3)
+    independent = MeasuredWorld(seed=3, noise=Noise(persistent_time=0.0))
+    for user in ("ann", "bob"):  # two runs of one script on one board
+        run, same = world.profile_inline(user, HEAVY), independent.profile_inline(user, HEAVY)
+        caps = [p.power_cap_w for p in run.cap_points]
+        assert caps == [p.power_cap_w for p in same.cap_points]
+        # the independent draws are those of a world without it: the repeating part multiplies them, window by window
+        repeats = [world.persistent_time_error(HEAVY, None, c) for c in caps]
+        assert [p.iter_time_s for p in run.cap_points] == pytest.approx(
+            [q.iter_time_s * (1 + e) for q, e in zip(same.cap_points, repeats)], rel=1e-12)
+    # the same in every run of that window in this world, another for another window, type, board or seed
+    cap = world.model.power_limit_max_w
+    repeat = world.persistent_time_error(HEAVY, None, cap)
+    assert repeat == MeasuredWorld(seed=3).persistent_time_error(HEAVY, None, cap) != 0.0
+    assert abs(repeat) < 5 * Noise().persistent_time
+    other = next(k for k in job_kinds() if k != HEAVY)
+    assert len({repeat, world.persistent_time_error(HEAVY, None, cap - 25.0), world.persistent_time_error(other, None, cap),
+                world.persistent_time_error(HEAVY, "P100", cap),
+                MeasuredWorld(seed=4).persistent_time_error(HEAVY, None, cap)}) == 5
+    # with every independent part off, what is left is the repeating part, whole: no average of runs removes it
+    exact = MeasuredWorld(seed=3, noise=Noise(0.0, 0.0, 0.0, 0.0))
+    for user in ("ann", "bob"):
+        windows = exact.profile_inline(user, HEAVY).cap_points
+        assert [p.iter_time_s for p in windows] == pytest.approx(
+            [kind.iter_time_s * kind.time_ratio(p.power_cap_w) * (1 + exact.persistent_time_error(HEAVY, None,
+                                                                                               p.power_cap_w))
+             for p in windows], rel=1e-12)
+    assert world.persistent_time_error(HEAVY, None, cap) != 0.0 and MeasuredWorld(
+        noise=Noise(persistent_time=0.0)).persistent_time_error(HEAVY, None, cap) == 0.0
+
+
 def test_closed_loop_settles_within_the_bound_without_noise():
-    world = MeasuredWorld(noise=Noise(0.0, 0.0, 0.0, 0.0))
+    world = MeasuredWorld(noise=Noise(0.0, 0.0, 0.0, 0.0, 0.0))
     machine = parse_spec(f"1x{BOARD}", hostname="node0")
     sim = Simulation(machine, get_sim_policy("no-gnn"), world=world, closed_loop=True)
     gpus = list(sim.graph.hosts["node0"].gpus.values())
@@ -210,7 +243,7 @@ def test_lifting_caps_while_jobs_wait_finishes_the_running_job_sooner():
     trace = Trace("t", (_job("j0", 0.0, HEAVY), _job("j1", 600.0, HEAVY, user="bob")))
 
     def run(lift):
-        world = MeasuredWorld(noise=Noise(0.0, 0.0, 0.0, 0.0))
+        world = MeasuredWorld(noise=Noise(0.0, 0.0, 0.0, 0.0, 0.0))
         return Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"), world=world,
                           closed_loop=True, lift_caps_waiting=lift).run(trace).jobs
 
@@ -305,7 +338,7 @@ def test_caps_that_weigh_the_queue_finish_the_running_job_sooner_while_another_w
     trace = Trace("t", (_job("j0", 0.0, HEAVY), _job("j1", 600.0, HEAVY, user="bob")))
 
     def run(weight):
-        world = MeasuredWorld(noise=Noise(0.0, 0.0, 0.0, 0.0))
+        world = MeasuredWorld(noise=Noise(0.0, 0.0, 0.0, 0.0, 0.0))
         return Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"),
                           Rules(wait_weight=weight), world=world, closed_loop=True).run(trace).jobs
 
