@@ -142,7 +142,7 @@ def _refusal(job: Job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Ru
     """Why a job's cap wish on one GPU must not be applied, or None.
 
     Besides the range checks: the job must be allowed on the GPU by the reservations (under the name of the uid it
-    runs as, never the name its file claims), and every other live job on the GPU that wants no cap there must
+    runs as, never the name its file claims; root's jobs are: a reservation binds the members), and every other live job on the GPU that wants no cap there must
     have been placed *after* this one, knowing it was there (its decision lists this job among those it shares the
     GPU with). A newcomer takes a GPU as it finds it; a job already running is never capped by one that came
     later, or by a job file that merely claims its GPU.
@@ -158,7 +158,9 @@ def _refusal(job: Job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Ru
     if not has_cap_range(gpu):
         return f"GPU {gpu.index} reports no power-limit range"
     user, groups = identity_of_uid(job.uid)
-    if not may_use_gpu(rules, user, groups, gpu.uuid, gpu.index):
+    # root's jobs pass: a reservation binds the members, and only root's calibration (`sudo ecolaunch calibrate`,
+    # which says so) books a reserved GPU as root; a job file of uid 0 is root's own (the store's trust rule)
+    if job.uid != 0 and not may_use_gpu(rules, user, groups, gpu.uuid, gpu.index):
         return f"GPU {gpu.index} is reserved and user {user} (uid {job.uid}) may not use it"
     for other in holders:
         if other.id == job.id or (isinstance(other.power_caps_w, dict) and uuid in other.power_caps_w):

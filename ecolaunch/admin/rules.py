@@ -4,7 +4,7 @@ What lives here: :class:`Rules` (defaults = behaviour without a policy file), :f
 :func:`parse_rules` (TOML file or text → rules + the source of each value), and the helpers that apply
 the policy over a user's request: :func:`clip_slowdown`, :func:`job_bound_pct` (the one resolution of a job's
 slowdown bound), :func:`cap_bounds_w`, :func:`ecolaunch.jobmodel.gpu.clip_w` (the one clamp of a cap), :func:`job_cap_bounds` (one job's
-GPUs together), :func:`profiler_settings`, :func:`may_use_gpu`, :func:`user_gpu_limit`. Key checking and line finding live in
+GPUs together), :func:`profiler_settings`, :func:`may_use_gpu` (:func:`reservation`), :func:`user_gpu_limit`. Key checking and line finding live in
 :mod:`ecolaunch.admin.schema`; what the policy *means* for a placement is applied by ``ecolaunch.policy``.
 
 The policy file (default ``/etc/ecolaunch/policy.toml``, or ``$ECOLAUNCH_POLICY``) is TOML. Every table
@@ -106,6 +106,7 @@ __all__ = [
     "may_use_gpu",
     "parse_rules",
     "profiler_settings",
+    "reservation",
     "user_gpu_limit",
 ]
 
@@ -390,12 +391,9 @@ def budget_range_w(gpus: Iterable[Any]) -> tuple[float, float, int]:
     return lo, hi, unknown
 
 
-def may_use_gpu(rules: Rules, user: str, groups: Iterable[str], gpu_uuid: str, gpu_index: int) -> bool:
-    """Whether ``user`` (member of ``groups``) may get this GPU under the reservations.
-
-    A GPU named by no reservation (by NVML index or UUID, UUIDs compared without case) is open to all.
-    A reserved GPU is open to the users and group members of every reservation that names it.
-    """
+def reservation(rules: Rules, gpu_uuid: str, gpu_index: int) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """Who a reserved GPU is open to: (users, groups) of every reservation that names it (by NVML index or UUID,
+    UUIDs compared without case), each sorted; None when no reservation names it (open to all)."""
     names = {str(gpu_index), gpu_uuid.casefold()}
     matched = False
     users: set[str] = set()
@@ -406,9 +404,21 @@ def may_use_gpu(rules: Rules, user: str, groups: Iterable[str], gpu_uuid: str, g
             matched = True
             users.update(rules.reserved.get(key, ()))
             allowed_groups.update(rules.reserved_groups.get(key, ()))
-    if not matched:
+    return (tuple(sorted(users)), tuple(sorted(allowed_groups))) if matched else None
+
+
+def may_use_gpu(rules: Rules, user: str, groups: Iterable[str], gpu_uuid: str, gpu_index: int) -> bool:
+    """Whether ``user`` (member of ``groups``) may get this GPU under the reservations.
+
+    A GPU named by no reservation (by NVML index or UUID, UUIDs compared without case) is open to all.
+    A reserved GPU is open to the users and group members of every reservation that names it
+    (:func:`reservation`).
+    """
+    reserved = reservation(rules, gpu_uuid, gpu_index)
+    if reserved is None:
         return True
-    return user in users or not allowed_groups.isdisjoint(groups)
+    users, allowed_groups = reserved
+    return user in users or not set(allowed_groups).isdisjoint(groups)
 
 
 def may_manage_gpu(rules: Rules, gpu_uuid: str, gpu_index: int) -> bool:

@@ -13,7 +13,9 @@ Modules, one job each:
 
 - :mod:`~ecolaunch.calibrate.plan`: the settings, the choice of GPUs, who sets caps;
 - :mod:`~ecolaunch.calibrate.run`: one GPU's calibration (:func:`~ecolaunch.calibrate.run.calibrate_gpu`);
-- :mod:`~ecolaunch.calibrate.readings`: the GPU's readings during a measurement;
+- :mod:`~ecolaunch.calibrate.readings`: the GPU's readings during a measurement, and the host's CPU load;
+- :mod:`~ecolaunch.calibrate.plausible`: which pairs cannot be true (a job faster than alone; time-slicing busier
+  than all the time);
 - :mod:`~ecolaunch.calibrate.booking`: who uses a GPU (:class:`~ecolaunch.calibrate.booking.GpuBusy`), and the
   calibration's own booking in the state graph;
 - :mod:`~ecolaunch.calibrate.worker`: the workload processes and the calibrator's handle on them;
@@ -26,16 +28,20 @@ The result document (``format`` ``ecolaunch-calibration``, ``version`` 1), one p
     backend, host, user, started_at (Unix s), wall_s
     gpu                    uuid, index, name, memory_total_mib, power_limit_{min,default,max}_w, power_limit_found_w
     settings               workloads, seconds, settle_s, budget_s, caps, mps, force
-    caps                   measured (bool), by ("agent" | "root" | null), why_not, bounds_w ([lo, hi] the policy allows)
+    caps                   measured (bool: at least one capped point), points (how many below the highest cap), by
+                           ("agent" | "root" | null), why_not, bounds_w ([lo, hi] the policy allows)
     mps                    measured (bool), why_not
     forced, occupants      whether --force measured beside someone, and who ({user, job_id, name, pid})
     workloads              name -> {what, device, energy_source, stand_in_load}
     alone[]                workload, power_cap_w, iters, wall_s, iter_time_s, iter_time_median_s, iter_time_cv_pct,
                            and the GPU's figures: window_s, energy_j, power_w, sm_util_pct, mem_util_pct,
-                           memory_used_mib, power_limit_w, disturbed_by[]
+                           memory_used_mib, power_limit_w, disturbed_by[], others_cpu_cores (the CPU the host's
+                           other processes used, in cores; null: unknown), host_busy (bool: readings.host_busy)
     pairs[]                workloads [a, b], sharing ("time-slicing" | "mps"), power_cap_w, jobs[] (per worker: the
-                           timing fields above and normalized_throughput = alone iteration time at that cap / this
-                           one), and the GPU's figures as above
+                           timing fields above and normalized_throughput = alone iteration time at that cap, the
+                           latest measured, / this one), and the GPU's figures as above; flagged (why the window cannot be true:
+                           calibrate.plausible; null when it can), remeasured (measured a second time, after a
+                           flagged window on a busy host)
     skipped[]              {what, why}: measurements left out (time budget, a cap that did not apply)
     software               ecolaunch, python, torch versions
 

@@ -12,7 +12,11 @@ sets caps here, and holds the command line's :class:`~ecolaunch.calibrate.plan.S
    back before it counts; then ``settle_s`` with the workload running, then ``seconds`` of measurement;
 3. **pairs**: two worker processes share the GPU by time-slicing, at the highest cap, for every pair of workloads
    (a workload with itself included); each job's normalized throughput is its iteration time alone at that cap
-   over its time in the pair;
+   over its time in the pair. A pair that cannot be true (:func:`ecolaunch.calibrate.plausible.check_pair`: a job
+   faster than alone, or time-slicing busier than all the time) is measured once more, its workloads alone first,
+   when the host was busy during it or its references (others on the GPU, or other processes taking the CPU the
+   workers needed: :func:`ecolaunch.calibrate.readings.host_busy`); a pair that still cannot be true is kept,
+   flagged with why (``ecolaunch policy train`` leaves it out);
 4. **MPS pairs**, the same under a private MPS daemon, where :func:`ecolaunch.calibrate.mps.why_not_mps` allows;
 5. **release** (always, also on Ctrl-C or a failure): workers stopped, booking released, caps restored (the
    original caps come back from the ledger, as after a launch).
@@ -42,8 +46,9 @@ from ecolaunch.admin.rules import may_manage_gpu
 from ecolaunch.calibrate.booking import GpuBusy, Occupant, book, still_alone
 from ecolaunch.calibrate.mps import CONTROL, private_daemon, why_not_mps
 from ecolaunch.calibrate.plan import Settings, cap_access
+from ecolaunch.calibrate.plausible import SAME_CAP_W, check_pair, reference
 from ecolaunch.calibrate.results import FORMAT, VERSION
-from ecolaunch.calibrate.readings import GpuSampler, mean
+from ecolaunch.calibrate.readings import GpuSampler, HostLoad, host_busy, mean
 from ecolaunch.calibrate.worker import ANSWER_SLACK_S, Worker, WorkerError
 from ecolaunch.errors import DeviceError, PermissionDenied
 from ecolaunch.launch.jobcaps import JobCaps
@@ -59,7 +64,7 @@ SIMULATED_NOTE = ("simulated GPUs: the workloads ran their CPU stand-ins and pow
                   "models; these figures are not measurements")
 #: how long a cap may take to show in the GPU's readings (a cap agent applies it at its next pass)
 CAP_WAIT_S = 10.0
-_TOLERANCE_W = 0.5
+_TOLERANCE_W = SAME_CAP_W
 
 
 def calibrate_gpu(session: Session, gpu: GpuNode, state_dir: Path, env: Mapping[str, str], settings: Settings, *,
@@ -94,6 +99,7 @@ class _Calibration:
         self.forced_beside: list[Occupant] = []
         self.mps_why_not: str | None = "not reached"
         self.mps_ignore: tuple[str, ...] = ()
+        self.started_pids: list[int] = []  # every worker's: their CPU time is the calibration's, not others'
 
     # --- the whole run -------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -208,24 +214,56 @@ class _Calibration:
         for x, y in pairs:
             if not self._fits(f"{x}+{y} ({sharing})"):
                 continue
-            if a.loaded != x:
-                self._load(a, x)
-            if b.loaded != y:
-                self._load(b, y)
-            self._settle()
-            answers, figures = self._measure([a, b])
-            cap = self._cap_of(top, figures)
-            jobs = []
-            for name, job in zip((x, y), answers):
-                ref = next((e for e in self.alone if e["workload"] == name and e["power_cap_w"] is not None
-                            and cap is not None and abs(e["power_cap_w"] - cap) <= _TOLERANCE_W), None)
-                thr = None if ref is None else ref["iter_time_s"] / job["iter_time_s"]
-                jobs.append({"workload": name, **_job_figures(job), "normalized_throughput": thr})
-            entry = {"workloads": [x, y], "sharing": sharing, "power_cap_w": cap, "jobs": jobs, **figures}
+            entry = self._measure_pair(a, b, x, y, sharing, top)
+            busy = self._busy(entry, x, y)
+            if entry["flagged"] and busy:
+                if self._fits(f"{x}+{y} ({sharing}) measured again", windows=1 + len(set((x, y)))):
+                    self.say(f"{x}+{y} ({sharing}) cannot be true: {entry['flagged']}; the host was busy ({busy}): "
+                             "measuring it once more, its workloads alone first")
+                    self._remeasure_alone(a, b, (x, y), top)
+                    entry = self._measure_pair(a, b, x, y, sharing, top, remeasured=True)
             self.pairs.append(entry)
-            self.say(f"{x}+{y} ({sharing}) at {_w(cap)}: throughput " +
+            self.say(f"{x}+{y} ({sharing}) at {_w(entry['power_cap_w'])}: throughput " +
                      " / ".join("N/A" if j["normalized_throughput"] is None else f"{j['normalized_throughput']:.2f}"
-                                for j in jobs) + f", {_w(figures['power_w'])}")
+                                for j in entry["jobs"]) + f", {_w(entry['power_w'])}" +
+                     (f"; FLAGGED, left out of training: {entry['flagged']}" if entry["flagged"] else ""))
+
+    def _measure_pair(self, a: Worker, b: Worker, x: str, y: str, sharing: str, top: float | None, *,
+                      remeasured: bool = False) -> dict:
+        if a.loaded != x:
+            self._load(a, x)
+        if b.loaded != y:
+            self._load(b, y)
+        self._settle()
+        answers, figures = self._measure([a, b])
+        cap = self._cap_of(top, figures)
+        jobs = []
+        for name, job in zip((x, y), answers):
+            ref = reference(self.alone, name, cap)
+            thr = None if ref is None else ref["iter_time_s"] / job["iter_time_s"]
+            jobs.append({"workload": name, **_job_figures(job), "normalized_throughput": thr})
+        entry = {"workloads": [x, y], "sharing": sharing, "power_cap_w": cap, "jobs": jobs, **figures}
+        entry["flagged"] = check_pair(entry, self.alone, on_gpu=not self.simulated)
+        entry["remeasured"] = remeasured
+        return entry
+
+    def _busy(self, entry: Mapping[str, Any], x: str, y: str) -> str | None:
+        """What made the host busy during a pair's window or its references alone (None: nothing)."""
+        refs = [reference(self.alone, name, entry["power_cap_w"]) for name in dict.fromkeys((x, y))]
+        for what, e in (("during the pair", entry), *((f"during {r['workload']} alone", r) for r in refs if r)):
+            if e.get("disturbed_by"):
+                return f"others on the GPU {what}"
+            if e.get("host_busy"):
+                return f"other processes used {e['others_cpu_cores']:.1f} CPU cores {what}"
+        return None
+
+    def _remeasure_alone(self, a: Worker, b: Worker, names: tuple[str, ...], top: float | None) -> None:
+        """Measure ``names`` alone again at ``top`` on worker ``a``, ``b`` idle: the pair's new references."""
+        b.idle()
+        for name in dict.fromkeys(names):
+            if a.loaded != name:
+                self._load(a, name)
+            self._measure_alone(a, name, top)
 
     def _mps_pairs(self, workers: list[Worker]) -> None:
         why = "--no-mps" if not self.s.mps else why_not_mps(self.backend.kind, control=self.mps_control)
@@ -255,6 +293,8 @@ class _Calibration:
         """One window of ``seconds`` with ``workers`` running: their answers and the GPU's figures."""
         before = self._others()
         sampler = GpuSampler(self.backend, self.gpu.uuid, max(0.02, min(0.2, self.s.seconds / 10)))
+        load = HostLoad(self.started_pids)
+        load.start()
         sampler.start()
         start_j, t0 = self._energy(), time.monotonic()
         for w in workers:
@@ -262,6 +302,7 @@ class _Calibration:
         answers = [w.receive(self.s.seconds + ANSWER_SLACK_S) for w in workers]
         end_j, t1 = self._energy(), time.monotonic()
         samples = sampler.stop()
+        others_cpu_cores = load.stop()
         after = self._others()
         disturbed = {o.describe(): o for o in [*before, *after]}
         energy_j = None if start_j is None or end_j is None else end_j - start_j
@@ -274,6 +315,7 @@ class _Calibration:
             "memory_used_mib": max((s.memory_used_mib for s in samples), default=None),
             "power_limit_w": samples[-1].power_limit_w if samples else None,
             "disturbed_by": [o.to_dict() for o in disturbed.values()],
+            "others_cpu_cores": others_cpu_cores, "host_busy": host_busy(others_cpu_cores, len(workers)),
         }
         return answers, figures
 
@@ -304,8 +346,8 @@ class _Calibration:
         if self.s.settle_s > 0:
             time.sleep(self.s.settle_s)
 
-    def _fits(self, what: str) -> bool:
-        if time.monotonic() + self.s.settle_s + self.s.seconds <= self.deadline:
+    def _fits(self, what: str, windows: int = 1) -> bool:
+        if time.monotonic() + windows * (self.s.settle_s + self.s.seconds) <= self.deadline:
             return True
         self._skip(what, f"the time budget ({self.s.budget_s:g} s, --budget-s) is spent")
         return False
@@ -326,6 +368,7 @@ class _Calibration:
     def _start(self, workers: list[Worker], label: str, env: Mapping[str, str]) -> Worker:
         worker = Worker(label, "cpu" if self.simulated else "cuda", env)
         workers.append(worker)
+        self.started_pids.append(worker.pid)
         return worker
 
     def _load(self, worker: Worker, name: str) -> None:
@@ -338,9 +381,24 @@ class _Calibration:
             workers.pop().close()
 
     # --- the document ------------------------------------------------------------------------------------
+    def _capped_points(self) -> list[dict]:
+        """The measurements alone below the highest cap: what capped points were asked for."""
+        if self.bounds_w is None:
+            return []
+        return [e for e in self.alone if e["power_cap_w"] is not None
+                and e["power_cap_w"] < self.bounds_w[1] - _TOLERANCE_W]
+
+    def _caps_why_not(self) -> str:
+        """Why no capped point was measured: the reason caps were not set, else the capped measurements skipped."""
+        if self.caps_why_not:
+            return self.caps_why_not
+        caps = [f"{s['what']}: {s['why']}" for s in self.skipped if s["what"].startswith("cap ") or " alone at " in s["what"]]
+        return "no lower cap was measured" + (f" ({'; '.join(caps)})" if caps else "")
+
     def _document(self, started: float, wall_s: float) -> dict:
         g = self.gpu
         mps_why = self.mps_why_not
+        points = self._capped_points()
         return {
             "format": FORMAT, "version": VERSION, "simulated": self.simulated,
             "note": SIMULATED_NOTE if self.simulated else None,
@@ -350,8 +408,9 @@ class _Calibration:
                     "power_limit_min_w": g.power_limit_min_w, "power_limit_default_w": g.power_limit_default_w,
                     "power_limit_max_w": g.power_limit_max_w, "power_limit_found_w": g.power_limit_w},
             "settings": {**asdict(self.s), "workloads": list(self.s.workloads)},
-            "caps": {"measured": self.caps_why_not is None and self.bounds_w is not None, "by": self.caps_by,
-                     "why_not": self.caps_why_not, "bounds_w": list(self.bounds_w) if self.bounds_w else None},
+            "caps": {"measured": bool(points), "points": len(points), "by": self.caps_by,
+                     "why_not": None if points else self._caps_why_not(),
+                     "bounds_w": list(self.bounds_w) if self.bounds_w else None},
             "mps": {"measured": mps_why is None and any(p["sharing"] == "mps" for p in self.pairs),
                     "why_not": mps_why},
             "forced": bool(self.forced_beside), "occupants": [o.to_dict() for o in self.forced_beside],

@@ -6,12 +6,15 @@
                         [--no-caps] [--no-mps] [--force] [--json] [-v]
     ecolaunch calibrate --show [--json]
 
-Progress goes to stderr, one line per measurement; the summary (or, with ``--json``, the result documents) to
-stdout. Exit codes (docs/admin.md, "Calibrating to this machine"): 0 done; 1 ``Error:`` + ``HINT:`` (caps need root or the cap agent and
-``--no-caps`` was not given; a workload process failed; the state directory); 2 usage error (an unknown ``--gpu``
-or workload); 75 the GPU is in use (the message names the job and its user, or the process and its user), or was
-taken during the calibration (nothing written): try again later or add ``--force``; 128+N stopped by signal N
-(130 for Ctrl-C), after the booking was released and the caps restored.
+Progress goes to stderr, one line per measurement (and one for the GPUs the admin policy reserves for others, which
+it skips, or as root calibrates); the summary (or, with ``--json``, the result documents) to stdout. Exit codes
+(docs/admin.md, "Calibrating to this machine"): 0 done; 1 ``Error:`` + ``HINT:`` (caps need root or the cap agent
+and ``--no-caps`` was not given; caps were asked for and no capped point was measured, the file written with the
+rest; a workload process failed; the state directory); 2 usage error (an unknown ``--gpu`` or workload); 75 the GPU
+is in use (the message names the job and its user, or the process and its user), or was taken during the
+calibration (nothing written): try again later or add ``--force``; 77 a GPU it was to calibrate is reserved for
+other users (after calibrating the rest); 128+N stopped by signal N (130 for Ctrl-C), after the booking was released
+and the caps restored. Where several apply, the first of 1, 77 counts.
 """
 
 from __future__ import annotations
@@ -65,7 +68,9 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
 
     Writes one file per GPU model under <state dir>/calibration/ (ECOLAUNCH_STATE_DIR); `ecolaunch policy train`
     trains on them, and launches, `predict` and `simulate` use what it writes. Setting caps needs root or a running
-    `ecolaunch agent`; a GPU that runs someone's job is refused unless --force. On simulated GPUs
+    `ecolaunch agent`; a GPU that runs someone's job is refused unless --force; a GPU the admin policy reserves for
+    others is skipped (root may calibrate it). A pair that cannot be true is flagged (measured again on a busy
+    host), and `policy train` leaves it out. On simulated GPUs
     (ECOLAUNCH_SIMULATE) the workloads run CPU stand-ins: the figures are not measurements. With the defaults one
     GPU model takes at most about 10 minutes.
     """
@@ -88,7 +93,7 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
     warn_unsafe_interpreter()  # once: when root's imports are not root's alone, isolating its workers cannot help
     saved = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        written = _run(environment, rules, settings, gpus)
+        written, skipped = _run(environment, rules, settings, gpus)
     except _Stopped as e:
         click.echo(f"ecolaunch calibrate: stopped by signal {e.signum}; the GPU's booking is released and its caps "
                    "restored; nothing written for it", err=True)
@@ -117,21 +122,50 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
         restore()
     if as_json:
         click.echo(json.dumps([{"path": str(path), **doc} for path, doc in written], indent=1, sort_keys=True))
-        return
-    for path, doc in written:
-        click.echo(_summary(doc))
-        click.echo(f"wrote {path} ({doc['wall_s']:.1f} s)")
-    click.echo("next: `ecolaunch policy train` trains the GNN on these results and the job history; launches, "
-               "`ecolaunch predict` and `ecolaunch simulate` then use its weights")
+    elif written:
+        for path, doc in written:
+            click.echo(_summary(doc))
+            click.echo(f"wrote {path} ({doc['wall_s']:.1f} s)")
+        click.echo("next: `ecolaunch policy train` trains the GNN on these results and the job history; launches, "
+                   "`ecolaunch predict` and `ecolaunch simulate` then use its weights")
+    _outcome(written, skipped, settings.caps)
 
 
-def _run(environment, rules, settings, selectors: tuple[str, ...]) -> list[tuple[Any, dict]]:
+def _outcome(written: list[tuple[Any, dict]], skipped: list, caps_asked: bool) -> None:
+    """The warning for flagged pairs, and the failure (exit 1, else 77) for what was asked and not measured."""
+    flagged = sum(1 for _, doc in written for p in doc["pairs"] if p.get("flagged"))
+    if flagged:
+        click.echo(f"Warning: {flagged} pair(s) flagged: their figures cannot be true (see 'flagged' above); "
+                   "`ecolaunch policy train` leaves them out", err=True)
+    uncapped = [doc for _, doc in written if caps_asked and not doc["caps"]["measured"]]
+    if uncapped:
+        raise Failed("; ".join(f"GPU {d['gpu']['index']} ({d['gpu']['name']}): caps were asked for and no capped "
+                               f"point was measured ({d['caps']['why_not']})" for d in uncapped) +
+                     "; its results file holds the figures at the current limit only",
+                     hint="see why above; calibrate as root or with the cap agent (`sudo ecolaunch agent`) on a GPU "
+                          "the admin policy lets ecolaunch cap ([agent] gpus), or add --no-caps to measure the "
+                          "current limit only")
+    if skipped:
+        raise Failed(_skipped_line(skipped), exit_code=exitcodes.NOT_PERMITTED,
+                     hint="calibrate a GPU you may use (--gpu), or ask the lab admin: root may calibrate a reserved "
+                          f"GPU (sudo ecolaunch calibrate --gpu {skipped[0].gpu.index})")
+
+
+def _skipped_line(skipped: list) -> str:
+    from ecolaunch.runtime import current_user  # lazy: as in calibrate()
+
+    them = "it" if len(skipped) == 1 else "them"
+    return (f"skipped {'; '.join(r.describe() for r in skipped)}: the admin policy ([reserve]) keeps {them} from "
+            f"user {current_user()}, and a calibration books its GPU")
+
+
+def _run(environment, rules, settings, selectors: tuple[str, ...]) -> tuple[list[tuple[Any, dict]], list]:
     # lazy: as in calibrate(): the calibrator, its booking and the session load when `ecolaunch calibrate` runs
     from ecolaunch.calibrate.booking import GpuBusy, occupants
     from ecolaunch.calibrate.results import write_result  # lazy: as above
-    from ecolaunch.calibrate.plan import cap_access, choose_gpus  # lazy: as above
+    from ecolaunch.calibrate.plan import cap_access, choose_gpus, closed_gpus  # lazy: as above
     from ecolaunch.calibrate.run import SIMULATED_NOTE, calibrate_gpu  # lazy: as above
-    from ecolaunch.runtime import current_user, open_gpus  # lazy: as above
+    from ecolaunch.runtime import current_groups, current_user, open_gpus  # lazy: as above
     from ecolaunch.launch.jobcaps import orphan_keeper  # lazy: as above
     from ecolaunch.launch.session import Launcher, Session  # lazy: as above
     from ecolaunch.policy.baselines import ExclusivePolicy  # lazy: as above
@@ -146,12 +180,17 @@ def _run(environment, rules, settings, selectors: tuple[str, ...]) -> list[tuple
     host = graph.hosts.get(session.host)
     host_gpus = list(host.gpus.values()) if host is not None else []
     busy = {g.uuid: occupants(graph, g) for g in host_gpus}
+    closed = closed_gpus(rules, current_user(), current_groups(), host_gpus)
     try:
-        chosen = choose_gpus(host_gpus, busy, selectors)
+        choice = choose_gpus(host_gpus, busy, selectors, closed, root=os.geteuid() == 0)
     except ConfigError as e:
         raise click.BadParameter(f"{e}" + (f" ({e.hint})" if e.hint else ""), param_hint="'--gpu'") from None
-    if not chosen:
+    chosen = choice.gpus
+    if not chosen and not choice.skipped:
         raise EcolaunchError(f"no GPUs on host {session.host}", hint=f"check the driver, or set {ENV_SIMULATE}")
+    if not chosen:
+        return [], choice.skipped  # the error says which GPUs were skipped, and why
+    _say_reserved(choice)
     if not settings.force:
         for g in chosen:
             if busy[g.uuid]:
@@ -174,7 +213,20 @@ def _run(environment, rules, settings, selectors: tuple[str, ...]) -> list[tuple
         doc = calibrate_gpu(session, gpu, environment.state_dir, dict(os.environ), settings, launcher=launcher,
                             progress=say, shielded=_signals_held)
         written.append((write_result(environment.state_dir, doc), doc))
-    return written
+    return written, choice.skipped
+
+
+def _say_reserved(choice) -> None:
+    """One line for each way the reservations changed the choice of GPUs (none when they did not)."""
+    if choice.skipped:
+        _progress(_skipped_line(choice.skipped))
+    if choice.instead:
+        _progress("left out " + "; ".join(f"{r.describe()}: GPU {g.index} of its model instead"
+                                          for r, g in choice.instead))
+    if choice.as_root:
+        them = "it" if len(choice.as_root) == 1 else "them"
+        _progress(f"calibrating {'; '.join(r.describe() for r in choice.as_root)}, as root (root may, and may cap "
+                  f"{them}): launches wait for {them} meanwhile")
 
 
 def _progress(line: str) -> None:
@@ -194,6 +246,10 @@ def _summary(doc: dict) -> str:
             thr = " / ".join(_n(j["normalized_throughput"], 2) for j in p["jobs"])
             lines.append(f"  {'+'.join(p['workloads']):<14}{p['sharing']:<14}{_n(p['power_cap_w'], 0):>6}{thr:>16}"
                          f"{_n(p['power_w'], 0):>8}")
+    for p in doc["pairs"]:
+        if p.get("flagged"):
+            again = ", measured twice" if p.get("remeasured") else ""
+            lines.append(f"  flagged {'+'.join(p['workloads'])} ({p['sharing']}{again}): {p['flagged']}")
     if not doc["caps"]["measured"]:
         lines.append(f"  caps: not measured ({doc['caps']['why_not']})")
     if not doc["mps"]["measured"]:

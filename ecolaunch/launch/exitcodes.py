@@ -26,6 +26,8 @@ OK = 0
 ERROR = 1
 USAGE = 2
 NO_PLACEMENT = 75
+#: not the launch's: subcommands that refuse another user's job or GPU (``cancel``, ``calibrate``; sysexits' EX_NOPERM)
+NOT_PERMITTED = 77
 NOT_EXECUTABLE = 126
 NOT_FOUND = 127
 SIGNAL_BASE = 128

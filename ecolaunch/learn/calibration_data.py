@@ -21,7 +21,9 @@ driver reported them, so a model the catalogue does not know is used too):
 Left out, and counted by reason: files that cannot be read or are not trusted, files made on simulated GPUs when
 training for real ones (and real ones when training on simulated GPUs: on those, calibration exercises the path,
 its figures come from the simulator's models and are not measurements), measurements taken beside someone else's
-work (``--force``), and measurements without an iteration time or a power. Every sample weighs ``weight`` (3.0,
+work (``--force``), pairs that cannot be true (a job faster than alone, time-slicing busier than all the time:
+flagged by the calibrator, or, in a file written before it checked, found so here by the same check,
+:func:`ecolaunch.calibrate.plausible.check_pair`), and measurements without an iteration time or a power. Every sample weighs ``weight`` (3.0,
 like Gavel's measured pairs and the history); its ``source`` is :data:`SOURCE` (a measurement to ``train()``),
 or :data:`SIMULATED_SOURCE` for simulated GPUs (not a measurement). Labels are clamped to the model's range
 (throughput <= 1.02, power fraction <= 1).
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ecolaunch.calibrate.plausible import check_pair
 from ecolaunch.calibrate.results import read_results
 from ecolaunch.errors import ConfigError
 from ecolaunch.learn.train import LabelledState
@@ -44,13 +47,15 @@ from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.state.graph import WHATIF_UUID, GpuNode
 from ecolaunch.validate import number_or_none
 
-__all__ = ["SIMULATED_SOURCE", "SOURCE", "CalibrationData", "calibration_samples", "document_samples"]
+__all__ = ["FLAGGED", "SIMULATED_SOURCE", "SOURCE", "CalibrationData", "calibration_samples", "document_samples"]
 
 #: the ``LabelledState.source`` of a measured calibration sample: ``train()``'s source for measurements other than
 #: Gavel, Zeus and the history (they count as measurements, e.g. for the uncertainty head)
 SOURCE = "extra"
 #: the source of a sample from simulated GPUs: not a measurement
 SIMULATED_SOURCE = "simulated-calibration"
+#: the reason a pair that cannot be true is left out (``policy train`` prints the count)
+FLAGGED = "pair flagged: its figures cannot be true"
 _SAME_CAP_W = 0.5
 
 
@@ -101,13 +106,22 @@ def document_samples(doc: Mapping[str, Any], *, weight: float = 3.0, into: Calib
         for graph, thr, power in _alone_samples(board, profiles[name], points):
             out.samples.append(LabelledState(graph, (thr,), (power,), weight, source))
             out.counts["cap_points"] += 1
+    alone = doc.get("alone") or []
     for pair in doc.get("pairs") or []:
-        sample = _pair_sample(board, pair, profiles, out.skipped)
+        sample = _pair_sample(board, pair, profiles, out.skipped, alone, on_gpu=not doc.get("simulated"))
         if sample is not None:
             graph, thr, power = sample
             out.samples.append(LabelledState(graph, thr, (power,), weight, source))
             out.counts["pairs"] += 1
     return out
+
+
+def _flagged(pair: Mapping[str, Any], alone: Sequence[Any], *, on_gpu: bool) -> bool:
+    """Whether the calibrator flagged ``pair``, or (a file from before it checked: no ``flagged`` key) the check
+    finds it cannot be true."""
+    if "flagged" in pair:
+        return bool(pair["flagged"])
+    return check_pair(pair, alone, on_gpu=on_gpu) is not None
 
 
 def _board(gpu: Mapping[str, Any]) -> GpuNode | None:
@@ -162,7 +176,8 @@ def _alone_samples(board: GpuNode, profile: Profile, points: Sequence[Mapping[st
                min(1.0, float(p["power_w"]) / board.power_limit_max_w))
 
 
-def _pair_sample(board: GpuNode, pair: Any, profiles: Mapping[str, Profile], skipped: Counter):
+def _pair_sample(board: GpuNode, pair: Any, profiles: Mapping[str, Profile], skipped: Counter, alone: Sequence[Any],
+                 *, on_gpu: bool):
     if not isinstance(pair, Mapping) or not isinstance(pair.get("jobs"), list) or len(pair["jobs"]) != 2:
         skipped["malformed entry"] += 1
         return None
@@ -171,6 +186,9 @@ def _pair_sample(board: GpuNode, pair: Any, profiles: Mapping[str, Profile], ski
         return None
     if pair.get("disturbed_by"):
         skipped["measured beside someone else's work"] += 1
+        return None
+    if _flagged(pair, alone, on_gpu=on_gpu):
+        skipped[FLAGGED] += 1
         return None
     names = [j.get("workload") if isinstance(j, Mapping) else None for j in pair["jobs"]]
     if any(n not in profiles for n in names):

@@ -1,7 +1,8 @@
 """A host's queue as people read it: one row per waiting job, with its position and why it waits.
 
 What lives here: :class:`QueueRow` and :func:`queue_rows`, the one view of the queue that ``ecolaunch status`` (and
-any other view of the machine) shows; :func:`find_jobs`, how ``ecolaunch cancel`` finds a job by id or name. What
+any other view of the machine) shows; :func:`find_jobs` and :func:`user_jobs`, how ``ecolaunch cancel`` finds a job
+by id or name, and a user's jobs (``--user``). What
 does not: the order of the queue (``StateGraph.queued_jobs``), judging why a job waits (``ecolaunch.policy.waiting``,
 run by the waiting launcher, which records the reason with its job: ``Job.wait_reason``), printing.
 """
@@ -45,10 +46,19 @@ def queue_rows(graph: StateGraph, host: str, now: float) -> list[QueueRow]:
             for pos, job in enumerate(graph.queued_jobs(host), start=1)]
 
 
+def _active(graph: StateGraph, host: str) -> list[Job]:
+    return [j for j in graph.jobs.values() if j.host == host and j.state in (JobState.QUEUED, JobState.RUNNING)]
+
+
+def user_jobs(graph: StateGraph, host: str, uid: int) -> list[Job]:
+    """The jobs of ``host`` (queued or running) of the user ``uid`` (the uid that owns their files), oldest first."""
+    return sorted((j for j in _active(graph, host) if j.uid == uid), key=lambda j: (j.submitted_at, j.id))
+
+
 def find_jobs(graph: StateGraph, host: str, key: str) -> list[Job]:
     """The jobs of ``host`` (queued or running) that ``key`` names: the job whose id it is, else every job of that
     name (``--name``, or the script's name), oldest first."""
-    jobs = [j for j in graph.jobs.values() if j.host == host and j.state in (JobState.QUEUED, JobState.RUNNING)]
+    jobs = _active(graph, host)
     by_id = [j for j in jobs if j.id == key]
     if by_id:
         return by_id

@@ -12,7 +12,8 @@ import pytest
 
 from ecolaunch.calibrate.results import FORMAT, VERSION, read_results, write_result
 from ecolaunch.config import ENV_GNN_WEIGHTS, Environment, state_gnn_weights
-from ecolaunch.learn.calibration_data import SIMULATED_SOURCE, SOURCE, calibration_samples, document_samples
+from ecolaunch.learn.calibration_data import (FLAGGED, SIMULATED_SOURCE, SOURCE, calibration_samples,
+                                              document_samples)
 from tests.conftest import REPO, clean_env, ecolaunch_cmd
 
 GPU = {"uuid": "GPU-1", "index": 0, "name": "NVIDIA H200", "memory_total_mib": 143771, "power_limit_min_w": 200.0,
@@ -37,7 +38,7 @@ def document(simulated: bool = False, **changes) -> dict:
            "alone": [alone("mm", 700.0, 0.1644, 714.6), alone("mm", 600.0, 0.1772, 614.1),
                      alone("mm", 450.0, 0.2177, 447.0), alone("bw", 700.0, 0.0935, 412.0),
                      alone("bw", 350.0, 0.0944, 350.0)],
-           "pairs": [pair("mm", "bw", (0.55, 0.62), 690.0), pair("mm", "mm", (0.49, 0.50), 700.0),
+           "pairs": [pair("mm", "bw", (0.45, 0.52), 690.0), pair("mm", "mm", (0.49, 0.50), 700.0),
                      pair("mm", "bw", (0.7, 0.8), 700.0, sharing="mps")]}
     doc.update(changes)
     return doc
@@ -54,7 +55,7 @@ def test_alone_points_and_time_sliced_pairs_become_labelled_states() -> None:
     assert mm[2].gpu_power_frac[0] == pytest.approx(447.0 / 700.0)
     assert mm[0].graph.x["job"].shape[0] == 1
     mixed, same = data.samples[5:]
-    assert mixed.throughputs == (0.55, 0.62) and mixed.gpu_power_frac == (pytest.approx(690.0 / 700.0),)
+    assert mixed.throughputs == (0.45, 0.52) and mixed.gpu_power_frac == (pytest.approx(690.0 / 700.0),)
     assert same.throughputs == (0.49, 0.5) and mixed.graph.x["job"].shape[0] == 2
 
 
@@ -69,6 +70,19 @@ def test_disturbed_unusable_and_simulated_measurements() -> None:
     assert {s.source for s in document_samples(document(simulated=True)).samples} == {SIMULATED_SOURCE}
     no_range = document(gpu={**GPU, "power_limit_max_w": None})
     assert document_samples(no_range).skipped == {"no power limit range": 1}
+
+
+def test_pairs_that_cannot_be_true_are_left_out_and_counted() -> None:
+    flagged = pair("mm", "mm", (1.53, 1.54), 700.0, flagged="mm ran 1.53 times its speed alone", remeasured=True)
+    checked = pair("mm", "bw", (0.45, 0.52), 690.0, flagged=None, remeasured=False)
+    # a file from before the check (no 'flagged' key): the same check runs here, on the bw+bw figures
+    old = pair("bw", "bw", (1.69, 0.24), 420.0)
+    data = document_samples(document(pairs=[flagged, checked, old]))
+    assert data.counts == {"cap_points": 5, "pairs": 1}
+    assert data.skipped == {FLAGGED: 2}
+    assert data.samples[-1].throughputs == (0.45, 0.52)
+    # the calibrator's verdict stands: a pair it measured and passed is not checked again
+    assert document_samples(document(pairs=[pair("bw", "bw", (1.69, 0.24), 420.0, flagged=None)])).counts["pairs"] == 1
 
 
 def test_files_of_the_state_directory_count_when_trusted_and_of_the_same_kind(tmp_path: Path) -> None:
@@ -120,17 +134,19 @@ def test_environment_finds_the_state_directorys_weights_when_trusted(tmp_path: P
 
 def test_policy_train_uses_the_calibration_and_writes_weights_the_environment_finds(sim_env, state_dir) -> None:
     env = sim_env("1xA100-SXM4-80GB")
-    write_result(state_dir, document(simulated=True, gpu={**GPU, "name": "NVIDIA A100-SXM4-80GB",
-                                                          "memory_total_mib": 81920, "power_limit_min_w": 100.0,
-                                                          "power_limit_default_w": 400.0,
-                                                          "power_limit_max_w": 400.0}))
+    doc = document(simulated=True, gpu={**GPU, "name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920,
+                                        "power_limit_min_w": 100.0, "power_limit_default_w": 400.0,
+                                        "power_limit_max_w": 400.0})
+    doc["pairs"].append(pair("mm", "mm", (1.53, 1.54), 700.0, flagged="mm ran 1.53 times its speed alone"))
+    write_result(state_dir, doc)
     done = subprocess.run(ecolaunch_cmd("policy", "train", "--epochs", "1", "--synthetic", "0", "--no-history"),
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     weights = state_dir / "gnn" / "weights.pt"
     lines = done.stdout.splitlines()
     assert lines[1] == ("calibration 7 samples from 1 file(s) (simulated GPUs: not measurements) (5 caps alone, "
-                        "2 pairs); left out: 1 pair under MPS (launches share by time-slicing)")
+                        "2 pairs); left out: 1 pair flagged: its figures cannot be true, 1 pair under MPS "
+                        "(launches share by time-slicing)")
     assert lines[2].startswith(f"weights     {weights} (")
     assert lines[-1].startswith(f"use it:     launches, predict and simulate with state directory {state_dir} use it")
     manifest = json.loads((state_dir / "gnn" / "manifest.json").read_text())
