@@ -4,7 +4,8 @@ What lives here: :class:`Rules` (defaults = behaviour without a policy file), :f
 :func:`parse_rules` (TOML file or text → rules + the source of each value), and the helpers that apply
 the policy over a user's request: :func:`clip_slowdown`, :func:`job_bound_pct` (the one resolution of a job's
 slowdown bound), :func:`cap_bounds_w`, :func:`ecolaunch.jobmodel.gpu.clip_w` (the one clamp of a cap), :func:`job_cap_bounds` (one job's
-GPUs together), :func:`profiler_settings`, :func:`may_use_gpu` (:func:`reservation`), :func:`user_gpu_limit`. Key checking and line finding live in
+GPUs together), :func:`profiler_settings`, :func:`may_use_gpu` (:func:`reservation`), :func:`user_gpu_limit`,
+:func:`clip_cap_w` (a cap inside what the policy allows on one GPU). Key checking and line finding live in
 :mod:`ecolaunch.admin.schema`; what the policy *means* for a placement is applied by ``ecolaunch.policy``.
 
 The policy file (default ``/etc/ecolaunch/policy.toml``, or ``$ECOLAUNCH_POLICY``) is TOML. Every table
