@@ -143,9 +143,9 @@ def _refusal(job: Job, uuid: Any, watts: Any, gpu: GpuSnapshot | None, rules: Ru
 
     Besides the range checks: the job must be allowed on the GPU by the reservations (under the name of the uid it
     runs as, never the name its file claims; root's jobs are: a reservation binds the members), and every other
-    live job on the GPU that wants no cap there must have been placed *after* this one, knowing it was there (its decision lists this job among those it shares the
-    GPU with). A newcomer takes a GPU as it finds it; a job already running is never capped by one that came
-    later, or by a job file that merely claims its GPU.
+    live job on the GPU that wants no cap there must have been placed *after* this one, knowing it was there (its
+    decision lists this job among those it shares the GPU with). A newcomer takes a GPU as it finds it; a job
+    already running is never capped by one that came later, or by a job file that merely claims its GPU.
     """
     if gpu is None:
         return f"{uuid!r} is not a GPU of this host"
