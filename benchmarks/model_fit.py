@@ -15,7 +15,7 @@ throughput dropped, the default; ``pairs``: only pairs where both are; ``keep``)
 each GPU type fitted on all pairs, and cross-validated errors (5 folds by pair, seed 0; and holding out
 each job type): MAE of normalized throughput and accuracy of "packing helps" (combined > 1), on held-out
 values that are not suspect (``clean``) and on all held-out values (``all``), next to a model-free baseline
-(training median; always-pack). ``eaco_jct_increase_pct`` shows what the model predicts for EaCO's V100 sets, and
+(training median; always-pack). ``eaco_jct_increase_pct`` shows what the one-GPU model (no synchronization wait) predicts for EaCO's V100 sets, and
 ``eaco_jct_increase_pct_per_gpu_delta`` what it would with each GPU type's ``delta``.
 
 Usage: ``python benchmarks/model_fit.py [--json] [--seed N]``.
@@ -106,12 +106,12 @@ def _window_errors() -> dict | None:
 def _eaco_jct(delta_s: float) -> list[float]:
     model = itf.InterferenceModel(delta_s, itf.default_interference_model().default_iter_time_s,
                                   {"volta": delta_s})
-    return [round(s.jct_increase_pct, 2) for s in reproduce_eaco(model).sets]
+    return [round(s.jct_increase_pct, 2) for s in reproduce_eaco(model, sync_wait_s=0.0).sets]
 
 
 def interference_errors(seed: int) -> dict:
-    out = {"eaco_sets": [s.name for s in reproduce_eaco().sets],
-           "eaco_paper_jct_increase_pct": [round(s.paper_jct_increase_pct, 2) for s in reproduce_eaco().sets]}
+    out = {"eaco_sets": [s.name for s in reproduce_eaco(sync_wait_s=0.0).sets],
+           "eaco_paper_jct_increase_pct": [round(s.paper_jct_increase_pct, 2) for s in reproduce_eaco(sync_wait_s=0.0).sets]}
     data = itf.gavel_set()
     out["suspect_values"] = {"v100_values_equal_to_solo": int(data.copy_a.sum() + data.copy_b.sum()),
                              "v100_pairs_both_equal_to_solo_unordered": int((data.copy_a & data.copy_b).sum()),
@@ -121,7 +121,7 @@ def interference_errors(seed: int) -> dict:
         per_gpu = {g: fit.switch_overhead_s[g] for g in itf.GAVEL_GPUS}
         entry = {
             "switch_overhead_ms_per_gpu_fit": {g: d * 1000.0 for g, d in per_gpu.items()},
-            "eaco_jct_increase_pct": [round(s.jct_increase_pct, 2) for s in reproduce_eaco(fit.model).sets],
+            "eaco_jct_increase_pct": [round(s.jct_increase_pct, 2) for s in reproduce_eaco(fit.model, sync_wait_s=0.0).sets],
             "eaco_jct_increase_pct_per_gpu_delta": {g: _eaco_jct(d) for g, d in per_gpu.items()},
         }
         for split in ("pair", "type"):

@@ -703,8 +703,9 @@ def default_host_static_w() -> float:
     """A host's power besides its GPUs, from EaCO's server: the fitted node static power (host + 8 idle V100s,
     :func:`ecolaunch.sim.node.reproduce_eaco`) minus the 8 GPUs' idle power from the catalogue (an assumption,
     see ``ecolaunch/devices/catalogue.py``). Applied to every simulated host, workstations included: an
-    assumption that they carry the same class of CPUs (2x Xeon Gold 6240)."""
-    return reproduce_eaco().static_power_w - 8 * lookup("V100-SXM2-32GB").idle_power_w
+    assumption that they carry the same class of CPUs (2x Xeon Gold 6240). Fitted with the one-GPU prior
+    (``sync_wait_s=0``), the prior the simulator predicts with (it does not pass job GPU counts)."""
+    return reproduce_eaco(sync_wait_s=0.0).static_power_w - 8 * lookup("V100-SXM2-32GB").idle_power_w
 
 
 __all__ = ["JobOutcome", "SimResult", "Simulation", "Trace", "TraceJob", "default_host_static_w"]

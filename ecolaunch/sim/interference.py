@@ -20,6 +20,18 @@ So job ``i`` runs at ``x_i = t_i / (t_i * max(1, D) + delta * (D - d_i))`` of it
 ``sum(x) > 1``. Pairs are what Gavel measured; N > 2 jobs use the same sums (each co-runner's switching cost, one
 shared saturation), an extension by composition that only the EaCO 3- and 4-job sets check indirectly.
 
+**A job that spans k GPUs and synchronizes** (issue 36, item 4) waits for its slowest rank at every collective. On
+each of its GPUs a co-runner ``j`` holds the GPU a fraction ``d_j`` of the time, independently per GPU under
+time-slicing; a rank that finds co-runners holding its GPU waits ``w`` for each (round robin). The job pays the
+one-GPU cost above plus ``E[max over k ranks of the wait] - E[the wait of one rank]``
+(:func:`sync_wait_overhead_s`, exact), which is 0 for k = 1, so every single-GPU prediction (Gavel's pairs,
+Lucid's) is unchanged; it grows with k and saturates with the co-runners' demand (at k = 8 a co-runner busy 5 %
+of the time already blocks some rank a third of the time). ``w`` (``sync_wait_s``) is 0 in the default model: it
+is fitted on EaCO's 8-GPU sets only (:func:`ecolaunch.sim.node.fit_sync_wait`, leave-one-set-out in
+``benchmarks/eaco_reproduction.py``); no data set here measures a multi-GPU job beside a co-runner, and a
+host-contention term (EaCO's jobs also shared one server's CPUs) fits EaCO as well (docs/gnn.md). The
+simulator does not pass job GPU counts yet, so its policies predict as before.
+
 **Calibration (Gavel, OSDI '20).** Gavel measured 26 job types alone and in every single-GPU pair with CUDA
 MPS on V100, P100 and K80 (``data/gavel_*.csv``). Gavel gives throughputs only: ``t`` is measured (1 / solo
 throughput) but no utilization is. Each (GPU, job type)'s demand ``d`` is therefore a *latent* value in [0, 1]
@@ -47,7 +59,9 @@ for them say ``extrapolated=True``).
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -85,6 +99,9 @@ class InterferenceModel:
     #: architecture ("kepler", "pascal", "volta") -> the switching overhead of the board that measured it; a board
     #: takes that of the newest measured architecture not newer than its own (:func:`~ecolaunch.devices.catalogue.measured_for`)
     switch_overhead_by_arch_s: Mapping[str, float] = field(default_factory=dict)
+    #: a multi-GPU synchronous job's wait at a collective for each co-runner holding a rank's GPU (module
+    #: docstring); 0: a job pays the same on k GPUs as on one
+    sync_wait_s: float = 0.0
 
     def switch_overhead_for(self, gpu: str | GpuModel | None) -> float:
         """The switching overhead on ``gpu`` (a board name or model; None: a modern board)."""
@@ -93,19 +110,47 @@ class InterferenceModel:
         return measured_for(architecture(gpu if isinstance(gpu, str) else gpu.name), self.switch_overhead_by_arch_s,
                             self.switch_overhead_s)
 
-    def predict(self, profiles: Sequence[Profile], gpu: str | GpuModel | None = None) -> list[float]:
-        """Normalized throughput of each job (1.0 = as fast as alone) when all share one ``gpu``."""
+    def predict(self, profiles: Sequence[Profile], gpu: str | GpuModel | None = None,
+                gpus: Sequence[int] | None = None) -> list[float]:
+        """Normalized throughput of each job (1.0 = as fast as alone) when all share one ``gpu``.
+
+        ``gpus``: how many GPUs each job spans, synchronously, each shared with the same co-runners (None: one
+        each); it matters only with ``sync_wait_s`` > 0.
+        """
         if len(profiles) <= 1:
             return [1.0] * len(profiles)
+        if gpus is not None and (len(gpus) != len(profiles) or any(k < 1 for k in gpus)):
+            raise ConfigError(f"need one GPU count of at least 1 per job, got {list(gpus)} for {len(profiles)} jobs")
         demands = [p.demand for p in profiles]
         total = sum(demands)
         stretch = total if total > 1.0 else 1.0
         delta = self.switch_overhead_for(gpu)
         out = []
-        for p, d in zip(profiles, demands):
+        for i, (p, d) in enumerate(zip(profiles, demands)):
             t = p.iter_time_s if p.iter_time_s and p.iter_time_s > 0 else self.default_iter_time_s
-            out.append(t / (t * stretch + delta * max(0.0, total - d)))
+            extra = 0.0
+            if gpus is not None and gpus[i] > 1 and self.sync_wait_s > 0.0:
+                extra = sync_wait_overhead_s(demands[:i] + demands[i + 1:], gpus[i], self.sync_wait_s)
+            out.append(t / (t * stretch + delta * max(0.0, total - d) + extra))
         return out
+
+
+def sync_wait_overhead_s(co_runner_demands: Sequence[float], gpus: int, wait_s: float) -> float:
+    """What a job spanning ``gpus`` synchronous GPUs pays per iteration beyond one GPU's cost: ``E[max over the
+    ranks of W] - E[W]``, where a rank's wait ``W`` is ``wait_s`` for each co-runner holding its GPU, co-runner
+    ``j`` with probability ``min(1, d_j)``, independently on every GPU (exact, over the co-runners' subsets)."""
+    probs = [min(1.0, max(0.0, d)) for d in co_runner_demands]
+    if gpus <= 1 or not probs or wait_s <= 0.0:
+        return 0.0
+    # The wait of one rank is wait_s x (number of co-runners holding it): its distribution over 0..n
+    dist = [0.0] * (len(probs) + 1)
+    for held in itertools.product((False, True), repeat=len(probs)):
+        dist[sum(held)] += math.prod(q if h else 1.0 - q for q, h in zip(probs, held))
+    below = expected_max = 0.0
+    for n, pn in enumerate(dist):  # E[max] = sum_n n x (F(n)^k - F(n-1)^k)
+        expected_max += n * ((below + pn) ** gpus - below ** gpus)
+        below += pn
+    return wait_s * (expected_max - sum(probs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,13 +192,13 @@ def default_interference_model() -> InterferenceModel:
 
 
 def predict(profiles: Sequence[Profile], gpu: str | GpuModel | None = None,
-            model: InterferenceModel | None = None) -> list[float]:
+            model: InterferenceModel | None = None, gpus: Sequence[int] | None = None) -> list[float]:
     """Normalized throughput of each of 1..N jobs sharing one GPU (see the module docstring).
 
-    ``gpu`` picks the switching overhead of its generation (None: a modern board's). Cheap: plain Python, a few
-    microseconds for a pair.
+    ``gpu`` picks the switching overhead of its generation (None: a modern board's); ``gpus``, each job's GPU
+    count (:meth:`InterferenceModel.predict`). Cheap: plain Python, a few microseconds for a pair.
     """
-    return (model or default_interference_model()).predict(profiles, gpu)
+    return (model or default_interference_model()).predict(profiles, gpu, gpus)
 
 
 def colocate(profiles: Sequence[Profile], gpu: str | GpuModel | None = None,

@@ -21,13 +21,33 @@ def test_every_unsaturated_set_draws_the_power_eaco_measured(rep: node.EacoRepro
         assert abs(s.energy_saving_pct - s.paper_energy_saving_pct) <= 6.0, s
 
 
-def test_the_gpus_switching_explains_under_a_third_of_eacos_slowdowns(rep: node.EacoReproduction) -> None:
-    # A known gap (docs/known-issues.md): EaCO's co-located jobs finished 3-8 % later; the V100's switching cost
-    # (5 ms for a co-runner busy all the time, fitted on Gavel) at these jobs' 5-48 % utilization explains under
-    # 1 %. The rest is not the GPU's time-slicing (the model leaves out the shared server: CPUs, data loading).
-    for s in rep.sets:
+def test_the_gpus_switching_alone_explains_under_a_third_of_eacos_slowdowns() -> None:
+    # Without the 8-GPU jobs' synchronization wait (docs/known-issues.md): EaCO's co-located jobs finished 3-8 %
+    # later; the V100's switching cost (5 ms for a co-runner busy all the time, fitted on Gavel) at these jobs'
+    # 5-48 % utilization explains under 1 %.
+    for s in node.reproduce_eaco(sync_wait_s=0.0).sets:
         if not s.saturated:
             assert 0.0 < s.jct_increase_pct < s.paper_jct_increase_pct / 3.0, s
+
+
+def test_the_synchronization_wait_predicts_each_held_out_set_within_3_points(rep: node.EacoReproduction) -> None:
+    # issue 36, item 4: the wait is fitted on the other four unsaturated sets and scored on the fifth
+    for s in rep.sets:
+        if not s.saturated:
+            assert s.jct_increase_loo_pct is not None
+            assert abs(s.jct_increase_loo_pct - s.paper_jct_increase_pct) <= 3.0, s
+            assert s.jct_increase_loo_pct > 3.0 * node.reproduce_eaco(sync_wait_s=0.0).sets[rep.sets.index(s)] \
+                .jct_increase_pct, s
+    assert 0.020 < rep.sync_wait_s < 0.035  # a few time slices per iteration, as docs/gnn.md reads it
+
+
+def test_the_simulators_host_static_power_keeps_the_one_gpu_prior() -> None:
+    # the simulator does not pass job GPU counts, so its host power is fitted with the prior it predicts with
+    from ecolaunch.devices.catalogue import lookup
+    from ecolaunch.sim.engine import default_host_static_w
+
+    one_gpu = node.reproduce_eaco(sync_wait_s=0.0).static_power_w
+    assert default_host_static_w() == pytest.approx(one_gpu - 8 * lookup("V100-SXM2-32GB").idle_power_w)
 
 
 def test_only_the_four_job_set_is_saturated_with_a_large_slowdown(rep: node.EacoReproduction) -> None:
@@ -55,9 +75,9 @@ def test_eacos_jobs_pay_the_v100s_switching_cost(rep: node.EacoReproduction) -> 
     free = InterferenceModel(0.0, model.default_iter_time_s)
     k80 = InterferenceModel(model.switch_overhead_for("K80"), model.default_iter_time_s,
                             {"volta": model.switch_overhead_for("K80")})
-    at = {name: {s.name: s.jct_increase_pct for s in node.reproduce_eaco(m).sets}
+    at = {name: {s.name: s.jct_increase_pct for s in node.reproduce_eaco(m, sync_wait_s=0.0).sets}
           for name, m in (("free", free), ("k80", k80))}
-    for s in rep.sets:
+    for s in node.reproduce_eaco(sync_wait_s=0.0).sets:
         if not s.saturated:
             assert at["free"][s.name] == pytest.approx(0.0, abs=1e-9)
             assert 0.0 < s.jct_increase_pct < at["k80"][s.name]

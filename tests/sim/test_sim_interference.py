@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -77,6 +79,34 @@ def test_more_co_runners_slow_everyone_by_composition() -> None:
     three = itf.predict([job(10), job(10), job(10)], "V100")[0]
     four = itf.predict([job(10)] * 4, "V100")[0]
     assert 1.0 > two > three > four
+
+
+def test_a_synchronous_multi_gpu_job_slows_more_than_a_single_gpu_one(model: itf.InterferenceModel) -> None:
+    synced = dataclasses.replace(model, sync_wait_s=0.027)
+    pair = [job(40, 0.28), job(30, 0.28)]
+    one = synced.predict(pair, "V100")
+    assert synced.predict(pair, "V100", [1, 1]) == one == model.predict(pair, "V100")  # k = 1: unchanged
+    two, eight = synced.predict(pair, "V100", [2, 1]), synced.predict(pair, "V100", [8, 1])
+    assert eight[0] < two[0] < one[0]  # waits for its slowest rank: more ranks, longer waits
+    assert eight[1] == two[1] == one[1]  # its single-GPU co-runner pays as before
+    assert model.predict(pair, "V100", [8, 8]) == one  # no wait, no synchronization cost
+    assert synced.predict([job(40, 0.28), job(0)], "V100", [8, 1])[0] == 1.0  # an idle co-runner blocks nobody
+
+
+@pytest.mark.parametrize("demands, gpus", [([0.05], 8), ([0.4], 2), ([0.1, 0.4], 8), ([0.3, 0.3, 0.2], 4)])
+def test_the_synchronization_wait_is_the_expected_slowest_rank(demands: list[float], gpus: int) -> None:
+    rng = np.random.default_rng(0)
+    held = rng.random((200_000, gpus, len(demands))) < np.array(demands)
+    sampled = held.sum(axis=2).max(axis=1).mean() - sum(demands)
+    assert itf.sync_wait_overhead_s(demands, gpus, 1.0) == pytest.approx(sampled, abs=0.01)
+    assert itf.sync_wait_overhead_s(demands, 1, 1.0) == 0.0
+
+
+def test_gpu_counts_must_match_the_jobs(model: itf.InterferenceModel) -> None:
+    with pytest.raises(ConfigError):
+        model.predict([job(40), job(30)], "V100", [8])
+    with pytest.raises(ConfigError):
+        model.predict([job(40), job(30)], "V100", [0, 1])
 
 
 def test_unknown_fields_count_as_a_busy_job_of_median_speed(model: itf.InterferenceModel) -> None:
