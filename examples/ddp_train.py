@@ -13,6 +13,9 @@ import os
 
 import torch
 import torch.distributed as dist
+# imported before init_process_group, so that its functions' `group=group.WORLD` defaults hold None and not the
+# group (DDP imports it later, through torch._dynamo): see docs/python-api.md, "Ending a gloo job"
+import torch.distributed.nn  # noqa: F401
 from torch import nn
 
 
@@ -44,9 +47,8 @@ def main() -> None:
             print(f"step {step:3d}  loss {loss.item():.4f}  device {device}  "
                   f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
     dist.barrier()
-    # drop DDP (its reducer holds the process group) before the group: with gloo, a group torn down by the
-    # interpreter's exit while DDP still references it can abort the worker ("terminate called without an
-    # active exception")
+    # drop DDP (its reducer holds the process group) so that destroy_process_group frees the group and joins gloo's
+    # threads while the interpreter is alive; one left to the interpreter's exit can abort the worker
     del ddp, opt
     dist.destroy_process_group()
 

@@ -21,6 +21,9 @@ import os
 
 import torch
 import torch.distributed as dist
+# imported before init_process_group, so that its functions' `group=group.WORLD` defaults hold None and not the
+# group (DDP imports it later, through torch._dynamo): see docs/python-api.md, "Ending a gloo job"
+import torch.distributed.nn  # noqa: F401
 from torch import nn
 
 import ecolaunch
@@ -66,9 +69,8 @@ def main() -> None:
         if args.checkpoint and not ecolaunch.is_profiling():
             torch.save(model.state_dict(), args.checkpoint)
     dist.barrier()
-    # drop DDP (its reducer holds the process group) before the group: with gloo, a group torn down by the
-    # interpreter's exit while DDP still references it can abort the worker ("terminate called without an
-    # active exception")
+    # drop DDP (its reducer holds the process group) so that destroy_process_group frees the group and joins gloo's
+    # threads while the interpreter is alive; one left to the interpreter's exit can abort the worker
     del ddp, opt
     dist.destroy_process_group()
 

@@ -16,6 +16,9 @@ import os
 
 import torch
 import torch.distributed as dist
+# imported before init_process_group, so that its functions' `group=group.WORLD` defaults hold None and not the
+# group (DDP imports it later, through torch._dynamo): see docs/python-api.md, "Ending a gloo job"
+import torch.distributed.nn  # noqa: F401
 from torch import nn
 
 import ecolaunch
@@ -46,7 +49,7 @@ def train(steps: int) -> dict:
         x = torch.randn(4096, 32, generator=gen).to(device)
         eval_loss = nn.functional.mse_loss(model(x), x[:, :1] * 0.5 - x[:, 1:2]).item()
     dist.barrier()
-    del ddp, opt  # the DDP reducer holds the process group: drop it first (see examples/instrumented_ddp.py)
+    del ddp, opt  # the DDP reducer holds the process group: drop it first (docs/python-api.md)
     dist.destroy_process_group()
     return {"eval_loss": eval_loss, "eval_s": m.time_s, "eval_energy_j": m.energy_j}
 
