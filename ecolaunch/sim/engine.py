@@ -30,8 +30,10 @@ before placement on a host of mixed GPU models), a first launch is profiled inli
 under ecolaunch's own policies (``closed_loop=True``) alone on its GPUs ends at the cap its profiler and the real
 closed loop settle on, a pair the measurements say cannot share fails and is queued again, and a multi-GPU job
 off the best-linked GPUs keeps its measured share of speed. ``omniscient=True`` gives the policy the truth (the
-oracle). A power budget's caps (``Decision.recaps_w``, its ``rebalance`` after departures, the running jobs'
-ceilings) are played in either world.
+oracle). A power budget is played in either world as the launcher plays it: after every arrival, departure and
+closed-loop settling, each running job's cap is the budget's one rule for it
+(:func:`~ecolaunch.admin.budget.wish_under_ceiling`: the lower of what it asks and its GPU's ceiling, never below its
+floor), never the budget's caps written over its own.
 
 Deterministic: no randomness inside the loop (traces carry their own seeded randomness, the measured world its
 seeded noise); ties break by job order.
