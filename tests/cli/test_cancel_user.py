@@ -10,13 +10,12 @@ import time
 from pathlib import Path
 
 from ecolaunch.state.graph import JobState
-from ecolaunch.state.layout import init_state
 from ecolaunch.state.store import StateStore
-from tests.cli.test_launch import SLEEPER, run, status, wait_for
-from tests.cli.test_queue import CLI, CLI_IMPORTS, SPEC, running, start
+from tests.cli.test_launch import run, status, wait_for
+from tests.cli.test_queue import CLI, CLI_IMPORTS, SPEC, alice_queued_behind_root, running, start
 from tests.conftest import clean_env
 from tests.launch.test_safety3_cancel import _job
-from tests.multiuser import ALICE, GID, MALLORY, last_json, remove, require_root, run_as, shared_dir, start_as
+from tests.multiuser import ALICE, MALLORY, last_json, run_as
 
 
 def test_cancel_user_cancels_every_job_of_that_user_the_queued_first(sim_env, tmp_path: Path) -> None:
@@ -90,20 +89,8 @@ ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
 
 
 def test_a_member_cancels_only_their_own_jobs_and_names_only_themselves() -> None:
-    require_root()
-    d = shared_dir()
-    hog = alice = None
-    try:
-        init_state(d, GID)
-        env = {"ECOLAUNCH_SIMULATE": SPEC, "ECOLAUNCH_STATE_DIR": str(d)}
-        (d / "out").mkdir()
-        hog = start(clean_env(**env), d / "out", 2, 120, "--name", "hog")
-        hog_id = running(clean_env(**env), "hog")["id"]
-        # alice's launch waits behind root's job, in her own job file
-        alice = start_as(ALICE, DUMPABLE + CLI, {"env": env, "argv": ["--name", "mine", "--nproc-per-node", "1", SLEEPER,
-                                                          str(d / "out"), "1"]},
-                         imports=CLI_IMPORTS)
-        row = wait_for(lambda: next(iter(status(clean_env(**env))["queue"]), None), what="alice's job queued")
+    # alice's launch waits behind root's job, in her own job file
+    with alice_queued_behind_root(DUMPABLE + CLI) as (env, hog, alice, row):
         assert row["user"] == str(ALICE)
 
         other = run_as(MALLORY, CLI, {"env": env, "argv": ["cancel", "-u", str(ALICE)]}, imports=CLI_IMPORTS, env=env)
@@ -118,10 +105,4 @@ def test_a_member_cancels_only_their_own_jobs_and_names_only_themselves() -> Non
         out, err = alice.communicate(timeout=30)
         assert json.loads(out.strip().splitlines()[-1]) == {"exit": 143}, out + err
         after = status(clean_env(**env))
-        assert [j["id"] for j in after["jobs"]] == [hog_id] and after["queue"] == []  # root's job untouched
-    finally:
-        for proc in (hog, alice):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
-        remove(d)
+        assert [j["id"] for j in after["jobs"]] == [hog["id"]] and after["queue"] == []  # root's job untouched

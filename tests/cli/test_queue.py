@@ -5,9 +5,11 @@ power budget can never fit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from ecolaunch.state.layout import init_state
@@ -158,7 +160,11 @@ import torch.distributed.run
 """
 
 
-def test_only_a_jobs_own_user_or_root_may_cancel_it() -> None:
+@contextlib.contextmanager
+def alice_queued_behind_root(script: str = CLI) -> Iterator[tuple[dict[str, str], dict, subprocess.Popen, dict]]:
+    """A shared state directory (``init-state``) where root's 2-GPU job ``hog`` runs and ALICE's 1-GPU job ``mine``
+    waits behind it, in her own job file, launched as her real uid by ``script``. Yields the environment, the hog's
+    status row, alice's launcher and her queue row; kills both launchers and removes the directory afterwards."""
     require_root()
     d = shared_dir()
     hog = alice = None
@@ -167,11 +173,21 @@ def test_only_a_jobs_own_user_or_root_may_cancel_it() -> None:
         env = {"ECOLAUNCH_SIMULATE": SPEC, "ECOLAUNCH_STATE_DIR": str(d)}
         (d / "out").mkdir()
         hog = start(clean_env(**env), d / "out", 2, 120, "--name", "hog")
-        running(clean_env(**env), "hog")
-        # alice's launch waits behind root's job, in her own job file
-        alice = start_as(ALICE, CLI, {"env": env, "argv": ["--name", "mine", "--nproc-per-node", "1", SLEEPER,
-                                                          str(d / "out"), "1"]}, imports=CLI_IMPORTS)
+        hog_row = running(clean_env(**env), "hog")
+        alice = start_as(ALICE, script, {"env": env, "argv": ["--name", "mine", "--nproc-per-node", "1", SLEEPER,
+                                                             str(d / "out"), "1"]}, imports=CLI_IMPORTS)
         row = wait_for(lambda: next(iter(status(clean_env(**env))["queue"]), None), what="alice's job queued")
+        yield env, hog_row, alice, row
+    finally:
+        for proc in (hog, alice):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        remove(d)
+
+
+def test_only_a_jobs_own_user_or_root_may_cancel_it() -> None:
+    with alice_queued_behind_root() as (env, _, alice, row):
         assert row["name"] == "mine" and row["user"] == str(ALICE)
 
         refused = run_as(MALLORY, CLI, {"env": env, "argv": ["cancel", row["id"]]}, imports=CLI_IMPORTS, env=env)
@@ -186,9 +202,3 @@ def test_only_a_jobs_own_user_or_root_may_cancel_it() -> None:
         out, err = alice.communicate(timeout=30)
         assert json.loads(out.strip().splitlines()[-1]) == {"exit": 143}, out + err
         assert "left the queue without running: stopped by SIGTERM (ecolaunch cancel sends it); exit 143" in err
-    finally:
-        for proc in (hog, alice):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
-        remove(d)
