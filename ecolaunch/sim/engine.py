@@ -372,9 +372,14 @@ class Simulation:
                     changed.add(u)
                 self._ask_budget(head.id)
                 touched = set(decision.gpus)
+                settled_under_budget = False
                 if self.world is not None:
-                    touched |= self._world_start(head, out, decision, gpu_jobs, checks, now)
+                    changed_caps, settled_under_budget = self._world_start(head, out, decision, gpu_jobs, checks, now)
+                    touched |= changed_caps
                 touched |= self._follow_budget()  # the newcomer's caps, and the running jobs' under new ceilings
+                if settled_under_budget:  # its closed loop's cap as the budget holds it
+                    held = [self.graph.jobs[head.id].power_caps_w.get(u) for u in decision.gpus]
+                    self._record_coverage(head, decision, min((w for w in held if w is not None), default=None))
                 changed |= touched
                 # later heads of the queue see this placement too (and the caps it changed)
                 self._refresh(touched, gpu_jobs, running, loads, caps)
@@ -486,10 +491,12 @@ class Simulation:
         return self.world.request_profile(job.user, job.kind, self._board)
 
     def _world_start(self, job: TraceJob, out: JobOutcome, decision: Decision, gpu_jobs: dict[str, list[str]],
-                     checks: list[tuple[float, str]], now: float) -> set[str]:
+                     checks: list[tuple[float, str]], now: float) -> tuple[set[str], bool]:
         """A job starts in the measured world: a pair Gavel could not run fails (out of memory) after
         the world's ``oom_after_s``; a first launch is profiled inline; under ecolaunch a job alone on its GPUs ends at the cap
-        its profiler and closed loop settle on. Returns the GPUs whose cap changed."""
+        its profiler and closed loop settle on. Returns the GPUs whose cap changed, and whether its loop settled
+        under a power budget (its cap is then the budget's rule's, set by the caller's follow, which records its
+        coverage)."""
         world = self.world
         for u in decision.gpus:
             if not world.feasible([self.graph.jobs[j].name for j in gpu_jobs[u]], self.models[u].name):
@@ -499,14 +506,14 @@ class Simulation:
         board = self.models[decision.gpus[0]].name  # the model its profile is of (a job's GPUs: one model, or not)
         out.reference_speed = min(world.speed_factor(job.kind, self.models[u].name) for u in decision.gpus)
         if self.omniscient:
-            return set()
+            return set(), False
         first = world.is_first(job.user, job.kind, board)
         if first:
             self.graph.jobs[job.id].profile = world.profile_inline(job.user, job.kind, board)
         else:
             world.repeat_launches += 1
         if not self.closed_loop or any(len(gpu_jobs[u]) > 1 for u in decision.gpus):
-            return set()
+            return set(), False
         host = self.graph.hosts[self._host_of[decision.gpus[0]]]
         gpus = [host.gpus[u] for u in decision.gpus]
         caps = [decision.power_caps_w.get(u) for u in decision.gpus]
@@ -514,22 +521,23 @@ class Simulation:
                                first=first)
         self._own_caps[job.id] = cap
         self._weighed.pop(job.id, None)
-        rec = self.graph.jobs[job.id]
         ask = self._asks.get(job.id)
-        changed: set[str] = set()
         if ask is not None:
             # under a power budget the loop's own cap is the job's ask, held under its ceilings by the budget's rule
             ask.asks.update({u: cap for u in decision.gpus})
-            changed = self._follow_budget()
-            held = [rec.power_caps_w[u] for u in decision.gpus if u in rec.power_caps_w]
-            cap = min(held) if held else None
-        elif cap != caps[0]:
-            rec.power_caps_w = {u: cap for u in decision.gpus} if cap is not None else {}
-            changed = set(decision.gpus)
-        bounds = job_cap_bounds(self.rules, gpus)
-        if cap is not None and bounds is not None:  # was its curve right there, margin included?
-            world.record_coverage(job.user, job.kind, cap, bounds, board)
-        return changed
+            return set(), True
+        self._record_coverage(job, decision, cap)
+        if cap == caps[0]:
+            return set(), False
+        self.graph.jobs[job.id].power_caps_w = {u: cap for u in decision.gpus} if cap is not None else {}
+        return set(decision.gpus), False
+
+    def _record_coverage(self, job: TraceJob, decision: Decision, cap: float | None) -> None:
+        """Was the job's curve right at the cap its closed loop runs at, margin included? (the world's coverage)"""
+        host = self.graph.hosts[self._host_of[decision.gpus[0]]]
+        bounds = job_cap_bounds(self.rules, [host.gpus[u] for u in decision.gpus])
+        if cap is not None and bounds is not None:
+            self.world.record_coverage(job.user, job.kind, cap, bounds, self.models[decision.gpus[0]].name)
 
     def _ask_budget(self, jid: str) -> None:
         """Under a power budget, what a job just placed asks of it, read as its launcher's
