@@ -92,9 +92,10 @@ from ecolaunch.profile.powercap import cap_grid
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 from ecolaunch.validate import is_number, number_or_none
 
-__all__ = ["EPS_W", "GRID_W", "NO_CURVE_FLOOR_SHARE", "AT_CEILING_W", "GpuDemand", "Newcomer", "allocate",
-           "asked_caps", "bounds_or_none", "budget_ceilings", "held_ceiling_w", "wish_under_ceiling", "budgeted_gpus", "budgeted_on_host", "curve_at", "host_demands", "job_floor_w", "least_total_w",
-           "may_cap", "no_curve_floor_w", "rebalance", "trusted_budget_caps"]
+__all__ = ["AT_CEILING_W", "EPS_W", "GRID_W", "NO_CURVE_FLOOR_SHARE", "GpuDemand", "Newcomer", "allocate", "asked_caps",
+           "bounds_or_none", "budget_ceilings", "budgeted_gpus", "budgeted_on_host", "curve_at", "held_ceiling_w",
+           "host_demands", "job_floor_w", "least_total_w", "may_cap", "no_curve_floor_w", "rebalance",
+           "trusted_budget_caps", "wish_under_ceiling"]
 
 logger = logging.getLogger(__name__)
 

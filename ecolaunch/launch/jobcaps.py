@@ -56,7 +56,8 @@ from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
 from ecolaunch.errors import EcolaunchError, PermissionDenied, StateError
 from ecolaunch.launch.guard import Guard, start_guard
 from ecolaunch.launch.session import Placement, Session
-from ecolaunch.admin.budget import AT_CEILING_W, asked_caps, budget_ceilings, held_ceiling_w, job_floor_w, wish_under_ceiling
+from ecolaunch.admin.budget import (AT_CEILING_W, asked_caps, budget_ceilings, held_ceiling_w, job_floor_w,
+                                    wish_under_ceiling)
 
 logger = logging.getLogger(__name__)
 

@@ -191,4 +191,3 @@ def as_launched(policy, trace, name: str = "curve") -> SimFirstLaunchCurves:
     user of the machine measured of the same job where there is one, else nothing (:class:`HistoryFirstCurve`). What
     the ``curve`` row of ``benchmarks/energy.py`` and ``ecolaunch simulate --policy curve`` on a measured trace run."""
     return SimFirstLaunchCurves(policy, HistoryFirstCurve({j.id: j.kind for j in trace.jobs}), name)
-
