@@ -1,25 +1,24 @@
 """The Python API: :func:`launch` runs a function or a script on ``nproc`` workers, and :func:`measure` times a
 block of user code and reads the energy its GPUs used meanwhile.
 
-``launch`` is torch's ``elastic_launch`` behind ecolaunch's command line: it builds the command line a user would
-type (``--nproc-per-node N [ecolaunch options] script args``, a function named as ``--module module:qualname``), parses
-it with the CLI's parser and runs it through the CLI's launch (:func:`ecolaunch.cli.launch_cmd.launch_parsed`), so
-placement, the queue, profiles and history, caps and energy accounting are the command line's, and so are the
-lines it prints. It returns a :class:`LaunchResult`: each rank's return value, the job's time and energy.
+``launch`` builds the launch's :class:`~ecolaunch.launch.options.LaunchConfig` itself (its keywords are the command
+line's options, declared once in :class:`~ecolaunch.launch.options.LaunchOptions`; torch's parser reads the
+torchrun side) and runs the launch pipeline with the terminal's callbacks (:mod:`ecolaunch.launch.console`), so
+placement, the queue, profiles and history, caps, energy accounting and the lines it prints are the command
+line's. It returns a :class:`LaunchResult`: each rank's return value, the job's time and energy.
 
 ``measure`` is a measurement window in the manner of Zeus's ``ZeusMonitor.begin_window``/``end_window``: the
 GPUs it reads are those the process may use (``CUDA_VISIBLE_DEVICES``: in a worker of an ecolaunch launch, the
 job's GPUs; outside one, the visible GPUs), on NVML's energy counters or, under ``ECOLAUNCH_SIMULATE``, the
 simulated GPUs' readings.
 
-Its own layer, the top one beside ``__main__``: it reaches the CLI's launch. Importing it loads only the
-standard library; ``launch`` and ``measure`` load the launcher and the GPU backend when first called.
+Its own layer, the top one beside ``__main__``. Importing it loads the standard library and the option
+declarations; ``launch`` and ``measure`` load the launcher and the GPU backend when first called.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import os
 import pickle
@@ -31,15 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ecolaunch import config
-from ecolaunch.errors import DriverNotFound, EcolaunchError, WorkerFailed, with_hint
+from ecolaunch.errors import ConfigError, DriverNotFound, EcolaunchError, WorkerFailed, with_hint
+from ecolaunch.launch.options import LaunchOptions, api_keywords, spec_of, yes_or_no
 from ecolaunch.validate import is_integer
 
 __all__ = ["LaunchResult", "Measurement", "launch", "measure"]
 
 #: ``--nproc-per-node`` values other than a count, as the command line takes them
 NPROC_WORDS = ("gpu", "auto", "cpu")
-#: the command line's options that make no sense for a call that returns results: left out of ``env``
-_IGNORED_ENV = (config.ENV_DRY_RUN, config.ENV_JSON)
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,11 +68,8 @@ class LaunchResult(Mapping):
 
 
 def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, nproc: int | str = 1,
-           module: bool = False, policy: str | None = None, allowed_slowdown_pct: float | None = None,
-           memory_mib: int | None = None, profile: str | None = None, wait_timeout_s: float | None = None,
-           explain: bool = False, name: str | None = None, job_key: str | None = None, fresh_profile: bool = False,
-           share_if_sooner: bool | None = None, torchrun_args: Sequence[str] = (),
-           env: Mapping[str, str] | None = None) -> LaunchResult:
+           module: bool = False, torchrun_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+           **options: Any) -> LaunchResult:
     """Run ``entrypoint`` on ``nproc`` workers, placed, queued, capped and accounted as ``ecolaunch`` would.
 
     Args:
@@ -82,22 +77,20 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
             call ``entrypoint(*args)``), or the path of a script (``module=True``: a module's name) run with
             ``args`` as its command-line arguments.
         nproc: workers, one GPU each (``--nproc-per-node``: a count, or ``"gpu"``/``"auto"``/``"cpu"``).
-        policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, explain, name, job_key, fresh_profile:
-            the command line's ``--policy``, ``--allowed-slowdown``, ``--memory-mib``, ``--profile``,
-            ``--wait-timeout``, ``--explain``, ``--name``, ``--job-key``, ``--fresh-profile``; unset, their
-            ``ECOLAUNCH_*`` variables apply, as on the command line.
-        share_if_sooner: ``--share-if-sooner yes|no`` (True/False); None: ``ECOLAUNCH_SHARE_IF_SOONER``, else the
-            admin policy's default. What ``-v`` logs
-            goes to the ``ecolaunch`` logger: the application's logging configuration shows it.
         torchrun_args: further torchrun options, as typed (``["--max-restarts", "1"]``).
         env: the environment the launch reads its ``ECOLAUNCH_*`` settings from (default ``os.environ``); the
             workers inherit this process's own environment, as torchrun's do.
+        options: the command line's ecolaunch options by their names in
+            :class:`~ecolaunch.launch.options.LaunchOptions` ({keywords}); unset (None, or False for a flag),
+            their ``ECOLAUNCH_*`` variables apply, as on the command line. What ``-v`` logs goes to the
+            ``ecolaunch`` logger: the application's logging configuration shows it.
 
     Returns:
         a :class:`LaunchResult`: ``result[rank]`` (a function's return values), ``result.energy_j``,
         ``result.time_s``.
 
     Raises:
+        TypeError: an option ``launch()`` does not take.
         ValueError: a bad argument (what, its value, what to do), before anything is queued or booked.
         WorkerFailed: a worker failed (``rank``, ``exit_code``, ``failure``); the GPUs are released.
         EcolaunchError: what makes the command line exit 1 or 75 (``NeverFits``, ``NoPlacement``,
@@ -105,8 +98,10 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
         KeyboardInterrupt: the launch was stopped by SIGINT (Ctrl-C); ``SystemExit(128+S)`` by another signal S.
     """
     # lazy: the launcher (torch's parser, the policies) loads when a launch is asked for, not at import
-    from ecolaunch.cli.launch_cmd import launch_parsed
-    from ecolaunch.launch.torchrun import FunctionCall  # lazy: as the line above
+    from ecolaunch.launch import console  # lazy: as above
+    from ecolaunch.launch.pipeline import run_launch  # lazy: as above
+    from ecolaunch.launch.torchrun import FunctionCall  # lazy: as above
+    from ecolaunch.runtime import launch_context  # lazy: as above
 
     function = None
     if callable(entrypoint):
@@ -119,25 +114,21 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
         raise ValueError(with_hint(f"entrypoint must be a function, a script's path or (module=True) a module's "
                                    f"name, got {entrypoint!r}", "pass a function defined at a module's top level, "
                                    "or a script's path"))
-    if share_if_sooner is not None and not isinstance(share_if_sooner, bool):
-        raise ValueError(with_hint(f"share_if_sooner must be True, False or None, got {share_if_sooner!r}",
-                                   "None leaves it to ECOLAUNCH_SHARE_IF_SOONER and the admin policy"))
-    argv = [*_options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, name, job_key),
-            *_flags(explain=explain, fresh_profile=fresh_profile),
-            *([] if share_if_sooner is None else ["--share-if-sooner", "yes" if share_if_sooner else "no"]),
-            *[str(a) for a in torchrun_args]]
+    if not (is_integer(nproc) and nproc >= 1 or isinstance(nproc, str) and nproc in NPROC_WORDS):
+        raise ValueError(with_hint(f"nproc must be a worker count >= 1 or one of {', '.join(map(repr, NPROC_WORDS))}"
+                                   f", got {nproc!r}", "e.g. nproc=2 for two workers on two GPUs"))
+    env = os.environ if env is None else env
+    argv = ["--nproc-per-node", str(nproc), *[str(a) for a in torchrun_args]]
     if function is not None:
         argv += ["--module", function.name]
     else:
         argv += [*(["--module"] if module else []), os.fspath(entrypoint), *[str(a) for a in args]]
-    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _IGNORED_ENV}
-    parsed = _parse(argv, env)
-    if function is not None:
-        parsed = dataclasses.replace(parsed, function=function)
+    config = _configure(argv, env, _given(options), function)
     ended: dict[str, Any] = {}
     start = time.monotonic()
-    launch_parsed(parsed, env, on_summary=lambda s: ended.update(summary=s),
-                  on_finished=lambda o: ended.update(outcome=o))
+    ui = console.callbacks(config, on_summary=lambda s: ended.update(summary=s),
+                           on_finished=lambda o: ended.update(outcome=o))
+    run_launch(config, env, launch_context(env), ui)
     wall_s = time.monotonic() - start
     outcome, summary = ended["outcome"], ended.get("summary")  # a launch that returns ran its workers
     if outcome.signal is not None:
@@ -152,42 +143,53 @@ def launch(entrypoint: Callable[..., Any] | str | os.PathLike[str], *args: Any, 
                         summary.job_id, summary)
 
 
-def _options(nproc, policy, allowed_slowdown_pct, memory_mib, profile, wait_timeout_s, name, job_key) -> list[str]:
-    """The command line's options for :func:`launch`'s keyword arguments; ValueError for a bad one (the command
-    line's own checks, :func:`_parse`, catch the rest)."""
-    if not (is_integer(nproc) and nproc >= 1 or isinstance(nproc, str) and nproc in NPROC_WORDS):
-        raise ValueError(with_hint(f"nproc must be a worker count >= 1 or one of {', '.join(map(repr, NPROC_WORDS))}"
-                                   f", got {nproc!r}", "e.g. nproc=2 for two workers on two GPUs"))
-    argv = ["--nproc-per-node", str(nproc)]
-    for flag, value in (("--policy", policy), ("--allowed-slowdown", allowed_slowdown_pct),
-                        ("--memory-mib", memory_mib), ("--profile", profile), ("--wait-timeout", wait_timeout_s),
-                        ("--name", name), ("--job-key", job_key)):
-        if value is not None:
-            argv += [flag, str(value)]
-    return argv
+launch.__doc__ = launch.__doc__.format(keywords=", ".join(f"``{k}``" for k in api_keywords()))
 
 
-def _flags(**flags: bool) -> list[str]:
-    """The command line's flags (``explain=True`` -> ``--explain``); ValueError for a value that is not a bool."""
-    out = []
-    for key, value in flags.items():
-        if not isinstance(value, bool):
-            raise ValueError(with_hint(f"{key} must be True or False, got {value!r}",
-                                       f"pass {key}=True or leave it out"))
-        if value:
-            out.append("--" + key.replace("_", "-"))
-    return out
+def _given(options: Mapping[str, Any]) -> dict[str, str | None]:
+    """The options' text as the command line would give it (a flag: ``"1"`` when True); TypeError for an option
+    ``launch()`` does not take, ValueError for a flag that is not a bool."""
+    keywords = api_keywords()
+    given: dict[str, str | None] = {}
+    for key, value in options.items():
+        if key not in keywords:
+            raise TypeError(f"launch() got an unexpected keyword argument {key!r} (its options: "
+                            f"{', '.join(keywords)})")
+        spec = spec_of(key)
+        if not spec.takes_value:  # a flag: True gives it, False leaves it to its variable
+            if not isinstance(value, bool):
+                raise ValueError(with_hint(f"{key} must be True or False, got {value!r}",
+                                           f"pass {key}=True or leave it out"))
+            given[key] = "1" if value else None
+        elif spec.check is yes_or_no:  # True, False, or None (its variable, else its default)
+            if value is not None and not isinstance(value, bool):
+                raise ValueError(with_hint(f"{key} must be True, False or None, got {value!r}",
+                                           f"None leaves it to {spec.env}, else to the default"))
+            given[key] = None if value is None else "yes" if value else "no"
+        else:
+            given[key] = None if value is None else str(value)
+    return given
 
 
-def _parse(argv: list[str], env: Mapping[str, str]):
-    """The command line's parse of ``argv``; its usage errors (exit 2 there) as ValueError with its message."""
+def _configure(argv: list[str], env: Mapping[str, str], given: Mapping[str, str | None], function):
+    """The launch's :class:`~ecolaunch.launch.options.LaunchConfig`: torch's parse of ``argv`` and the checks the
+    command line makes (:func:`ecolaunch.launch.argv.configure`); their usage errors (exit 2 there) as ValueError
+    with the message."""
     # lazy: torch's parser, as in launch()
-    from ecolaunch.launch.argv import parse
+    from torch.distributed.run import get_args_parser
+
+    from ecolaunch.launch.argv import configure  # lazy: as the line above
 
     err = io.StringIO()
     try:
+        options = LaunchOptions.from_env(env, given, api=True)
+    except ConfigError as e:
+        raise ValueError(with_hint(str(e), e.hint)) from None
+    try:
         with contextlib.redirect_stderr(err):
-            return parse(argv, env)
+            parser = get_args_parser()
+            parser.prog = "ecolaunch"
+            return configure(parser, argv, parser.parse_args(argv), env, options, function=function)
     except SystemExit:
         # the parser's last "error: ..." line, and the HINT line after it when there is one
         lines = [line for line in err.getvalue().splitlines() if line.strip()]

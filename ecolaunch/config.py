@@ -20,19 +20,10 @@ from ecolaunch.errors import ConfigError
 ENV_SIMULATE = "ECOLAUNCH_SIMULATE"  # simulated GPUs: "4xA100-SXM4-80GB", "2xRTX4090+2xA6000" or a TOML file
 ENV_STATE_DIR = "ECOLAUNCH_STATE_DIR"  # where the state graph, lock and history live
 ENV_POLICY_FILE = "ECOLAUNCH_POLICY"  # the lab admin's policy file (default /etc/ecolaunch/policy.toml)
-ENV_DRY_RUN = "ECOLAUNCH_DRY_RUN"
+# (the variables of the launch's own options are declared with them: ecolaunch.launch.options.LaunchOptions; these
+# two are read by other commands as well)
 ENV_JSON = "ECOLAUNCH_JSON"
-ENV_WAIT_TIMEOUT = "ECOLAUNCH_WAIT_TIMEOUT"
-ENV_NO_WAIT = "ECOLAUNCH_NO_WAIT"
-ENV_PLACEMENT_POLICY = "ECOLAUNCH_PLACEMENT_POLICY"
 ENV_ALLOWED_SLOWDOWN = "ECOLAUNCH_ALLOWED_SLOWDOWN"
-ENV_VERBOSE = "ECOLAUNCH_VERBOSE"
-ENV_EXPLAIN = "ECOLAUNCH_EXPLAIN"
-ENV_PROFILE = "ECOLAUNCH_PROFILE"  # --profile auto|pre|inline|off
-ENV_JOB_NAME = "ECOLAUNCH_JOB_NAME"  # --name: the job's name in status, history, the queue and ``ecolaunch cancel``
-ENV_JOB_KEY = "ECOLAUNCH_JOB_KEY"  # --job-key KEY: the job's history key
-ENV_FRESH_PROFILE = "ECOLAUNCH_FRESH_PROFILE"  # --fresh-profile: measure a new profile
-ENV_SHARE_IF_SOONER = "ECOLAUNCH_SHARE_IF_SOONER"  # --share-if-sooner yes|no: the sharing contract
 ENV_PLAN_TIMEOUT = "ECOLAUNCH_PLAN_TIMEOUT"  # seconds a multi-node job's launchers wait for each other's plan
 ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a GNN weight file; default: <state dir>/gnn/weights.pt when present
 
@@ -116,28 +107,6 @@ def _trusted_weights(path: Path) -> bool:
     except OSError:
         return False
     return True
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchOptions:
-    """ecolaunch's own launch options (the torchrun ones stay in torch's Namespace)."""
-
-    dry_run: bool = False
-    json: bool = False
-    wait: bool = True
-    wait_timeout_s: float | None = None
-    placement_policy: str = DEFAULT_PLACEMENT_POLICY
-    allowed_slowdown_pct: float | None = None
-    verbose: bool = False
-    explain: bool = False
-    profile: str = "auto"
-    #: the job's name (``--name``); None: the training script's file name
-    name: str | None = None
-    #: the job's history key (``--job-key``; None: matched on its script and arguments); ``--fresh-profile``
-    job_key: str | None = None
-    fresh_profile: bool = False
-    #: ``--share-if-sooner yes|no``: the sharing contract (``ecolaunch.policy.contract``); None: the admin's default
-    share_if_sooner: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,14 +9,19 @@ simulator's measured models (:func:`ecolaunch.sim.reading.measured_reading`), wh
 
 from __future__ import annotations
 
+import functools
 import grp
 import os
 import pwd
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ecolaunch.admin.binding import binding_policy
 from ecolaunch.admin.rules import Rules
 from ecolaunch.config import Environment
+
+if TYPE_CHECKING:
+    from ecolaunch.launch.pipeline import LaunchContext
 
 
 def resolve(env: Mapping[str, str] | None = None) -> tuple[Environment, Rules]:
@@ -38,6 +43,15 @@ def open_gpus(environment: Environment):
 
         return open_backend(environment.simulate, environment.state_dir, reading=measured_reading)
     return open_backend(None, environment.state_dir)
+
+
+def launch_context(env: Mapping[str, str]) -> LaunchContext:
+    """What a launch resolves once, from ``env``: the environment and the binding policy (:func:`resolve`), who
+    launches, and how to open the GPUs."""
+    from ecolaunch.launch.pipeline import LaunchContext  # lazy: the launcher loads for a launch only
+
+    environment, rules = resolve(env)
+    return LaunchContext(environment, rules, current_user(), current_groups(), functools.partial(open_gpus, environment))
 
 
 def current_user() -> str:

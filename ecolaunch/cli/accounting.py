@@ -20,7 +20,7 @@ from datetime import datetime
 import click
 
 from ecolaunch.cli.history_cmd import SELF_REPORTED, SELF_REPORTED_MARK, fmt_time, open_history, warn_squatted
-from ecolaunch.cli.text import echo
+from ecolaunch.text import echo
 from ecolaunch.errors import with_hint
 
 FORMATS = ("table", "csv", "json")

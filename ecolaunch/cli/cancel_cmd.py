@@ -18,7 +18,7 @@ import pwd
 import click
 
 from ecolaunch.cli.command import Command, Failed
-from ecolaunch.cli.text import printable
+from ecolaunch.text import printable
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
 from ecolaunch.launch import exitcodes
 

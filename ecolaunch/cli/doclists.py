@@ -1,7 +1,8 @@
-"""The README's lists, generated from the registries: the policy table and the trace list.
+"""The README's lists, generated from the registries: the option table, the policy table and the trace list.
 
 ``python -m ecolaunch.cli.doclists`` rewrites each region of README.md between ``<!-- NAME:begin -->`` and
-``<!-- NAME:end -->`` (``policies``: :func:`~ecolaunch.policy.registry.policy_summaries`, the default from
+``<!-- NAME:end -->`` (``options``: :func:`~ecolaunch.launch.options.option_table`, each option's declaration;
+``policies``: :func:`~ecolaunch.policy.registry.policy_summaries`, the default from
 :data:`ecolaunch.config.DEFAULT_PLACEMENT_POLICY`; ``traces``: :data:`ecolaunch.sim.trace_registry.TRACES`);
 ``--check`` changes nothing and exits 1 naming the regions that differ (a test runs it, so a list typed by hand
 fails the suite). What is not generated: the prose around the regions.
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ecolaunch.config import DEFAULT_PLACEMENT_POLICY
+from ecolaunch.launch.options import option_table
 from ecolaunch.policy.registry import policy_summaries
 from ecolaunch.sim.trace_registry import MEASURED, MODEL, trace_names
 
@@ -43,7 +45,7 @@ def trace_list() -> str:
 
 
 #: region name -> its generator
-REGIONS: dict[str, Callable[[], str]] = {"policies": policy_table, "traces": trace_list}
+REGIONS: dict[str, Callable[[], str]] = {"options": option_table, "policies": policy_table, "traces": trace_list}
 
 
 def _pattern(name: str) -> re.Pattern[str]:

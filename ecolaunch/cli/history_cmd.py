@@ -9,7 +9,7 @@ import time
 
 import click
 
-from ecolaunch.cli.text import echo
+from ecolaunch.text import echo
 from ecolaunch.cli.command import Command, Failed
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
 from ecolaunch.errors import StateError, with_hint

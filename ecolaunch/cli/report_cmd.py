@@ -11,7 +11,7 @@ import click
 from click.core import ParameterSource
 
 from ecolaunch.cli.accounting import DEFAULT_SINCE, FORMATS, SinceType, report_across
-from ecolaunch.cli.text import echo
+from ecolaunch.text import echo
 from ecolaunch.cli.command import Command, Failed
 from ecolaunch.cli.history_cmd import SELF_REPORTED, find_record, fmt_duration, fmt_energy, fmt_time, open_history
 from ecolaunch.config import ENV_STATE_DIR

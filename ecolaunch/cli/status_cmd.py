@@ -17,7 +17,7 @@ import click
 
 from ecolaunch.cli.command import Command
 from ecolaunch.cli.hostview import HostView, cap_text, na
-from ecolaunch.cli.text import printable
+from ecolaunch.text import printable
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
 
 

@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ecolaunch.cli.hostview import cap_text, na
-from ecolaunch.cli.text import printable
+from ecolaunch.text import printable
 
 #: the keys that quit the live view
 QUIT_KEYS = frozenset("qQ")

@@ -21,7 +21,7 @@ from ecolaunch.launch import exitcodes
 from ecolaunch.launch.jobcaps import JobCaps
 from ecolaunch.launch.nodes import POLL_S, Meeting, meet
 from ecolaunch.launch.session import Placement, Session
-from ecolaunch.launch.torchrun import Rendezvous, WorkerOutcome, rendezvous_of
+from ecolaunch.launch.torchrun import Rendezvous, TorchrunArgs, WorkerOutcome, rendezvous_of
 from ecolaunch.state.graph import Job
 
 logger = logging.getLogger(__name__)
@@ -29,11 +29,11 @@ logger = logging.getLogger(__name__)
 Message = Callable[[str], None]
 
 
-def multi_node(args) -> Rendezvous | None:
+def multi_node(args: TorchrunArgs) -> Rendezvous | None:
     """The rendezvous of a job that may span several nodes (``--nnodes`` above 1), else None."""
     from torch.distributed.run import parse_min_max_nnodes  # lazy: torch is loaded already (the parser is torch's)
 
-    if getattr(args, "standalone", False) or parse_min_max_nnodes(args.nnodes)[1] <= 1:
+    if args.standalone or parse_min_max_nnodes(args.nnodes)[1] <= 1:
         return None
     return rendezvous_of(args)
 

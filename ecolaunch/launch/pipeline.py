@@ -1,6 +1,6 @@
 """The launch pipeline: request → profile plan → queue → decision → caps → run under an observer → release.
 
-What lives here: :func:`run_launch` (one launch of a parsed command line, returning its exit code) and
+What lives here: :func:`run_launch` (one launch of a conf command line, returning its exit code) and
 :class:`LaunchCallbacks` (how the pipeline reports progress: the CLI renders and prints, nothing here does).
 What does not: parsing, signal handlers, exit-code mapping of exceptions, rendering (``ecolaunch.cli.launch_cmd``).
 
@@ -12,7 +12,6 @@ the state lock (the kernel releases it), reconciling (the launcher's pid is gone
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import errno
 import logging
@@ -21,21 +20,24 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ContextManager
+from pathlib import Path
+from typing import ContextManager
 
-from ecolaunch.admin.rules import job_bound_pct
+from ecolaunch.admin.rules import Rules, job_bound_pct
 from ecolaunch.clock import SystemClock
-from ecolaunch.config import plan_timeout_s
+from ecolaunch.config import Environment, plan_timeout_s
+from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import DriverNotFound, EcolaunchError, StateError
 from ecolaunch.launch import exitcodes
-from ecolaunch.launch.argv import CPU_NPROC, ELASTIC_NPROC, ParsedLaunch
+from ecolaunch.launch.argv import CPU_NPROC, ELASTIC_NPROC
+from ecolaunch.launch.options import LaunchConfig
 from ecolaunch.launch.jobcaps import JobCaps, orphan_keeper
 from ecolaunch.launch.multinode import (PublishedCaps, at_default, exit_stuck, finish_nodes, follow_leader,
                                         leave_stuck, meet_nodes, multi_node)
 from ecolaunch.launch.nodes import Meeting
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
-from ecolaunch.launch.torchrun import Rendezvous, WorkerOutcome, run_workers
+from ecolaunch.launch.torchrun import Rendezvous, TorchrunArgs, WorkerOutcome, run_workers
 from ecolaunch.launch.workerenv import allowed_by_slurm, allowed_by_visible_devices, worker_env
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.firstcurve import FirstLaunchCurves
@@ -43,7 +45,7 @@ from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.waiting import Waiting
 from ecolaunch.profile.history import History, JobIdentity, JobMatch, ProfileEntry
 from ecolaunch.profile.modes import ProfileAction, ProfilePlan, resolve_mode
-from ecolaunch.state.graph import MAX_EXPECTED_ITERATIONS, MAX_EXPECTED_S, Job
+from ecolaunch.state.graph import MAX_EXPECTED_ITERATIONS, MAX_EXPECTED_S, GpuNode, Job
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
 
@@ -57,11 +59,11 @@ class LaunchContext:
     """What the CLI resolved once: the environment, the admin policy, who launches, and how to open the GPUs
     (``open_gpus()`` raises DriverNotFound when there are none)."""
 
-    environment: Any
-    rules: Any
+    environment: Environment
+    rules: Rules
     user: str
     groups: tuple[str, ...]
-    open_gpus: Callable[[], Any]
+    open_gpus: Callable[[], GpuBackend]
 
 
 @dataclass
@@ -73,22 +75,22 @@ class LaunchCallbacks:
     reason); ``left_queue(job, signum)``: a stop signal (``ecolaunch cancel`` sends SIGTERM) ended the wait;
     ``summary(observer)`` when the job ended; ``shielded()``: a context in which stop signals wait (the release)."""
 
-    decision: Callable[[Decision | None, Mapping[str, Any], str, float, bool, Waiting | None], None]
+    decision: Callable[[Decision | None, Mapping[str, GpuNode], str, float, bool, Waiting | None], None]
     no_gpus: Callable[[str, bool], None]
     message: Callable[[str], None] = lambda line: None
     waiting: Callable[[Job, Waiting, float], None] = lambda job, waiting, waited_s: None
     left_queue: Callable[[Job, BaseException], None] = lambda job, stop: None
-    summary: Callable[[Any], None] = lambda observer: None
-    shielded: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+    summary: Callable[[RunObserver], None] = lambda observer: None
+    shielded: Callable[[], ContextManager[object]] = contextlib.nullcontext
     finished: Callable[[WorkerOutcome], None] = lambda outcome: None
 
 
-def run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext, ui: LaunchCallbacks) -> int:
+def run_launch(conf: LaunchConfig, env: Mapping[str, str], ctx: LaunchContext, ui: LaunchCallbacks) -> int:
     """One launch; returns the exit code (``ecolaunch.launch.exitcodes``). Raises EcolaunchError (ecolaunch failed:
     a full or read-only file system under the state directory included, :func:`disk_error`), NoPlacement/WaitTimeout
     (nothing fits in time); a signal handler's exception passes through after release."""
     try:
-        return _run_launch(parsed, env, ctx, ui)
+        return _run_launch(conf, env, ctx, ui)
     except OSError as e:
         if e.errno not in DISK_ERRNOS:
             raise
@@ -99,7 +101,7 @@ def run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext,
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
-def disk_error(e: OSError, state_dir: Any) -> StateError:
+def disk_error(e: OSError, state_dir: Path) -> StateError:
     """The launch's error for ``e``, a write refused by a full, over-quota or read-only file system."""
     where = f" ({e.filename})" if e.filename else ""
     what = f"cannot write the state directory {state_dir}: {e.strerror or e}{where}"
@@ -112,36 +114,36 @@ def disk_error(e: OSError, state_dir: Any) -> StateError:
     return StateError(what, hint=hint)
 
 
-def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext, ui: LaunchCallbacks) -> int:
-    args, opts = parsed.torch_args, parsed.options
-    extra_env = {"PYTHON_EXEC": parsed.python_exec} if parsed.python_exec else {}
+def _run_launch(conf: LaunchConfig, env: Mapping[str, str], ctx: LaunchContext, ui: LaunchCallbacks) -> int:
+    args, opts = conf.workers, conf.options
+    extra_env = {"PYTHON_EXEC": conf.python_exec} if conf.python_exec else {}
     environment, rules = ctx.environment, ctx.rules
-    # the command line was checked when parsed (launch.argv.parse, torch's own checks included): nothing bad queues
+    # the command line was checked when conf (launch.argv.parse, torch's own checks included): nothing bad queues
     if args.nproc_per_node == CPU_NPROC:
-        return _plain(parsed, extra_env, "--nproc-per-node cpu asks for no GPUs", ui)
+        return _plain(conf, extra_env, "--nproc-per-node cpu asks for no GPUs", ui)
     try:
         backend = ctx.open_gpus()
     except DriverNotFound as e:
         hint = f" (HINT: {e.hint})" if e.hint else ""
-        return _plain(parsed, extra_env, f"{e}{hint}; launching like torchrun without GPU placement", ui)
+        return _plain(conf, extra_env, f"{e}{hint}; launching like torchrun without GPU placement", ui)
     weights = environment.gnn_weights
-    if weights is not None and opts.placement_policy == "gnn":
+    if weights is not None and opts.policy == "gnn":
         # lazy: infer and its features load only for a gnn placement given weights
         from ecolaunch.policy.infer import chosen_weights
 
         weights = chosen_weights(environment)  # a bad weight file fails here, before anything is booked
     store = StateStore(environment.state_dir, group=rules.state_group)
-    session = Session(store, backend, get_policy(opts.placement_policy, gnn_weights=weights), rules,
+    session = Session(store, backend, get_policy(opts.policy, gnn_weights=weights), rules,
                       cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
     host_gpus = _host_gpus(session)
-    allowed = _allowed_gpus(parsed, env, host_gpus, ui)
+    allowed = _allowed_gpus(conf, env, host_gpus, ui)
     history = History(environment.state_dir)
     rdzv = multi_node(args)
     plan_wait_s = None if rdzv is None else plan_timeout_s(env) or rdzv.join_timeout_s  # checked before booking
-    match, plan = _profile_plan(parsed, ctx.user, allowed, history, host_gpus, rdzv)
+    match, plan = _profile_plan(conf, ctx.user, allowed, history, host_gpus, rdzv)
     entry = match.entry if match is not None else None
     logger.info("profiling: %s", plan.reason)
-    request = _request(parsed, session, ctx, allowed, entry, ui)
+    request = _request(conf, session, ctx, allowed, entry, ui)
     request = _with_profile(request, plan.profile)
     if plan.action in (ProfileAction.INLINE, ProfileAction.PRE) and not opts.fresh_profile and rdzv is None:
         _tell_first_curve(session, request, match, history)
@@ -150,7 +152,7 @@ def _run_launch(parsed: ParsedLaunch, env: Mapping[str, str], ctx: LaunchContext
         ui.decision(decision, graph.hosts[session.host].gpus, "-", 0.0, True, waiting)
         return exitcodes.OK
     launcher = Launcher(pid=os.getpid(), start_time=_own_start_time(), uid=os.getuid(), user=request.user)
-    run = _Run(session, launcher, parsed, extra_env, rules, environment.state_dir, history, match, env, ui, rdzv, plan_wait_s)
+    run = _Run(session, launcher, conf, extra_env, rules, environment.state_dir, history, match, env, ui, rdzv, plan_wait_s)
     action, profiling_energy_j, source = plan.action, None, None
     if action is ProfileAction.PRE:
         ui.message(plan.reason)
@@ -177,11 +179,11 @@ class _Run:
 
     session: Session
     launcher: Launcher
-    parsed: ParsedLaunch
+    conf: LaunchConfig
     extra_env: dict[str, str]
-    rules: Any
-    state_dir: Any
-    history: Any
+    rules: Rules
+    state_dir: Path
+    history: History
     match: JobMatch | None
     env: Mapping[str, str]
     ui: LaunchCallbacks
@@ -194,16 +196,16 @@ class _Run:
 
     def __call__(self, request: JobRequest, action, *, profiling_energy_j: float | None = None,
                  profile_source: str | None = None):
-        session, parsed, ui, pre = self.session, self.parsed, self.ui, action is ProfileAction.PRE
-        name = parsed.options.name or _script_name(parsed.torch_args)
-        job = session.submit(request, self.launcher, name=name, info=_request_info(parsed, request))
+        session, conf, ui, pre = self.session, self.conf, self.ui, action is ProfileAction.PRE
+        name = conf.options.name or _script_name(conf.workers)
+        job = session.submit(request, self.launcher, name=name, info=_request_info(conf, request))
         stop_heartbeat = threading.Event()
         caps: JobCaps | None = None
         meeting: Meeting | None = None
         try:
             try:
                 placement = session.wait_for_placement(
-                    job.id, parsed.options.wait_timeout_s, on_wait=lambda waiting, waited: ui.waiting(job, waiting, waited))
+                    job.id, conf.options.wait_timeout_s, on_wait=lambda waiting, waited: ui.waiting(job, waiting, waited))
             except BaseException as stop:
                 if not isinstance(stop, Exception):  # a stop signal's exception (the CLI's), not an error
                     ui.left_queue(job, stop)
@@ -220,14 +222,13 @@ class _Run:
                 set_cap = PublishedCaps(meeting, set_cap, placement.decision.gpus, placement.decision.power_caps_w)
                 caps.on_follow = set_cap.follow  # what the leader's budget changes, every node follows
                 set_cap.follow(caps.wishes())  # and what it changed since the booking, before the follower looked
-            worker_args = _worker_args(parsed.torch_args, placement, request)
-            if pre:
-                worker_args.max_restarts = 0  # a profiling run that is stopped must not be restarted
+            # a profiling run that is stopped must not be restarted
+            worker_args = _worker_args(conf.workers, placement, request, **({"max_restarts": 0} if pre else {}))
             config = ObserveConfig(
                 job.id, placement.decision.gpus, self.state_dir, mode=action, rules=self.rules,
                 fingerprint=match.fingerprint if match is not None else None, match=match,
                 allowed_slowdown_pct=request.allowed_slowdown_pct, user=request.user, name=name,
-                name_given=parsed.options.name is not None, profile=request.profile,
+                name_given=conf.options.name is not None, profile=request.profile,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
                 profile_source=profile_source, pace=meeting is None or meeting.paces_alone,
                 peer_waits=meeting.share_waits if meeting is not None and meeting.paces_alone else None)
@@ -243,7 +244,7 @@ class _Run:
                 env = {**worker_env(job.id, placement.decision.gpus, placement.gpus), **self.extra_env,
                        **observer.worker_env()}
                 stuck = None if meeting is None else leave_stuck(session, job, caps, ui.message)
-                outcome = run_workers(worker_args, env, parsed.function, on_stuck=stuck,
+                outcome = run_workers(worker_args, env, conf.function, on_stuck=stuck,
                                       on_round=None if meeting is None else _round_watcher(meeting, observer, ui))
                 observer.set_exit_code(outcome.exit_code)
         finally:
@@ -274,14 +275,14 @@ def _round_watcher(meeting: Meeting, observer, ui: LaunchCallbacks):
     return on_round
 
 
-def _allowed_gpus(parsed: ParsedLaunch, env: Mapping[str, str], host_gpus: list, ui: LaunchCallbacks):
+def _allowed_gpus(conf: LaunchConfig, env: Mapping[str, str], host_gpus: list, ui: LaunchCallbacks):
     """The GPUs this launch may be placed on: a Slurm allocation's (:mod:`~ecolaunch.launch.slurm`), else what an
     inherited ``CUDA_VISIBLE_DEVICES`` allows, else any (None)."""
-    alloc = parsed.slurm
+    alloc = conf.slurm
     if alloc is None:
         return allowed_by_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), host_gpus)
     node = "" if alloc.node_id is None else f", node {alloc.node_id} of {alloc.num_nodes}"
-    filled = f"; from the allocation: {' '.join(parsed.slurm_filled)}" if parsed.slurm_filled else ""
+    filled = f"; from the allocation: {' '.join(conf.slurm_filled)}" if conf.slurm_filled else ""
     if alloc.gpu_indices is None:
         ui.message(f"Slurm job {alloc.job_id}{node}{filled}; Slurm gave no GPU list, so CUDA_VISIBLE_DEVICES (if set) "
                    "says which GPUs the job may use")
@@ -291,7 +292,7 @@ def _allowed_gpus(parsed: ParsedLaunch, env: Mapping[str, str], host_gpus: list,
     return allowed_by_slurm(alloc.gpu_indices, host_gpus)
 
 
-def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history: History, host_gpus: list,
+def _profile_plan(conf: LaunchConfig, user: str, allowed_gpus, history: History, host_gpus: list,
                   rdzv: Rendezvous | None = None):
     """How the job matched its history (:meth:`~ecolaunch.profile.history.History.match`) and what ``--profile``
     resolves to against it (the match None: the GPU model the job will get on ``allowed_gpus`` is not known before
@@ -299,7 +300,7 @@ def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history: Histor
     :mod:`~ecolaunch.launch.nodes` leaves unprofiled). A job over a fixed number of nodes is matched as the whole
     job (its node count in the fingerprint), as its leader would profile it; its plan decides who does
     (:mod:`~ecolaunch.launch.multinode`). It is profiled inline, never by a profiling run of its own (every node would need one)."""
-    args, opts = parsed.torch_args, parsed.options
+    args, opts = conf.workers, conf.options
     if rdzv is not None and rdzv.min_nodes != rdzv.max_nodes:
         return None, ProfilePlan(ProfileAction.OFF, None, f"an elastic job over {rdzv.min_nodes} to {rdzv.max_nodes} "
                                  "nodes is not profiled: its nodes may change (docs/multinode.md)")
@@ -307,8 +308,8 @@ def _profile_plan(parsed: ParsedLaunch, user: str, allowed_gpus, history: Histor
     models = sorted({g.name for g in gpus})
     if len(models) != 1:
         return None, resolve_mode(opts.profile if models else "off", None)
-    identity = JobIdentity(args.training_script, tuple(args.training_script_args), str(args.nproc_per_node), user,
-                           models[0], module=bool(args.module), nnodes=1 if rdzv is None else rdzv.max_nodes)
+    identity = JobIdentity(args.script, args.script_args, args.nproc_per_node, user, models[0], module=args.module,
+                           nnodes=1 if rdzv is None else rdzv.max_nodes)
     match = history.match(identity, key=opts.job_key, fresh=opts.fresh_profile)
     logger.info("history: %s", match.how)
     plan = resolve_mode(opts.profile, match.entry)
@@ -368,12 +369,12 @@ def _stop_workers() -> None:
             child.terminate()
 
 
-def _plain(parsed: ParsedLaunch, extra_env: dict[str, str], why: str, ui: LaunchCallbacks) -> int:
-    ui.no_gpus(why, parsed.options.dry_run)
-    if parsed.options.dry_run:
+def _plain(conf: LaunchConfig, extra_env: dict[str, str], why: str, ui: LaunchCallbacks) -> int:
+    ui.no_gpus(why, conf.options.dry_run)
+    if conf.options.dry_run:
         return exitcodes.OK
-    stuck = None if multi_node(parsed.torch_args) is None else exit_stuck
-    outcome = run_workers(parsed.torch_args, extra_env, parsed.function, on_stuck=stuck)
+    stuck = None if multi_node(conf.workers) is None else exit_stuck
+    outcome = run_workers(conf.workers, extra_env, conf.function, on_stuck=stuck)
     if outcome.report:
         ui.message(outcome.report)
     ui.finished(outcome)
@@ -386,13 +387,13 @@ def _host_gpus(session: Session) -> list:
     return list(host.gpus.values()) if host else []
 
 
-def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed_gpus,
+def _request(conf: LaunchConfig, session: Session, ctx: LaunchContext, allowed_gpus,
              entry: ProfileEntry | None, ui: LaunchCallbacks) -> JobRequest:
     """The job's request, its slowdown bound resolved here once (:func:`~ecolaunch.admin.rules.job_bound_pct`:
     the command line, else what the script declared on an earlier run, kept in the history ``entry``'s hints, else
     the policy's default, never above the admin's maximum); the memory per GPU the script declared where the
     command line says nothing; the run's expected length from the entry's completed runs."""
-    args, opts, rules = parsed.torch_args, parsed.options, ctx.rules
+    args, opts, rules = conf.workers, conf.options, ctx.rules
     hints = entry.hints if entry is not None else {}
     expected = entry.expected_run() if entry is not None else None
     if expected is not None:
@@ -404,7 +405,7 @@ def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed
     allowed_slowdown_pct = job_bound_pct(rules, opts.allowed_slowdown_pct, hints.get("max_slowdown_pct"))
     if opts.allowed_slowdown_pct is None and allowed_slowdown_pct != rules.default_slowdown_pct:
         ui.message(f"the script declares a {allowed_slowdown_pct:g} % slowdown bound (@ecolaunch.job); using it")
-    memory_mib = parsed.memory_mib
+    memory_mib = opts.memory_mib
     if hints.get("memory_mib") and memory_mib is None:
         memory_mib = int(hints["memory_mib"])
     return JobRequest(
@@ -417,8 +418,8 @@ def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed
         memory_mib=memory_mib,
         allowed_slowdown_pct=allowed_slowdown_pct,
         allowed_gpus=allowed_gpus,
-        allowed_by="CUDA_VISIBLE_DEVICES" if parsed.slurm is None or parsed.slurm.gpu_indices is None else
-        f"Slurm job {parsed.slurm.job_id}'s allocation",
+        allowed_by="CUDA_VISIBLE_DEVICES" if conf.slurm is None or conf.slurm.gpu_indices is None else
+        f"Slurm job {conf.slurm.job_id}'s allocation",
         # within what a job file may claim (a clock that jumped must not make the job's own file invalid)
         expected_s=min(expected.duration_s, MAX_EXPECTED_S) if expected is not None else None,
         expected_iterations=min(expected.iterations, MAX_EXPECTED_ITERATIONS) if expected and expected.iterations
@@ -427,11 +428,11 @@ def _request(parsed: ParsedLaunch, session: Session, ctx: LaunchContext, allowed
     )
 
 
-def _worker_args(args, placement: Placement, request: JobRequest):
-    worker_args = copy.copy(args)
+def _worker_args(args: TorchrunArgs, placement: Placement, request: JobRequest, **changes) -> TorchrunArgs:
+    """The workers' torchrun options: an elastic job's worker count is its GPU count; ``changes`` besides."""
     if request.elastic:
-        worker_args.nproc_per_node = str(len(placement.decision.gpus))
-    return worker_args
+        changes["nproc_per_node"] = str(len(placement.decision.gpus))
+    return args.replace(**changes) if changes else args
 
 
 def _heartbeat(session: Session, placement: Placement, observer, stop: threading.Event) -> None:
@@ -472,8 +473,8 @@ def _release(session: Session, job_id: str, caps, ui: LaunchCallbacks) -> None:
             caps.release()
 
 
-def _request_info(parsed: ParsedLaunch, request: JobRequest) -> dict:
-    args = parsed.torch_args
+def _request_info(conf: LaunchConfig, request: JobRequest) -> dict:
+    args = conf.workers
     return {
         "nproc_per_node": args.nproc_per_node,
         "memory_mib": request.memory_mib,
@@ -481,15 +482,15 @@ def _request_info(parsed: ParsedLaunch, request: JobRequest) -> dict:
         "expected_s": request.expected_s,
         "expected_iterations": request.expected_iterations,
         "share_if_sooner": request.share_if_sooner,
-        "policy": parsed.options.placement_policy,
-        "script": args.training_script,
-        "args": list(args.training_script_args),
+        "policy": conf.options.policy,
+        "script": args.script,
+        "args": list(args.script_args),
     }
 
 
-def _script_name(args) -> str:
+def _script_name(args: TorchrunArgs) -> str:
     """A job's name without ``--name``: its training script's file name (or module)."""
-    return os.path.basename(str(args.training_script))
+    return os.path.basename(args.script)
 
 
 def _own_start_time() -> float:

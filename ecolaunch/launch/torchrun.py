@@ -67,6 +67,57 @@ class FunctionCall:
         return f"{module}:{self.fn.__qualname__}"
 
 
+@dataclass(frozen=True)
+class TorchrunArgs:
+    """torchrun's side of a launch: torch's own parse of its options (``torch.distributed.run``'s parser), read
+    through these properties and handed back to torch only here, always as a copy (torch mutates what it gets)."""
+
+    parsed: argparse.Namespace = field(repr=False)
+
+    @property
+    def script(self) -> str:
+        """The training script (a module's name with ``-m``, a program with ``--no-python``)."""
+        return self.parsed.training_script
+
+    @property
+    def script_args(self) -> tuple[str, ...]:
+        return tuple(self.parsed.training_script_args)
+
+    @property
+    def nproc_per_node(self) -> str:
+        """As given: a count, or a word ecolaunch resolves (``gpu``, ``auto``, ``cpu``)."""
+        return str(self.parsed.nproc_per_node)
+
+    @property
+    def module(self) -> bool:
+        return bool(self.parsed.module)
+
+    @property
+    def no_python(self) -> bool:
+        return bool(self.parsed.no_python)
+
+    @property
+    def nnodes(self) -> str:
+        return str(self.parsed.nnodes)
+
+    @property
+    def standalone(self) -> bool:
+        return bool(getattr(self.parsed, "standalone", False))
+
+    def replace(self, **changes: Any) -> TorchrunArgs:
+        """A copy with torch's options ``changes`` (by their Namespace names: ``nproc_per_node="2"``)."""
+        ns = self.namespace()
+        for name, value in changes.items():
+            if not hasattr(ns, name):
+                raise AttributeError(f"torchrun has no option {name!r}")
+            setattr(ns, name, value)
+        return TorchrunArgs(ns)
+
+    def namespace(self) -> argparse.Namespace:
+        """A copy of torch's Namespace, for torch."""
+        return copy.deepcopy(self.parsed)
+
+
 class _FunctionWorker:
     """What each spawned worker calls: the hooks re-read the environment first (the worker imported ecolaunch
     while unpickling the function, before torch set its ``RANK``), then the function runs."""
@@ -82,7 +133,7 @@ class _FunctionWorker:
         return self.fn(*args)
 
 
-def check_args(args: argparse.Namespace, nproc_override: str | None = None) -> None:
+def check_args(args: TorchrunArgs, nproc_override: str | None = None) -> None:
     """Run torch's own validation of a launch (``config_from_args``) without launching anything.
 
     Raises ConfigError with torch's message (e.g. ``--no-python`` with ``-m``, an unknown ``--logs-specs``),
@@ -91,7 +142,7 @@ def check_args(args: argparse.Namespace, nproc_override: str | None = None) -> N
     """
     import torch.distributed.run as torchrun
 
-    probe = copy.deepcopy(args)
+    probe = args.namespace()
     if nproc_override is not None:
         probe.nproc_per_node = nproc_override
     saved_env = {k: os.environ.get(k) for k in _ENV_TOUCHED_BY_TORCH}
@@ -129,7 +180,7 @@ class Rendezvous:
         return self.max_nodes > 1
 
 
-def rendezvous_of(args: argparse.Namespace) -> Rendezvous:
+def rendezvous_of(args: TorchrunArgs) -> Rendezvous:
     """The rendezvous torch will run for ``args`` (a checked launch: :func:`check_args` passed), read from torch's
     own ``config_from_args`` (and its defaults: 900 s for the static backend, 600 s for c10d's join)."""
     import torch.distributed.run as torchrun
@@ -139,7 +190,7 @@ def rendezvous_of(args: argparse.Namespace) -> Rendezvous:
     saved_level = torch_logger.level
     torch_logger.setLevel(logging.ERROR)
     try:
-        config, _, _ = torchrun.config_from_args(copy.deepcopy(args))
+        config, _, _ = torchrun.config_from_args(args.namespace())
     finally:
         torch_logger.setLevel(saved_level)
         _restore_env(saved_env)
@@ -215,7 +266,7 @@ def _watch_rounds(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str],
+def run_workers(args: TorchrunArgs, env_updates: Mapping[str, str],
                 function: FunctionCall | None = None, *, on_stuck: Callable[[int], None] | None = None,
                 on_round: Callable[[Any, int, int], None] | None = None) -> WorkerOutcome:
     """Launch the worker group with ``env_updates`` added to the workers' environment; wait for it. With
@@ -233,20 +284,20 @@ def run_workers(args: argparse.Namespace, env_updates: Mapping[str, str],
     saved_handlers = {s: signal.getsignal(s) for s in _HANDLED_SIGNALS}
     saved_env = {k: os.environ.get(k) for k in (*env_updates, *_ENV_TOUCHED_BY_TORCH, NO_SHARED_STORE)}
     os.environ.update(env_updates)
-    if os.environ.get(NO_SHARED_STORE) is None and _grows(args, torchrun.parse_min_max_nnodes):
+    if os.environ.get(NO_SHARED_STORE) is None and _grows(args.parsed, torchrun.parse_min_max_nnodes):
         os.environ[NO_SHARED_STORE] = "1"  # see NO_SHARED_STORE
     # the wakeup fd is the main thread's (as torch's run() itself must be)
     main = threading.current_thread() is threading.main_thread()
     watch = _StopWatch(on_stuck) if on_stuck is not None and main else contextlib.nullcontext()
     try:
         if function is None:
-            run_args = copy.deepcopy(args)
+            run_args = args.namespace()
             if on_round is not None and run_args.rdzv_backend == "c10d" and not run_args.standalone:
                 _on_round, run_args = on_round, _watch_rounds(run_args)
             with watch, keeping_name(torch.multiprocessing):
                 torchrun.run(run_args)
             return WorkerOutcome(exitcodes.OK)
-        config, _, _ = torchrun.config_from_args(_single_node(args, torchrun.parse_min_max_nnodes))
+        config, _, _ = torchrun.config_from_args(_single_node(args.namespace(), torchrun.parse_min_max_nnodes))
         values = elastic_launch(config, _FunctionWorker(function.fn))(*function.args)
         return WorkerOutcome(exitcodes.OK, return_values=dict(values or {}))
     except ChildFailedError as e:

@@ -38,7 +38,7 @@ def test_a_list_typed_by_hand_is_found_and_regenerated(tmp_path: Path) -> None:
 
 def test_a_missing_region_is_an_error() -> None:
     with pytest.raises(ValueError, match="expected one <!-- traces:begin -->"):
-        regenerate("<!-- policies:begin -->\n<!-- policies:end -->\n")
+        regenerate("<!-- options:begin -->\n<!-- options:end -->\n<!-- policies:begin -->\n<!-- policies:end -->\n")
 
 
 def test_every_registered_policy_and_trace_is_listed() -> None:
@@ -48,3 +48,13 @@ def test_every_registered_policy_and_trace_is_listed() -> None:
     assert all(f"| `{name}`" in table for name in policy_names())
     text = " ".join(trace_list().split())
     assert all(f"`{name}`" in text for name in trace_names())
+
+
+def test_every_launch_option_is_in_the_readme_table_as_declared() -> None:
+    from ecolaunch.launch.options import declarations, option_table
+
+    table = option_table()
+    assert table in README.read_text(encoding="utf-8")
+    for _, spec in declarations():
+        row = next(line for line in table.splitlines() if f"`{spec.flag}" in line)
+        assert f"`{spec.env}`" in row and spec.text().replace("|", "\\|") in row

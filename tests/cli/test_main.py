@@ -63,7 +63,7 @@ def test_launch_help_names_the_default_policy_the_launch_uses() -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
-    assert f"placement policy (default: {config.DEFAULT_PLACEMENT_POLICY})" in text, text
+    assert f"placement policy: {config.DEFAULT_PLACEMENT_POLICY} (default)," in text, text
 
 
 def _run(args: list[str], env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess:

@@ -8,7 +8,8 @@ import sys
 import pytest
 from torch.distributed.run import get_args_parser
 
-from ecolaunch.launch.argv import ECO_OPTIONS, build_parser, expand_prefix, parse
+from ecolaunch.launch.argv import build_parser, expand_prefix, parse
+from ecolaunch.launch.options import declarations
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +43,7 @@ def _resolve(parser: argparse.ArgumentParser, arg: str):
 
 def test_every_torchrun_abbreviation_keeps_its_meaning() -> None:
     torch_parser = get_args_parser()
-    ours = build_parser({})
+    ours = build_parser()
     checked = 0
     for action in torch_parser._actions:
         for option in action.option_strings:
@@ -57,33 +58,33 @@ def test_every_torchrun_abbreviation_keeps_its_meaning() -> None:
 
 def test_ecolaunch_options_are_new_names_with_env_vars() -> None:
     torch_strings = {s for a in get_args_parser()._actions for s in a.option_strings}
-    for flags, env_var, _, _ in ECO_OPTIONS:
-        assert not set(flags) & torch_strings
-        assert env_var.startswith("ECOLAUNCH_")
-    help_text = build_parser({}).format_help()
-    for _, env_var, _, _ in ECO_OPTIONS:
-        assert env_var in help_text
+    for _, spec in declarations():
+        assert not set(spec.flags) & torch_strings
+        assert spec.env.startswith("ECOLAUNCH_")
+    help_text = build_parser().format_help()
+    for _, spec in declarations():
+        assert spec.env in help_text
 
 
 def test_torchrun_options_parse_as_torch_parses_them() -> None:
     argv = ["--nproc_per_node", "2", "--standalone", "--max-r", "3", "-m", "pkg.mod", "--lr", "1", "--dry-run"]
     theirs = get_args_parser().parse_args(argv)
-    ours = parse(argv, {}).torch_args
+    ours = parse(argv, {}).workers.namespace()
     assert vars(ours) == vars(theirs)
     assert ours.training_script_args == ["--lr", "1", "--dry-run"]  # after the script: the script's
 
 
 def test_pet_env_fallback_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PET_NPROC_PER_NODE", "3")
-    assert parse(["train.py"], {}).torch_args.nproc_per_node == "3"
+    assert parse(["train.py"], {}).workers.nproc_per_node == "3"
 
 
 def test_eco_options_from_flags_and_env() -> None:
     p = parse(["--dry-run", "--wait-timeout", "0", "--allowed-slowdown=5", "train.py"], {})
     assert p.options.dry_run and not p.options.wait and p.options.allowed_slowdown_pct == 5.0
     p = parse(["train.py"], {"ECOLAUNCH_JSON": "1", "ECOLAUNCH_WAIT_TIMEOUT": "30", "ECOLAUNCH_MEMORY_MIB": "2048"})
-    assert p.options.json and p.options.wait and p.options.wait_timeout_s == 30.0 and p.memory_mib == 2048
-    assert not hasattr(p.torch_args, "eco_json")
+    assert p.options.json and p.options.wait and p.options.wait_timeout_s == 30.0 and p.options.memory_mib == 2048
+    assert not hasattr(p.workers.namespace(), "eco_json")
 
 
 def test_share_if_sooner_is_yes_no_or_the_admins_default() -> None:
@@ -91,7 +92,7 @@ def test_share_if_sooner_is_yes_no_or_the_admins_default() -> None:
     assert parse(["--share-if-sooner", "yes", "train.py"], {}).options.share_if_sooner is True
     assert parse(["--share-if-sooner=NO", "train.py"], {}).options.share_if_sooner is False
     assert parse(["train.py"], {"ECOLAUNCH_SHARE_IF_SOONER": "1"}).options.share_if_sooner is True
-    assert parse(["--share-if-sooner", "no", "python", "train.py"], {}).torch_args.training_script == "train.py"
+    assert parse(["--share-if-sooner", "no", "python", "train.py"], {}).workers.script == "train.py"
 
 
 @pytest.mark.parametrize(
@@ -129,7 +130,7 @@ BAD_VALUES = {"--wait-timeout": "abc", "--policy": "magic", "--allowed-slowdown"
 
 
 def test_every_option_that_takes_a_value_is_in_bad_values() -> None:
-    assert set(BAD_VALUES) == {flags[-1] for flags, _, takes_value, _ in ECO_OPTIONS if takes_value}
+    assert set(BAD_VALUES) == {spec.flag for _, spec in declarations() if spec.takes_value}
 
 
 @pytest.mark.parametrize("flag", sorted(BAD_VALUES))
@@ -154,14 +155,14 @@ def test_prefix_forms() -> None:
 
 
 def test_a_script_that_is_no_file_is_not_looked_for() -> None:
-    assert parse(["-m", "no.such.module"], {}).torch_args.module
-    assert parse(["--no-python", "true"], {}).torch_args.no_python  # a program on PATH, not a file here
-    assert parse(["python", "-m", "no.such.module"], {}).torch_args.training_script == "no.such.module"
+    assert parse(["-m", "no.such.module"], {}).workers.module
+    assert parse(["--no-python", "true"], {}).workers.no_python  # a program on PATH, not a file here
+    assert parse(["python", "-m", "no.such.module"], {}).workers.script == "no.such.module"
 
 
 def test_every_policy_name_parses() -> None:
     from ecolaunch.policy.registry import policy_names
 
     for name in policy_names():
-        assert parse(["--policy", name, "t.py"], {}).options.placement_policy == name
-    assert parse(["t.py"], {}).options.placement_policy == "curve"
+        assert parse(["--policy", name, "t.py"], {}).options.policy == name
+    assert parse(["t.py"], {}).options.policy == "curve"

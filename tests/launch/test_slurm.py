@@ -48,11 +48,11 @@ def test_the_allocation_outside_a_step_and_inside_one() -> None:
 def test_a_step_fills_only_what_the_user_did_not_give() -> None:
     filled = parse(["--nproc-per-node", "2", SCRIPT], STEP)
     assert filled.slurm_filled == ("--nnodes 2", "--node-rank 1", "--master-addr gpu07")
-    assert (filled.torch_args.nnodes, filled.torch_args.node_rank, filled.torch_args.master_addr) == ("2", 1, "gpu07")
+    assert (filled.workers.parsed.nnodes, filled.workers.parsed.node_rank, filled.workers.parsed.master_addr) == ("2", 1, "gpu07")
     mine = parse(["--master-addr", "head", "--nproc-per-node", "2", SCRIPT], STEP)
-    assert mine.slurm_filled == ("--nnodes 2", "--node-rank 1") and mine.torch_args.master_addr == "head"
+    assert mine.slurm_filled == ("--nnodes 2", "--node-rank 1") and mine.workers.parsed.master_addr == "head"
     one = parse(["--nnodes", "1", "--nproc-per-node", "2", SCRIPT], STEP)  # the user's one-node job
-    assert one.slurm_filled == () and one.torch_args.node_rank == 0
+    assert one.slurm_filled == () and one.workers.parsed.node_rank == 0
     c10d = parse(["--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29400", "--nnodes", "2", "--nproc-per-node", "2",
                   SCRIPT], STEP)
     assert c10d.slurm_filled == ()
