@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ecolaunch.errors import ConfigError
+from ecolaunch.statedir import StateLayout
 
 # --- environment variables read by the CLI -------------------------------------------------------
 ENV_SIMULATE = "ECOLAUNCH_SIMULATE"  # simulated GPUs: "4xA100-SXM4-80GB", "2xRTX4090+2xA6000" or a TOML file
@@ -25,14 +26,12 @@ ENV_POLICY_FILE = "ECOLAUNCH_POLICY"  # the lab admin's policy file (default /et
 ENV_JSON = "ECOLAUNCH_JSON"
 ENV_ALLOWED_SLOWDOWN = "ECOLAUNCH_ALLOWED_SLOWDOWN"
 ENV_PLAN_TIMEOUT = "ECOLAUNCH_PLAN_TIMEOUT"  # seconds a multi-node job's launchers wait for each other's plan
-ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a GNN weight file; default: <state dir>/gnn/weights.pt when present
+ENV_GNN_WEIGHTS = "ECOLAUNCH_GNN_WEIGHTS"  # a GNN weight file; default: the state directory's (StateLayout.gnn_weights) when present
 
 # --- environment variables ecolaunch sets for the workers it launches ----------------------------
 ENV_JOB_ID = "ECOLAUNCH_JOB_ID"
 
 DEFAULT_STATE_DIR = Path("/var/tmp/ecolaunch")
-#: where ``ecolaunch policy train`` writes the lab's GNN weights by default, relative to the state directory
-STATE_GNN_WEIGHTS = Path("gnn") / "weights.pt"
 DEFAULT_POLICY_FILE = Path("/etc/ecolaunch/policy.toml")
 DEFAULT_PLACEMENT_POLICY = "curve"
 
@@ -87,11 +86,6 @@ def default_state_dir(env: Mapping[str, str], policy_dir: Path | None = None) ->
     return base
 
 
-def state_gnn_weights(state_dir: Path) -> Path:
-    """The GNN weight file of a state directory: ``<state dir>/gnn/weights.pt`` (``ecolaunch policy train``)."""
-    return Path(state_dir) / STATE_GNN_WEIGHTS
-
-
 def _trusted_weights(path: Path) -> bool:
     """Whether the state directory's weight file may steer this user's launches: it and its directory exist, are
     no links, belong to root or to this user, and nobody else may write them (the rule of the cap ledger). A
@@ -134,8 +128,8 @@ class Environment:
         weights, source = None, None
         if env.get(ENV_GNN_WEIGHTS, "").strip():
             weights, source = Path(env[ENV_GNN_WEIGHTS]).expanduser(), ENV_GNN_WEIGHTS
-        elif _trusted_weights(state_gnn_weights(state_dir)):
-            weights, source = state_gnn_weights(state_dir), "state directory"
+        elif _trusted_weights(lab := StateLayout(state_dir).gnn_weights):
+            weights, source = lab, "state directory"
         return cls(
             state_dir=state_dir,
             simulate=env.get(ENV_SIMULATE, "").strip() or None,

@@ -41,13 +41,13 @@ from ecolaunch.errors import DeviceError, PermissionDenied, StateError
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, process_start_time
 from ecolaunch.safefs import RECORD_MODE, RefusedFile, read_file, write_file
 from ecolaunch.state.store import StateStore
+from ecolaunch.statedir import StateLayout
 from ecolaunch.validate import is_integer, is_real
 
-__all__ = ["AGENT_FILE", "CapAgent", "agent_alive"]
+__all__ = ["CapAgent", "agent_alive"]
 
 logger = logging.getLogger(__name__)
 
-AGENT_FILE = "agent.json"
 DEFAULT_INTERVAL_S = 1.0
 
 
@@ -186,13 +186,13 @@ class CapAgent:
             self._start_time = process_start_time(self._pid)
         doc = {"pid": self._pid, "start_time": self._start_time, "heartbeat_at": self._wall_clock(), "host": self.host}
         with contextlib.suppress(OSError):
-            write_file(self.store.directory / AGENT_FILE, json.dumps(doc).encode(), mode=RECORD_MODE)
+            write_file(self.store.layout.agent_file, json.dumps(doc).encode(), mode=RECORD_MODE)
 
     def _retire(self) -> None:
         if self.textfile is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.textfile)
-        path = self.store.directory / AGENT_FILE
+        path = self.store.layout.agent_file
         with contextlib.suppress(OSError, RefusedFile, ValueError, TypeError):
             raw, _ = read_file(path, 4096)
             if json.loads(raw).get("pid") == self._pid:
@@ -204,7 +204,7 @@ def agent_alive(state_dir: Path, processes: ProcessTable | None = None) -> bool:
     names a live process."""
     processes = processes or PsutilProcessTable()
     try:
-        raw, st = read_file(Path(state_dir) / AGENT_FILE, 4096)
+        raw, st = read_file(StateLayout(state_dir).agent_file, 4096)
         doc = json.loads(raw)
         pid, start = doc["pid"], doc["start_time"]
     except (OSError, RefusedFile, ValueError, TypeError, KeyError, AttributeError):

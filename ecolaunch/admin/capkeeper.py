@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ecolaunch.admin.ledger import (LEDGER_FILE, LEDGER_SCHEMA, LEDGER_VERSION, LedgerEntry, LedgerWriteError,
+from ecolaunch.admin.ledger import (LEDGER_SCHEMA, LEDGER_VERSION, LedgerEntry, LedgerWriteError,
                                     load_ledger_entries)
 from ecolaunch.admin.rules import Rules, clip_cap_w, may_manage_gpu, may_use_gpu
 from ecolaunch.admin.safety import identity_of_uid, require_launcher_privilege
@@ -55,6 +55,7 @@ from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
 from ecolaunch.safefs import RECORD_MODE, write_file
 from ecolaunch.state.store import StateStore
+from ecolaunch.statedir import StateLayout
 from ecolaunch.validate import is_number, is_real
 
 __all__ = [
@@ -322,7 +323,7 @@ class CapKeeper:
         self.host = host
         self.processes = processes or PsutilProcessTable()
         self.only_uids = None if only_uids is None else frozenset({0, os.geteuid(), *only_uids})
-        self.ledger_path = Path(ledger_path) if ledger_path is not None else Path(state_dir) / LEDGER_FILE
+        self.ledger_path = Path(ledger_path) if ledger_path is not None else StateLayout(state_dir).ledger
         #: the ledger as this keeper last wrote it: survives another user deleting the file while we run
         self._memory: dict[str, LedgerEntry] = {}
         self._on_disk: dict[str, LedgerEntry] | None = None

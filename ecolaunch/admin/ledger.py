@@ -18,12 +18,11 @@ from ecolaunch.admin.safety import trusted_by_root
 from ecolaunch.safefs import RefusedFile, read_file
 from ecolaunch.validate import is_number
 
-__all__ = ["LEDGER_FILE", "LEDGER_SCHEMA", "LEDGER_VERSION", "MAX_LEDGER_BYTES", "LedgerEntry", "LedgerWriteError",
+__all__ = ["LEDGER_SCHEMA", "LEDGER_VERSION", "MAX_LEDGER_BYTES", "LedgerEntry", "LedgerWriteError",
            "empty_ledger", "load_ledger", "load_ledger_entries", "parse_ledger", "parse_ledger_entries"]
 
 logger = logging.getLogger(__name__)
 
-LEDGER_FILE = "caps.json"
 LEDGER_SCHEMA = "ecolaunch.jobcaps"
 LEDGER_VERSION = 1
 MAX_LEDGER_BYTES = 1024 * 1024

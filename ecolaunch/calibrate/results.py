@@ -31,12 +31,11 @@ from typing import Any
 
 from ecolaunch.errors import ConfigError, StateError
 from ecolaunch.safefs import OWN_DIR_MODE, RECORD_MODE, RefusedFile, open_dir, read_at, write_at
+from ecolaunch.statedir import CALIBRATION_DIR, StateLayout
 from ecolaunch.validate import is_real
 
-__all__ = ["CALIBRATION_DIR", "FORMAT", "VERSION", "StoredResult", "file_name", "read_results", "validate",
-           "write_result"]
+__all__ = ["FORMAT", "VERSION", "StoredResult", "file_name", "read_results", "validate", "write_result"]
 
-CALIBRATION_DIR = "calibration"
 FORMAT = "ecolaunch-calibration"
 VERSION = 1
 MAX_BYTES = 4 * 1024 * 1024
@@ -60,7 +59,8 @@ def write_result(state_dir: Path, doc: dict[str, Any]) -> Path:
     """
     validate(doc)
     name = file_name(doc["gpu"]["name"], bool(doc["simulated"]))
-    directory = Path(state_dir) / CALIBRATION_DIR
+    layout = StateLayout(state_dir)
+    directory = layout.calibration
     data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
     try:
         Path(state_dir).mkdir(parents=True, exist_ok=True)
@@ -81,7 +81,7 @@ def write_result(state_dir: Path, doc: dict[str, Any]) -> Path:
     except OSError as e:
         raise StateError(f"cannot write calibration results into {directory}: {e.strerror or e}",
                          hint="run `sudo ecolaunch calibrate` on a shared state directory") from e
-    return directory / name
+    return layout.calibration_result(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,8 @@ class StoredResult:
 def read_results(state_dir: Path) -> list[StoredResult]:
     """Every ``*.json`` of ``<state dir>/calibration/`` in name order (none when the directory does not exist);
     an untrusted directory is one problem entry for the directory itself."""
-    directory = Path(state_dir) / CALIBRATION_DIR
+    layout = StateLayout(state_dir)
+    directory = layout.calibration
     try:
         fd = open_dir(directory)
     except FileNotFoundError:
@@ -112,7 +113,7 @@ def read_results(state_dir: Path) -> list[StoredResult]:
         for name in sorted(os.listdir(fd)):
             if name.startswith(".") or not name.endswith(".json"):
                 continue
-            path = directory / name
+            path = layout.calibration_result(name)
             try:
                 raw, _ = read_at(fd, name, MAX_BYTES, owners=_trusted_owners(), trusted=True)
                 doc = json.loads(raw)

@@ -1,11 +1,14 @@
-"""The README's lists, generated from the registries: the option table, the policy table and the trace list.
+"""The docs' lists, generated from the registries: the README's option table, policy table and trace list, and the state
+directory's tree in docs/architecture.md.
 
-``python -m ecolaunch.cli.doclists`` rewrites each region of README.md between ``<!-- NAME:begin -->`` and
-``<!-- NAME:end -->`` (``options``: :func:`~ecolaunch.launch.options.option_table`, each option's declaration;
-``policies``: :func:`~ecolaunch.policy.registry.policy_summaries`, the default from
-:data:`ecolaunch.config.DEFAULT_PLACEMENT_POLICY`; ``traces``: :data:`ecolaunch.sim.trace_registry.TRACES`);
-``--check`` changes nothing and exits 1 naming the regions that differ (a test runs it, so a list typed by hand
-fails the suite). What is not generated: the prose around the regions.
+``python -m ecolaunch.cli.doclists`` rewrites each region of README.md and docs/architecture.md between
+``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` (README.md's ``options``:
+:func:`~ecolaunch.launch.options.option_table`, each option's declaration; ``policies``:
+:func:`~ecolaunch.policy.registry.policy_summaries`, the default from :data:`ecolaunch.config.DEFAULT_PLACEMENT_POLICY`;
+``traces``: :data:`ecolaunch.sim.trace_registry.TRACES`; architecture.md's ``state-tree``:
+:func:`ecolaunch.statedir.tree`); ``--check`` changes nothing and exits 1 naming the regions that differ (a test runs
+it, so a list typed by hand fails the suite). Given a file, it works on that file with the regions of the page of
+that name. What is not generated: the prose around the regions.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from ecolaunch.config import DEFAULT_PLACEMENT_POLICY
 from ecolaunch.launch.options import option_table
 from ecolaunch.policy.registry import policy_summaries
 from ecolaunch.sim.trace_registry import MEASURED, MODEL, trace_names
+from ecolaunch.statedir import tree
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+ARCHITECTURE = README.parent / "docs" / "architecture.md"
 #: prose lines of the README wrap at this width
 WIDTH = 115
 
@@ -44,26 +49,36 @@ def trace_list() -> str:
     return textwrap.fill(text, WIDTH, break_on_hyphens=False, break_long_words=False)
 
 
-#: region name -> its generator
+def state_tree() -> str:
+    """The state directory's tree: every path :class:`ecolaunch.statedir.StateLayout` names, and what it holds."""
+    rows = [f"| `{path}` | {what.replace('``', '`')} |" for path, what in tree()]
+    return "\n".join(["| path (in the state directory) | what it holds; who writes it |", "|---|---|", *rows])
+
+
+#: README.md's regions: region name -> its generator
 REGIONS: dict[str, Callable[[], str]] = {"options": option_table, "policies": policy_table, "traces": trace_list}
+#: every generated page: its file name -> its regions
+PAGES: dict[str, dict[str, Callable[[], str]]] = {README.name: REGIONS, ARCHITECTURE.name: {"state-tree": state_tree}}
 
 
 def _pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"(<!-- {name}:begin -->\n)(.*?)(<!-- {name}:end -->)", re.DOTALL)
 
 
-def regenerate(text: str) -> tuple[str, list[str]]:
-    """``text`` with every region regenerated, and the names of the regions that changed.
+def regenerate(text: str, regions: dict[str, Callable[[], str]] = REGIONS,
+               page: str = "README") -> tuple[str, list[str]]:
+    """``text`` with every region of ``regions`` (default: the README's) regenerated, and the names of the regions
+    that changed.
 
     Raises:
         ValueError: a region's markers are missing (or appear twice).
     """
     changed = []
-    for name, generate in REGIONS.items():
+    for name, generate in regions.items():
         pattern = _pattern(name)
         found = pattern.findall(text)
         if len(found) != 1:
-            raise ValueError(f"README: expected one <!-- {name}:begin --> ... <!-- {name}:end --> region, "
+            raise ValueError(f"{page}: expected one <!-- {name}:begin --> ... <!-- {name}:end --> region, "
                              f"found {len(found)}")
         body = generate() + "\n"
         if found[0][1] != body:
@@ -75,18 +90,19 @@ def regenerate(text: str) -> tuple[str, list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     check = "--check" in args
-    paths = [a for a in args if a != "--check"]
-    path = Path(paths[0]) if paths else README
-    text, changed = regenerate(path.read_text(encoding="utf-8"))
-    if check:
-        if changed:
-            print(f"{path}: regions {', '.join(changed)} differ from the registries; run "
-                  "`python -m ecolaunch.cli.doclists`", file=sys.stderr)
-        return 1 if changed else 0
-    if changed:
-        path.write_text(text, encoding="utf-8")
-        print(f"{path}: regenerated {', '.join(changed)}")
-    return 0
+    paths = [Path(a) for a in args if a != "--check"] or [README, ARCHITECTURE]
+    stale = False
+    for path in paths:
+        text, changed = regenerate(path.read_text(encoding="utf-8"), PAGES.get(path.name, REGIONS), path.name)
+        if check:
+            if changed:
+                stale = True
+                print(f"{path}: regions {', '.join(changed)} differ from the registries; run "
+                      "`python -m ecolaunch.cli.doclists`", file=sys.stderr)
+        elif changed:
+            path.write_text(text, encoding="utf-8")
+            print(f"{path}: regenerated {', '.join(changed)}")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

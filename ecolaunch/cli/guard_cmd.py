@@ -15,11 +15,12 @@ import signal
 import sys
 
 from ecolaunch.admin.interpreter import add_settings_options, settings_env
-from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
+from ecolaunch.admin.ledger import load_ledger
 from ecolaunch.errors import EcolaunchError, with_hint
 from ecolaunch.launch.guard import LOCK_TIMEOUT_S, READY, restore_after, wait_for_launcher, wait_gone
 from ecolaunch.runtime import open_gpus, resolve
 from ecolaunch.state.store import StateStore
+from ecolaunch.statedir import StateLayout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     for uuid, watts in report.restored.items():
         sys.stderr.write(f"ecolaunch guard: launcher {args.launcher_pid} died; GPU {gpus.get(uuid, uuid)} restored to "
                          f"{watts:.0f} W\n")
-    originals = load_ledger(environment.state_dir / LEDGER_FILE, host) or {}
+    originals = load_ledger(StateLayout(environment.state_dir).ledger, host) or {}
     for uuid in report.failed:
         index, original = gpus.get(uuid, uuid), originals.get(uuid)
         value = f"{original:.0f} W" if original is not None else "its original limit"

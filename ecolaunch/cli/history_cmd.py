@@ -73,7 +73,7 @@ def check_readable(store) -> None:
     """StateError when the history cannot be listed: the state directory or its ``history`` directory is not a
     directory or not readable (History itself reads such a history as empty, with at most a warning). A state
     directory that does not exist yet holds no history: nothing has run there."""
-    state_dir = store.root.parent
+    state_dir = store.layout.root
     for path in (state_dir, store.root):
         if not os.path.lexists(path):
             return

@@ -33,11 +33,11 @@ from ecolaunch.config import (
     ENV_POLICY_FILE,
     ENV_STATE_DIR,
     Environment,
-    state_gnn_weights,
 )
 from ecolaunch.errors import EcolaunchError, StateError, with_hint
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.safefs import OWN_DIR_MODE, RECORD_MODE, RefusedFile, open_dir
+from ecolaunch.statedir import GNN_MANIFEST_FILE, StateLayout
 
 
 @click.group("policy", cls=Group)
@@ -223,7 +223,7 @@ def train_cmd(out: Path | None, seed: int, epochs: int, synthetic: int, use_hist
             return train(seed, path, epochs=epochs, synthetic=synthetic, extra=[*data.samples, *cal.samples],
                          describe={"history": history, "calibration": calibration}, progress=progress)
 
-        target = out if out is not None else state_gnn_weights(environment.state_dir)
+        target = out if out is not None else StateLayout(environment.state_dir).gnn_weights
         manifest = run(out) if out is not None else _train_into_state_dir(target, run)
     except ImportError as e:
         raise Failed(f"training needs torch_geometric: {e}", hint="pip install torch-geometric") from None
@@ -259,10 +259,7 @@ def _warn_untrusted_calibration(state_dir: Path) -> None:
     alone: a member made it first), so that its results are left out; with the fix."""
     import stat
 
-    # lazy: only `policy train` reads calibration results
-    from ecolaunch.calibrate.results import CALIBRATION_DIR
-
-    directory = Path(state_dir) / CALIBRATION_DIR
+    directory = StateLayout(state_dir).calibration
     try:
         st = os.lstat(directory)
     except OSError:
@@ -304,7 +301,7 @@ def _train_into_state_dir(target: Path, run) -> dict:
                          ) from e
     try:
         manifest = run(staging / target.name)
-        for name in ("manifest.json", target.name):
+        for name in (GNN_MANIFEST_FILE, target.name):
             os.chmod(staging / name, RECORD_MODE)
             os.replace(staging / name, directory / name)
         return manifest

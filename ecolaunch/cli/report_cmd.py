@@ -18,6 +18,7 @@ from ecolaunch.config import ENV_STATE_DIR
 from ecolaunch.errors import with_hint
 from ecolaunch.jobmodel.codec import to_json
 from ecolaunch.state.graph import StateGraph
+from ecolaunch.statedir import StateLayout
 
 PLOT_HINT = "pip install matplotlib (or pip install 'ecolaunch[plot]')"
 
@@ -104,11 +105,11 @@ def gpu_indices(state_dir: Path) -> dict[str, int]:
     """UUID → NVML index of every GPU the state directory's graph knows; empty when it cannot be read. Read as
     a plain file, not through a store transaction: a report changes nothing and may run where it cannot write."""
     # lazy: the store loads filelock, which `ecolaunch report` needs only for a state directory's graph
-    from ecolaunch.state.store import MAX_STATE_BYTES, STATE_FILE
+    from ecolaunch.state.store import MAX_STATE_BYTES
     from ecolaunch.safefs import read_file  # lazy: as the line above
 
     try:
-        graph = StateGraph.from_dict(json.loads(read_file(state_dir / STATE_FILE, MAX_STATE_BYTES)[0]))
+        graph = StateGraph.from_dict(json.loads(read_file(StateLayout(state_dir).state_file, MAX_STATE_BYTES)[0]))
     except (OSError, ValueError, TypeError, RecursionError):  # missing, refused, not JSON, not a state document
         return {}
     return {g.uuid: g.index for host in graph.hosts.values() for g in host.gpus.values()}

@@ -15,13 +15,11 @@ from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.devices.nvml import NvmlBackend
 from ecolaunch.devices.simulated import ReadingFn, SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
+from ecolaunch.statedir import StateLayout
 
-__all__ = ["SIM_STATE_FILE", "open_backend", "simulated_privilege"]
+__all__ = ["open_backend", "simulated_privilege"]
 
 logger = logging.getLogger(__name__)
-
-#: The simulated GPUs' state file, inside ``sim_dir``.
-SIM_STATE_FILE = "simulated-gpus.json"
 
 
 def simulated_privilege(sim_dir: Path, euid: int | None = None) -> bool:
@@ -46,7 +44,7 @@ def open_backend(simulate: str | None, sim_dir: Path, *, host: str | None = None
 
     Args:
         simulate: the value of ``ECOLAUNCH_SIMULATE`` (a spec string or a TOML file), or None.
-        sim_dir: where the simulated GPUs keep their state (``sim_dir / "simulated-gpus.json"``).
+        sim_dir: where the simulated GPUs keep their state (``StateLayout(sim_dir).simulated_gpus``).
         reading: how simulated GPUs answer (default ``basic_reading``); the CLI passes the simulator's measured
             models (``ecolaunch.sim.reading.measured_reading``), which this package may not import.
         host: which host of the spec this process runs on. A one-host spec string takes it as its
@@ -66,8 +64,8 @@ def open_backend(simulate: str | None, sim_dir: Path, *, host: str | None = None
         logger.debug("simulating %d GPU(s) on host %s from %r", len(spec.gpus), spec.name, simulate)
         privileged = simulated_privilege(Path(sim_dir))
         if reading is None:
-            return SimulatedBackend(spec, Path(sim_dir) / SIM_STATE_FILE, privileged=privileged)
-        return SimulatedBackend(spec, Path(sim_dir) / SIM_STATE_FILE, reading=reading, privileged=privileged)
+            return SimulatedBackend(spec, StateLayout(sim_dir).simulated_gpus, privileged=privileged)
+        return SimulatedBackend(spec, StateLayout(sim_dir).simulated_gpus, reading=reading, privileged=privileged)
     backend = NvmlBackend()
     count = backend.probe()
     logger.debug("NVML sees %d GPU(s)", count)

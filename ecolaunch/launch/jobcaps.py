@@ -52,12 +52,13 @@ from pathlib import Path
 from ecolaunch.admin.agent import agent_alive
 from ecolaunch.admin.capkeeper import CapKeeper, apply_caps_as_launcher, cap_recommendation, desired_caps
 from ecolaunch.admin.rules import clip_cap_w
-from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
+from ecolaunch.admin.ledger import load_ledger
 from ecolaunch.errors import EcolaunchError, PermissionDenied, StateError
 from ecolaunch.launch.guard import Guard, start_guard
 from ecolaunch.launch.session import Placement, Session
 from ecolaunch.admin.budget import (AT_CEILING_W, asked_caps, budget_ceilings, held_ceiling_w, job_floor_w,
                                     wish_under_ceiling)
+from ecolaunch.statedir import StateLayout
 
 logger = logging.getLogger(__name__)
 
@@ -278,7 +279,7 @@ class JobCaps:
                       "this launcher exits; else run `sudo ecolaunch agent --once`)")
             return
         if report.failed:
-            originals = load_ledger(self._state_dir / LEDGER_FILE, self._session.host) or {}
+            originals = load_ledger(StateLayout(self._state_dir).ledger, self._session.host) or {}
             for uuid in report.failed:
                 index = self._gpus[uuid].index if uuid in self._gpus else uuid
                 value = f" to {originals[uuid]:.0f} W" if uuid in originals else ""
@@ -350,7 +351,7 @@ def orphaned_caps(graph, host: str, rules, state_dir: Path, processes) -> dict[s
     What ``ecolaunch status`` warns about: the ledger names the GPU, no live job wants a cap on it, and it is still
     below its original (a SIGKILLed launcher whose guard was killed too, with no agent and no root command since).
     """
-    ledger = load_ledger(Path(state_dir) / LEDGER_FILE, host) or {}
+    ledger = load_ledger(StateLayout(state_dir).ledger, host) or {}
     if not ledger:
         return {}
     gpus = list(graph.hosts[host].gpus.values()) if host in graph.hosts else []

@@ -67,10 +67,9 @@ from ecolaunch.jobmodel.capcurve import merge_points
 from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult
 from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import DEFAULT_INTERVAL_S
+from ecolaunch.statedir import StateLayout
 
 logger = logging.getLogger(__name__)
-
-HOOKS_DIR = "hooks"
 
 
 @dataclass(frozen=True)
@@ -256,7 +255,8 @@ class RunObserver:
         self.profile = config.profile
         self.settings = config.profiler_settings()
         suffix = "-profile" if self.mode is ProfileAction.PRE else ""
-        self.monitor = RunMonitor(backend, self._uuids, config.state_dir / HOOKS_DIR / f"{config.job_id}{suffix}",
+        hooks = StateLayout(config.state_dir).run_hooks(f"{config.job_id}{suffix}")
+        self.monitor = RunMonitor(backend, self._uuids, hooks,
                                   clock=clock, interval_s=config.interval_s, poll_s=config.poll_s,
                                   background=config.background)
         self.caps = RunCaps(config.job_id, self._uuids, set_cap)

@@ -78,6 +78,7 @@ from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
 from ecolaunch.sim.node import shared_gpu
 from ecolaunch.sim.power import ZeusRows, PowerCapModel, default_power_model, fit_shape
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
+from ecolaunch.statedir import GNN_MANIFEST_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -505,5 +506,5 @@ def train(seed: int = 0, out_path: Path | str | None = None, *, epochs: int = 60
         write_weights(out, model.config, model.state_dict())
         manifest["weights"] = out.name
         manifest["weights_bytes"] = out.stat().st_size
-        (out.parent / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        (out.parent / GNN_MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest

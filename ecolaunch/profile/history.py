@@ -60,12 +60,12 @@ from ecolaunch.errors import ConfigError, StateError, with_hint
 from ecolaunch.jobmodel import codec
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.state.userdirs import UserTree, account_name
+from ecolaunch.statedir import HISTORY_JOBS, HISTORY_PROFILES, StateLayout
 from ecolaunch.validate import is_integer
 
 logger = logging.getLogger(__name__)
 _R = TypeVar("_R", "ProfileEntry", "JobRecord")
 
-HISTORY_DIR = "history"
 #: records and profiles larger than this are refused unread (a link to /dev/zero must not fill memory)
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 MAX_PROFILE_BYTES = 1024 * 1024
@@ -360,11 +360,12 @@ class History:
     fingerprint = staticmethod(fingerprint)
 
     def __init__(self, state_dir: Path | str) -> None:
-        self.root = Path(state_dir) / HISTORY_DIR
+        self.layout = StateLayout(state_dir)
+        self.root = self.layout.history
         self._tree = UserTree(self.root)
         #: this user's own directories (the only ones this process writes)
-        self.jobs_dir = self._tree.own_dir("jobs")
-        self.profiles_dir = self._tree.own_dir("profiles")
+        self.jobs_dir = self._tree.own_dir(HISTORY_JOBS)
+        self.profiles_dir = self._tree.own_dir(HISTORY_PROFILES)
         #: why this user's own directory can never be written (a member squatted it), once looked at
         self._squatted: str | None = None
         self._looked = False
@@ -462,7 +463,7 @@ class History:
         before = self.lookup(fp)
         entry = ProfileEntry(fp, profile, bool(profile_safe), job_id, time.time() if now is None else now,
                              launch_hints(hints), before.runs if before is not None else ())
-        return self._write("profiles", f"{fp}.json", _PROFILE_FORMAT, entry)
+        return self._write(HISTORY_PROFILES, f"{fp}.json", _PROFILE_FORMAT, entry)
 
     def note_run(self, fp: str, duration_s: float, iterations: int | None, *, job_id: str | None = None,
                  now: float | None = None) -> Path:
@@ -473,14 +474,14 @@ class History:
         entry = before if before is not None else ProfileEntry(fp, None, job_id=job_id,
                                                                updated_at=time.time() if now is None else now)
         entry = dataclasses.replace(entry, runs=(*entry.runs, run)[-KEPT_RUNS:])
-        return self._write("profiles", f"{fp}.json", _PROFILE_FORMAT, entry)
+        return self._write(HISTORY_PROFILES, f"{fp}.json", _PROFILE_FORMAT, entry)
 
     # --- job records -------------------------------------------------------------------------------
     def record(self, rec: JobRecord) -> Path:
         """Store a finished job's record. Raises StateError when the directory cannot be written."""
         if not _SAFE_ID.match(rec.job_id):
             raise ConfigError(f"job id {rec.job_id!r} cannot name a file", hint="use letters, digits, '_', '.', '-'")
-        return self._write("jobs", f"{rec.job_id}.json", _JOB_FORMAT, rec)
+        return self._write(HISTORY_JOBS, f"{rec.job_id}.json", _JOB_FORMAT, rec)
 
     def get(self, job_id: str) -> JobRecord | None:
         """The record of ``job_id`` (this user's first, then any user's), or None (missing, or unreadable: warned)."""
@@ -494,7 +495,8 @@ class History:
 
     def job_ids(self) -> builtins.list[str]:
         """Every stored job id of every user (unsorted), without reading the records."""
-        return [e.name[: -len(".json")] for e in self._tree.entries("jobs") if _SAFE_ID.match(e.name[: -len(".json")])]
+        return [e.name[: -len(".json")] for e in self._tree.entries(HISTORY_JOBS)
+                if _SAFE_ID.match(e.name[: -len(".json")])]
 
     def list(self, limit: int | None = None) -> builtins.list[JobRecord]:
         """Finished jobs of every user, newest end first; unreadable files are skipped with a warning.
@@ -503,7 +505,7 @@ class History:
         """
         if limit is not None and (not is_integer(limit) or limit < 0):
             raise ConfigError(f"limit must be an integer >= 0, got {limit!r}")
-        entries = [e for e in self._tree.entries("jobs") if _SAFE_ID.match(e.name[: -len(".json")])]
+        entries = [e for e in self._tree.entries(HISTORY_JOBS) if _SAFE_ID.match(e.name[: -len(".json")])]
         entries.sort(key=lambda e: (e.mtime, e.name), reverse=True)
         out: builtins.list[JobRecord] = []
         for e in entries:
@@ -526,7 +528,7 @@ class History:
         user's jobs and profiles can never be recorded until the admin repairs it."""
         if not self._looked:
             self._looked = True
-            self._squatted = self._tree.own_problem(("jobs", "profiles"))
+            self._squatted = self._tree.own_problem((HISTORY_JOBS, HISTORY_PROFILES))
             if self._squatted is not None:
                 logger.warning("%s", with_hint(f"your history directory is not your own: {self._squatted}, so your "
                                                "jobs and profiles are not recorded", self._squat_hint()))
@@ -538,10 +540,10 @@ class History:
 
     # --- internals ---------------------------------------------------------------------------------
     def _parse_record(self, user: str, uid: int, name: str) -> JobRecord | None:
-        rec = self._read(user, uid, "jobs", name, _JOB_FORMAT, JobRecord)
+        rec = self._read(user, uid, HISTORY_JOBS, name, _JOB_FORMAT, JobRecord)
         if rec is None:
             return None
-        where = self.root / user / "jobs" / name
+        where = self.layout.history_user(user) / HISTORY_JOBS / name
         if uid != 0 and rec.user not in (user, account_name(uid)):
             # root's launcher may record a job for anyone; a user only for themselves
             logger.warning("ignoring history record %s: it names user %r but belongs to %s", where, rec.user, user)
@@ -555,15 +557,16 @@ class History:
 
     def _profile_entry(self, user: str, uid: int, fp: str) -> ProfileEntry | None:
         """``user``'s stored entry of fingerprint ``fp``, its hints validated (:func:`launch_hints`), or None."""
-        entry = self._read(user, uid, "profiles", f"{fp}.json", _PROFILE_FORMAT, ProfileEntry)
+        entry = self._read(user, uid, HISTORY_PROFILES, f"{fp}.json", _PROFILE_FORMAT, ProfileEntry)
         return None if entry is None else dataclasses.replace(entry, fingerprint=fp, hints=launch_hints(entry.hints))
 
     def _read(self, user: str, uid: int, kind: str, name: str, fmt: str, type_: type[_R]) -> _R | None:
         """The record in ``<user>/<kind>/<name>``, decoded by :func:`ecolaunch.jobmodel.codec.decode_record`; None when
         missing, refused (a link, a FIFO, a device, too large, not this user's) or not a valid record: warned."""
-        where = self.root / user / kind / name
+        where = self.layout.history_user(user) / kind / name
         try:
-            raw = self._tree.read(user, uid, kind, name, MAX_RECORD_BYTES if kind == "jobs" else MAX_PROFILE_BYTES)
+            limit = MAX_RECORD_BYTES if kind == HISTORY_JOBS else MAX_PROFILE_BYTES
+            raw = self._tree.read(user, uid, kind, name, limit)
         except FileNotFoundError:
             return None
         except OSError as e:  # RefusedFile included: a link, a FIFO, a device, too large, not this user's
@@ -578,7 +581,7 @@ class History:
     def _write(self, kind: str, name: str, fmt: str, record: ProfileEntry | JobRecord) -> Path:
         path = self._tree.own_dir(kind) / name
         data = codec.encode_record(fmt, record)
-        if len(data) > (MAX_RECORD_BYTES if kind == "jobs" else MAX_PROFILE_BYTES):
+        if len(data) > (MAX_RECORD_BYTES if kind == HISTORY_JOBS else MAX_PROFILE_BYTES):
             raise ConfigError(f"history document for {name} is {len(data)} bytes, over the limit readers accept",
                               hint="this is an ecolaunch bug: records keep short series only")
         try:

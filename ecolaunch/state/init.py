@@ -35,18 +35,18 @@ from pathlib import Path
 from ecolaunch.errors import StateError
 from ecolaunch.safefs import OWN_DIR_MODE, RECORD_MODE, write_fd
 from ecolaunch.state.userdirs import expected_owner, user_dir_name
+from ecolaunch.statedir import CALIBRATION_DIR, GNN_DIR, HISTORY_DIR, LEDGER_FILE, StateLayout
 
-__all__ = ["ADMIN_DIRS", "LEDGER_NAME", "close_to_outsiders", "open_top", "parent_warnings", "repair_extras"]
+__all__ = ["ADMIN_DIRS", "close_to_outsiders", "open_top", "parent_warnings", "repair_extras"]
 
 logger = logging.getLogger(__name__)
 
 #: directories only the admin writes (``ecolaunch calibrate``'s results, ``policy train``'s weights)
-ADMIN_DIRS = ("gnn", "calibration")
+ADMIN_DIRS = (GNN_DIR, CALIBRATION_DIR)
 ADMIN_DIR_MODE = OWN_DIR_MODE
 USER_DIR_MODE = OWN_DIR_MODE
-#: the cap ledger (``ecolaunch.admin.ledger.LEDGER_FILE``: this layer may not import that one; its format is that
-#: module's, and the CLI passes the empty document in)
-LEDGER_NAME = "caps.json"
+#: the cap ledger's mode (its format is ``ecolaunch.admin.ledger``'s, which this layer may not import: the CLI passes
+#: the empty document in)
 LEDGER_MODE = RECORD_MODE
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -142,9 +142,9 @@ def repair_extras(top: int, directory: Path, uid: int, gid: int, done: list[str]
     the module docstring); one line per change goes to ``done``. ``empty_ledger``: the document written when there
     is no ledger (``ecolaunch.admin.ledger`` owns its format; None: a missing ledger is left for the agent)."""
     directory = Path(directory)
-    history = os.open("history", _DIR_FLAGS, dir_fd=top)  # layout.init_state made it a root directory just now
+    history = os.open(HISTORY_DIR, _DIR_FLAGS, dir_fd=top)  # layout.init_state made it a root directory just now
     try:
-        _repair_history(history, directory / "history", gid, done)
+        _repair_history(history, StateLayout(directory).history, gid, done)
     finally:
         os.close(history)
     for name in ADMIN_DIRS:
@@ -277,23 +277,23 @@ def _admin_dir(top: int, name: str, directory: Path, uid: int, gid: int, done: l
 def _ledger(top: int, directory: Path, uid: int, gid: int, done: list[str], empty: bytes | None) -> None:
     """``caps.json``: a regular file of ``uid``'s that nobody else may write, else its content was never trusted
     (the agent ignores it) and it is moved aside. Created empty when missing, so that nobody can take the name."""
-    where = directory / LEDGER_NAME
+    where = StateLayout(directory).ledger
     for _ in range(2):  # a second look when the agent wrote it between our look and our create
         try:
-            st = os.stat(LEDGER_NAME, dir_fd=top, follow_symlinks=False)
+            st = os.stat(LEDGER_FILE, dir_fd=top, follow_symlinks=False)
         except FileNotFoundError:
             st = None
         if st is not None:
             if stat.S_ISREG(st.st_mode) and st.st_uid == uid and not st.st_mode & _OTHERS_WRITE:
                 return
             kind = "a regular file" if stat.S_ISREG(st.st_mode) else "not a regular file"
-            aside = _move_aside(top, LEDGER_NAME)
+            aside = _move_aside(top, LEDGER_FILE)
             done.append(f"moved {where} ({kind}, owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}, "
                         f"which the cap agent never trusts) aside to {directory / aside}")
         if empty is None:
             return
         try:
-            fd = os.open(LEDGER_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+            fd = os.open(LEDGER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                          dir_fd=top)
         except FileExistsError:
             continue

@@ -30,6 +30,7 @@ from pathlib import Path
 from ecolaunch.safefs import SHARED_DIR_MODE, SHARED_FILE_MODE
 from ecolaunch.state.graph import StateGraph
 from ecolaunch.state.init import open_top, repair_extras
+from ecolaunch.statedir import HISTORY_DIR, HOOKS_DIR, JOBS_DIR, LOCK_FILE, STATE_FILE
 
 __all__ = ["SHARED_DIRS", "SHARED_FILES", "init_state"]
 
@@ -37,8 +38,8 @@ logger = logging.getLogger(__name__)
 
 DIR_MODE = SHARED_DIR_MODE
 FILE_MODE = SHARED_FILE_MODE
-SHARED_DIRS = ("jobs", "hooks", "history")
-SHARED_FILES = ("state.lock", "state.json")
+SHARED_DIRS = (JOBS_DIR, HOOKS_DIR, HISTORY_DIR)
+SHARED_FILES = (LOCK_FILE, STATE_FILE)
 
 
 def init_state(directory: Path, gid: int, *, uid: int = 0, empty_ledger: bytes | None = None) -> list[str]:
@@ -93,7 +94,7 @@ def _entry(top: int, name: str, directory: Path, done: list[str], *, is_dir: boo
     flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     if st is None:
         fd = os.open(name, os.O_RDWR | flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=top)
-        if name == "state.json":  # a valid empty state, so that the first user's launch has nothing to repair
+        if name == STATE_FILE:  # a valid empty state, so that the first user's launch has nothing to repair
             os.write(fd, json.dumps(StateGraph().to_dict(include_jobs=False), separators=(",", ":"), sort_keys=True).encode())
         done.append(f"created {directory / name}")
         return fd

@@ -1,13 +1,10 @@
 """The file-locked store of the state graph, safe for a directory shared by several Unix users.
 
-Layout of a state directory (see ``docs/threat-model.md`` for who may write what)::
-
-    <state dir>/            group-shared: setgid + sticky (3775); never world-writable without the sticky bit
-        state.json          hosts, GPUs, links and the queue counter: shared, rebuilt from the live GPUs at will
-        state.lock          the lock every transaction holds (fcntl, dropped by the kernel when its holder dies)
-        jobs/               sticky + setgid: one file per job, ``<job id>.json``, owned by the job's user
-        hooks/, history/    sticky + setgid: per-run and per-user directories (``profile.channel``, ``state.userdirs``)
-        caps.json           the cap agent's ledger of original power caps (``ecolaunch.admin.capkeeper``)
+This module owns three paths of a state directory (every path of it is :class:`ecolaunch.statedir.StateLayout`'s;
+``docs/threat-model.md`` says who may write what): ``state.json`` (hosts, GPUs, links and the queue counter: shared,
+rebuilt from the live GPUs at will), ``state.lock`` (the lock every transaction holds: ``fcntl``, dropped by the
+kernel when its holder dies) and ``jobs/`` (sticky + setgid: one file per job, ``<job id>.json``, owned by the job's
+user). The state directory itself is group-shared (setgid + sticky), never world-writable without the sticky bit.
 
 ``ecolaunch init-state`` (:mod:`ecolaunch.state.layout`) creates this layout as root before anyone runs; a member
 may not create ``jobs/`` in a directory they do not own (they would own everyone's job directory).
@@ -57,12 +54,10 @@ from ecolaunch.state.graph import MAX_SEQ, IgnoredJob, Job, StateGraph, job_from
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, account_name, launcher_alive
 from ecolaunch.safefs import (RECORD_MODE, SHARED_DIR_MODE, SHARED_FILE_MODE, RefusedFile, open_lock, read_at, read_file,
                               shared_dir_mode, write_file, write_in_place)
+from ecolaunch.statedir import CORRUPT_PREFIX, StateLayout
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = "state.json"
-LOCK_FILE = "state.lock"
-JOBS_DIR = "jobs"
 JOB_SCHEMA = "ecolaunch.job"
 JOB_VERSION = 1
 DEFAULT_LOCK_TIMEOUT_S = 60.0
@@ -76,7 +71,6 @@ MAX_JOB_FILES_PER_UID = 256
 JOB_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 #: moved-aside copies of a broken ``state.json`` (``state.json.corrupt-*``) kept per owner; older ones are removed
 KEEP_CORRUPT_COPIES = 3
-CORRUPT_PREFIX = f"{STATE_FILE}.corrupt-"
 
 
 class StateStore:
@@ -100,8 +94,9 @@ class StateStore:
         processes: ProcessTable | None = None,
     ) -> None:
         self.directory = Path(directory)
-        self.path = self.directory / STATE_FILE
-        self.jobs_dir = self.directory / JOBS_DIR
+        self.layout = StateLayout(self.directory)
+        self.path = self.layout.state_file
+        self.jobs_dir = self.layout.jobs
         self._lock_timeout_s = lock_timeout_s
         self._on_lock_wait = on_lock_wait
         self._group = group
@@ -143,7 +138,7 @@ class StateStore:
 
     def job_file(self, job_id: str) -> Path:
         """Where ``job_id``'s file lives."""
-        return self.jobs_dir / f"{job_id}.json"
+        return self.layout.job_file(job_id)
 
     def hold_job_file(self, job_id: str) -> int | None:
         """Open this process's own job file and keep it open (the caller closes the descriptor when the job ends):
@@ -164,12 +159,13 @@ class StateStore:
         if not JOB_ID.fullmatch(job_id) or not os.path.isdir(self.jobs_dir):
             return False
         with self._locked():
+            name = self.layout.job_file(job_id).name
             dir_fd = os.open(self.jobs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
-                st = os.stat(f"{job_id}.json", dir_fd=dir_fd, follow_symlinks=False)
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
                     return False
-                os.unlink(f"{job_id}.json", dir_fd=dir_fd)
+                os.unlink(name, dir_fd=dir_fd)
                 return True
             except FileNotFoundError:
                 return False
@@ -211,8 +207,7 @@ class StateStore:
     def _rebuild(self, why: str, move_aside: bool) -> StateGraph:
         if move_aside:
             # a random tail: two broken files in one second must not replace each other's copy (the pruning bounds them)
-            aside = self.path.with_name(f"{CORRUPT_PREFIX}{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-"
-                                        f"{secrets.token_hex(3)}")
+            aside = self.layout.corrupt_copy(f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}")
             try:
                 os.replace(self.path, aside)  # renames a symlink itself, never its target
             except OSError as e:
@@ -351,13 +346,13 @@ class StateStore:
         for jid in changed:
             doc = {"schema": JOB_SCHEMA, "version": JOB_VERSION, "job": after_docs[jid]}
             try:
-                write_file(self.jobs_dir / f"{jid}.json", _dumps(doc), mode=RECORD_MODE)
+                write_file(self.layout.job_file(jid), _dumps(doc), mode=RECORD_MODE)
             except PermissionError as e:
                 raise StateError(f"cannot write job file {jid}.json: {e.strerror}", hint="a user can only change their own jobs") from e
             wrote = True
         for jid in removed:
             try:
-                os.unlink(self.jobs_dir / f"{jid}.json")
+                os.unlink(self.layout.job_file(jid))
                 wrote = True
             except FileNotFoundError:
                 pass
@@ -439,7 +434,7 @@ class StateStore:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self._prepare()
-        lock_path = self.directory / LOCK_FILE
+        lock_path = self.layout.lock
         try:
             fd = open_lock(lock_path, SHARED_FILE_MODE)
         except RefusedFile as e:

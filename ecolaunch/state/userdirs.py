@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ecolaunch.safefs import OWN_DIR_MODE, RECORD_MODE, open_dir, read_at, shared_dir_mode, write_at
+from ecolaunch.statedir import HISTORY_JOBS, HISTORY_PROFILES
 
 __all__ = ["Entry", "UserTree", "account_name", "expected_owner", "user_dir_name"]
 
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 #: names a user directory never takes: the directories of the layout before per-user directories
-_RESERVED = frozenset({"jobs", "profiles"})
+_RESERVED = frozenset({HISTORY_JOBS, HISTORY_PROFILES})
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 

@@ -1,4 +1,5 @@
-"""The README's policy table and trace list are what the registries generate (ecolaunch.cli.doclists)."""
+"""The README's policy table and trace list, and architecture.md's state tree, are what the registries generate
+(ecolaunch.cli.doclists)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.cli.doclists import README, policy_table, regenerate, trace_list
+from ecolaunch.cli.doclists import ARCHITECTURE, PAGES, README, policy_table, regenerate, state_tree, trace_list
 from ecolaunch.config import DEFAULT_PLACEMENT_POLICY
 from ecolaunch.policy.registry import policy_names, policy_summaries
 from ecolaunch.sim.trace_registry import trace_names
+from ecolaunch.statedir import tree
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,3 +60,17 @@ def test_every_launch_option_is_in_the_readme_table_as_declared() -> None:
     for _, spec in declarations():
         row = next(line for line in table.splitlines() if f"`{spec.flag}" in line)
         assert f"`{spec.env}`" in row and spec.text().replace("|", "\\|") in row
+
+
+def test_a_state_tree_typed_by_hand_is_found_and_regenerated(tmp_path: Path) -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8").replace("| `caps.json` |", "| `ledger.json` |")
+    assert "ledger.json" in text
+    stale = tmp_path / "architecture.md"
+    stale.write_text(text, encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "ecolaunch.cli.doclists", "--check", str(stale)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=False)
+    said = f"{stale}: regions state-tree differ from the registries; run `python -m ecolaunch.cli.doclists`\n"
+    assert (out.returncode, out.stderr) == (1, said)
+    assert regenerate(text, PAGES["architecture.md"], "architecture.md") == (
+        ARCHITECTURE.read_text(encoding="utf-8"), ["state-tree"])
+    assert all(f"| `{path}` |" in state_tree() for path, _ in tree())

@@ -10,7 +10,8 @@ import subprocess
 import pytest
 
 from ecolaunch.admin.capkeeper import CapKeeper
-from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
+from ecolaunch.admin.ledger import load_ledger
+from ecolaunch.statedir import LEDGER_FILE
 from ecolaunch.runtime import open_gpus, resolve
 from ecolaunch.cli.status_cmd import _render
 from ecolaunch.launch.jobcaps import orphaned_caps

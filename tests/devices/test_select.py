@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.devices.select import SIM_STATE_FILE, open_backend
+from ecolaunch.devices.select import open_backend
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.errors import ConfigError, DriverNotFound
+from ecolaunch.statedir import SIM_GPUS_FILE
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -18,9 +19,9 @@ def test_simulated_backend_from_a_spec_string(tmp_path):
     backend = open_backend("2xA40", tmp_path, host="ws")
     assert isinstance(backend, SimulatedBackend)
     assert backend.hostname() == "ws"
-    assert backend.state_path == tmp_path / SIM_STATE_FILE
+    assert backend.state_path == tmp_path / SIM_GPUS_FILE
     assert len(backend.gpus()) == 2
-    assert (tmp_path / SIM_STATE_FILE).is_file()
+    assert (tmp_path / SIM_GPUS_FILE).is_file()
     assert open_backend("2xA40", tmp_path).hostname() == socket.gethostname()
 
 

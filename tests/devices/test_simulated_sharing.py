@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.agent import CapAgent
-from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
+from ecolaunch.admin.ledger import load_ledger
 from ecolaunch.admin.rules import parse_rules
-from ecolaunch.devices.select import SIM_STATE_FILE, open_backend, simulated_privilege
+from ecolaunch.devices.select import open_backend, simulated_privilege
 from ecolaunch.errors import DeviceError
 from ecolaunch.state.layout import init_state
 from ecolaunch.state.store import StateStore
+from ecolaunch.statedir import LEDGER_FILE, SIM_GPUS_FILE
 from tests.multiuser import ALICE, GID, MALLORY, last_json, remove, require_root, run_as, shared_dir, start_as
 
 SPEC = "4xA100-SXM4-80GB"
@@ -71,7 +72,7 @@ def test_members_share_simulated_gpus_and_their_caps_go_through_the_root_agent()
         line = first.stdout.readline()
         assert json.loads(line) == [False, "PermissionDenied", 400.0], line + first.stderr.read()
         assert not (d / LEDGER_FILE).exists()  # the member wrote no ledger of its own
-        assert (d / SIM_STATE_FILE).stat().st_uid == MALLORY
+        assert (d / SIM_GPUS_FILE).stat().st_uid == MALLORY
         out = last_json(run_as(ALICE, SECOND, {"d": str(d), "spec": SPEC}, imports=IMPORTS))
         assert out == [False, [1000], [2000]]
         root_backend = open_backend(SPEC, d)
@@ -91,7 +92,7 @@ def test_members_share_simulated_gpus_and_their_caps_go_through_the_root_agent()
         remove(d)
 
 
-@pytest.mark.parametrize("planted", [SIM_STATE_FILE + ".lock", SIM_STATE_FILE])
+@pytest.mark.parametrize("planted", [SIM_GPUS_FILE + ".lock", SIM_GPUS_FILE])
 def test_root_never_follows_a_link_planted_for_the_simulated_backend(planted: str, tmp_path: Path) -> None:
     require_root()
     d = shared_dir(0o2775)  # not sticky, as a directory of an older layout

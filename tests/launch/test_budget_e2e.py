@@ -8,12 +8,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from ecolaunch.devices.select import SIM_STATE_FILE
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.history import History, fingerprint
 from ecolaunch.runtime import current_user
+from ecolaunch.statedir import SIM_GPUS_FILE
 from tests.conftest import BIN, REPO, ecolaunch_cmd
 
 SLEEPER = str(BIN / "sleeper.py")
@@ -44,7 +44,7 @@ def test_an_arrival_lowers_a_running_job_before_it_starts_and_its_end_raises_it_
     for out, seconds in ((out_a, "60"), (out_b, "4")):  # both jobs were profiled on an earlier run
         fp = fingerprint(SLEEPER, [str(out), seconds], "1", current_user(), "NVIDIA A100-SXM4-80GB")
         history.store_profile(fp, PROFILE)
-    gpus = SimulatedBackend(parse_spec("2xA100-SXM4-80GB").hosts[0], state_dir / SIM_STATE_FILE)
+    gpus = SimulatedBackend(parse_spec("2xA100-SXM4-80GB").hosts[0], state_dir / SIM_GPUS_FILE)
 
     def limits() -> list[float]:
         return [g.power_limit_w for g in sorted(gpus.gpus(), key=lambda g: g.index)]

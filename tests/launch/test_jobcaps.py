@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.admin.agent import AGENT_FILE
-from ecolaunch.admin.ledger import LEDGER_FILE, load_ledger
+from ecolaunch.admin.ledger import load_ledger
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
@@ -21,6 +20,7 @@ from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
+from ecolaunch.statedir import AGENT_FILE, LEDGER_FILE
 
 ME = Launcher(pid=os.getpid(), start_time=process_start_time(os.getpid()), uid=os.getuid(), user="u")
 RULES = parse_rules('[caps."A100-SXM4-80GB"]\nmin_w = 150\nmax_w = 300\n')[0]

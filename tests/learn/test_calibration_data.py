@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.calibrate.results import FORMAT, VERSION, read_results, write_result
-from ecolaunch.config import ENV_GNN_WEIGHTS, Environment, state_gnn_weights
+from ecolaunch.config import ENV_GNN_WEIGHTS, Environment
 from ecolaunch.learn.calibration_data import (FLAGGED, SIMULATED_SOURCE, SOURCE, calibration_samples,
                                               document_samples)
+from ecolaunch.statedir import StateLayout
 from tests.conftest import REPO, clean_env, ecolaunch_cmd
 
 GPU = {"uuid": "GPU-1", "index": 0, "name": "NVIDIA H200", "memory_total_mib": 143771, "power_limit_min_w": 200.0,
@@ -116,7 +117,7 @@ def test_a_calibration_directory_of_another_user_is_not_used(tmp_path: Path) -> 
 def test_environment_finds_the_state_directorys_weights_when_trusted(tmp_path: Path) -> None:
     env = {"ECOLAUNCH_STATE_DIR": str(tmp_path)}
     assert Environment.from_env(env).gnn_weights is None  # none written yet: the shipped weights
-    weights = state_gnn_weights(tmp_path)
+    weights = StateLayout(tmp_path).gnn_weights
     weights.parent.mkdir(mode=0o755)
     weights.write_bytes(b"w")
     os.chmod(weights, 0o644)
