@@ -1,10 +1,11 @@
-"""The README's lists, generated from the registries: the policy table and the trace list.
+"""The README's lists, generated from the registries: the policy table and the trace list. A tool of the
+repository, not of the package (it reads and writes the checkout's README), run from the checkout's root.
 
-``python -m ecolaunch.cli.doclists`` rewrites each region of README.md between ``<!-- NAME:begin -->`` and
+``python -m tests.doclists`` rewrites each region of README.md between ``<!-- NAME:begin -->`` and
 ``<!-- NAME:end -->`` (``policies``: :func:`~ecolaunch.policy.registry.policy_summaries`, the default from
 :data:`ecolaunch.config.DEFAULT_PLACEMENT_POLICY`; ``traces``: :data:`ecolaunch.sim.trace_registry.TRACES`);
-``--check`` changes nothing and exits 1 naming the regions that differ (a test runs it, so a list typed by hand
-fails the suite). What is not generated: the prose around the regions.
+``--check`` changes nothing and exits 1 naming the regions that differ (``tests/test_doclists.py`` runs it, so a
+list typed by hand fails the suite). What is not generated: the prose around the regions.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ecolaunch.config import DEFAULT_PLACEMENT_POLICY
 from ecolaunch.policy.registry import policy_summaries
 from ecolaunch.sim.trace_registry import MEASURED, MODEL, trace_names
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 #: prose lines of the README wrap at this width
 WIDTH = 115
 
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if check:
         if changed:
             print(f"{path}: regions {', '.join(changed)} differ from the registries; run "
-                  "`python -m ecolaunch.cli.doclists`", file=sys.stderr)
+                  "`python -m tests.doclists`", file=sys.stderr)
         return 1 if changed else 0
     if changed:
         path.write_text(text, encoding="utf-8")
