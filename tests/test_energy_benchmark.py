@@ -284,9 +284,10 @@ def test_the_first_launch_goal_is_the_gap_closed_paired_by_seed(energy) -> None:
 
 
 def test_each_folds_first_curve_z_is_fitted_on_the_other_folds_curves_only(energy) -> None:
+    from _first_curves import first_curve_errors, first_curve_z
+
     from ecolaunch.policy.gnn import GnnFirstCurve
     from ecolaunch.policy.infer import DEFAULT_WEIGHTS
-    from ecolaunch.sim.first_curves import first_curve_errors, first_curve_z
 
     world = MeasuredWorld()
     folds = {k: (world.fold_types(k), DEFAULT_WEIGHTS) for k in (0, 1)}  # the shipped weights stand in for each fold
