@@ -4,7 +4,7 @@ placement policy, on virtual time.
 Each job's truth is a measured cap curve, interpolated (``ecolaunch.sim.truth``): the 207 Zeus NSDI '23 summary
 curves (V100, A40, P100, RTX 6000; their epoch times rescaled to a 0.2 s iteration, only ratios matter) and the H200
 ``mm`` and ``bw`` sweeps of 2026-11-30. The code under test sees only what a GPU would show
-(``ecolaunch.sim.replay``): iteration stamps with per-iteration Gaussian noise of sigma 0, 1 or 3 % of the iteration
+(``_replay.py`` beside this script): iteration stamps with per-iteration Gaussian noise of sigma 0, 1 or 3 % of the iteration
 time, written through the real step channel, and board-power readings with the same relative noise (the energy
 counter is hidden, so the sampler reads noisy power). Per job and noise level:
 
@@ -47,9 +47,9 @@ from ecolaunch.policy.gnn import gnn_policy  # noqa: E402
 from ecolaunch.profile import channel  # noqa: E402
 from ecolaunch.profile.history import History  # noqa: E402
 from ecolaunch.jobmodel.profile import CapPoint  # noqa: E402
-from ecolaunch.sim.replay import ReplayBackend, ReplayJob  # noqa: E402
 from ecolaunch.sim.truth import TruthCurve, h200_truths, oracle_cap, zeus_truths  # noqa: E402
 from ecolaunch.state.graph import GpuNode, Host, StateGraph  # noqa: E402
+from _replay import ReplayBackend, ReplayJob  # noqa: E402
 
 NOISE = (0.0, 0.01, 0.03)
 ITER_S = 0.2  # the uncapped iteration time every curve is rescaled to

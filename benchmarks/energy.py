@@ -31,7 +31,7 @@ fitted models the policies predict with (kept to compare with earlier results: c
 Rows: the policies of :func:`ecolaunch.sim.policies.sim_policy_names` (``curve``, the default, among them), the
 oracle, the ablations ``zeus-5w`` (Zeus's cap rule on the 5 W grid) and ``zeus-5w-margin`` (the same with 5 % of
 the bound kept back), and, in the measured world, rows for what a first launch can be told before it runs
-(:mod:`ecolaunch.sim.first_curves`): ``curve-untold`` (nothing), ``pessimistic-curve`` (the most pessimistic curve
+(:mod:`ecolaunch.sim.first_curves`, and :mod:`_first_curves` beside this script): ``curve-untold`` (nothing), ``pessimistic-curve`` (the most pessimistic curve
 of the other folds' job types: the rule to beat), ``history-pessimistic-curve`` (what the machine's history holds of
 the same job from another user, as ``curve`` is told, else the pessimistic curve) and ``exact-first-curve`` (its true
 curve: what a perfect predictor would add). In the measured world ``gnn`` is what the launcher does with ``--policy gnn``: a
@@ -126,7 +126,7 @@ KEYS = ("node_energy_kwh", "gpu_energy_kwh", "gpu_dynamic_energy_kwh", "job_ener
         "mean_slowdown_pct", "qos_violations_pct", "makespan_s")
 ABLATIONS = ("zeus-5w", "zeus-5w-margin")
 #: the ``curve`` rule with a first launch told something else than the launcher tells it (measured world only;
-#: :mod:`ecolaunch.sim.first_curves`): nothing (``curve-untold``, the bare rule), the most pessimistic curve of the
+#: :mod:`ecolaunch.sim.first_curves` and :mod:`_first_curves`): nothing (``curve-untold``, the bare rule), the most pessimistic curve of the
 #: other folds' types (the rule to beat), its true curve (an upper bound), or the machine's history of the same job
 #: from another user else the pessimistic curve. The launcher's own (the history, else nothing) is ``curve`` itself.
 FIRST_CURVE_ROWS = ("curve-untold", "pessimistic-curve", "exact-first-curve", "history-pessimistic-curve")
@@ -314,10 +314,11 @@ def _policy(name: str, trace, weights):
         zeus = ZeusPolicy(cap_step_w=5.0, name=name, priors=priors)
         return BudgetedPolicy(zeus if name == "zeus-5w" else WithMargin(zeus, name), priors)
     if (name in FIRST_CURVE_ROWS or name == "curve") and trace is not None:
+        from _first_curves import ExactFirstCurve, PessimisticFirstCurve
+
         from ecolaunch.policy.budgeted import BudgetedPolicy
         from ecolaunch.policy.curve import CurvePolicy
-        from ecolaunch.sim.first_curves import (ExactFirstCurve, HistoryFirstCurve, PessimisticFirstCurve,
-                                                SimFirstLaunchCurves, as_launched)
+        from ecolaunch.sim.first_curves import HistoryFirstCurve, SimFirstLaunchCurves, as_launched
 
         bare = BudgetedPolicy(CurvePolicy(name=name, priors=priors), priors)
         if name == "curve-untold":
@@ -461,8 +462,9 @@ def fold_first_z(weights: dict) -> tuple[dict[int, float], float]:
     of (predicted - measured) / sd over the measured Zeus curves of the *other* folds, each asked of the GNN trained
     without them (:meth:`~ecolaunch.sim.measured.MeasuredWorld.fold_curves`), with nothing of the job known; and
     that percentile over every fold's curves (what :data:`~ecolaunch.policy.gnn.FIRST_CURVE_Z` is set from)."""
+    from _first_curves import first_curve_errors, first_curve_z
+
     from ecolaunch.policy.gnn import GnnFirstCurve
-    from ecolaunch.sim.first_curves import first_curve_errors, first_curve_z
     from ecolaunch.sim.measured import MeasuredWorld
 
     world = MeasuredWorld()

@@ -1,4 +1,4 @@
-"""Pace-matching caps (:mod:`ecolaunch.policy.pace`) on synchronous jobs over a V100 and a P100, in the measured
+"""Pace-matching caps (:mod:`_pace`, beside this script) on synchronous jobs over a V100 and a P100, in the measured
 world: GPU energy and iteration time against the job's own cap, uncapped, a skeptic's one-line rules and the
 hindsight oracle, as means over seeds with their 95 % intervals.
 
@@ -27,7 +27,7 @@ cap):
 - ``uncapped``: every GPU at its board's maximum.
 - ``job-cap``: every GPU at the job's own cap (:func:`~ecolaunch.profile.capchoice.job_cap_choice` on the slowest
   board's profile, within the caps every GPU allows, at ``--bound`` % slowdown: the one cap the launcher sets today).
-- ``pace``: ``job-cap``, then :func:`~ecolaunch.policy.pace.pace_caps` (each fast rank down to the slowest rank's
+- ``pace``: ``job-cap``, then :func:`~_pace.pace_caps` (each fast rank down to the slowest rank's
   pace, with the cap choice's margin), deciding under the same waiting-power bound it is scored under.
 - ``pace-no-margin``: the ablation: the same with no margin (``z = 0``).
 - ``pace-feedback``: what the launcher does (:class:`~ecolaunch.profile.pacing.PaceController`, no curve): from
@@ -41,7 +41,7 @@ cap):
   time stays within the true pace): the most pace-matching could give.
 
 **What a waiting GPU draws** is measured by no source in ``../shared/data`` (Zeus's sweeps and the H200 sweep record
-power while computing), so every figure is given under both bounds of :class:`~ecolaunch.policy.pace.WaitPower`:
+power while computing), so every figure is given under both bounds of :class:`~_pace.WaitPower`:
 ``idle`` (the catalogue's idle power of the board, itself an assumption: ``ecolaunch/devices/catalogue.py``) and
 ``at-cap`` (the power the rank draws computing at its cap).
 
@@ -87,10 +87,10 @@ from pathlib import Path
 import numpy as np
 
 from _common import emit, mean_ci95
+from _pace import RankCurve, WaitPower, pace_caps, rank_energy_j
 
 from ecolaunch.admin.rules import Rules, cap_bounds_w, job_cap_bounds
 from ecolaunch.jobmodel.capcurve import fit_curve
-from ecolaunch.policy.pace import RankCurve, WaitPower, pace_caps, rank_energy_j
 from ecolaunch.profile.pacing import WINDOW_ITERS, PaceController
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, job_cap_choice
 from ecolaunch.profile.powercap import cap_grid

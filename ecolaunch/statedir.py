@@ -4,7 +4,7 @@ What lives here: the names of the entries of a state directory (module constants
 relative to a directory's descriptor), :class:`StateLayout`, which joins them onto one state directory (one
 property or method per path, its docstring saying what the path holds and who writes it), and :func:`tree`, the
 same paths as rows for the docs (``docs/architecture.md``'s table is generated from it: ``python -m
-ecolaunch.cli.doclists``).
+tests.doclists``).
 
 What does not: which directory is the state directory (``ecolaunch.config.default_state_dir``), modes and owners
 (``ecolaunch.safefs``'s modes, ``ecolaunch init-state``: ``ecolaunch.state.layout`` and ``ecolaunch.state.init``),

@@ -56,6 +56,7 @@ def test_student_t_quantiles(common) -> None:
     assert common.mean_ci95([7.0]) == (7.0, None)
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_short_run_json_shape(short_run, common) -> None:
     doc, out = short_run
     assert doc["seeds"] == SEEDS
@@ -184,6 +185,7 @@ def test_the_fold_deal_does_not_depend_on_the_seed() -> None:
     assert all([MeasuredWorld(seed=s).fold_types(k) for k in range(FOLDS)] == deal for s in (1, 4))
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_each_folds_sd_z_is_fitted_on_the_other_folds_pairs_only(energy) -> None:
     import numpy as np
     from pair_prediction import COVERAGE, gnn_on_pairs, heldout_pairs, z_scores
@@ -229,6 +231,7 @@ def _seen(monkeypatch, attribute: str) -> list:
     return seen
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_the_lift_ablation_reaches_the_simulation_and_refuses_less_than_one(energy, monkeypatch) -> None:
     seen = _seen(monkeypatch, "lift_caps_waiting")
     from ecolaunch.sim.trace_registry import TRACES
@@ -240,6 +243,7 @@ def test_the_lift_ablation_reaches_the_simulation_and_refuses_less_than_one(ener
     assert ran.returncode == 2 and "--lift-caps-waiting must be a whole number >= 1, got 0" in ran.stderr
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_the_sharing_contract_reaches_the_simulation_and_its_jobs_are_counted(energy, monkeypatch) -> None:
     seen = _seen(monkeypatch, "share_if_sooner")
     from ecolaunch.sim.trace_registry import TRACES
@@ -283,10 +287,12 @@ def test_the_first_launch_goal_is_the_gap_closed_paired_by_seed(energy) -> None:
     assert goal["t"]["met"] is False
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_each_folds_first_curve_z_is_fitted_on_the_other_folds_curves_only(energy) -> None:
+    from _first_curves import first_curve_errors, first_curve_z
+
     from ecolaunch.policy.gnn import GnnFirstCurve
     from ecolaunch.policy.infer import DEFAULT_WEIGHTS
-    from ecolaunch.sim.first_curves import first_curve_errors, first_curve_z
 
     world = MeasuredWorld()
     folds = {k: (world.fold_types(k), DEFAULT_WEIGHTS) for k in (0, 1)}  # the shipped weights stand in for each fold
@@ -297,6 +303,7 @@ def test_each_folds_first_curve_z_is_fitted_on_the_other_folds_curves_only(energ
     assert pooled == pytest.approx(first_curve_z(own[0] + own[1]), abs=1e-4)
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_the_wait_weight_reaches_the_simulation_and_refuses_a_bad_number(energy, monkeypatch) -> None:
     seen = _seen(monkeypatch, "rules")
     from ecolaunch.sim.trace_registry import TRACES

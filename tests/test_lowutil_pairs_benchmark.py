@@ -30,6 +30,7 @@ def run(data: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_scores_three_rows_against_the_measured_speeds(tmp_path: Path) -> None:
     (tmp_path / "single_data.csv").write_text(ALONE)
     (tmp_path / "colocate_info.csv").write_text(PAIRS)
@@ -51,6 +52,7 @@ def test_scores_three_rows_against_the_measured_speeds(tmp_path: Path) -> None:
     assert doc["source"]["commit"].startswith("63685a3")
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_a_subset_without_pairs_is_null_not_nan(tmp_path: Path) -> None:
     (tmp_path / "single_data.csv").write_text(ALONE)
     (tmp_path / "colocate_info.csv").write_text("\n".join(PAIRS.splitlines()[::2]) + "\n")  # header, B+C only

@@ -39,6 +39,7 @@ def _point(doc: dict, name: str, cap_w: float) -> dict:
     return next(p for p in t["points"] if p["cap_w"] == cap_w)
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_shape_and_summaries(doc) -> None:
     doc, cwd = doc
     assert list(cwd.iterdir()) == []  # writes nothing without --out
@@ -69,6 +70,7 @@ def test_shape_and_summaries(doc) -> None:
                for t in doc["types"] for p in t["points"])
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_h200_point_recomputed_from_the_csv(doc) -> None:
     doc, _ = doc
     with (DATA_DIR / "h200_cap_sweep.csv").open(newline="") as f:
@@ -91,6 +93,7 @@ def test_h200_point_recomputed_from_the_csv(doc) -> None:
     assert prior["power_err_pct"] == pytest.approx(abs(curve.predict(400.0).power_w / float(at["power_w"]) - 1) * 100)
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_zeus_window_point_recomputed_from_the_csv(doc) -> None:
     doc, _ = doc
     with WINDOW.open(newline="") as f:
@@ -126,6 +129,7 @@ def test_held_out_networks_name_zeus_curves(monkeypatch) -> None:
         assert measured_types.heldout_prior(network).time_ratio != DEFAULT_PRIOR.time_ratio, network
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_the_first_launch_question_is_scored_on_the_measured_points(doc) -> None:
     from ecolaunch.devices.catalogue import lookup
     from ecolaunch.policy.gnn import FIRST_CURVE_Z, GnnFirstCurve

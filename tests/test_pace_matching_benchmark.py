@@ -15,6 +15,9 @@ import pytest
 from ecolaunch.sim.measured import MeasuredWorld
 from tests.conftest import REPO, clean_env
 
+#: benchmark smoke tests: every test here runs the benchmark's script
+pytestmark = pytest.mark.slow
+
 SCRIPT = REPO / "benchmarks" / "pace_matching.py"
 KIND = "ResNet-50 (batch size 64)"
 V100, P100 = "V100-PCIE-16GB", "P100-PCIE-16GB"

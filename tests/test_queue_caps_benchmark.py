@@ -44,6 +44,7 @@ def test_rows_are_paired_by_seed_against_the_shipped_curve(queue_caps) -> None:
     assert "| wait_weight 1 | +1.50 ± 6.35 % | -7.50 ± 31.77 % | -7.50 % |" in queue_caps.markdown({"t": table})
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_a_short_run_prints_every_row_and_refuses_bad_arguments() -> None:
     cmd = [sys.executable, str(BENCHMARKS / "queue_caps.py"), "--seeds", "2", "--trace", "workstation-measured",
            "--weight", "4", "--lift", "1", "--json"]

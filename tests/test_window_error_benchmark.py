@@ -19,6 +19,7 @@ from tests.conftest import REPO, clean_env
 DATA = REPO / "ecolaunch" / "sim" / "data"
 
 
+@pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_the_repeating_part_is_what_the_independent_part_leaves_of_the_windows_spread() -> None:
     ran = subprocess.run([sys.executable, str(REPO / "benchmarks" / "window_error.py"), "--data", str(DATA), "--json"],
                          env=clean_env(), capture_output=True, text=True, timeout=120)

@@ -5,8 +5,8 @@ decides). Who supplies it: the launcher, from what the history of this machine h
 user (:meth:`ecolaunch.profile.history.History.colleague_profile`, wired in :mod:`ecolaunch.launch.pipeline`); the
 ``gnn`` policy, from the GNN's prediction where nobody has measured the job (:class:`ecolaunch.policy.gnn.GnnFirstCurve`,
 put around it by :func:`ecolaunch.policy.registry.get_policy`; the colleague's measurement, wrapped outside it, comes
-first); the simulator's bounds on any such prediction (:mod:`ecolaunch.sim.first_curves`). What does not: the budget that reads
-the curve (:mod:`ecolaunch.admin.budget`), the profiler that measures the job's own.
+first); the benchmarks' bounds on any such prediction (``benchmarks/_first_curves.py``). What does not: the budget
+that reads the curve (:mod:`ecolaunch.admin.budget`), the profiler that measures the job's own.
 
 **Why.** A job with no curve cannot be capped: under a power budget it waits for watts the running jobs' margins
 keep (the budget never lowers a job it knows nothing of, :func:`ecolaunch.admin.budget.no_curve_floor_w`). A

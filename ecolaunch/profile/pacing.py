@@ -4,7 +4,7 @@ while the job's iteration time does not move.
 What lives here: :class:`PaceController` (the decisions, from what the ranks waited and how long the steps took)
 and :class:`WaitReader` (the ranks' waits as the workers append them). What does not: measuring the waits
 (:mod:`ecolaunch.profile.ddpwait`), setting a cap (the run's :class:`~ecolaunch.profile.runcaps.RunCaps`, through the
-job's one cap owner), the model-based rule the simulator scores (:mod:`ecolaunch.policy.pace`).
+job's one cap owner), the model-based rule the pace-matching benchmark scores (``benchmarks/_pace.py``).
 
 **Why feedback, not a model.** Capping a fast rank to the slowest rank's pace needs that rank's own curve of this
 job (its compute time at each cap on its board), which no profile measures: a profile measures the job's

@@ -3,7 +3,7 @@
 What lives here: :data:`TRACES` (name -> :class:`TraceEntry`, in the order the help and the README list them),
 :func:`trace_names` and :func:`lookup` (a name, or the path of a user's JSON or CSV trace file, as
 ``ecolaunch simulate --trace`` takes it). ``ecolaunch simulate``, its ``--help``, ``benchmarks/energy.py`` and the
-README's trace list (:mod:`ecolaunch.cli.doclists`) read it; no list of traces is typed anywhere else.
+README's trace list (``tests/doclists.py``) read it; no list of traces is typed anywhere else.
 
 A trace plays in one of two worlds. **model**: the truth is the fitted models the policies predict with, on the
 machine the caller gives (:mod:`ecolaunch.sim.traces`, whose module docstring says what each trace is).

@@ -4,10 +4,10 @@ What lives here: :class:`TruthCurve` and its loaders :func:`h200_truths` (ecolau
 ``data/h200_cap_sweep.csv``), :func:`zeus_truths` (Zeus NSDI '23, ``data/summary_power_<gpu>.csv``) and
 :func:`zeus_window_truths` (Zeus's profiling windows, ``data/profile_windows/``; all in ``data/SOURCE.md``); the
 hindsight oracle :func:`oracle_cap`, with :func:`true_slowdown_pct` and :func:`true_energy_per_iter`. The GPU and
-job that play a truth are in :mod:`ecolaunch.sim.replay`.
+job that play a truth are in ``benchmarks/_replay.py``.
 
 **Rules of evidence** (a model is never scored against itself). The truth is the measured table, interpolated, never fitted. Only scoring code
-(and :mod:`ecolaunch.sim.replay`, which plays it) may import this module: the profiler, observer and controller
+(and ``benchmarks/_replay.py``, which plays it) may import this module: the profiler, observer and controller
 under test see the truth only through noisy readings.
 
 **Interpolation.** Piecewise-linear between measured caps, after making the points monotone: walking down from

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks._first_curves import FirstCurveError, first_curve_errors, first_curve_z
 from ecolaunch.admin.budget import profile_floor_w
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.catalogue import lookup
@@ -15,7 +16,6 @@ from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.gnn import FIRST_CURVE_Z, GnnFirstCurve
 from ecolaunch.policy.registry import GNN_FIRST_CURVE_WHY, get_policy
 from ecolaunch.profile.capchoice import MARGIN_Z, cap_margin_pct
-from ecolaunch.sim.first_curves import FirstCurveError, first_curve_errors, first_curve_z
 from ecolaunch.sim.truth import h200_truths
 from ecolaunch.state.graph import GpuNode, Host, StateGraph
 

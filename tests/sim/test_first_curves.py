@@ -1,18 +1,20 @@
-"""The curves a first launch can be told before it runs (ecolaunch.sim.first_curves): the pessimistic rule reads only
-the other folds' types, the exact one the truth, the history one another user's measurement of the same type; a
-policy decides a first launch with the supplied curve while a repeat keeps its own; the margins' coverage."""
+"""The curves a first launch can be told before it runs (ecolaunch.sim.first_curves; the pessimistic and exact ones,
+which only the benchmarks run, in benchmarks/_first_curves.py): the pessimistic rule reads only the other folds'
+types, the exact one the truth, the history one another user's measurement of the same type; a policy decides a
+first launch with the supplied curve while a repeat keeps its own; the margins' coverage."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from benchmarks._first_curves import ExactFirstCurve, PessimisticFirstCurve
 from ecolaunch.admin.rules import Rules
 from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.curve import CurvePolicy
 from ecolaunch.policy.firstcurve import FirstLaunchCurves
-from ecolaunch.sim.first_curves import ExactFirstCurve, HistoryFirstCurve, PessimisticFirstCurve
+from ecolaunch.sim.first_curves import HistoryFirstCurve
 from ecolaunch.sim.measured import BOARD, MeasuredWorld
 from ecolaunch.state.graph import GpuNode, Host, StateGraph
 from ecolaunch.devices.catalogue import lookup

@@ -1,20 +1,26 @@
-"""The refit of the simulator's shipped parameters (``ecolaunch/sim/data/fitted_models.json``).
+"""Refit the simulator's shipped parameters and write them (the command that produced
+``ecolaunch/sim/data/fitted_models.json``).
 
 :func:`fit` fits the power-cap shapes (Zeus) and the interference model (Gavel) from the vendored data: what
-:func:`ecolaunch.sim.fitted.load` reads back. Regenerate after changing a model or its data::
+:func:`ecolaunch.sim.fitted.load` reads back. Regenerate after changing a model or its data (a test,
+``tests/sim/test_fitted.py``, fails until the file equals a fresh fit); the fit's errors are ``model_fit.py``'s::
 
-    python -m ecolaunch.learn.refit
+    python benchmarks/refit_models.py
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
-from ecolaunch.sim.fitted import FITTED_PATH, FORMAT, VERSION
-from ecolaunch.sim.interference import fit_gavel
-from ecolaunch.sim.power import PowerCapModel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ecolaunch.sim.fitted import FITTED_PATH, FORMAT, VERSION  # noqa: E402
+from ecolaunch.sim.interference import fit_gavel  # noqa: E402
+from ecolaunch.sim.power import PowerCapModel  # noqa: E402
 
 
 def fit() -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Pace-matching caps (ecolaunch.policy.pace): a rank that would wait is slowed to the slowest rank's pace and no
-further; equal GPUs and the slowest rank keep their caps; the cap bounds hold; bad input is a ConfigError."""
+"""Pace-matching caps (benchmarks/_pace.py, the model benchmarks/pace_matching.py scores): a rank that would wait is
+slowed to the slowest rank's pace and no further; equal GPUs and the slowest rank keep their caps; the cap bounds
+hold; bad input is a ConfigError."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import math
 
 import pytest
 
+from benchmarks._pace import RankCurve, WaitPower, pace_caps, rank_energy_j
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.jobmodel.profile import CapPoint
-from ecolaunch.policy.pace import RankCurve, WaitPower, pace_caps, rank_energy_j
 from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
 
 BOUNDS = (100.0, 250.0)

@@ -1,5 +1,5 @@
-"""The README's policy table and trace list, and architecture.md's state tree, are what the registries generate
-(ecolaunch.cli.doclists)."""
+"""The README's option table, policy table and trace list, and architecture.md's state tree, are what the
+registries generate (tests/doclists.py)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.cli.doclists import ARCHITECTURE, PAGES, README, policy_table, regenerate, state_tree, trace_list
 from ecolaunch.config import DEFAULT_PLACEMENT_POLICY
 from ecolaunch.policy.registry import policy_names, policy_summaries
 from ecolaunch.sim.trace_registry import trace_names
 from ecolaunch.statedir import tree
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO
+from tests.doclists import ARCHITECTURE, PAGES, README, policy_table, regenerate, state_tree, trace_list
 
 
 def test_the_readme_lists_are_the_generated_ones() -> None:
-    out = subprocess.run([sys.executable, "-m", "ecolaunch.cli.doclists", "--check"], cwd=REPO, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "tests.doclists", "--check"], cwd=REPO, capture_output=True,
                          text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     _, changed = regenerate(README.read_text(encoding="utf-8"))
@@ -31,9 +30,9 @@ def test_a_list_typed_by_hand_is_found_and_regenerated(tmp_path: Path) -> None:
     assert "lucid-by-hand" in text
     stale = tmp_path / "README.md"
     stale.write_text(text, encoding="utf-8")
-    out = subprocess.run([sys.executable, "-m", "ecolaunch.cli.doclists", "--check", str(stale)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "tests.doclists", "--check", str(stale)], cwd=REPO,
                          capture_output=True, text=True, timeout=120, check=False)
-    said = f"{stale}: regions policies differ from the registries; run `python -m ecolaunch.cli.doclists`\n"
+    said = f"{stale}: regions policies differ from the registries; run `python -m tests.doclists`\n"
     assert (out.returncode, out.stderr) == (1, said)
     assert regenerate(text) == (README.read_text(encoding="utf-8"), ["policies"])
 
@@ -67,9 +66,9 @@ def test_a_state_tree_typed_by_hand_is_found_and_regenerated(tmp_path: Path) -> 
     assert "ledger.json" in text
     stale = tmp_path / "architecture.md"
     stale.write_text(text, encoding="utf-8")
-    out = subprocess.run([sys.executable, "-m", "ecolaunch.cli.doclists", "--check", str(stale)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "tests.doclists", "--check", str(stale)], cwd=REPO,
                          capture_output=True, text=True, timeout=120, check=False)
-    said = f"{stale}: regions state-tree differ from the registries; run `python -m ecolaunch.cli.doclists`\n"
+    said = f"{stale}: regions state-tree differ from the registries; run `python -m tests.doclists`\n"
     assert (out.returncode, out.stderr) == (1, said)
     assert regenerate(text, PAGES["architecture.md"], "architecture.md") == (
         ARCHITECTURE.read_text(encoding="utf-8"), ["state-tree"])

@@ -1,4 +1,5 @@
-"""The replayed GPU backend and job on virtual time: noisy readings, exact true totals, the uncapped counterfactual."""
+"""The replayed GPU backend and job on virtual time (benchmarks/_replay.py, what benchmarks/cap_control.py runs):
+noisy readings, exact true totals, the uncapped counterfactual."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import statistics
 
 import pytest
 
+from benchmarks import _replay as replay
 from ecolaunch.clock import VirtualClock
 from ecolaunch.devices.backend import GpuBackend, LinkKind
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError, DeviceError
-from ecolaunch.sim import replay
 from ecolaunch.sim.truth import TruthCurve, h200_truths, true_energy_per_iter, true_slowdown_pct
 
 

@@ -14,7 +14,7 @@ noisy power readings.
 
 **Not modelled**: settling after a cap change (a limit is in force at once: ``power_limit_enforced_w`` equals the
 set limit), co-location, host power. The controller, profiler and observer under test, and the benchmark's loop,
-scoring and JSON live elsewhere.
+scoring and JSON live in ``cap_control.py`` beside this module, the only code that runs it.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ and a one-line reason). Pure: no torch, no I/O, no clock.
 
 What does not: the job's curve (:class:`ecolaunch.jobmodel.capcurve.CapCurve`, fitted from each board's profile), the
 job's own cap choice (:func:`ecolaunch.profile.capchoice.job_cap_choice`: this module starts from it), the cap grid
-(:func:`ecolaunch.profile.powercap.cap_grid`), applying caps (the launcher's cap owner, ``ecolaunch.launch``: it does
-not call this yet), and the figures (``benchmarks/pace_matching.py`` and ``docs/pace-matching.md``).
+(:func:`ecolaunch.profile.powercap.cap_grid`), applying caps (the launcher paces by feedback instead,
+:mod:`ecolaunch.profile.pacing`: it does not call this), and the figures (``pace_matching.py`` beside this module and
+``docs/pace-matching.md``). It lives beside the benchmark because only the benchmark runs it.
 
 **The rule.** The pace is the slowest predicted compute time over the ranks, each at its own starting cap (the
 job's choice, within its bounds). A rank is given the cap on the grid (:data:`~ecolaunch.profile.capchoice.

@@ -1,13 +1,14 @@
 """The docs' lists, generated from the registries: the README's option table, policy table and trace list, and the state
 directory's tree in docs/architecture.md.
 
-``python -m ecolaunch.cli.doclists`` rewrites each region of README.md and docs/architecture.md between
+A tool of the repository, not of the package (it reads and writes the checkout's docs), run from the checkout's
+root: ``python -m tests.doclists`` rewrites each region of README.md and docs/architecture.md between
 ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` (README.md's ``options``:
 :func:`~ecolaunch.launch.options.option_table`, each option's declaration; ``policies``:
 :func:`~ecolaunch.policy.registry.policy_summaries`, the default from :data:`ecolaunch.config.DEFAULT_PLACEMENT_POLICY`;
 ``traces``: :data:`ecolaunch.sim.trace_registry.TRACES`; architecture.md's ``state-tree``:
-:func:`ecolaunch.statedir.tree`); ``--check`` changes nothing and exits 1 naming the regions that differ (a test runs
-it, so a list typed by hand fails the suite). Given a file, it works on that file with the regions of the page of
+:func:`ecolaunch.statedir.tree`); ``--check`` changes nothing and exits 1 naming the regions that differ (``tests/test_doclists.py``
+runs it, so a list typed by hand fails the suite). Given a file, it works on that file with the regions of the page of
 that name. What is not generated: the prose around the regions.
 """
 
@@ -25,7 +26,7 @@ from ecolaunch.policy.registry import policy_summaries
 from ecolaunch.sim.trace_registry import MEASURED, MODEL, trace_names
 from ecolaunch.statedir import tree
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 ARCHITECTURE = README.parent / "docs" / "architecture.md"
 #: prose lines of the README wrap at this width
 WIDTH = 115
@@ -98,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if changed:
                 stale = True
                 print(f"{path}: regions {', '.join(changed)} differ from the registries; run "
-                      "`python -m ecolaunch.cli.doclists`", file=sys.stderr)
+                      "`python -m tests.doclists`", file=sys.stderr)
         elif changed:
             path.write_text(text, encoding="utf-8")
             print(f"{path}: regenerated {', '.join(changed)}")
