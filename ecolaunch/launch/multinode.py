@@ -1,6 +1,7 @@
 """What a launch does differently when its job spans several nodes: meet, follow the plan, stop while waiting.
 
-What lives here: :func:`multi_node` (whether the launch's rendezvous spans nodes), :func:`meet_nodes` and
+What lives here: :class:`SingleNode` and :class:`MultiNode` (the node role a run of the pipeline asks at each step),
+:func:`multi_node` (whether the launch's rendezvous spans nodes), :func:`meet_nodes` and
 :func:`finish_nodes` (the meeting and the job's total, with what the launch prints about them), :func:`at_default`
 and :func:`follow_leader` (a node that does not set caps: its GPUs at their default limit, or at the leader's caps
 through :class:`CapFollower`), :class:`PublishedCaps` (the leader's cap setter, which publishes each cap),
@@ -10,6 +11,7 @@ store (:mod:`ecolaunch.launch.nodes`), the launch's steps (:mod:`ecolaunch.launc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -20,6 +22,7 @@ from ecolaunch.errors import EcolaunchError
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.jobcaps import JobCaps
 from ecolaunch.launch.nodes import POLL_S, Meeting, meet
+from ecolaunch.launch.observe import RunObserver
 from ecolaunch.launch.session import Placement, Session
 from ecolaunch.launch.torchrun import Rendezvous, TorchrunArgs, WorkerOutcome, rendezvous_of
 from ecolaunch.state.graph import Job
@@ -36,6 +39,99 @@ def multi_node(args: TorchrunArgs) -> Rendezvous | None:
     if args.standalone or parse_min_max_nnodes(args.nnodes)[1] <= 1:
         return None
     return rendezvous_of(args)
+
+
+class SingleNode:
+    """How one run of a job on one node goes: the pipeline's steps as they are. :class:`MultiNode` wraps each step
+    for a job over several nodes; the pipeline (:class:`ecolaunch.launch.pipeline._Run`) asks its node role, never
+    which of the two it has."""
+
+    #: whether this node sets (and profiles, and closes the loop on) its own GPUs' caps
+    sets_caps = True
+    #: whether this node's pace-matching acts alone on its own ranks' waits
+    paces = True
+
+    def meet(self, job: Job, placement: Placement) -> None:
+        """Agree the run with the job's other nodes (none here)."""
+
+    def set_cap(self, caps: JobCaps, placement: Placement) -> Callable[[str, float], float]:
+        """The run's cap setter: the node's own (its ``JobCaps``, not refused)."""
+        return caps.set_cap
+
+    def peer_waits(self) -> Callable[[Mapping[int, float]], float | None] | None:
+        """How long the job's other nodes waited per step (None: no other nodes)."""
+        return None
+
+    def following(self, caps: JobCaps, placement: Placement) -> contextlib.AbstractContextManager[object]:
+        """What runs beside the workers (nothing here)."""
+        return contextlib.nullcontext()
+
+    def on_stuck(self, session: Session, job: Job, caps: JobCaps) -> Callable[[int], None] | None:
+        """What a stop signal does inside torch's rendezvous (no rendezvous to wait in here)."""
+        return None
+
+    def on_round(self, observer: RunObserver) -> Callable[[object, int, int], None] | None:
+        """What follows each round of torch's c10d rendezvous (no rounds here)."""
+        return None
+
+    def finish(self, observer: RunObserver, outcome: WorkerOutcome) -> None:
+        """What the node tells the others at the end (nothing here)."""
+
+
+class MultiNode(SingleNode):
+    """A run of a job over several nodes: meet the others once placed (:func:`meet_nodes`), then lead the caps
+    (:class:`PublishedCaps`), follow them (:func:`follow_leader`) or run at the default limit; leave when stopped in
+    torch's rendezvous (:func:`leave_stuck`); agree each c10d round; send this node's energy to the leader."""
+
+    def __init__(self, rdzv: Rendezvous, plan_wait_s: float, host: str, message: Message) -> None:
+        self.rdzv, self.plan_wait_s, self.host, self.message = rdzv, plan_wait_s, host, message
+        #: the last run's meeting with the other nodes
+        self.meeting: Meeting | None = None
+
+    def meet(self, job: Job, placement: Placement) -> None:
+        self.meeting = meet_nodes(self.rdzv, job, placement, self.plan_wait_s, self.host, self.message)
+
+    @property
+    def sets_caps(self) -> bool:
+        return self.meeting.leads_caps
+
+    @property
+    def paces(self) -> bool:
+        return self.meeting.paces_alone
+
+    def set_cap(self, caps: JobCaps, placement: Placement) -> Callable[[str, float], float]:
+        if not self.meeting.leads_caps:
+            return caps.set_cap
+        decision = placement.decision
+        published = PublishedCaps(self.meeting, caps.set_cap, decision.gpus, decision.power_caps_w)
+        caps.on_follow = published.follow  # what the leader's budget changes, every node follows
+        published.follow(caps.wishes())  # and what it changed since the booking, before the follower looked
+        return published
+
+    def peer_waits(self) -> Callable[[Mapping[int, float]], float | None] | None:
+        return self.meeting.share_waits if self.meeting.paces_alone else None
+
+    def following(self, caps: JobCaps, placement: Placement) -> contextlib.AbstractContextManager[object]:
+        if self.meeting.follows_caps and not caps.refused:
+            return follow_leader(self.meeting, caps, placement, self.message)
+        return contextlib.nullcontext()
+
+    def on_stuck(self, session: Session, job: Job, caps: JobCaps) -> Callable[[int], None] | None:
+        return leave_stuck(session, job, caps, self.message)
+
+    def on_round(self, observer: RunObserver) -> Callable[[object, int, int], None] | None:
+        """After each round of torch's c10d rendezvous: agree the round's plan with the nodes
+        (:meth:`~ecolaunch.launch.nodes.Meeting.new_round`) and start pacing afresh (the workers restart)."""
+        meeting = self.meeting
+
+        def on_round(store, group_rank: int, nodes: int) -> None:
+            for line in (*meeting.new_round(store, group_rank, nodes), *observer.new_round()):
+                self.message(f"job {meeting.me.job_id}: {line}")
+        return on_round
+
+    def finish(self, observer: RunObserver, outcome: WorkerOutcome) -> None:
+        done = observer.summary()
+        finish_nodes(self.meeting, done.energy_j, done.duration_s, outcome, self.message)
 
 
 def meet_nodes(rdzv: Rendezvous, job: Job, placement: Placement, wait_s: float, host: str,

@@ -32,9 +32,7 @@ from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import CPU_NPROC, ELASTIC_NPROC
 from ecolaunch.launch.options import LaunchConfig
 from ecolaunch.launch.jobcaps import JobCaps, orphan_keeper
-from ecolaunch.launch.multinode import (PublishedCaps, at_default, exit_stuck, finish_nodes, follow_leader,
-                                        leave_stuck, meet_nodes, multi_node)
-from ecolaunch.launch.nodes import Meeting
+from ecolaunch.launch.multinode import MultiNode, SingleNode, at_default, exit_stuck, multi_node
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.launch.torchrun import Rendezvous, TorchrunArgs, WorkerOutcome, run_workers
@@ -152,7 +150,8 @@ def _run_launch(conf: LaunchConfig, env: Mapping[str, str], ctx: LaunchContext, 
         ui.decision(decision, graph.hosts[session.host].gpus, "-", 0.0, True, waiting)
         return exitcodes.OK
     launcher = Launcher(pid=os.getpid(), start_time=_own_start_time(), uid=os.getuid(), user=request.user)
-    run = _Run(session, launcher, conf, extra_env, rules, environment.state_dir, history, match, env, ui, rdzv, plan_wait_s)
+    nodes = SingleNode() if rdzv is None else MultiNode(rdzv, plan_wait_s, session.host, ui.message)
+    run = _Run(session, launcher, conf, extra_env, rules, environment.state_dir, history, match, env, ui, nodes)
     action, profiling_energy_j, source = plan.action, None, None
     if action is ProfileAction.PRE:
         ui.message(plan.reason)
@@ -175,7 +174,8 @@ def _run_launch(conf: LaunchConfig, env: Mapping[str, str], ctx: LaunchContext, 
 
 @dataclass
 class _Run:
-    """Queue, place, apply caps, run the workers under a RunObserver, release: one run of the job."""
+    """Queue, place, apply caps, run the workers under a RunObserver, release: one run of the job. What a job over
+    several nodes does besides, its ``nodes`` role does (:class:`~ecolaunch.launch.multinode.MultiNode`)."""
 
     session: Session
     launcher: Launcher
@@ -187,21 +187,16 @@ class _Run:
     match: JobMatch | None
     env: Mapping[str, str]
     ui: LaunchCallbacks
-    #: where a job over several nodes meets its other nodes (None: one node)
-    rdzv: Rendezvous | None = None
-    #: how long it waits for them (``ECOLAUNCH_PLAN_TIMEOUT``, else torch's own rendezvous timeout)
-    plan_wait_s: float = 0.0
-    #: the last run's meeting with the other nodes (None: one node)
-    meeting: Meeting | None = None
+    #: the node's role: alone, or one of a job's several nodes
+    nodes: SingleNode = dataclasses.field(default_factory=SingleNode)
 
     def __call__(self, request: JobRequest, action, *, profiling_energy_j: float | None = None,
                  profile_source: str | None = None):
-        session, conf, ui, pre = self.session, self.conf, self.ui, action is ProfileAction.PRE
+        session, conf, ui, nodes, pre = self.session, self.conf, self.ui, self.nodes, action is ProfileAction.PRE
         name = conf.options.name or _script_name(conf.workers)
         job = session.submit(request, self.launcher, name=name, info=_request_info(conf, request))
         stop_heartbeat = threading.Event()
         caps: JobCaps | None = None
-        meeting: Meeting | None = None
         try:
             try:
                 placement = session.wait_for_placement(
@@ -211,17 +206,13 @@ class _Run:
                     ui.left_queue(job, stop)
                 raise
             ui.decision(placement.decision, placement.gpus, job.id, placement.waited_s, False, None)
-            meeting = self._meet(job, placement)
+            nodes.meet(job, placement)
             match = self.match
-            if meeting is not None and not meeting.leads_caps:  # the leader's caps, or each node's default
+            if not nodes.sets_caps:  # the leader's caps, or each node's default
                 placement, action, match = at_default(placement), ProfileAction.OFF, None
             caps = JobCaps(session, placement, self.state_dir, self.env, on_message=ui.message)
             caps.begin()
-            set_cap = None if caps.refused else caps.set_cap
-            if meeting is not None and meeting.leads_caps and set_cap is not None:
-                set_cap = PublishedCaps(meeting, set_cap, placement.decision.gpus, placement.decision.power_caps_w)
-                caps.on_follow = set_cap.follow  # what the leader's budget changes, every node follows
-                set_cap.follow(caps.wishes())  # and what it changed since the booking, before the follower looked
+            set_cap = None if caps.refused else nodes.set_cap(caps, placement)
             # a profiling run that is stopped must not be restarted
             worker_args = _worker_args(conf.workers, placement, request, **({"max_restarts": 0} if pre else {}))
             config = ObserveConfig(
@@ -230,49 +221,28 @@ class _Run:
                 allowed_slowdown_pct=request.allowed_slowdown_pct, user=request.user, name=name,
                 name_given=conf.options.name is not None, profile=request.profile,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
-                profile_source=profile_source, pace=meeting is None or meeting.paces_alone,
-                peer_waits=meeting.share_waits if meeting is not None and meeting.paces_alone else None)
+                profile_source=profile_source, pace=nodes.paces, peer_waits=nodes.peer_waits())
             observer = RunObserver(config, session.backend, clock=SystemClock(), history=self.history,
                                    set_cap=set_cap,
                                    ceiling_w=None if caps.refused else caps.ceiling_w,
                                    on_profile_done=_stop_workers if pre else None)
             threading.Thread(target=_heartbeat, args=(session, placement, observer, stop_heartbeat),
                              daemon=True).start()
-            following = (follow_leader(meeting, caps, placement, ui.message) if meeting is not None and meeting.follows_caps
-                         and not caps.refused else contextlib.nullcontext())
-            with observer, following:
+            with observer, nodes.following(caps, placement):
                 env = {**worker_env(job.id, placement.decision.gpus, placement.gpus), **self.extra_env,
                        **observer.worker_env()}
-                stuck = None if meeting is None else leave_stuck(session, job, caps, ui.message)
-                outcome = run_workers(worker_args, env, conf.function, on_stuck=stuck,
-                                      on_round=None if meeting is None else _round_watcher(meeting, observer, ui))
+                outcome = run_workers(worker_args, env, conf.function, on_stuck=nodes.on_stuck(session, job, caps),
+                                      on_round=nodes.on_round(observer))
                 observer.set_exit_code(outcome.exit_code)
         finally:
             stop_heartbeat.set()
             _release(session, job.id, caps, ui)
-        self.meeting = meeting
         return outcome, observer
 
-    def _meet(self, job: Job, placement: Placement) -> Meeting | None:
-        """A job over several nodes: meet the others; None for one node."""
-        if self.rdzv is None:
-            return None
-        return meet_nodes(self.rdzv, job, placement, self.plan_wait_s, self.session.host, self.ui.message)
-
-    def finish(self, observer, outcome: WorkerOutcome) -> None:
-        """A job over several nodes: this node's energy to the leader; the leader says the whole job's."""
-        if self.meeting is not None:
-            done = observer.summary()
-            finish_nodes(self.meeting, done.energy_j, done.duration_s, outcome, self.ui.message)
-
-
-def _round_watcher(meeting: Meeting, observer, ui: LaunchCallbacks):
-    """What a node does after each round of torch's c10d rendezvous: agree the round's plan with its nodes
-    (:meth:`~ecolaunch.launch.nodes.Meeting.new_round`) and start pacing afresh (the workers restart)."""
-    def on_round(store, group_rank: int, nodes: int) -> None:
-        for line in (*meeting.new_round(store, group_rank, nodes), *observer.new_round()):
-            ui.message(f"job {meeting.me.job_id}: {line}")
-    return on_round
+    def finish(self, observer: RunObserver, outcome: WorkerOutcome) -> None:
+        """What the node tells the job's other nodes at the end (a job over several nodes: its energy to the leader;
+        the leader says the whole job's)."""
+        self.nodes.finish(observer, outcome)
 
 
 def _allowed_gpus(conf: LaunchConfig, env: Mapping[str, str], host_gpus: list, ui: LaunchCallbacks):
