@@ -3,30 +3,8 @@
 What lives here: :func:`calibration_samples` (the calibration files of one state directory ->
 :class:`~ecolaunch.learn.train.LabelledState` samples, with counts of what was used and why the rest was not),
 :func:`document_samples` (one result document) and :class:`CalibrationData`. What does not: measuring and the
-file format (:mod:`ecolaunch.calibrate`), training (:mod:`ecolaunch.learn.train`).
-
-Two kinds of measurement become labels, on the board the file describes (its name, memory and power limits as the
-driver reported them, so a model the catalogue does not know is used too):
-
-- **Alone at caps.** Each workload's measurements alone on the GPU: one sample per measured cap, labelled with its
-  speed relative to its highest cap (``iter_time_s`` there / at this cap) and the board power it drew. The job is
-  described by its measurement at the highest cap (iteration time, NVML utilization, memory, power), and, as with
-  the history's profiled caps, carries its *other* measured caps as ``cap_points``, never the labelled one.
-- **Pairs.** Two workloads sharing the GPU by time-slicing, at the pair's cap: both jobs (each described by its
-  alone measurement at the highest cap, with all its measured caps, as a profiled job sits in the state graph),
-  each labelled with its normalized throughput (its time alone at that cap / its time in the pair), and the GPU
-  with the power it drew. Pairs under MPS are left out: the graph has no feature for how a GPU is shared, and
-  ecolaunch's launches share by time-slicing.
-
-Left out, and counted by reason: files that cannot be read or are not trusted, files made on simulated GPUs when
-training for real ones (and real ones when training on simulated GPUs: on those, calibration exercises the path,
-its figures come from the simulator's models and are not measurements), measurements taken beside someone else's
-work (``--force``), pairs that cannot be true (a job faster than alone, time-slicing busier than all the time:
-flagged by the calibrator, or, in a file written before it checked, found so here by the same check,
-:func:`ecolaunch.calibrate.plausible.check_pair`), and measurements without an iteration time or a power. Every sample weighs ``weight`` (3.0,
-like Gavel's measured pairs and the history); its ``source`` is :data:`SOURCE` (a measurement to ``train()``),
-or :data:`SIMULATED_SOURCE` for simulated GPUs (not a measurement). Labels are clamped to the model's range
-(throughput <= 1.02, power fraction <= 1).
+file format (:mod:`ecolaunch.calibrate`), training (:mod:`ecolaunch.learn.train`). Which measurements become
+labels, and which are left out: docs/gnn.md#from-calibration-results.
 """
 
 from __future__ import annotations
@@ -75,7 +53,7 @@ class CalibrationData:
 
 def calibration_samples(state_dir: Path, *, simulated: bool, weight: float = 3.0) -> CalibrationData:
     """Training samples from every calibration file of ``state_dir`` made on the same kind of GPUs as
-    ``simulated`` says this training is for (see the module docstring)."""
+    ``simulated`` says this training is for (docs/gnn.md#from-calibration-results)."""
     out = CalibrationData()
     for stored in read_results(state_dir):
         if stored.doc is None:

@@ -3,31 +3,7 @@
 What lives here: :func:`history_samples` (the history of one state directory -> :class:`~ecolaunch.learn.train.
 LabelledState` samples, with counts of what was used and why the rest was not) and :class:`HistoryData`.
 What does not: reading and validating the files (:mod:`ecolaunch.profile.history`), training
-(:mod:`ecolaunch.learn.train`).
-
-Two kinds of measurement in the history become labels, both on the GPU model the job ran on (a model the
-catalogue knows; the power limits come from there):
-
-- **Profiled cap points.** Each fingerprint's latest profile (the newest record that carries one) with measured
-  caps: one sample per measured cap, the job alone on its GPU at that cap, labelled with its measured speed
-  relative to its highest cap (``iter_time_s`` there / at this cap) and its measured board power. As with the
-  Zeus sweeps in training, the sample's job carries its *other* measured caps as ``cap_points``, never the
-  labelled one, so the model learns to interpolate rather than to look the answer up; each lower cap also comes
-  once with the job known only uncapped (its highest cap), since the model returns a job's measured curve where
-  the curve anchors it and learns only where it does not.
-- **Runs.** A finished run (exit code 0, at least ``min_iterations`` step marks) that was placed from a profile
-  it already had (``profile_action`` ``history`` or ``pre``: no profiling in the run, so its mean iteration
-  time is the placement's), on one GPU: the job at the cap it ran at, with the jobs it shared that GPU with,
-  labelled with its normalized throughput ``profile.iter_time_s / record.iter_time_s`` (1.0 = alone,
-  uncapped). Its GPU's mean power (``gpu_energy_j / duration_s``) labels the GPU. A co-runner must have a record
-  with a profile and must have run for at least ``min_overlap`` of this run; otherwise the run is skipped (who
-  shared the GPU for how long is not known well enough). The co-runners' own labels come from their own records.
-  A run whose record says it updated nothing (``not_learned``: its iterations were far outside its profile, a
-  stall or contention) labels nothing either.
-
-Every sample weighs ``weight`` (default 3.0, like Gavel's measured pairs) against a simulator-labelled state,
-so a lab's measurements pull the model towards its machines while the simulator's data keeps it sane
-elsewhere. Labels are clamped to the model's range (throughput <= 1.02, power fraction <= 1).
+(:mod:`ecolaunch.learn.train`). Which records become labels, and which are skipped: docs/gnn.md#from-a-labs-history.
 """
 
 from __future__ import annotations
@@ -68,7 +44,7 @@ class HistoryData:
 
 def history_samples(history: History, *, weight: float = 3.0, min_iterations: int = 20,
                     min_overlap: float = 0.9) -> HistoryData:
-    """Training samples from ``history`` (see the module docstring)."""
+    """Training samples from ``history`` (docs/gnn.md#from-a-labs-history)."""
     if not weight > 0:
         raise ConfigError(f"history sample weight must be > 0, got {weight!r}")
     recs = history.list()

@@ -1,54 +1,11 @@
 """Training the hierarchical GNN: its data, the seeded loop, held-out folds, and the weights' manifest.
 
 What lives here: :func:`train` (behind ``benchmarks/train_gnn.py``, ``ecolaunch policy train`` and the
-simulator's k-fold benchmark), the k-fold split of Gavel's job types (:func:`type_folds`, shared with
-``benchmarks/pair_prediction.py``), the Zeus curve keys (:func:`zeus_keys`), the three data sources and
-:func:`pair_metrics`. torch_geometric is imported only inside :func:`train`. The model is a correction on physics
-priors (:mod:`ecolaunch.policy.infer`): labels train its residuals and, on measured data, its uncertainty.
-
-**Data** (labels: normalized throughput, 1.0 = alone and uncapped, and GPU power / max power limit):
-
-(a) *Gavel's measured pairs* (OSDI '20; V100, P100, K80; two single-GPU jobs sharing one GPU under MPS): every pair
-    that involves a type of ``holdout_types`` (on any GPU) is left out. Gavel measured no utilization, so a job
-    type's ``sm_util_pct`` is 100 x the demand the analytic model (:func:`ecolaunch.sim.interference.fit_gavel`)
-    estimates **from the training pairs only** (that fit also gives the interference prior's switching cost,
-    stored in the weights), and ``iter_time_s`` is 1 / its measured solo throughput; values the analytic fit
-    treats as suspect (exact copies of the solo throughput) get no loss. Boards: V100 = V100-SXM2-16GB (AWS p3,
-    an assumption), P100 = P100-PCIE-16GB; K80 (not in the catalogue) = one GK210 with 11441 MiB and
-    100/149/175 W min/default/max limits (an assumption: what ``nvidia-smi -q`` commonly reports).
-(b) *Zeus's power-limit sweeps* (NSDI '23; V100 PCIe, A40, P100, RTX 6000): one job on a capped GPU, its
-    uncapped power known, iteration time and utilization unknown (Zeus gives time per epoch); labels are the
-    measured time ratio and power. Half the rows also carry two other measured caps of the same curve as
-    ``cap_points`` (never the labelled cap; where they bracket it, the prediction is their interpolation and
-    nothing is learned). Curves whose key (:func:`zeus_key`) is in ``holdout_zeus`` are left out, here and from
-    the cap model that labels (c).
-(c) *Synthetic machines* labelled by the analytic models (:func:`ecolaunch.sim.node.shared_gpu` with the
-    interference model fitted on the training pairs of (a) and the cap model fitted on the Zeus curves of (b);
-    these are the priors' own answers, so they pull the residuals towards zero where nothing was measured):
-    random catalogue hosts (1-8 GPUs, sometimes two hosts), 1-4 jobs per GPU, multi-GPU jobs (labelled with
-    their slowest GPU, as the simulator runs them), random caps and profiles spanning Gavel's measured iteration
-    times (0.01-3 s) and utilizations of 5-100 % (ranges are assumptions). They train the means only: the
-    uncertainty head learns from measured data ((a), (b) and ``extra``) alone.
-
-**Held-out folds.** ``train(..., holdout_types=..., holdout_zeus=...)`` leaves whole job types out of every source
-above, the interference refit included, so a simulator or benchmark can score the model on types it never saw:
-``holdout_types`` are Gavel job type names as in :func:`gavel_types` (e.g. ``"ResNet-18 (batch size 32)"``; a
-name leaves out every pair involving it, on every GPU); ``holdout_zeus`` are Zeus curve keys
-``"<gpu>:<network>:<batch_size>"`` as in :func:`zeus_keys` (e.g. ``"v100:resnet50:128"``: every dataset and
-optimizer of that network at that batch size on that board; ``"<gpu>:<dataset>/<network>:<batch_size>"`` names
-one dataset only; the measured world holds out every batch size of a network, ``MeasuredWorld.fold_curves``).
-Unknown names raise ConfigError (a typo must not hold out nothing). Not refitted per fold: the cap-curve prior
-of the features, :data:`~ecolaunch.jobmodel.capcurve.DEFAULT_PRIOR` (medians over all 208 Zeus curves), fixed
-physics to the model (inference reads the same). ``fast=True`` trains a small model quickly (tests).
-
-**Determinism.** The same seed, data, holdouts and torch thread count give the same weights
-(``benchmarks/train_gnn.py`` and ``ecolaunch policy train`` use one thread).
-
-**A lab's own history** (``ecolaunch policy train``): :func:`ecolaunch.learn.history_data.history_samples` turns
-the job history of a state directory into :class:`LabelledState` samples (each profiled job's measured caps; each
-finished single-GPU run placed from a known profile, with the jobs it shared its GPU with), passed as
-``train(extra=...)`` and weighted like measured pairs, so a lab's measurements pull the model towards its own
-machines while the simulator data keeps it sane elsewhere. Any other measurements can be added the same way.
+simulator's k-fold benchmark), the k-fold split of Gavel's job types (:func:`type_folds`), the Zeus curve keys
+(:func:`zeus_keys`), the three data sources and :func:`pair_metrics`. torch_geometric is imported only inside
+:func:`train`. What does not: the model (:mod:`ecolaunch.policy.model`) and its physics priors
+(:mod:`ecolaunch.policy.infer`), a lab's history and calibration as samples (:mod:`ecolaunch.learn.history_data`,
+:mod:`ecolaunch.learn.calibration_data`). The data, the folds and determinism: docs/gnn.md#training-data.
 """
 
 from __future__ import annotations
@@ -292,7 +249,7 @@ def _cap_points(rng: np.random.Generator, prof: dict[str, Any], model: GpuModel,
 
 def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
                     power: PowerCapModel | None = None) -> LabelledState:
-    """One random machine state labelled by the analytic models (see the module docstring, (c)); ``power``: the
+    """One random machine state labelled by the analytic models (docs/gnn.md#training-data, 3); ``power``: the
     cap model (None: fitted on every Zeus sweep)."""
     power = power or default_power_model()
     n_hosts = 2 if rng.random() < 0.15 else 1
@@ -399,7 +356,7 @@ class Dataset:
 def build_dataset(seed: int, synthetic: int, extra: Sequence[LabelledState] = (), gavel_weight: float = 3.0, *,
                   holdout_types: Collection[str] = (), holdout_zeus: Collection[str] = ()) -> Dataset:
     """Every training sample (Gavel training pairs, Zeus rows, ``synthetic`` random states, ``extra``), none from
-    a held-out type (see the module docstring); measured pairs weigh ``gavel_weight`` times a simulated state."""
+    a held-out type (docs/gnn.md#training-data); measured pairs weigh ``gavel_weight`` times a simulated state."""
     rng = np.random.default_rng(seed)
     train_mask = ~pairs_involving(holdout_types)
     held_zeus = _zeus_held(holdout_zeus)
@@ -447,7 +404,7 @@ def train(seed: int = 0, out_path: Path | str | None = None, *, epochs: int = 60
     return the manifest.
 
     ``holdout_types`` (Gavel job type names) and ``holdout_zeus`` (Zeus curve keys) are left out of every data
-    source (see the module docstring; unknown names raise ConfigError); the manifest's ``metrics`` then include
+    source (docs/gnn.md#training-data; unknown names raise ConfigError); the manifest's ``metrics`` then include
     ``gavel_heldout``, the errors on the held-out pairs. ``fast=True`` trains :data:`FAST_EPOCHS` epochs on
     :data:`FAST_SYNTHETIC` synthetic states (for tests; ``epochs`` and ``synthetic`` are ignored). Seeded: the
     same arguments and torch thread count give the same weights. ``describe`` adds keys to the manifest (e.g.

@@ -1,17 +1,10 @@
-"""The simulator's measured models (and, in later modules, traces, the engine and metrics).
+"""The simulator: its measured models, traces, the event loop and metrics, and the measured world.
 
-Every model here is fitted to third-party measurements vendored in ``ecolaunch/sim/data`` (see its
-``SOURCE.md``); fits run once per process, on first use, in plain numpy:
-
-- :mod:`ecolaunch.sim.power`: power cap -> iteration time and board power (Zeus, NSDI '23), active-idle power;
-  boards Zeus did not sweep (A100, H100, H200, Ada, ...) borrow a normalized shape and say ``extrapolated``;
-- :mod:`ecolaunch.sim.interference`: normalized throughput of jobs sharing one GPU from their solo profiles,
-  calibrated on Gavel's measured pairs (OSDI '20);
-- :mod:`ecolaunch.sim.node`: a shared GPU's power, node / GPU-only / job-attributed energy, and the
-  reproduction of EaCO's Tables 1-4 (arXiv 2412.08294);
-- :mod:`ecolaunch.sim.models`: the job profile, the cached data loaders and the small least-squares fitter.
-
-Fit errors: ``python benchmarks/model_fit.py``; the EaCO table: ``python benchmarks/eaco_reproduction.py``.
+What lives here: the fitted models (:mod:`.power`, :mod:`.interference`, :mod:`.node`, with :mod:`.models` and
+the shipped fit :mod:`.fitted`), the traces (:mod:`.traces`, :mod:`.measured_traces`, :mod:`.trace_registry`), the
+event loop (:mod:`.engine`), the measured world (:mod:`.measured`, :mod:`.truth`) and :mod:`.metrics`; the data is
+vendored in ``ecolaunch/sim/data`` (its ``SOURCE.md`` cites each file). How the models work and what they are
+fitted to: docs/simulator.md#the-models.
 """
 
 from __future__ import annotations

@@ -1,42 +1,10 @@
 """The discrete-event simulator: hosts, GPUs and jobs on a virtual clock, deciding with the launcher's policies.
 
 What lives here: :class:`TraceJob` / :class:`Trace` (the input), :class:`Simulation` (the event loop) and
-:class:`SimResult` (per-job outcomes and the three energy accountings). Traces are built in
-:mod:`ecolaunch.sim.traces`, summary metrics in :mod:`ecolaunch.sim.metrics`.
-
-**Same decisions as the launcher.** The simulator keeps a :class:`~ecolaunch.state.graph.StateGraph` of its
-machine (GPU nodes with live memory and utilization, running jobs with their GPUs, caps and profiles) and asks
-the policy exactly what the launcher asks, and books the answer as the launcher does:
-:func:`ecolaunch.policy.place.place` (decide, admit, book, budget). Waiting jobs form the launcher's strict FIFO:
-only the head of the queue is offered to the policy, queued host by host (most free GPUs first), at every event;
-the policy may answer ``None`` (wait).
-
-**What the policies know.** Each job arrives with its solo profile; with ``profile_caps=True`` (the default)
-the simulator also gives it what ecolaunch's early profiling would have measured: its uncapped power and its cap
-points (at most three caps,
-:func:`ecolaunch.profile.powercap.profile_caps`, on the machine's first GPU model, read off the simulator's own
-power model): what a real profile would carry, so a policy that caps does so from measurements, as on a real
-machine.
-
-**What the machine does** (the measured models of :mod:`ecolaunch.sim.node`): each GPU's jobs run at the
-throughputs :func:`~ecolaunch.sim.node.shared_gpu` predicts under the GPU's cap (the highest cap its jobs asked
-for, a job without a cap having no preference; the board's default when none did; freed GPUs go back to it), a multi-GPU job runs at the speed of its slowest GPU (synchronous data
-parallelism), and power is the shared GPU's power, idle boards at their idle power. Energy is accounted per host
-by :class:`~ecolaunch.sim.node.EnergyMeter` in its three accountings.
-
-**The measured world** (``world=``, :mod:`ecolaunch.sim.measured`): the machine plays measured tables instead of the
-models above, the policy reads the world's noisy profiles (none for a first launch, history for a repeat, none
-before placement on a host of mixed GPU models), a first launch is profiled inline when it starts, a job placed
-under ecolaunch's own policies (``closed_loop=True``) alone on its GPUs ends at the cap its profiler and the real
-closed loop settle on, a pair the measurements say cannot share fails and is queued again, and a multi-GPU job
-off the best-linked GPUs keeps its measured share of speed. ``omniscient=True`` gives the policy the truth (the
-oracle). A power budget is played in either world as the launcher plays it: after every arrival, departure and
-closed-loop settling, each running job's cap is the budget's one rule for it
-(:func:`~ecolaunch.admin.budget.wish_under_ceiling`: the lower of what it asks and its GPU's ceiling, never below its
-floor), never the budget's caps written over its own.
-
-Deterministic: no randomness inside the loop (traces carry their own seeded randomness, the measured world its
-seeded noise); ties break by job order.
+:class:`SimResult` (per-job outcomes and the three energy accountings). What does not: building traces
+(:mod:`ecolaunch.sim.traces`), summary metrics (:mod:`ecolaunch.sim.metrics`), the models the machine plays
+(:mod:`ecolaunch.sim.node`) and the measured world's truth (:mod:`ecolaunch.sim.measured`). What the policies know,
+what the machine does and how a budget is played: docs/simulator.md#the-event-loop.
 """
 
 from __future__ import annotations

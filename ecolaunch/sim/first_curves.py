@@ -1,20 +1,13 @@
 """What a first launch's cap curve is told before it runs, in the measured world: what the machine's history gives.
 
 What lives here: :class:`HistoryFirstCurve` (what the launcher does: the profile another user measured of the same
-job on this machine; else nothing, or a fallback's curve), a first launch's curve for
-:class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves` (the policy layer's wrapper; :class:`SimFirstLaunchCurves`
-binds it to the simulation's world), and :func:`as_launched`, which wraps a policy with it (``ecolaunch simulate
---policy curve`` on a measured trace); :func:`job_board` (the measured board a job's host runs). What does not: the
-world's truth (:mod:`ecolaunch.sim.measured`), the budget that reads the curve (:mod:`ecolaunch.admin.budget`), the
-bounds a first-launch predictor is judged between (the pessimistic and the exact curve) and the scoring of a learned
-one, which only the benchmarks run (``benchmarks/_first_curves.py``).
-
-**Why** a first launch is told a curve at all: :mod:`ecolaunch.policy.firstcurve`.
-
-**The history's curve** is another user's measured one of the same type (the world's
-:meth:`~ecolaunch.sim.measured.MeasuredWorld.machine_history_profile`): its profiled points and what its closed
-loop learned, with their noise. The world's users run each other's job types (a lab's shared scripts), so most
-first launches by a user find one.
+job on this machine; else nothing, or a fallback's curve), :class:`SimFirstLaunchCurves` (binds the policy layer's
+:class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves` to the simulation's world), :func:`as_launched` (wraps a
+policy with it: ``ecolaunch simulate --policy curve`` on a measured trace) and :func:`job_board`. What does not:
+why a first launch is told a curve (:mod:`ecolaunch.policy.firstcurve`), the world's truth
+(:mod:`ecolaunch.sim.measured`), the budget that reads the curve (:mod:`ecolaunch.admin.budget`), and the bounds
+and scoring of a learned predictor, which only the benchmarks run (``benchmarks/_first_curves.py``). The history's
+curve: docs/simulator.md#the-measured-world.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The simulator's fitted parameters, shipped with the package so that no process has to refit them.
 
-Fitting the power-cap shapes (Zeus) and the interference model (Gavel) takes about 0.2 s of numpy per process:
-too much for every simulated launch, whose GPUs answer through these models (:mod:`ecolaunch.sim.reading`). The
-fit is deterministic, so its result is stored in ``data/fitted_models.json``; :func:`load` returns it to
+Fitting the power-cap shapes (Zeus) and the interference model (Gavel) per process is too slow for every simulated
+launch, whose GPUs answer through these models (:mod:`ecolaunch.sim.reading`; docs/simulator.md#simulated-gpus).
+The fit is deterministic, so its result is stored in ``data/fitted_models.json``; :func:`load` returns it to
 :mod:`ecolaunch.sim.power` and :mod:`ecolaunch.sim.interference`. The fit itself runs offline
 (``benchmarks/refit_models.py`` writes the file); a test checks that the file equals a fresh fit. A leaf: it
 imports only the data directory.

@@ -1,59 +1,11 @@
 """Co-location interference: each job's normalized throughput when several jobs share one GPU.
 
-What lives here (a job's GPU demand is :attr:`ecolaunch.jobmodel.profile.Profile.demand`): :func:`predict` and
-:func:`colocate` (1..N jobs on one GPU), :class:`InterferenceModel` and its calibration on Gavel's measured
-pairs (:func:`fit_gavel`, :func:`holdout_errors`). Power of a shared GPU and of the node is in
-:mod:`ecolaunch.sim.node`.
-
-**Model.** A job alone has iteration time ``t`` (``iter_time_s``) and keeps the GPU busy a fraction ``d`` of the
-time, its *demand* (``max(sm_util_pct, mem_bw_util_pct) / 100``: NVML's utilization.gpu is the fraction of time
-a kernel runs). When jobs share a GPU:
-
-- the GPU is shared work-conservingly: while the summed demand ``D = sum(d)`` is at most 1 every job still gets
-  the GPU time it needs; above 1 the GPU is *saturated* and every job's iteration stretches by ``D`` (processor
-  sharing: the GPU is 100 % busy and each job gets its proportional share);
-- a co-runner costs switching time (context switches, scheduling, contended launch and host paths) only while it
-  holds the GPU: ``delta`` seconds per iteration for a co-runner busy all the time, ``delta x d_j`` for one busy a
-  fraction ``d_j`` of it (time-slicing: a co-runner that is idle has nothing to switch to). Short iterations pay most.
-
-So job ``i`` runs at ``x_i = t_i / (t_i * max(1, D) + delta * (D - d_i))`` of its solo speed. Packing *helps* when
-``sum(x) > 1``. Pairs are what Gavel measured; N > 2 jobs use the same sums (each co-runner's switching cost, one
-shared saturation), an extension by composition that only the EaCO 3- and 4-job sets check indirectly.
-
-**A job that spans k GPUs and synchronizes** (issue 36, item 4) waits for its slowest rank at every collective. On
-each of its GPUs a co-runner ``j`` holds the GPU a fraction ``d_j`` of the time, independently per GPU under
-time-slicing; a rank that finds co-runners holding its GPU waits ``w`` for each (round robin). The job pays the
-one-GPU cost above plus ``E[max over k ranks of the wait] - E[the wait of one rank]``
-(:func:`sync_wait_overhead_s`, exact), which is 0 for k = 1, so every single-GPU prediction (Gavel's pairs,
-Lucid's) is unchanged; it grows with k and saturates with the co-runners' demand (at k = 8 a co-runner busy 5 %
-of the time already blocks some rank a third of the time). ``w`` (``sync_wait_s``) is 0 in the default model: it
-is fitted on EaCO's 8-GPU sets only (:func:`ecolaunch.sim.node.fit_sync_wait`, leave-one-set-out in
-``benchmarks/eaco_reproduction.py``); no data set here measures a multi-GPU job beside a co-runner, and a
-host-contention term (EaCO's jobs also shared one server's CPUs) fits EaCO as well (docs/gnn.md). The
-simulator does not pass job GPU counts yet, so its policies predict as before.
-
-**Calibration (Gavel, OSDI '20).** Gavel measured 26 job types alone and in every single-GPU pair with CUDA
-MPS on V100, P100 and K80 (``data/gavel_*.csv``). Gavel gives throughputs only: ``t`` is measured (1 / solo
-throughput) but no utilization is. Each (GPU, job type)'s demand ``d`` is therefore a *latent* value in [0, 1]
-estimated from that type's pairs, jointly with one ``delta`` per board: K80 about 58 ms, P100 20 ms, V100 5 ms
-(``benchmarks/model_fit.py`` prints them). Switching got cheaper with every generation, so a board keeps the
-``delta`` of its generation (Kepler and Maxwell: the K80's; Pascal: the P100's) and every board from Volta on, or
-of an unknown generation, the V100's (the newest Gavel measured; :meth:`InterferenceModel.switch_overhead_for`).
-Only the ``delta`` are used at run time; the latent demands exist to calibrate them and to measure the fit error.
-The saturation point ``D = 1`` anchors the demand scale, which is what lets a measured utilization stand in for
-``d`` on real jobs. Held out, on Lucid's 1,388 pairs of an RTX 3090 (``benchmarks/lowutil_pairs.py``, not
-shipped), a fixed ``delta`` per co-runner (this model until 2026-12-05) predicted an underused GPU's pairs far too
-slow.
-
-**Suspect V100 rows.** 25 ordered V100 pairs report exactly the solo throughput for *both* jobs, and further
-V100 entries report exactly the solo throughput for one job (equal to all 16 digits: a copy, not a second
-measurement). ``suspect="values"`` (default) drops every such value from the fit; ``"pairs"`` drops only the
-pairs where both values are copies; ``"keep"`` uses everything. The effect on ``delta`` and on held-out error is
-printed by ``benchmarks/model_fit.py``.
-
-**Not modelled:** memory capacity (:func:`colocate` reports whether the summed ``memory_mib`` fits, the
-throughputs assume it does); boards other than V100/P100/K80 (their generation's ``delta`` is used, so predictions
-for them say ``extrapolated=True``).
+What lives here: :func:`predict` and :func:`colocate` (1..N jobs on one GPU), :class:`InterferenceModel` and its
+calibration on Gavel's measured pairs (:func:`fit_gavel`, :func:`holdout_errors`), and the multi-GPU wait
+(:func:`sync_wait_overhead_s`). What does not: a job's GPU demand (:attr:`ecolaunch.jobmodel.profile.Profile.demand`),
+the power of a shared GPU and of the node (:mod:`ecolaunch.sim.node`), fitting the wait
+(:func:`ecolaunch.sim.node.fit_sync_wait`). The model, its calibration and what it leaves out:
+docs/simulator.md#the-interference-model.
 """
 
 from __future__ import annotations
@@ -193,7 +145,7 @@ def default_interference_model() -> InterferenceModel:
 
 def predict(profiles: Sequence[Profile], gpu: str | GpuModel | None = None,
             model: InterferenceModel | None = None, gpus: Sequence[int] | None = None) -> list[float]:
-    """Normalized throughput of each of 1..N jobs sharing one GPU (see the module docstring).
+    """Normalized throughput of each of 1..N jobs sharing one GPU (docs/simulator.md#the-interference-model).
 
     ``gpu`` picks the switching overhead of its generation (None: a modern board's); ``gpus``, each job's GPU
     count (:meth:`InterferenceModel.predict`). Cheap: plain Python, a few microseconds for a pair.

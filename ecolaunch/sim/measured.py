@@ -4,77 +4,10 @@ What lives here: :class:`JobKind` (a job type with its measured solo speed, its 
 measured or a stand-in, with the curve's source), :func:`job_kinds`, :class:`Noise`, :class:`MeasuredWorld` (the
 truth the event loop of :mod:`ecolaunch.sim.engine` plays when given ``world=``, and the noisy readings the
 policies get), :func:`held_out_prior` and :class:`HeldOutPriors` (the cap-curve prior each job is read with) and
-:func:`measured_oracle` (the hindsight oracle on that truth).
-
-**Rules of evidence.** A model is never scored against itself: nothing here calls the
-models a policy predicts with (:func:`ecolaunch.sim.node.shared_gpu`, the interference fit, the power model, the
-GNN). Every number the truth plays is a measured table, interpolated, and no number it plays is one the tables
-hold as suspect:
-
-- *solo speed and sharing*: Gavel's measured throughputs on V100 (OSDI '20, ``gavel_solo_sf1.csv`` and
-  ``gavel_pairs_sf1.csv``): a job type's solo iterations/s, and both jobs' iterations/s when two single-GPU jobs
-  share one GPU (MPS). A pair Gavel marks ``[0, 0]`` (infeasible or not measured) cannot share: the newcomer fails
-  after :data:`OOM_AFTER_S` and is queued again for GPUs of its own, as a real out-of-memory crash would go. Three
-  or more jobs on a GPU were never measured, so the measured world allows at most two (``max_jobs_per_gpu``).
-- *suspect pairs*: a V100 value that equals the type's solo throughput to all 16 digits is a copy, not a
-  measurement (:class:`~ecolaunch.sim.interference.GavelSet` ``copy_a``/``copy_b``; training drops those values).
-  A pair holding a copy, in either job's value or both, is played as Gavel's ``[0, 0]``: it cannot share. Played
-  as measured, a copy is free sharing (the copied job loses nothing), which the oracle exploits. A conservative
-  stand-in (say the type's worst measured pair) would be a number the world invents and the oracle would read it
-  back; not sharing invents nothing, and where one value is a copy the other alone cannot say how the pair runs,
-  so the pair goes too. What this costs (fewer pairs the world lets share) is in ``docs/simulator.md``.
-- *power caps*: Zeus's measured V100 PCIe curves (NSDI '23: the 58 sweeps of ``summary_power_v100.csv`` and the
-  ResNet-18 profile window ``profile_windows/V100+resnet18+gpu0.csv``), 100-250 W, interpolated by
-  :class:`~ecolaunch.sim.truth.TruthCurve`. :attr:`JobKind.curve_source` says per type where its curve came from.
-
-**What had to be assumed** is listed, each with its source and what would change if it were wrong, in
-``docs/simulator.md`` ("What the measured world assumes"). In short:
-
-- *Which curve a job type runs.* A type whose network Zeus measured on the board plays that measurement:
-  ResNet-50 its sweep at the same batch size; ResNet-18 (V100 only) the profile window, which records no batch
-  size, so all five batch sizes play the same curve (their speeds stay Gavel's per batch size). The other types
-  get a stand-in by rank: types ordered by how much they lose when sharing (the mean of their normalized
-  throughput over the pairs the world plays: a heavy job loses more) are matched to the remaining sweeps ordered by
-  their uncapped power over the board's limit (a heavy job draws more), at the same quantile.
-- *A shared GPU's power.* Each job's dynamic energy per iteration is its solo one: the board draws
-  ``idle + sum_i (P_i - idle) * x_i`` (``x_i``: its measured normalized throughput in the pair), at most the limit.
-  So sharing cannot lower the energy of the work itself, and an idle GPU draws idle power either way.
-- *A cap on a shared GPU* slows both jobs by the time ratio of the job drawing the most, read on its own curve at
-  the same fraction of its power as the cap is of the board's draw.
-- *Multi-GPU jobs* share each GPU as a single-GPU job of their type would (Gavel measured pairs of 1-GPU jobs),
-  and run at the speed of their slowest GPU. On GPUs linked worse than the best set of their size on the host
-  (a 2-GPU job off an NVLink pair), they keep the share of their speed Gavel measured for the same job spread
-  over servers against on one NVLink server (``gavel_multi_gpu.csv``): an upper bound on the penalty of a PCIe
-  or socket link, the only link effect measured. Their reference (the "alone" of every slowdown) is the best set.
-- *The board* is ``V100-PCIE-16GB`` (the 100-250 W range Zeus swept; Gavel's V100 had 16 GB). Memory sizes are the
-  catalogue's assumption (:data:`ecolaunch.sim.workloads.ASSUMED_MEMORY_MIB`): the policies read them, and the
-  truth's feasibility is Gavel's measured one, so the two can disagree, as on a real machine.
-
-**What the policies see** (:meth:`MeasuredWorld.request_profile`). A job type's first launch by a user arrives
-unknown (no profile: placed alone at the default limit, as the launcher places an unknown job); it is profiled
-inline (three caps, :func:`~ecolaunch.profile.powercap.profile_caps`), capped by
-:func:`~ecolaunch.profile.capchoice.job_cap_choice` and then driven by the real closed loop
-(:class:`~ecolaunch.profile.control.CapController`, fed noisy iterations of the truth). What the run measured
-goes to history, and later launches of the same type by the same user arrive with it, each point with its iterations
-and their spread, as the launcher's history keeps them. Readings carry noise (:class:`Noise`): profiled iteration
-times and powers, utilization. Gavel measured no utilization: the
-``sm_util_pct`` a job shows is 100 x its type's demand fitted on Gavel pairs **without its type**
-(:func:`ecolaunch.sim.interference.fit_gavel` on the other folds, the held type interpolated by
-:func:`~ecolaunch.sim.interference.holdout_errors`'s rule), plus noise: a stand-in for NVML's reading that
-carries no knowledge of the job's own pairs. Job types are dealt into :data:`FOLDS` folds (one fixed deal,
-:data:`FOLD_SEED`, whatever the world's seed: the seed varies the noise, the folds stay, so the k-fold models are
-trained once for every seed); every learned or fitted part used on a job is trained without its fold
-(:meth:`MeasuredWorld.fold_types`), the GNN also without every Zeus curve of a network its fold's types play on the
-board they play it on (:meth:`MeasuredWorld.fold_curves`).
-
-**The cap-curve prior** (:class:`~ecolaunch.jobmodel.capcurve.CapPrior`) a job's curve is read with, by every policy,
-the budget, the profiler's choice and the closed loop, is :func:`held_out_prior` of its type: fitted on the Zeus
-curves of every network but those its type plays on any board (all batch sizes and datasets), never on
-:data:`~ecolaunch.jobmodel.capcurve.DEFAULT_PRIOR`, which saw them. One prior for the whole world cannot be: the types
-play all five of Zeus's networks, so none would be left; a fold's prior neither (some folds play all five).
-
-The closed loop's transient (the first ~100 iterations at the profiled caps and the moves) is not played: a job's
-final cap runs from its start. Jobs run minutes to hours; the transient is seconds.
+:func:`measured_oracle` (the hindsight oracle on that truth). What does not: interpolating a measured curve
+(:mod:`ecolaunch.sim.truth`), the traces (:mod:`ecolaunch.sim.measured_traces`), and any model a policy predicts
+with: a model is never scored against itself. What the world plays, what the policies see, and every assumption:
+docs/simulator.md#the-measured-world.
 """
 
 from __future__ import annotations
@@ -126,7 +59,8 @@ CONTROL_ITERS = 600
 
 @dataclass(frozen=True, slots=True)
 class JobKind:
-    """One Gavel job type with what was measured of it, and where its curve came from (see the module docstring)."""
+    """One Gavel job type with what was measured of it, and where its curve came from
+    (docs/simulator.md#what-the-measured-world-assumes)."""
 
     name: str
     solo_its: float  # iterations/s alone on V100 (Gavel)
@@ -151,8 +85,9 @@ class JobKind:
 @functools.lru_cache(maxsize=4)
 def _pairs(gpu: str = GAVEL_GPU) -> Mapping[tuple[str, str], tuple[float, float]]:
     """Measured normalized throughputs of both jobs on Gavel's ``gpu``, by ordered pair of types (both orders): only
-    the pairs whose two values are trustworthy (module docstring: a pair holding a copy of a solo throughput is not
-    played, as :meth:`GavelSet.usable <ecolaunch.sim.interference.GavelSet.usable>` marks copies for training)."""
+    the pairs whose two values are trustworthy (docs/simulator.md#what-the-measured-world-assumes: a pair holding a
+    copy of a solo throughput is not played, as :meth:`GavelSet.usable
+    <ecolaunch.sim.interference.GavelSet.usable>` marks copies for training)."""
     data = gavel_set((gpu,))
     use_a, use_b = data.usable("values")
     out = {}
@@ -189,7 +124,7 @@ def _own_curve(name: str, board: str, summary: Mapping[str, TruthCurve], windows
 
 @functools.lru_cache(maxsize=4)
 def job_kinds(gavel_gpu: str = GAVEL_GPU) -> Mapping[str, JobKind]:
-    """Every Gavel job type on ``gavel_gpu`` (``v100``, ``p100``) with its cap curve on that board (module docstring:
+    """Every Gavel job type on ``gavel_gpu`` (``v100``, ``p100``) with its cap curve on that board (docs/simulator.md:
     its own network's measured curve, else a rank-matched stand-in); ``curve_source`` says which."""
     solo = {job: tp for (gpu, job), tp in gavel_solo().items() if gpu == gavel_gpu}
     pairs = _pairs(gavel_gpu)
@@ -235,7 +170,7 @@ def _prior_without(networks: frozenset[str]) -> CapPrior:
 def held_out_prior(kind: str) -> CapPrior:
     """The cap-curve prior a job of type ``kind`` is read with: :meth:`CapPrior.fit
     <ecolaunch.jobmodel.capcurve.CapPrior.fit>` on the Zeus curves (every GPU) of no network the type plays
-    (:func:`played_networks`; module docstring)."""
+    (:func:`played_networks`; docs/simulator.md)."""
     return _prior_without(played_networks(kind))
 
 
@@ -257,23 +192,10 @@ class HeldOutPriors:
 class Noise:
     """Relative standard deviations of what is read (fractions), and of utilization (percentage points).
 
-    Defaults: a profiled point's mean iteration time 1 % and its power 2 % (about what ecolaunch's profiler on an
-    H200 was off from the reference sweep of the same day, ``data/h200-2026-11-30``); one iteration 3 %; utilization
-    5 points (an assumption). These are drawn afresh at every reading.
-
-    ``persistent_time``: the part of a profiled window's time error that **repeats** in every run of the same job type
-    on the same board at the same cap (the same script reaches the same phase of its data at the same iteration, the
-    same board warms the same way through the same schedule of caps), drawn once per world seed and (type, board, cap)
-    (:meth:`MeasuredWorld.persistent_time_error`), so averaging windows of repeated runs does not remove it. Sized
-    from Zeus's own profiling windows of real training jobs (``data/zeus-nsdi23/profile_windows``): at caps that
-    cannot bind the job (at least 1.1 x the window's power) their times should be equal, and they spread by a median
-    2.49 % of their mean over the 8 jobs with two or more such windows (0.79 to 7.10 %; ``benchmarks/window_error.py``
-    prints it); one sweep per job cannot split that into a part that repeats and one that does not, so the part the
-    independent 1 % above does not explain is taken as repeating: ``sqrt(2.49² - 1.0²)`` = 2.3 %. An upper reading: if
-    none of it repeated, the world would be as it was before (``persistent_time=0``). The closed loop's readings (its
-    windows run all through a run, starting at no fixed point of the script) and power readings keep only their
-    independent part (Zeus's power at those caps spreads 8 %, a mix with caps that still shape the draw: no clean
-    reading of a persistent part)."""
+    Readings are drawn afresh at every reading, but for ``persistent_time``: the part of a profiled window's time
+    error that repeats in every run of the same job type on the same board at the same cap, drawn once per world
+    seed and (type, board, cap) (:meth:`MeasuredWorld.persistent_time_error`), so averaging windows of repeated runs
+    does not remove it. The defaults and where they come from: docs/simulator.md#what-the-measured-world-assumes."""
 
     time: float = 0.01
     power: float = 0.02
@@ -294,7 +216,7 @@ class _Known:
 
 @dataclass
 class MeasuredWorld:
-    """The truth of the measured tables, and the noisy views of it (see the module docstring).
+    """The truth of the measured tables, and the noisy views of it (docs/simulator.md#the-measured-world).
 
     One world serves one simulation run (it keeps history). ``kind_of`` maps a trace job's ``kind`` to a Gavel
     type name; a trace job's ``kind`` must be one of :func:`job_kinds`.

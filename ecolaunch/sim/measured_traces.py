@@ -1,56 +1,9 @@
 """Traces for the measured world (:mod:`ecolaunch.sim.measured`): every job a Gavel V100 job type, by user.
 
 What lives here: the measured traces' recipes (:data:`RECIPES`) and :func:`measured_trace`,
-:func:`measured_machine` and :func:`measured_simulation` (their names and one-line descriptions are registered in
-:mod:`ecolaunch.sim.trace_registry`). A job's ``kind`` is its
-Gavel type (its truth in the measured world) and its ``user`` who launches it: a user launching a type again
-arrives with the history of the first launch, so each trace mixes first launches (profiled inline) and repeats.
-
-**Jobs, arrivals and load (every measured trace).** A trace's jobs are drawn at random, with replacement, from
-its source's records: a Gavel VC's jobs (GPU count and job type; run times drawn from Philly's run-time
-distribution, as in :mod:`ecolaunch.sim.traces`) or the Alibaba 2023 pods (GPU count, GPU share, lifetime). They
-arrive as a Poisson process (exponential gaps), scaled by one factor so that the offered load
-``sum(work_s * nproc) / (GPUs * span)`` (span = last arrival - first arrival) is the recipe's. The sources' own
-arrival times are not used: they come in bursts (the longest 1 % of the gaps between arrivals hold 65 % of VC
-``6214e9``'s span, 53 % of ``0e4a51``'s, 78 % of the pods'), so a window of them at a mean load of 0.9 runs far
-above 1 in its bursts and idles between them, and where a seed's window falls decides its queue. At a load well
-below 1 a queue forms and drains, and 500 jobs make a policy's effect on node energy larger than its spread over
-seeds (``benchmarks/energy.py`` reports the paired intervals). On the 4-GPU workstations a job asks at most 2 GPUs
-(clipped: 2 % of VC ``6214e9``'s jobs and 1 % of the pods ask more): under first-come-first-served a job asking
-for the whole workstation holds the queue until every GPU drains, and with run times up to 48 h one such job
-decides a seed's mean JCT.
-
-- ``workstation-mixed``: a shared 4-GPU workstation under the Alibaba 2023 pod mix (``openb_pod_list_default``,
-  pods that lived 2 min to 48 h: their lifetimes; 39 % ask a fraction of a GPU). A pod's
-  ``gpu_milli`` picks the job type: a fractional pod (a small fine-tune, an interactive or development run, a
-  launch-bound job) takes a type at the same quantile of the types ordered by measured pair loss (the lightest
-  for the smallest fractions), a whole-GPU pod any type, uniformly. 8 users, each launching from a working set
-  of 4 types. A fractional pod's slowdown bound is what its request promises: a pod asking ``gpu_milli`` m accepts
-  running at m/1000 of its solo speed (bound ``100 * (1000/m - 1)`` %); whole-GPU pods keep the admin's 10 %.
-  Offered load 0.5 in whole GPUs: a queue forms, and sharing is what shortens it.
-- ``power-budget``: Gavel's Philly-derived VC ``6214e9`` jobs (96 % 1-GPU jobs) with Gavel's job types and
-  Philly run times, load 0.5, 8 users; run it under an admin power budget (``[power] max_total_w``,
-  :data:`POWER_BUDGET_W`), which slows the jobs it holds back, so the queue is longer than the load says (at 0.6
-  it barely drains). A job launched for the first time has no curve, so the budget cannot lower it, and 4 boards
-  at their default limit would need 1,000 W.
-- ``workstation-measured``: the same jobs and arrivals without a budget (the reference of ``power-budget``).
-- ``workstation-topology``: an 8-GPU host whose GPUs are NVLink-bridged in pairs (0-1, 2-3, 4-5, 6-7), PCIe within
-  a socket (0-3, 4-7) and the socket link across (:func:`measured_machine`), under Philly VC ``0e4a51``'s 1- and
-  2-GPU jobs (436 and 226 of its 1,181), load 0.6. A 2-GPU job off an NVLink pair runs at Gavel's measured
-  spread-out speed (:meth:`~ecolaunch.sim.measured.MeasuredWorld.link_factor`), and 1-GPU jobs, ending at their
-  own times, leave pairs half used: a 2-GPU job often finds two free GPUs but no free pair, and must take the
-  split set now or wait for a pair, so where a policy puts the 1-GPU jobs decides what the 2-GPU jobs get. The
-  VC's 4- and 8-GPU jobs are left out: no 4 GPUs of this host share NVLink (the best a 4-GPU job gets is a
-  socket) and an 8-GPU job takes the host, so neither has that choice, and they hold the queue.
-- ``workstation-mixed-models``: ``workstation-measured``'s jobs and arrivals on two V100s and two P100s (PCIe,
-  16 GB), the boards both Gavel and Zeus measured: each type runs at its measured speed on each board (Gavel: the
-  P100 is 0.54-0.94x a V100 for most types, 1.95-2.31x for the Recommendation types), shares and caps as measured
-  there. A job's work is counted at its V100 solo speed; its slowdown against its solo speed on the GPUs it got.
-  On a host with mixed models the launcher does not know a job's profile before placement (it is per model), so
-  every policy places blind and profiles on the board it got.
-
-Run times are clipped as in :mod:`ecolaunch.sim.traces` (2 min to 48 h). Same name, machine, seed and job count
--> the same trace.
+:func:`measured_machine` and :func:`measured_simulation`. What does not: their names and one-line descriptions
+(:mod:`ecolaunch.sim.trace_registry`), the population data (:mod:`ecolaunch.sim.workloads`). What each trace is,
+and why: docs/simulator.md#the-measured-traces.
 """
 
 from __future__ import annotations
@@ -95,7 +48,7 @@ class Recipe:
     max_gpus: int | None = None
 
 
-#: every measured trace's recipe (the module docstring says why each is as it is)
+#: every measured trace's recipe (docs/simulator.md#the-measured-traces says why each is as it is)
 RECIPES: Mapping[str, Recipe] = {
     "workstation-mixed": Recipe(ALIBABA, 0.5, 500, max_gpus=2),
     "power-budget": Recipe("6214e9", 0.5, 500, max_gpus=2),
@@ -133,7 +86,7 @@ def measured_simulation(name: str, machine: MachineSpec, trace: Trace, policy_na
 
 def measured_machine(name: str) -> MachineSpec:
     """The machine a measured trace runs on: 4 V100 PCIe 16 GB, for ``workstation-topology`` 8 of them in NVLink
-    pairs, for ``workstation-mixed-models`` 2 V100s and 2 P100s (see the module docstring)."""
+    pairs, for ``workstation-mixed-models`` 2 V100s and 2 P100s (docs/simulator.md#the-measured-traces)."""
     if name == "workstation-mixed-models":
         return parse_spec("2xV100-PCIE-16GB+2xP100-PCIE-16GB", hostname="node0")
     if name != "workstation-topology":
@@ -147,7 +100,8 @@ def measured_machine(name: str) -> MachineSpec:
 
 def measured_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | None = None,
                    allowed_slowdown_pct: float = 10.0) -> Trace:
-    """A measured trace for ``machine`` (see the module docstring); ``jobs`` overrides the recipe's job count.
+    """A measured trace for ``machine`` (docs/simulator.md#the-measured-traces); ``jobs`` overrides the recipe's
+    job count.
 
     Raises:
         ConfigError: an unknown trace name, or a ``jobs`` that is not an integer >= 1.

@@ -1,14 +1,9 @@
 """Shared pieces of the simulator's measured models: the vendored data and a small fitter.
 
-What lives here:
-
-- cached loaders of the measured data vendored in ``ecolaunch/sim/data`` (see its ``SOURCE.md``): the Zeus
-  power-limit sweeps, Gavel's single-GPU pair throughputs and EaCO's Tables 1-4. Each file is read once per
-  process, on first use, never at import;
-- :func:`least_squares`, a bounded Levenberg-Marquardt solver in plain numpy (numpy is the only numeric
-  dependency of the simulator; no scipy, no torch).
-
-What does not: the job's profile (:class:`ecolaunch.jobmodel.profile.Profile`), the models themselves
+What lives here: cached loaders of the measured data vendored in ``ecolaunch/sim/data`` (the Zeus power-limit
+sweeps, Gavel's single-GPU pair throughputs and EaCO's Tables 1-4; each file read once per process, on first use,
+never at import) and :func:`least_squares`, a bounded Levenberg-Marquardt solver in plain numpy (no scipy, no
+torch). What does not: the job's profile (:class:`ecolaunch.jobmodel.profile.Profile`), the models themselves
 (:mod:`ecolaunch.sim.power`, :mod:`ecolaunch.sim.interference`, :mod:`ecolaunch.sim.node`).
 """
 

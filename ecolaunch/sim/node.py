@@ -2,38 +2,10 @@
 
 What lives here: :func:`shared_gpu` (jobs on one GPU under an optional cap -> throughputs and board power),
 :class:`GpuLoad` / :class:`EnergyMeter` / :class:`EnergyReport` (the three energy accountings) and
-:func:`reproduce_eaco`. The per-job models are in :mod:`ecolaunch.sim.power` and
-:mod:`ecolaunch.sim.interference`; the event loop that calls these is the simulator's engine.
-
-**Accounting** (all three are reported, never mixed):
-
-- *node energy*: host static power + every GPU's board power (idle GPUs at their idle power, a workstation
-  stays on) + any host power a job adds, over the whole interval;
-- *GPU-only energy*: the board power of every GPU, idle ones included; its *dynamic* part is what the boards
-  draw above their idle power (:attr:`EnergyReport.gpu_dynamic_energy_j`), the part a cap or a placement can move;
-- *job-attributed energy*: each job gets its dynamic GPU power (what it adds above the board's floor), an
-  equal share of the floor of every GPU it is on, the host power it adds, and a share of the *static pool*
-  (host static + boards nobody uses) while it runs, weighted by the GPUs it holds (a GPU shared by k jobs
-  counts 1/k for each). With at least one job running, the job energies add up to the node energy; with none,
-  the static pool is *unattributed*. This is how EaCO's tables count a job: its GPUs plus the server.
-
-**Shared GPU power.** A board with jobs draws its active-idle power plus, for each job, the job's solo dynamic
-power (``power_w`` minus active idle) scaled by its normalized throughput (energy per unit of work is kept). On
-a saturated GPU every throughput is divided by the summed demand, and so is the dynamic power: power stops being
-additive there. A cap then acts on the sum like on one job (:class:`~ecolaunch.sim.power.PowerCapModel`) and slows every job on the board
-by the same ratio.
-
-**EaCO reproduction** (:func:`reproduce_eaco`): from the solo rows alone (Tables 1-2: node power, energy, JCT,
-epoch time, utilization per job), predict each co-located set of Tables 3-4. Assumptions: every job spans all
-8 GPUs identically, so one GPU's interference model applies to the node; a job's iteration time is its epoch
-time / 5005 iterations (ImageNet-1k, 1,281,167 images at the reference scripts' default batch of 256: EaCO ran
-them out of the box); NVML utilization is the demand (``avg_gpu_util`` as ``sm_util_pct``, ``avg_mem_util`` as
-``mem_bw_util_pct``). The node's static power ``S`` (host + 8 idle GPUs) is one constant fitted by least squares
-to the measured power of the five unsaturated sets (SOURCE.md: ~740 W for a purely additive model); a job's
-dynamic power is its exclusive node power minus ``S``. Jobs start together; when one ends the others speed up
-(the phases are integrated). A set is *saturated* when the summed average GPU or memory utilization of its jobs
-exceeds 100 %: then the GPU cannot serve them all and power stops being additive. Each set's figures are also
-given with ``S`` fitted without that set (leave-one-set-out).
+:func:`reproduce_eaco`. What does not: the per-job models (:mod:`ecolaunch.sim.power`,
+:mod:`ecolaunch.sim.interference`), the event loop that calls these (:mod:`ecolaunch.sim.engine`). The accountings:
+docs/simulator.md#energy-accounting; a shared GPU's power and the EaCO reproduction's assumptions:
+docs/simulator.md#a-shared-gpus-power, docs/simulator.md#eacos-tables-reproduced.
 """
 
 from __future__ import annotations
@@ -137,7 +109,8 @@ class EnergyReport:
 
 
 class EnergyMeter:
-    """Accumulates node, GPU-only and job-attributed energy interval by interval (see module docstring)."""
+    """Accumulates node, GPU-only and job-attributed energy interval by interval
+    (docs/simulator.md#energy-accounting)."""
 
     def __init__(self, host_static_w: float, gpu_idle_w: float = 0.0) -> None:
         """``gpu_idle_w``: the idle power of the node's GPUs added up (what the dynamic GPU energy is counted above)."""
@@ -226,7 +199,7 @@ class EacoReproduction:
 
 
 def eaco_jobs() -> dict[str, EacoJob]:
-    """EaCO's exclusive rows as profiles (see the module docstring for the assumptions)."""
+    """EaCO's exclusive rows as profiles (the assumptions: docs/simulator.md#eacos-tables-reproduced)."""
     exclusive, _ = eaco_tables()
     out = {}
     for r in exclusive:
@@ -306,7 +279,7 @@ def fit_sync_wait(sets: Sequence[tuple[list[EacoJob], float]], interference: Int
 
 def reproduce_eaco(interference: InterferenceModel | None = None, sync_wait_s: float | None = None
                    ) -> EacoReproduction:
-    """Predict EaCO Tables 3-4 from Tables 1-2 alone (see the module docstring).
+    """Predict EaCO Tables 3-4 from Tables 1-2 alone (docs/simulator.md#eacos-tables-reproduced).
 
     ``sync_wait_s``: the 8-GPU jobs' wait per blocked collective (:func:`fit_sync_wait`); None fits it on the
     unsaturated sets' JCT (each set's ``loo`` figures refit it, and the static power, without the set); 0.0 is the

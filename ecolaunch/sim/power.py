@@ -1,38 +1,10 @@
 """GPU power cap -> iteration time and board power, fitted to the Zeus power-limit sweeps.
 
-What lives here: :class:`CapShape` (one GPU's fitted, normalized curve), :class:`PowerCapModel`
-(the per-GPU shapes, active-idle power, :meth:`~PowerCapModel.predict`), :func:`default_power_model` (fitted
-once per process) and :func:`energy_optimal_cap`. Co-location and node power are in
-:mod:`ecolaunch.sim.interference` and :mod:`ecolaunch.sim.node`.
-
-**Data.** Zeus (You et al., NSDI '23) swept the power limit in 25 W steps for 6 workloads x batch sizes x
-optimizers on four boards, single GPU: V100 PCIe (100-250 W), A40 (100-300 W), P100 PCIe (125-250 W), Quadro
-RTX 6000 (100-260 W); ``data/summary_power_<gpu>.csv``.
-
-**Model.** Everything is normalized to the board's maximum power limit ``P_max``: ``u = P0 / P_max`` is the
-job's uncapped board power (its profile's ``power_w``) and ``c = cap / P_max``. A DVFS picture with five
-parameters per GPU, fitted by least squares on the relative errors of time and power over every curve of
-that GPU: below a floor ``f`` power does not scale with clock; the controller keeps the *peaks* of the dynamic
-power under the cap, so the share of dynamic power left is ``w(kappa) = softmin(1, (c - f) / (kappa (u - f)))``
-(softness ``k``; ``kappa`` = peak / mean dynamic power). Power is ``f + (u - f) w(kappa_p)``; time is
-``w(kappa_t) ** (-1 / gamma)`` (dynamic power ~ clock ** gamma, time ~ 1 / clock). Two peak ratios because the
-traces show power dipping below the uncapped mean as soon as the cap nears it (``kappa_p`` ~ 1.1-1.3) while time
-only suffers at lower caps (``kappa_t`` ~ 0.7): short peaks are clipped at little cost. Both are divided by
-their value at ``c = 1``, so the model reproduces the measured uncapped point exactly and is monotone in the
-cap: a lower cap never speeds a job up nor raises its power. Fit errors (leave-one-workload-out MAPE of time
-and power) are printed by ``benchmarks/model_fit.py``.
-
-**Modern GPUs.** No public training power-cap sweep exists for A100, H100, H200 or Ada boards. For them (and
-for any board Zeus did not sweep, e.g. a 300 W V100 SXM2) the normalized shape of the closest swept
-architecture is used: Volta -> V100, Pascal (and older) -> P100, Turing -> RTX 6000, Ampere / Ada / Hopper /
-unknown -> A40 (the newest swept board). That is an **extrapolation**, and every prediction for such a board
-carries ``extrapolated=True``.
-
-**Idle power.** *Active idle* (a training process holds the GPU but gives it almost no work) is grounded: it
-is the lowest average power of any Zeus run on that board (input-bound NCF at large batch: V100 35 W, A40 80 W,
-P100 33 W, RTX 6000 55 W), kept as a fraction of ``P_max``; for other boards that fraction is extrapolated
-like the shape. *Idle* (no process) is not in the data: it is the GPU model's ``idle_power_w`` (an
-assumption of the GPU catalogue) and is only used by :mod:`ecolaunch.sim.node`.
+What lives here: :class:`CapShape` (one GPU's fitted, normalized curve), :class:`PowerCapModel` (the per-GPU
+shapes, active-idle power, :meth:`~PowerCapModel.predict`), :func:`default_power_model` and
+:func:`energy_optimal_cap`. What does not: co-location and node power (:mod:`ecolaunch.sim.interference`,
+:mod:`ecolaunch.sim.node`). The data, the model, the boards Zeus did not sweep and idle power:
+docs/simulator.md#the-power-cap-model.
 """
 
 from __future__ import annotations
@@ -208,7 +180,7 @@ def fit_shape(curves: Sequence[ZeusRows], keep: Sequence[np.ndarray] | None = No
 
 
 class PowerCapModel:
-    """Per-GPU fitted cap shapes plus active-idle power fractions; see the module docstring."""
+    """Per-GPU fitted cap shapes plus active-idle power fractions; see docs/simulator.md#the-power-cap-model."""
 
     def __init__(self, shapes: Mapping[str, CapShape], active_idle_frac: Mapping[str, float]) -> None:
         self.shapes = dict(shapes)

@@ -1,15 +1,10 @@
 """The trace registry: every named trace of the simulator, with its world, its machine and a one-line description.
 
 What lives here: :data:`TRACES` (name -> :class:`TraceEntry`, in the order the help and the README list them),
-:func:`trace_names` and :func:`lookup` (a name, or the path of a user's JSON or CSV trace file, as
-``ecolaunch simulate --trace`` takes it). ``ecolaunch simulate``, its ``--help``, ``benchmarks/energy.py`` and the
-README's trace list (``tests/doclists.py``) read it; no list of traces is typed anywhere else.
-
-A trace plays in one of two worlds. **model**: the truth is the fitted models the policies predict with, on the
-machine the caller gives (:mod:`ecolaunch.sim.traces`, whose module docstring says what each trace is).
-**measured**: the truth is measured tables only, on the trace's own machine and under its own rules
-(:mod:`ecolaunch.sim.measured`, :mod:`ecolaunch.sim.measured_traces`). The builders live in those modules and do not
-import this one; adding a trace is its recipe there and its entry here.
+:func:`trace_names` and :func:`lookup` (a name, or the path of a user's JSON or CSV trace file). ``ecolaunch
+simulate``, its ``--help``, ``benchmarks/energy.py`` and the README's trace list read it. What does not: the
+builders (:mod:`ecolaunch.sim.traces` for the model world, :mod:`ecolaunch.sim.measured_traces` for the measured
+one), which do not import it. The two worlds: docs/simulator.md#simulator.
 """
 
 from __future__ import annotations

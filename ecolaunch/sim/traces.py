@@ -1,60 +1,10 @@
 """Job traces for the simulator: the standard traces, and traces read from a user's JSON or CSV file.
 
 What lives here: the standard traces' recipes, :func:`build_trace` (a standard trace for a machine, seeded),
-:func:`load_trace_file` (a user's file) and :func:`offered_load`. Their names and one-line descriptions are
-registered in :mod:`ecolaunch.sim.trace_registry`, which also resolves the CLI's ``--trace NAME|FILE``. The
-workload profiles and the population data come from :mod:`ecolaunch.sim.workloads`; the event loop that runs a
-trace is :mod:`ecolaunch.sim.engine`.
-
-**Standard traces.** Each is a window of consecutive jobs of a measured arrival trace, starting at a seeded
-offset (wrapping around to the start, shifted by one period, when more jobs are asked for than the trace has):
-
-- ``workstation-light`` / ``workstation-heavy``: Gavel's Philly-derived trace of VC ``6214e9`` (2,000 jobs: 96 %
-  ask 1 GPU, the rest 2, 4 or 8): the mostly single-GPU stream a shared workstation sees. 300 jobs by default.
-- ``cluster-light`` / ``cluster-heavy``: VC ``0e4a51`` (1,181 jobs: 37 % 1 GPU, 19 % 2, 38 % 4, 6 % 8), the most
-  mixed VC whose jobs all fit one 8-GPU host (VCs with 16-64-GPU jobs would need clipping). 1,000 jobs.
-- ``alibaba-share``: the Alibaba 2023 GPU pods that ran (``openb_pod_list_default``; the 5,137 that lived at
-  least 2 min: 39 % ask a fraction of one GPU, 61 % one or more whole GPUs); each pod's ``gpu_milli`` / 1000 is
-  its GPU demand (``sm_util_pct`` = ``gpu_milli`` / 10, whole-GPU pods 100 %): the real-world prior for
-  co-location demand. The production mix of the default pod list is used, not the ``gpushare100`` variant
-  (resampled from it by the trace's authors so that every GPU pod is a sharing one). 1,000 jobs.
-
-For the Gavel traces, arrival times and GPU counts are Philly's, the job type is the trace's own ``job_type``
-column (Gavel's substitution), its profile the catalogue's, and each run time (``work_s``) is drawn from the
-Philly runtime distribution (:func:`ecolaunch.sim.workloads.sample_runtimes`): runs under 2 min (25 % of Philly
-jobs: too short for a placement or a power cap to matter) are left out and runs over 48 h (1.9 %) are cut to
-48 h, so that a default run ends in days of virtual time. Alibaba pods keep their own lifetimes (deletion - scheduling) under the same
-rule: pods that lived under 2 min are left out, longer than 48 h cut (long-lived pods, some still running when
-the trace ends). Alibaba records no model, so each pod borrows the iteration time and memory of a Gavel
-workload drawn from VC ``0e4a51``'s job types; its ``power_w`` stays None (dynamic power then follows demand).
-
-GPU counts are clipped to the most GPUs any host of the machine has (a job never spans hosts). Arrival times
-are then scaled by one factor so that the *offered load* ``sum(work_s * nproc) / (GPUs * span)`` (span = last
-arrival - first arrival) equals the trace's target: 0.4 for ``*-light``, 0.9 for ``*-heavy`` and
-``alibaba-share`` (whole GPUs; the demand-weighted load of ``alibaba-share`` is lower). Every job gets
-``allowed_slowdown_pct`` = 10 unless asked otherwise. Profiles' Zeus-grounded ``power_w`` is scaled to the
-machine's most common board. Same name, machine and seed -> the same trace.
-
-**Trace files** (:func:`load_trace_file`). JSON: ``{"name": ..., "description": ..., "jobs": [JOB, ...]}`` or a
-bare list of JOBs; CSV: a header row naming the fields, one job per row, empty cell = not given. Fields:
-
-- ``id``: unique job id (default ``job<row>``, rows counted from 0);
-- ``arrival_s`` (required): seconds from the trace's start, >= 0;
-- ``nproc``: GPUs, an integer >= 1 (default 1), at most the GPUs of the machine's largest host;
-- ``work_s`` (required): the solo, uncapped run time in seconds, > 0;
-- ``workload``: a catalogue name (:func:`~ecolaunch.sim.workloads.workload_names`) supplying the profile;
-- ``iter_time_s``, ``sm_util_pct``, ``mem_bw_util_pct``, ``memory_mib``, ``power_w``: profile fields, which
-  override the workload's (neither a workload nor a profile field = an unprofiled job);
-- ``allowed_slowdown_pct``: default 10;
-- ``user``, ``kind``: labels (default ``sim`` and the workload name).
-
-Example (CSV)::
-
-    id,arrival_s,nproc,work_s,workload,sm_util_pct,memory_mib
-    a,0,2,3600,ResNet-50 (batch size 64),,
-    b,60,1,1800,,35,6000
-
-Any other field is a ConfigError naming it; so is a bad value, naming the field, the job and the value.
+:func:`load_trace_file` (a user's file; its docstring is the file format) and :func:`offered_load`. What does not:
+their names and descriptions (:mod:`ecolaunch.sim.trace_registry`, which also resolves ``--trace NAME|FILE``), the
+workload profiles and population data (:mod:`ecolaunch.sim.workloads`), the event loop
+(:mod:`ecolaunch.sim.engine`). What each standard trace is: docs/simulator.md#the-standard-traces.
 """
 
 from __future__ import annotations
@@ -106,7 +56,7 @@ _RECIPES: Mapping[str, _Recipe] = {
 
 def build_trace(name: str, machine: MachineSpec, *, seed: int = 0, jobs: int | None = None,
                 load: float | None = None, allowed_slowdown_pct: float = DEFAULT_ALLOWED_SLOWDOWN_PCT) -> Trace:
-    """A standard trace (see the module docstring) for ``machine``.
+    """A standard trace (docs/simulator.md#the-standard-traces) for ``machine``.
 
     Args:
         name: a standard trace (a model-world name of :data:`ecolaunch.sim.trace_registry.TRACES`).
@@ -226,7 +176,28 @@ _FORMAT_HINT = ("a trace file is JSON {\"jobs\": [{\"id\", \"arrival_s\", \"npro
 
 
 def load_trace_file(path: str | Path, machine: MachineSpec) -> Trace:
-    """Read a user's trace (format in the module docstring); workload profiles are scaled to ``machine``'s board.
+    """Read a user's trace; workload profiles are scaled to ``machine``'s board.
+
+    The format. JSON: ``{"name": ..., "description": ..., "jobs": [JOB, ...]}`` or a bare list of JOBs; CSV: a
+    header row naming the fields, one job per row, empty cell = not given. Fields:
+
+    - ``id``: unique job id (default ``job<row>``, rows counted from 0);
+    - ``arrival_s`` (required): seconds from the trace's start, >= 0;
+    - ``nproc``: GPUs, an integer >= 1 (default 1), at most the GPUs of the machine's largest host;
+    - ``work_s`` (required): the solo, uncapped run time in seconds, > 0;
+    - ``workload``: a catalogue name (:func:`~ecolaunch.sim.workloads.workload_names`) supplying the profile;
+    - ``iter_time_s``, ``sm_util_pct``, ``mem_bw_util_pct``, ``memory_mib``, ``power_w``: profile fields, which
+      override the workload's (neither a workload nor a profile field = an unprofiled job);
+    - ``allowed_slowdown_pct``: default 10;
+    - ``user``, ``kind``: labels (default ``sim`` and the workload name).
+
+    Example (CSV)::
+
+        id,arrival_s,nproc,work_s,workload,sm_util_pct,memory_mib
+        a,0,2,3600,ResNet-50 (batch size 64),,
+        b,60,1,1800,,35,6000
+
+    Any other field is a ConfigError naming it; so is a bad value, naming the field, the job and the value.
 
     Raises:
         ConfigError: the file cannot be read or parsed, or a job has an unknown field or a bad value (the

@@ -1,35 +1,10 @@
 """The measured truth of a replayed job: its power-cap curve, interpolated, and the hindsight oracle.
 
-What lives here: :class:`TruthCurve` and its loaders :func:`h200_truths` (ecolaunch's own H200 sweep,
-``data/h200_cap_sweep.csv``), :func:`zeus_truths` (Zeus NSDI '23, ``data/summary_power_<gpu>.csv``) and
-:func:`zeus_window_truths` (Zeus's profiling windows, ``data/profile_windows/``; all in ``data/SOURCE.md``); the
-hindsight oracle :func:`oracle_cap`, with :func:`true_slowdown_pct` and :func:`true_energy_per_iter`. The GPU and
-job that play a truth are in ``benchmarks/_replay.py``.
-
-**Rules of evidence** (a model is never scored against itself). The truth is the measured table, interpolated, never fitted. Only scoring code
-(and ``benchmarks/_replay.py``, which plays it) may import this module: the profiler, observer and controller
-under test see the truth only through noisy readings.
-
-**Interpolation.** Piecewise-linear between measured caps, after making the points monotone: walking down from
-the highest cap, a point's time is the running maximum and its power the running minimum of the points at or
-above it. A lower cap can only slow a job and lower its power, so a violation is measurement noise (H200 ``bw``
-reads 433 W at 550 W against 412 W uncapped); anchoring at the highest cap keeps the uncapped point, the
-reference of every slowdown and saving, as measured. Above the highest measured cap the highest point holds.
-Below the lowest, the job is taken as power-bound at the lowest point's energy per iteration (power falls and time
-grows in proportion to the cap): that never invents a saving nor hides a slowdown. Every vendored curve is
-measured down to its board's minimum cap, so this only matters for hand-built curves.
-
-**Units.** H200 curves hold seconds per iteration, Zeus summary curves seconds per *epoch* (``time_unit ==
-"epoch"``; every epoch is the same work, so slowdowns, savings and cap choices are the same; energies are then J per
-epoch), Zeus window curves seconds per iteration of an assumed 40-iteration window
-(:data:`~ecolaunch.profile.zeus_data.ZEUS_WINDOW_ITERS`: only ratios are read from them).
-
-**Known data caveats** (``data/SOURCE.md``): H200 ``mlp`` is launch-jitter noise, not a curve (loaded only on
-request, ``noisy=True``); H200 ``mm`` at 600 W reads 614 W because its window includes settling from 650 W
-(ecolaunch's profiler read 594 W there the same day). It is kept as measured, which makes 600 W and the caps next to
-it look worse for energy than they probably are. Zeus's V100 ResNet-18 window at 225 W is longer than those at
-200-150 W (one window per cap); the monotone rule carries its time down to 150 W, so that curve slows more under
-moderate caps than its other windows say.
+What lives here: :class:`TruthCurve` and its loaders :func:`h200_truths` (ecolaunch's own H200 sweep),
+:func:`zeus_truths` (Zeus's summary sweeps) and :func:`zeus_window_truths` (Zeus's profiling windows); the
+hindsight oracle :func:`oracle_cap`, with :func:`true_slowdown_pct` and :func:`true_energy_per_iter`. What does
+not: the GPU and job that play a truth (``benchmarks/_replay.py``). Only scoring code may import it. The
+interpolation, units and data caveats: docs/simulator.md#measured-curves-as-truth.
 """
 
 from __future__ import annotations
@@ -61,7 +36,8 @@ ZEUS_MODELS = {"V100": "V100-PCIE-32GB", "A40": "A40", "P100": "P100-PCIE-16GB",
 class TruthCurve:
     """One job's measured cap curve (``points`` ascending by cap, as measured) and the board's cap range.
 
-    ``monotone`` holds the points after the running max/min of the module docstring; the methods interpolate those.
+    ``monotone`` holds the points after the running max/min of docs/simulator.md#measured-curves-as-truth; the
+    methods interpolate those.
     ``sm_util_pct``/``mem_util_pct``: utilization at the uncapped point, None when not measured. ``noisy`` marks a
     curve known to be noise rather than shape (H200 ``mlp``).
     """
@@ -91,7 +67,7 @@ class TruthCurve:
                               f"{self.min_cap_w}/{self.default_cap_w}/{self.max_cap_w} W",
                               hint="use the board's power-limit range")
         t_max, p_min, out = 0.0, math.inf, []
-        for p in reversed(self.points):  # from the highest cap down: see the module docstring
+        for p in reversed(self.points):  # from the highest cap down: see docs/simulator.md#measured-curves-as-truth
             t_max, p_min = max(t_max, p.iter_time_s), min(p_min, p.power_w)
             out.append(CapPoint(p.power_cap_w, t_max, p_min))
         object.__setattr__(self, "monotone", tuple(reversed(out)))

@@ -1,45 +1,12 @@
 """The simulator's workload catalogue and the measured job-population data the traces are drawn from.
 
-What lives here:
-
-- :func:`workload_catalogue` / :func:`workload_profiles` / :func:`workload_names`: one
-  :class:`~ecolaunch.jobmodel.profile.Profile` per Gavel job type (26 types: ResNet-18/CIFAR-10 at batch 16-256,
-  ResNet-50/ImageNet at 16-128, Transformer/Multi30k at 16-256, LM/Wikitext-2 at 5-80, Recommendation/ML-20M
-  at 512-8192, A3C/Pong, CycleGAN/monet2photo);
-- cached loaders of the population data vendored in ``ecolaunch/sim/data`` (see its ``SOURCE.md``): Gavel's
-  Philly-derived per-VC arrival traces (:func:`gavel_vc`), a quantile table of the Philly runtimes
-  (:func:`sample_runtimes`) and the Alibaba 2023 GPU pods (:func:`alibaba_pods`).
-
-What does not: assembling traces (:mod:`ecolaunch.sim.traces`), the models (:mod:`ecolaunch.sim.interference`,
-:mod:`ecolaunch.sim.power`, :mod:`ecolaunch.sim.node`).
-
-**Where each profile field comes from.**
-
-- ``iter_time_s`` = 1 / Gavel's solo throughput of the type on V100 (single GPU), measured.
-- ``sm_util_pct`` = 100 x the type's *latent* V100 demand fitted on Gavel's pairs by
-  :func:`ecolaunch.sim.interference.fit_gavel` (default fit: suspect values dropped, all three GPU types).
-  Gavel measured no utilization; this is the demand that best explains the type's measured pair slowdowns.
-- ``mem_bw_util_pct``: None (nothing in the data grounds it).
-- ``power_w``: grounded only where a Zeus power sweep ran the *same* model family: ResNet-50 / ImageNet at
-  the same batch size (Zeus ``imagenet/resnet50``, V100 PCIe, average power at the 250 W maximum limit, about
-  0.9 of the limit), kept as a fraction of the board's maximum power limit (as :mod:`ecolaunch.sim.power`
-  normalizes) and scaled to the board asked for; on a board other than Zeus's 250 W V100 that scaling is an
-  extrapolation. Mappings considered and *rejected* as different model families: ResNet-18/CIFAR-10 vs
-  ShuffleNetV2/CIFAR-100, Transformer/Multi30k vs BERT-base, LM (LSTM)/Wikitext-2 vs DeepSpeech2,
-  Recommendation (autoencoder)/ML-20M vs NCF/MovieLens-1M (NCF is input-bound at active-idle power in Zeus,
-  while the Gavel Recommendation types fit demands of 0.7-1.0: the two disagree). Every other type has
-  ``power_w = None``, so :func:`ecolaunch.sim.node.shared_gpu` assumes active idle + demand x (max limit -
-  active idle), i.e. dynamic power proportional to demand (an assumption).
-- ``memory_mib``: Gavel records none. :data:`ASSUMED_MEMORY_MIB` is an **assumption** table (typical peak
-  memory of fp32 PyTorch training of each model at that batch, CUDA context included), not a measurement.
-  Gavel's infeasible pairs (``[0, 0]``) were checked but cannot ground it: they are not monotone in batch size
-  (on V100, Transformer bs256 fails with bs32 but runs with bs64 and bs128; LM bs5 fails with ResNet-50 bs128)
-  so some mark unmeasured runs, not memory. What they do show, that ResNet-50 bs128 and Transformer bs256 are
-  the types that most often cannot share a 16 GiB V100, the table respects; :func:`memory_agreement` counts
-  how many of Gavel's V100 pair marks it agrees with (feasible iff the two memories fit in 16 GiB):
-  656 of 676 ordered pairs.
-
-Everything is computed at most once per process, on first use, never at import.
+What lives here: :func:`workload_catalogue` / :func:`workload_profiles` / :func:`workload_names` (one
+:class:`~ecolaunch.jobmodel.profile.Profile` per Gavel job type), :data:`ASSUMED_MEMORY_MIB`,
+:func:`memory_agreement`, and cached loaders of the population data (:func:`gavel_vc`, :func:`sample_runtimes`,
+:func:`alibaba_pods`), each computed at most once per process, on first use, never at import. What does not:
+assembling traces (:mod:`ecolaunch.sim.traces`), the models (:mod:`ecolaunch.sim.interference`,
+:mod:`ecolaunch.sim.power`, :mod:`ecolaunch.sim.node`). Where each profile field comes from:
+docs/simulator.md#workload-profiles.
 """
 
 from __future__ import annotations
@@ -59,7 +26,7 @@ from ecolaunch.sim.models import ZEUS_GPUS, gavel_solo, read_data_csv, zeus_rows
 
 logger = logging.getLogger(__name__)
 
-#: ASSUMPTION, not measured: peak GPU memory (MiB) of each Gavel job type, see the module docstring.
+#: ASSUMPTION, not measured: peak GPU memory (MiB) of each Gavel job type, see docs/simulator.md#workload-profiles.
 ASSUMED_MEMORY_MIB: Mapping[str, int] = {
     "ResNet-18 (batch size 16)": 900, "ResNet-18 (batch size 32)": 1000, "ResNet-18 (batch size 64)": 1200,
     "ResNet-18 (batch size 128)": 1600, "ResNet-18 (batch size 256)": 2200,
