@@ -17,10 +17,8 @@ Every error ecolaunch raises on purpose derives from :class:`EcolaunchError`; th
     │                          :mod:`ecolaunch.calibrate.booking`, beside the code that finds who)
     └── WorkerFailed           a worker of ``ecolaunch.launch()`` (the Python API) failed: its rank and exit code
 
-Each error carries ``hint``: one sentence saying what to do about it. The error renders itself
-(:meth:`EcolaunchError.render`: ``Error: what failed``, then ``HINT: what to do`` on its own line), and
-:func:`with_hint` is that one rendering for anything else that has a fix to print (a warning, a refusal that is not
-an EcolaunchError): the launch path, every subcommand (``ecolaunch.cli.command``) and the guard print through it.
+Each error carries ``hint`` (what to do) and renders itself (:meth:`EcolaunchError.render`); :func:`with_hint` is
+that one rendering for anything else that has a fix to print.
 """
 
 from __future__ import annotations

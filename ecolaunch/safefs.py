@@ -1,25 +1,12 @@
 """File access under a directory that other users can write: never follow a link, never open a special file.
 
-What lives here: the few primitives every reader and writer of the shared state directory uses when a
-colleague could have placed something in its way (the history, the hook channel, the simulated GPUs, the
-admin's layout command):
-
-* :func:`open_dir` opens one directory *relative to its parent's descriptor* with ``O_NOFOLLOW`` (a planted
-  symbolic link is refused, not followed), optionally creates it, and checks who owns it and who may write it;
-* :func:`read_at` / :func:`read_file` read one regular file (``O_NOFOLLOW | O_NONBLOCK``, so a FIFO never
-  blocks and a link is never followed), refusing anything larger than a bound; with ``trusted`` they enforce
-  **the rule of trust**, the one rule for every file someone believes because of who owns it: a regular file
-  with exactly one link, writable by nobody but its owner (:func:`check_trusted`). A hard link is how a member
-  makes a root-owned, group-writable file (``state.lock``, ``state.json``) appear under another name;
-* :func:`open_lock` opens a lock file every member of the group shares (never a link, never a special file);
-* :func:`write_at` / :func:`write_file` replace one file atomically: a temporary file with an unpredictable name
-  created with ``O_EXCL | O_NOFOLLOW``, its mode set through the descriptor, fsync, a rename in the same
-  directory, fsync of the directory; :func:`write_in_place` rewrites a shared file that only its owner may rename.
-
-The modes of the shared tree live here too (:data:`SHARED_DIR_MODE` and its kin): members read what they must,
-outsiders nothing. Refusals raise :class:`RefusedFile` (a kind of ``OSError``, so callers that degrade on I/O errors
-degrade on it too) naming what was wrong. It sits beside ``errors`` and ``clock`` because every layer that touches
-the shared directory (``state``, ``devices``, ``profile``, ``admin``) uses it.
+What lives here: the primitives every reader and writer of the shared state directory uses: :func:`open_dir`
+(one directory relative to its parent's descriptor, ``O_NOFOLLOW``), :func:`read_at` / :func:`read_file` (one
+regular file, bounded; with ``trusted``, the rule of trust: :func:`check_trusted`), :func:`open_lock`,
+:func:`write_at` / :func:`write_file` (atomic replacement) and :func:`write_in_place`, the modes of the shared tree
+(:data:`SHARED_DIR_MODE` and its kin), and :class:`RefusedFile` (an ``OSError``). It sits in the base beside
+``errors`` and ``clock`` because every layer that touches the shared directory uses it. The rule of trust and what
+each primitive closes: docs/threat-model.md#who-can-write-what.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The state directory's tree: every path in it, named once (:class:`StateLayout`).
 
-What lives here: the names of the entries of a state directory (module constants, for the code that works
-relative to a directory's descriptor), :class:`StateLayout`, which joins them onto one state directory (one
-property or method per path, its docstring saying what the path holds and who writes it), and :func:`tree`, the
-same paths as rows for the docs (``docs/architecture.md``'s table is generated from it: ``python -m
-tests.doclists``).
-
-What does not: which directory is the state directory (``ecolaunch.config.default_state_dir``), modes and owners
-(``ecolaunch.safefs``'s modes, ``ecolaunch init-state``: ``ecolaunch.state.layout`` and ``ecolaunch.state.init``),
-the trust checks made on opening (``ecolaunch.safefs``), and what the files mean (the module each docstring names).
-It sits in the base beside ``safefs`` because every layer that touches the tree (``config`` and ``devices``
-included) names its paths here.
+What lives here: the names of the entries (module constants), :class:`StateLayout` (one property or method per path,
+its docstring saying what the path holds and who writes it), and :func:`tree`, the rows of ``docs/architecture.md``'s
+generated table (``python -m tests.doclists``). What does not: which directory is the state directory
+(``ecolaunch.config.default_state_dir``), modes, owners and trust checks (``ecolaunch.safefs``, ``ecolaunch.state.layout``,
+``ecolaunch.state.init``), and what the files mean. In the base beside ``safefs``, because every layer names its paths
+here.
 """
 
 from __future__ import annotations

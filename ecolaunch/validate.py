@@ -1,17 +1,11 @@
 """The checks of a number read from a user, a file or a device: one rule for what a number is.
 
-What lives here: the predicates :func:`is_real` (an ``int`` or ``float``, not a ``bool``), :func:`is_number` (a
-finite real) and :func:`is_integer` (an ``int``, not a ``bool``); :func:`number_or_none` (a finite real in range as
-a float, else None, for readers that skip what they cannot use); and :func:`number` / :func:`integer`, which return
-the value or raise an :class:`~ecolaunch.errors.EcolaunchError` (``ConfigError`` unless the caller names another)
-that says what was checked, the value and the range: ``"<what> must be a number >= 0, got -1"``.
-
-A ``bool`` is never a number here, although Python makes it an ``int``: ``True`` in a JSON file or a TOML policy is
-a mistake, not 1. Strings are not numbers either: parsing text is the caller's (a flag's, a CSV cell's) business.
-What does not live here: the schema of a file (the admin policy's is :mod:`ecolaunch.admin.schema`) and the
-meaning of a field; a module that checks a field still says which range it needs.
-
-Base layer: imports only the standard library and :mod:`ecolaunch.errors`.
+What lives here: the predicates :func:`is_real`, :func:`is_number` (a finite real) and :func:`is_integer`;
+:func:`number_or_none` (for readers that skip what they cannot use); :func:`number` / :func:`integer`, which raise an
+:class:`~ecolaunch.errors.EcolaunchError` saying what was checked, the value and the range. A ``bool`` is never a
+number here (``True`` in a file is a mistake, not 1), nor is a string (parsing text is the caller's). What does not:
+the schema of a file (the admin policy's is :mod:`ecolaunch.admin.schema`) and the meaning of a field. Base layer:
+imports only the standard library and :mod:`ecolaunch.errors`.
 """
 
 from __future__ import annotations

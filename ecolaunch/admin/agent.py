@@ -1,24 +1,11 @@
 """The privileged cap agent: one loop that keeps every managed GPU at the cap its jobs want.
 
-``ecolaunch agent`` (``ecolaunch.cli.agent_cmd``) runs :class:`CapAgent` as root. Each pass: lock the state,
-reconcile it (jobs whose launcher died are released, live GPU readings refreshed), run
-:meth:`CapKeeper.reconcile <ecolaunch.admin.capkeeper.CapKeeper.reconcile>` inside the same transaction, unlock,
-sleep. Its first pass restores, from the ledger, every GPU a crashed agent or a SIGKILLed root launcher left
-changed; on SIGTERM/SIGINT it restores every GPU it changed before exiting.
-
-If a hostile user holds the state lock, a pass falls back to a lock-free snapshot of the job files (each file is
-replaced atomically), so caps are still applied and restored; the ledger is then written without the lock.
-
-A pass that cannot write the ledger (``caps.json`` made a directory by a member, a full disk under ``--ledger``)
-changes no cap it could not restore (the original is durable before the hardware changes, or nothing changes),
-is logged once with the fix, and is retried at the next pass; the agent keeps running. Only the agent applies a
-member's cap wish (its keeper serves every uid): it is the one root process that is there to restore it.
-
-The agent announces itself in ``<state dir>/agent.json`` (pid, start time, interval), so that launchers know a
-cap they record will be applied (:func:`agent_alive`). Given a ``textfile``, it also writes this host's metrics
-(:mod:`ecolaunch.admin.metrics`) there after every pass, for node_exporter's textfile collector, and removes the
-file when it stops (a stopped agent's readings must not look current); a write that fails is logged once while it
-lasts and never stops a pass. Nothing here prints or exits.
+What lives here: :class:`CapAgent` (each pass: lock the state, reconcile it, run :meth:`CapKeeper.reconcile
+<ecolaunch.admin.capkeeper.CapKeeper.reconcile>` in the same transaction, unlock, sleep; a lock-free snapshot of the
+job files when a member holds the lock), its announcement in ``<state dir>/agent.json`` (:func:`agent_alive`), and
+the metrics textfile it writes after every pass. What does not: deciding caps (:mod:`ecolaunch.admin.capkeeper`),
+the command line (``ecolaunch.cli.agent_cmd``); nothing here prints or exits. What the agent guarantees:
+docs/admin.md#the-cap-agent and docs/threat-model.md#power-caps-the-agent-root-launchers-unprivileged-launchers.
 """
 
 from __future__ import annotations

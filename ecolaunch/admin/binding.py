@@ -1,19 +1,9 @@
 """Which policy binds a process: the admin's, and what a user's own policy file may add to it.
 
-The rule (docs/threat-model.md, "The admin's policy binds every member"):
-
-* **root** is the admin: ``$ECOLAUNCH_POLICY`` names the policy, else ``/etc/ecolaunch/policy.toml``;
-* on a **private** state directory (one its user owns alone: no other user may write it, its group has no other
-  member; every test and a personal install use one) a user's ``$ECOLAUNCH_POLICY`` is the policy: nobody else's
-  jobs live there;
-* on a **shared** state directory the admin's policy binds: ``/etc/ecolaunch/policy.toml``, or, where that file does
-  not name this directory, a policy file the admin wrote *for* it (``$ECOLAUNCH_POLICY`` naming a file that is
-  root's, trusted by the rule of trust, in a directory only root may write or a sticky one of root's, whose
-  ``[state] dir`` is this directory or one above it). A user's own file may only **tighten** the admin's rules (:func:`tightened`); every
-  setting it would loosen is ignored, and one warning line names them.
-
-What does not live here: reading and validating a policy file (``admin.rules``), the environment
-(``config.Environment``), the wiring (``runtime.resolve``).
+What lives here: the rule (root's policy, a private state directory's user policy, or the admin's on a shared one)
+and :func:`tightened` (what a user's own file may add: only what tightens). The rule and what tightens:
+docs/threat-model.md#the-admins-policy-binds-every-member. What does not live here: reading and validating a policy
+file (``admin.rules``), the environment (``config.Environment``), the wiring (``runtime.resolve``).
 """
 
 from __future__ import annotations
@@ -52,7 +42,7 @@ class Binding:
 
 
 def binding_policy(env: Mapping[str, str], euid: int | None = None) -> Binding:
-    """The policy that binds this process, and the state directory it implies (see the module docstring)."""
+    """The policy that binds this process, and the state directory it implies (docs/threat-model.md#the-admins-policy-binds-every-member)."""
     euid = os.geteuid() if euid is None else euid
     named = env.get(ENV_POLICY_FILE, "").strip()
     if not named:

@@ -3,71 +3,13 @@ together to meet it.
 
 What lives here: :class:`GpuDemand` (one GPU as the budget sees it), :func:`allocate` (caps whose sum fits the
 budget), :func:`host_demands`, :func:`rebalance` and :func:`budget_ceilings` (what the state graph records, and
-what a running launcher may raise its cap to), :func:`job_floor_w` (the lowest cap a job may get),
-:func:`least_total_w` (the least a request can ever count: above the budget, it can never fit). Here, below the
-policies, because the cap keepers (:mod:`ecolaunch.admin.capkeeper`) hold caps to the budget too. What does not:
-:class:`~ecolaunch.policy.budgeted.BudgetedPolicy`, the wrapper ``get_policy`` puts around every placement policy so
-that the launcher and the simulator meet the budget alike, and the booking of a decision
-(:func:`~ecolaunch.policy.budgeted.book_budget`); validating the budget against the host
-(:func:`ecolaunch.admin.lint.check_power_budget`); applying caps (``ecolaunch.launch.jobcaps``).
-
-**What the budget bounds.** On each host, the sum over its GPUs of
-
-* a GPU with ecolaunch jobs: its power cap, which bounds what it draws (the budget's cap for it, recorded in
-  ``StateGraph.budget_caps_w``; every job on it keeps its wish at or below it);
-* a GPU without a job: its board's **minimum** power limit;
-* a GPU ecolaunch may not cap (``[agent] gpus`` leaves it out, or it reports no limit range) that runs something,
-  or a GPU running only processes outside ecolaunch: its current limit, as found.
-
-**Why a GPU without a job counts at its minimum limit**, rather than at its idle power: an idle board draws less than
-its minimum limit (the catalogue's idle powers are 10-75 W against minimum limits of 40-200 W), so the minimum limit
-bounds its draw without ecolaunch setting anything on it: ecolaunch never touches a GPU without a job (an
-unprivileged launcher could not), and a job placed on it is capped before its workers start. Its idle power would
-be a tighter count but an estimate (the catalogue's, not measured on this board), and a budget counted that way
-could be broken by nothing more than a job's start-up. The check of a policy file uses the same count: a budget
-below the sum of the boards' minimum limits could never be met, even with no job; one above the sum of their
-maximum limits never binds (``ecolaunch policy check`` refuses both).
-
-**Per GPU** (:func:`host_demands`): a GPU of a job alone on its GPUs, with a measured curve, which ecolaunch may cap,
-has a *wanted* cap (what its placement chose before the budget, recorded in its decision; an uncapped job wants
-the top of its ``[caps]`` bounds), a *floor* (the lowest cap on the :data:`GRID_W` grid at which its curve predicts
-a slowdown, plus the margin :func:`~ecolaunch.profile.capchoice.cap_margin_pct` keeps back for what was not
-measured, within the job's bound: the feasibility rule of :func:`~ecolaunch.profile.capchoice.choose_cap`), and its
-predicted slowdown and energy per iteration at each cap between. The GPUs of one job take one cap (its ranks wait
-for the slowest). Every other GPU is fixed: a job without a curve cannot be lowered below what it has; a GPU shared
-by several jobs keeps the budget cap it has (the solo curves do not say what a cap does to jobs sharing a GPU, and a
-newcomer never changes the power of a colleague's GPU).
-
-**Allocation** (:func:`allocate`): every GPU starts at its wanted cap; while the sum exceeds the budget, the job
-whose next 5 W step down costs the least predicted slowdown per watt saved goes down one step (ties: the larger
-energy saving per watt), never below its floor. Computed afresh at every arrival and departure, so caps lowered for
-a job that left come back up toward what their jobs want. None when even the floors do not fit: the job waits.
-
-**On a real machine, "at every instant"** means: the set power limits of the GPUs whose workers run, plus the
-minimum limit of every other GPU (more than it draws idle), add up to at most the budget at all times but one
-window. After a placement that lowers running jobs, their launchers apply their new caps at their next look (every
-second; plus one cap-agent pass, a second, where an agent applies caps); the newcomer's workers start only once
-those lowered limits show (it waits up to 5 s, and says so if they do not), so during that window only the
-newcomer's still idle GPU carries its new cap early, not its load. A job that leaves has ended its workers before
-the others are raised. A board's draw follows its limit within NVML's enforcement window (a fraction of a second).
-The budget is met only where caps can be set (a cap agent, or root launchers); an unprivileged launcher without an
-agent prints the caps it would set, as it does for any cap.
-
-**Who computes the budget caps.** ``state.json`` is writable by every member of the lab, so a budget cap read from it
-is never obeyed as it stands: whoever applies or follows one (the cap agent and any root applier under the lock,
-a running launcher on its look) computes them afresh from the validated job files (:func:`trusted_budget_caps`,
-:func:`budget_ceilings`). The file's value is used only as the count of a GPU shared by several jobs, and there it
-is held between the highest floor of the jobs on it and the highest cap they want, so that a forged value can
-neither push a co-runner below its bound nor make the sum look smaller than it is.
-
-**The floor of a job without a curve** (:func:`no_curve_floor_w`): a job with neither a measured curve nor a prediction
-with a margin (a first launch) is never capped below the higher of the admin's minimum for its model (``[caps]
-min_w``) and :data:`NO_CURVE_FLOOR_SHARE` of its board's default power limit. The share is read off the measured
-cap sweeps this package ships (``ecolaunch/sim/data/summary_power_*.csv``, the Zeus NSDI '23 traces of 4 boards,
-and ``h200_cap_sweep.csv``): above it the measured slowdowns of most workloads stay modest, below it they grow fast
-(``benchmarks/no_curve_floor.py`` prints the figures, docs/threat-model.md cites them). The allocation never lowers
-such a job at all (its floor is what it wants); the floor bounds what a forged ceiling, a colleague's cap on a
-shared GPU, or the budget's last resort may do to it.
+what a running launcher may raise its cap to), :func:`trusted_budget_caps`, :func:`job_floor_w` and
+:func:`no_curve_floor_w` (the lowest cap a job may get), :func:`least_total_w` (the least a request can ever count).
+Here, below the policies, because the cap keepers (:mod:`ecolaunch.admin.capkeeper`) hold caps to the budget too.
+What does not: the wrapper around every placement policy and the booking of a decision
+(``ecolaunch.policy.budgeted``), validating the budget against the host (:func:`ecolaunch.admin.lint.check_power_budget`),
+applying caps (``ecolaunch.launch.jobcaps``). How the budget works: docs/admin.md#a-power-budget-for-the-whole-machine
+and #how-the-budget-chooses-the-caps; the no-curve floor's share and its data: docs/threat-model.md.
 """
 
 from __future__ import annotations
@@ -101,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 #: the grid caps move on under the budget: the cap choice's (NVML takes any whole watt; 5 W is finer than a curve)
 GRID_W = CHOICE_STEP_W
-#: the lowest share of its board's default power limit a job without a curve is ever capped to (module docstring)
+#: the lowest share of its board's default power limit a job without a curve is ever capped to (docs/threat-model.md, round two)
 NO_CURVE_FLOOR_SHARE = 0.8
 EPS_W = 1e-6
 #: a limit within this many watts of a ceiling is taken as at it (drivers round to whole watts or milliwatts)
@@ -142,7 +84,7 @@ class _Unit:
 
 def allocate(gpus: Sequence[GpuDemand], budget_w: float, *, step_w: float = GRID_W) -> dict[str, float] | None:
     """A cap for every GPU (uuid -> W) whose sum is at most ``budget_w``, each between its floor and its wanted cap,
-    lowered where a watt costs its job the least slowdown (see the module docstring); None when the floors alone
+    lowered where a watt costs its job the least slowdown (docs/admin.md#how-the-budget-chooses-the-caps); None when the floors alone
     exceed the budget. Pure and deterministic (ties break by group, then uuid)."""
     units: dict[str, _Unit] = {}
     for g in gpus:
@@ -282,7 +224,7 @@ class Newcomer:
 
 def host_demands(state: StateGraph, host: Host, rules: Rules, newcomer: Newcomer | None = None,
                  priors: Priors = default_prior) -> list[GpuDemand]:
-    """Every GPU of ``host`` as the budget sees it (module docstring), with ``newcomer`` placed as it asks; each job's
+    """Every GPU of ``host`` as the budget sees it (docs/admin.md#how-the-budget-chooses-the-caps), with ``newcomer`` placed as it asks; each job's
     curve read with its prior (``priors``, by job id)."""
     holders: dict[str, list[str]] = {}
     units: dict[str, tuple[tuple[str, ...], float | None, Profile | None, float, Job | None]] = {}
@@ -412,7 +354,7 @@ def budgeted_gpus(state: StateGraph, rules: Rules) -> set[str]:
 def least_total_w(rules: Rules, gpus: Sequence[GpuNode], usable: Sequence[GpuNode], nproc: int) -> float | None:
     """The least the budget can count on a host of ``gpus`` with a job running on ``nproc`` of ``usable``: the job's
     GPUs at the lowest cap the admin allows on them (``[caps]``; their limit as found where ecolaunch may not cap
-    them), chosen where that costs least, every other GPU at its minimum limit (module docstring). A request above
+    them), chosen where that costs least, every other GPU at its minimum limit (docs/admin.md#how-the-budget-chooses-the-caps). A request above
     the budget by this count can never fit, however long it waits. None when ``usable`` has fewer than ``nproc``
     GPUs."""
     if len(usable) < nproc:
@@ -519,7 +461,7 @@ def rebalance(state: StateGraph, rules: Rules, priors: Priors = default_prior) -
 
 def trusted_budget_caps(state: StateGraph, rules: Rules, priors: Priors = default_prior) -> dict[str, float]:
     """The budget caps as whoever applies or follows them must take them: computed afresh from the validated job
-    files (:func:`rebalance`), never read from ``state.json`` (every member's to write; module docstring)."""
+    files (:func:`rebalance`), never read from ``state.json`` (every member's to write: docs/admin.md#how-the-budget-chooses-the-caps)."""
     return rebalance(state, rules, priors)
 
 

@@ -1,36 +1,12 @@
-"""The cap ledger: which power cap each GPU should run at, applied within the policy and always restored.
+"""The cap ledger's keeper: which power cap each GPU should run at, applied within the policy and always restored.
 
-Launchers record the caps they want in the state graph (``Job.power_caps_w``, per GPU UUID). A
-:class:`CapKeeper` — inside the root cap agent, or inside a launcher that runs as root — turns those wishes into
-hardware settings:
-
-* it manages only GPUs the driver lists on this host and the policy lets ecolaunch change (``[agent] gpus``,
-  :func:`~ecolaunch.admin.rules.may_manage_gpu`); a UUID anywhere else in the state file is ignored;
-* a GPU's desired cap is the highest cap wanted by the running jobs that hold it (the least restrictive, so a
-  job can never slow a colleague's job on the same GPU below what that job asked for), clipped to the policy's
-  bounds (:func:`~ecolaunch.admin.rules.cap_bounds_w`); a garbage value is ignored with a warning;
-* when no running job wants a change, the GPU gets back its **original** cap: the one found before ecolaunch first
-  touched it (not NVIDIA's default). The original is written to the ledger file (``<state dir>/caps.json``,
-  atomic write) *before* the hardware changes, so after a crash or reboot the next keeper restores from it;
-* a job whose launcher is dead holds no caps (its lease ended), even before reconcile removed it; nor does a job
-  whose launcher runs under another uid than the job names (a forged job file naming pid 1);
-* on a GPU shared with a job that wants no cap there, a job's cap counts only if that job was placed after it,
-  knowing it was there: a newcomer, or a job file that merely claims a colleague's GPU, never caps it;
-* on a shared GPU, a cap below what a co-runner's bound allows (its floor: by its own curve, else the floor of a job
-  without a curve, :func:`~ecolaunch.admin.budget.job_floor_w`) is refused, whenever it was written;
-* under a power budget (``[power] max_total_w``) what a keeper applies keeps the sum within it: the budget caps are
-  computed here from the validated job files (:func:`~ecolaunch.admin.budget.budget_ceilings`, never the copy in
-  ``state.json``, which every member may write), every wish is held under its GPU's ceiling, a budgeted GPU
-  without a wish is brought down to its ceiling, and if the floors still do not fit (a job file changed under the
-  budget), the most recently started launchers' GPUs go down toward the admin's minimum until the sum fits;
-* only the cap agent applies a member's wish (it is there to restore it when the job ends). Any other root keeper
-  (a root launcher, its guard, ``calibrate``, ``status``) applies only the wishes of root's own jobs, each of which
-  restores what it applied at its release (and its guard if it dies), and restores everything else in the ledger:
-  a member's cap is never applied by a root command that will not be there to take it back.
-
-Callers hold the state lock around :meth:`CapKeeper.reconcile`, which serializes ledger updates between the agent
-and root launchers. Without the agent: :func:`apply_caps_as_launcher` (root launcher, same guarantees) and
-:func:`cap_recommendation` (the one line an unprivileged launcher prints).
+What lives here: :class:`CapKeeper`, which turns the caps launchers record in their jobs (``Job.power_caps_w``) into
+hardware settings, inside the root cap agent or a root launcher; callers hold the state lock around
+:meth:`CapKeeper.reconcile`, which serializes ledger updates between them. Without the agent:
+:func:`apply_caps_as_launcher` (a root launcher, same guarantees) and :func:`cap_recommendation` (the one line an
+unprivileged launcher prints). What does not: the ledger's file (:mod:`ecolaunch.admin.ledger`), the budget's
+arithmetic (:mod:`ecolaunch.admin.budget`). Which wishes count and what is refused: docs/admin.md#the-cap-agent and
+docs/threat-model.md ("What a lab member can and cannot do", round two).
 """
 
 from __future__ import annotations
@@ -304,7 +280,7 @@ class CapKeeper:
         processes: the process table deciding whether a launcher still holds its lease.
         ledger_path: where the ledger lives (an admin may keep it in a root-only directory).
         only_uids: the uids whose wishes this keeper applies: by default root's and this process's own (a root
-            launcher, its guard, any root command); the cap agent passes None, everyone's (module docstring).
+            launcher, its guard, any root command); the cap agent passes None, everyone's (docs/threat-model.md, round two, item 11).
     """
 
     def __init__(
@@ -492,7 +468,7 @@ class CapKeeper:
         doc = {"schema": LEDGER_SCHEMA, "version": LEDGER_VERSION, "host": self.host,
                "gpus": {u: e.to_dict() for u, e in sorted(ledger.items())}}
         try:
-            # mode 0644: readable for `ecolaunch status`, writable only by its owner (root)
+            # RECORD_MODE (0640): readable by the group for `ecolaunch status`, writable only by its owner (root)
             write_file(self.ledger_path, json.dumps(doc, indent=1, sort_keys=True).encode(), mode=RECORD_MODE)
         except OSError as e:
             raise LedgerWriteError(e.errno, e.strerror or str(e), str(self.ledger_path)) from e

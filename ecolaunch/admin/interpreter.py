@@ -1,22 +1,12 @@
 """How ecolaunch starts its own Python helpers, and whether the Python that runs as root is root's alone.
 
-What lives here:
-
-- :func:`helper_argv` (the command line of a helper process: the cap guard, the calibration workers). A helper
-  runs in isolated mode (``-I``: no current directory or script directory on ``sys.path``, no ``PYTHON*``
-  variables, no user site; ``-P`` alone would need Python 3.11, and the project supports 3.10) from a fixed
-  working directory (:data:`HELPER_CWD`), and imports ecolaunch from the directory this process imports it from.
-  A member who plants ``ecolaunch/__init__.py``, ``torch/`` or ``sitecustomize.py`` in a shared directory, or a
-  ``PYTHONPATH``/``PYTHONSTARTUP`` in root's environment, never runs code in a helper that root starts from there.
-- :func:`settings_argv` / :func:`add_settings_options` / :func:`settings_env`: the settings a helper needs
-  (state directory, simulated GPUs, policy file) passed on its command line, never inherited from its environment;
-  :func:`helper_env` is the environment it gets (the parent's, without ``PYTHON*`` and ``ECOLAUNCH_*``).
-- :func:`unsafe_paths` / :func:`interpreter_warning`: whether the interpreter, its prefix, ``sys.path`` or the
-  ecolaunch package could be written by a uid other than root. Then every import is already that user's, and
-  isolation cannot help: the launch, the agent and ``calibrate`` say so once, with the fix (a root-owned install).
-
-What does not: printing (the CLI renders :func:`interpreter_warning`), the state directory's own checks
-(``ecolaunch.state.store``), the files root may believe (``ecolaunch.admin.safety``).
+What lives here: :func:`helper_argv` (a helper's command line: ``python -I`` from :data:`HELPER_CWD`, importing
+ecolaunch from where this process does), :func:`settings_argv` / :func:`add_settings_options` /
+:func:`settings_env` (a helper's settings on its command line, never from its environment), :func:`helper_env`,
+and :func:`unsafe_paths` / :func:`interpreter_warning` (an interpreter, prefix, ``sys.path`` or package another uid
+could write). What does not: printing (the CLI renders the warning), the state directory's checks
+(``ecolaunch.state.store``), the files root may believe (``ecolaunch.admin.safety``). Why: docs/threat-model.md,
+round two, item 1.
 """
 
 from __future__ import annotations
@@ -63,7 +53,7 @@ def package_root() -> str:
 
 
 def helper_argv(module: str, *args: str, executable: str | None = None) -> list[str]:
-    """The command line that runs ``python -m module args`` isolated (see the module docstring), or the script
+    """The command line that runs ``python -m module args`` isolated (``python -I`` from :data:`HELPER_CWD`), or the script
     ``module`` when it is an absolute path ending in ``.py``; start it with ``cwd=HELPER_CWD`` (or another directory
     only root can write) and ``env=helper_env(...)``."""
     return [executable or sys.executable, "-I", "-c", _BOOT, package_root(), module, *args]

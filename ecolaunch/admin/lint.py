@@ -1,23 +1,11 @@
 """Checks of a valid policy file against this host's GPUs: warnings about rules that would not do what their admin
 meant, and the one error that depends on the host (the power budget).
 
-:func:`policy_warnings` looks for rules that apply to nothing: a ``[caps.MODEL]`` table whose model no GPU
-reports (matched as :func:`ecolaunch.admin.rules.cap_bounds_w` matches it: the name NVML reports, without case,
-spacing or a leading ``NVIDIA``), or, when this host's GPUs are known, that this host does not have; a ``[caps]``
-bound outside its board's power-limit range (this host's GPU, else the catalogue's model), which the clip to the
-board's range turns into the range's edge; a user or group (``[reserve]``, ``[users]``, ``[state] group``) that
-this host's user database does not know; and, when this host's GPUs are known, ``[caps.index.N]``,
-``[reserve.N]`` (or a UUID) and ``[agent] gpus`` entries naming a GPU the host does not have, and a ``[power]
-max_total_w`` that cannot let every GPU run a job at once under the ``[caps]`` lower bounds. Such a file is valid
-— the same policy may serve several machines — so these are warnings, never errors.
-
-:func:`check_power_budget` is an error (``policy check`` exits 1): a ``[power] max_total_w`` below what this host
-needs to run a single job (the sum of its boards' minimum power limits, plus what a ``[caps]`` lower bound adds
-for the GPU the job gets), or above what its boards can draw (the sum of their maximum limits). Both sums count a
-GPU without a job at its minimum limit, as the budget itself does (:mod:`ecolaunch.admin.budget`).
-
-Validation proper lives in :mod:`ecolaunch.admin.schema`; nothing here reads a file or opens a device (the caller
-passes the GPUs in); users and groups are looked up in the user database (``pwd``, ``grp``).
+What lives here: :func:`policy_warnings` (rules that apply to nothing: warnings, never errors, since one file may
+serve several machines) and :func:`check_power_budget` (a budget this host could never meet or that never binds:
+an error). What does not: validation proper (:mod:`ecolaunch.admin.schema`); nothing here reads a file or opens a
+device (the caller passes the GPUs in); users and groups are looked up in the user database (``pwd``, ``grp``).
+Each warning and the budget's check: docs/admin.md#the-policy-file.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """The host's metrics for the lab's dashboards: one prometheus-client registry, read afresh at every collection.
 
 :func:`registry` builds it over the state directory's store and this host's GPU backend; ``ecolaunch agent
---textfile PATH`` writes it at every pass in node_exporter's textfile-collector format (:func:`write_textfile`), and
-``ecolaunch exporter`` serves it over HTTP. What it holds (names and units as Prometheus's conventions have them)::
-
-    ecolaunch_gpu_power_watts                 gauge    the GPU's power draw
-    ecolaunch_gpu_power_limit_watts           gauge    its power limit (the one set: NVML's management limit)
-    ecolaunch_gpu_energy_joules_total         counter  its energy counter (NVML's: since the driver was loaded)
-    ecolaunch_gpu_utilization_ratio           gauge    the fraction of time a kernel ran (NVML utilization.gpu)
-    ecolaunch_gpu_memory_utilization_ratio    gauge    the fraction of time memory was read or written
-    ecolaunch_gpu_memory_used_bytes           gauge    the memory in use on it
-    ecolaunch_jobs                            gauge    this host's ecolaunch jobs, by state (running, queued) and user
-    ecolaunch_queue_length                    gauge    the jobs waiting in this host's queue
-    ecolaunch_collect_success                 gauge    1 when the part (gpus, state) could be read, else 0
-
-Every GPU series is labelled ``gpu`` (the NVML index, as ``ecolaunch status`` shows it), ``uuid``, ``model``, and
-``job`` and ``user``: the id and user of the ecolaunch job running on it, comma-separated (in job-id order) when
-jobs share it, empty when none does. So a GPU has one series at a time (sums over GPUs count each once), and
-``increase()`` of the energy counter grouped by ``user`` is each user's GPU energy, to within a scrape interval
-at each job's start and end. A reading the GPU cannot give is left out, never exported as NaN.
-
-A part that cannot be read (the driver fails, the state directory is refused) is logged once while it lasts, its
-``ecolaunch_collect_success`` is 0, and the rest is still exported. Nothing here prints or exits.
+--textfile`` writes it in node_exporter's textfile-collector format (:func:`write_textfile`), and ``ecolaunch
+exporter`` serves it over HTTP. Nothing here prints or exits. The metrics, their labels, and what happens when a part
+cannot be read: docs/accounting.md#metrics-for-dashboards.
 """
 
 from __future__ import annotations
@@ -134,7 +116,7 @@ class HostCollector:
 
 
 def registry(store: StateStore, backend: GpuBackend, processes: ProcessTable | None = None) -> CollectorRegistry:
-    """The one registry of this host's metrics (see the module docstring)."""
+    """The one registry of this host's metrics (docs/accounting.md#metrics-for-dashboards)."""
     reg = CollectorRegistry()
     reg.register(HostCollector(store, backend, processes))
     return reg

@@ -3,73 +3,11 @@
 What lives here: :class:`Rules` (defaults = behaviour without a policy file), :func:`load_rules` /
 :func:`parse_rules` (TOML file or text → rules + the source of each value), and the helpers that apply
 the policy over a user's request: :func:`clip_slowdown`, :func:`job_bound_pct` (the one resolution of a job's
-slowdown bound), :func:`cap_bounds_w`, :func:`ecolaunch.jobmodel.gpu.clip_w` (the one clamp of a cap), :func:`job_cap_bounds` (one job's
-GPUs together), :func:`profiler_settings`, :func:`may_use_gpu` (:func:`reservation`), :func:`user_gpu_limit`,
-:func:`clip_cap_w` (a cap inside what the policy allows on one GPU). Key checking and line finding live in
-:mod:`ecolaunch.admin.schema`; what the policy *means* for a placement is applied by ``ecolaunch.policy``.
-
-The policy file (default ``/etc/ecolaunch/policy.toml``, or ``$ECOLAUNCH_POLICY``) is TOML. Every table
-and key is optional; an unset key keeps its default. Unknown keys are errors. ``examples/policy.toml`` is a
-commented example::
-
-    [slowdown]                  # how much slower than alone and uncapped a job may run
-    default_pct = 10.0          # percent; when the user asks for nothing                 default 10.0
-    max_pct = 25.0              # percent, 0-1000; users may ask for less, never more     default 25.0
-                                # (if only max_pct is set and below 10, default_pct follows it down)
-    [energy]
-    eta = 1.0                   # 0-1; weight of energy against time (Zeus's eta):        default 1.0
-                                # 1 = the least energy per unit of work within the bound (the objective
-                                # of every cap choice: first run, repeat run, closed loop, simulator);
-                                # below 1, Zeus's cost eta*E + (1-eta)*P_max*T, on every path alike
-    wait_weight = 0.0           # 0-100; caps that weigh the queue: while jobs wait for   default 0.0
-                                #   GPUs, each second a cap delays them costs wait_weight
-                                #   seconds of the GPU at its maximum power (placement and
-                                #   closed loop; ecolaunch.profile.capchoice.queue_eta)
-    [power]                     # a power budget for the whole host (ecolaunch.admin.budget)
-    max_total_w = 1200.0        # watts, 1-1e6: bounds the sum over the host's GPUs of    default: none
-                                #   their power limits, a GPU without a job counted at its minimum limit.
-                                #   New and running jobs' caps are chosen together to meet it (a running
-                                #   job is lowered, never below what keeps it within its slowdown bound,
-                                #   and raised back when a job leaves); a job that does not fit waits.
-                                #   `ecolaunch policy check` refuses a budget below the sum of this host's
-                                #   boards' minimum limits or above the sum of their maximum limits.
-    [colocation]
-    enabled = true              # may two jobs share one GPU at all                       default true
-    max_jobs_per_gpu = 2        # 1-64; jobs on one GPU at once                           default 2
-    memory_margin_mib = 1024    # MiB >= 0 kept free on a shared GPU beyond the peaks     default 1024
-    share_if_sooner = false     # the sharing contract for a job that does not say          default false
-                                #   (--share-if-sooner yes|no): start now on a shared GPU when that
-                                #   finishes it sooner than waiting (ecolaunch.policy.contract)
-
-    [caps."A100-SXM4-80GB"]     # power-cap bounds for every GPU of this model (name as nvidia-smi shows
-    min_w = 200.0               #   it; case, spacing and a leading "NVIDIA" are ignored). Watts > 0 ...
-    max_w = 350.0
-    [caps.index.3]              # ... or for the GPU with this NVML index; it replaces the model's table
-    max_fraction = 0.8          #   (no merging). Fractions of the board's max limit, in (0, 1].
-                                # One unit per table; min <= max; an unset side is the board's own limit.
-                                # Bounds are always clipped into the board's range. Default: board range.
-    [reserve.0]                 # GPU by NVML index, or [reserve."GPU-<uuid>"] by UUID: only these may use it
-    users = ["alice"]           #   user names                                            default: none
-    groups = ["vision-lab"]     #   Unix group names (at least one of users/groups; [] = nobody)
-
-    [users.alice]               # per-user limit;  [users."*"] applies to users without a table
-    max_gpus = 2                #   the most GPUs held at once, 0-4096                    default: no limit
-
-    [profiling]                 # budget for profiling a job that history does not know
-    max_iterations = 50         #   iterations >= 0                                       default: no limit
-    max_time_s = 120.0          #   seconds >= 0                                          default: no limit
-    max_caps = 4                #   at most this many power caps tried, >= 0              default: no limit
-
-    [agent]                     # the privileged cap agent (``ecolaunch agent``)
-    gpus = [0, 1]               # GPUs (NVML index or "GPU-<uuid>") whose power caps ecolaunch may change;
-                                #   it never touches any other GPU               default: every GPU of the host
-    [state]
-    dir = "/var/lib/ecolaunch"  # absolute path of the state directory  default: $ECOLAUNCH_STATE_DIR or
-                                #   /var/tmp/ecolaunch (the environment variable still wins over the file)
-    group = "gpu-users"         # Unix group that shares the state directory              default: none
-
-Errors read ``<file>:<line>: <dotted.key> = <value>: <problem>`` with a hint; TOML syntax errors carry
-tomllib's line and column.
+slowdown bound), :func:`cap_bounds_w`, :func:`job_cap_bounds` (one job's GPUs together), :func:`profiler_settings`,
+:func:`may_use_gpu` (:func:`reservation`), :func:`user_gpu_limit`, :func:`clip_cap_w` (a cap inside what the policy
+allows on one GPU). What does not: key checking and line finding (:mod:`ecolaunch.admin.schema`), the one clamp of a
+cap (:func:`ecolaunch.jobmodel.gpu.clip_w`), what the policy *means* for a placement (``ecolaunch.policy``).
+Every key, its range and default: docs/admin.md#every-key-of-the-policy-file.
 """
 
 from __future__ import annotations

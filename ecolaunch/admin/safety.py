@@ -1,14 +1,9 @@
 """Privilege and trust checks of the admin side: who may run the cap agent, and which files root may believe.
 
-What lives here: :func:`require_cap_privilege` (the agent's start-up check: root on real GPUs, anyone on the
-simulated backend), :func:`require_launcher_privilege` (whether a launcher without the agent may set caps
-itself), :func:`trusted_by_root` (a file root may act on: a regular file owned by root or this user, writable by
-nobody else), :func:`identity_of_uid` (the user name and groups the kernel's account database gives
-a uid: what reservations and per-user limits are checked against, never a name a file or the environment claims),
-:func:`warn_unsafe_interpreter` (root runs from an interpreter or package another uid can write:
-``ecolaunch.admin.interpreter``).
-The state directory's own checks live in ``ecolaunch.state.store``
-(:func:`~ecolaunch.state.store.check_state_dir`); the threat model is ``docs/threat-model.md``.
+What lives here: :func:`require_cap_privilege`, :func:`require_launcher_privilege`, :func:`trusted_by_root`,
+:func:`identity_of_uid` (the user and groups the kernel's account database gives a uid, never a name a file or the
+environment claims), :func:`warn_unsafe_interpreter`. What does not: the state directory's own checks
+(:func:`ecolaunch.state.store.check_state_dir`). The threat model: docs/threat-model.md.
 """
 
 from __future__ import annotations

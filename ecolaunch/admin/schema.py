@@ -1,14 +1,11 @@
 """Validation of a parsed policy document into :class:`~ecolaunch.admin.rules.Rules` field values.
 
-What lives here: the table of known keys (:data:`SCALAR_KEYS`, :data:`CAP_KEYS`, ...), the
-:class:`Locator` that maps a dotted key back to its line (``tomllib`` reports no positions), and
-:func:`validate`, which walks a ``tomllib`` document and returns field values with their sources, or
-raises a :class:`~ecolaunch.errors.ConfigError` naming file, line, dotted key, value and a hint. A file with
-several errors raises :class:`PolicyErrors` (a ConfigError that reads as the first, and carries every one, in file
-order: ``ecolaunch policy check`` prints them all); a key whose value is wrong does not stop the others' checks.
-
-The schema itself is documented for admins in :mod:`ecolaunch.admin.rules`; reading files and the
-precedence helpers live there too. Nothing here touches a file or a device.
+What lives here: the table of known keys (:data:`SCALAR_KEYS`, :data:`CAP_KEYS`, ...), the :class:`Locator` that
+maps a dotted key back to its line (``tomllib`` reports no positions), and :func:`validate`, which raises a
+:class:`~ecolaunch.errors.ConfigError` naming file, line, dotted key, value and a hint, or :class:`PolicyErrors`
+carrying every error of the file in order. What does not: reading files and the precedence helpers
+(:mod:`ecolaunch.admin.rules`); nothing here touches a file or a device. The keys for admins:
+docs/admin.md#every-key-of-the-policy-file.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Who uses a GPU, and the calibration's own booking of it in the state graph.
 
-A calibration books its GPU like a launch (one RUNNING job, launcher = the ``ecolaunch calibrate`` process, named
-``calibrate``), so that launches see the GPU as taken, its workload processes count as the job's and not as
-foreign use, the caps it sets go through the one owner of caps (:class:`ecolaunch.launch.jobcaps.JobCaps`: the agent,
-or this process as root with its cap guard), and a SIGKILLed calibration is released and its caps restored like a
-SIGKILLed launch. The booking records a heavy profile (every unit busy, all memory) so that no policy packs a job
-beside it.
-
 What lives here: :class:`Occupant` and :func:`occupants` (an ecolaunch job of another launcher, or a process the
-driver shows that no ecolaunch job owns), :class:`GpuBusy`, :func:`book`. Nothing here prints.
+driver shows that no ecolaunch job owns), :class:`GpuBusy`, :func:`book` (one running job named ``calibrate``, with
+a heavy profile). Nothing here prints. Why a calibration books its GPU like a launch:
+docs/admin.md#how-a-calibration-runs.
 """
 
 from __future__ import annotations

@@ -1,43 +1,10 @@
 """Canned workloads with known character, for checking an install and calibrating caps on the user's own GPUs.
 
-Three workloads, the ones of the H200 sweep vendored in ``ecolaunch/sim/data/h200_cap_sweep.csv`` (its SOURCE.md):
-
-======  ===============================================================  =================================
-name    one iteration on a CUDA GPU                                      character
-======  ===============================================================  =================================
-``mm``  100 bf16 8192x8192 matrix products                               compute-bound
-``bw``  60 copies of a 2 GiB fp32 tensor                                 memory-bound
-``mlp`` 40 Adam steps of a 3-layer fp32 MLP (1024-2048-2048-10, b. 512)  launch-bound (host-side jitter)
-======  ===============================================================  =================================
-
-Without CUDA each runs a scaled-down CPU version (a few milliseconds per iteration), so that a check on
-simulated GPUs (``ECOLAUNCH_SIMULATE``) runs the same code end to end; its figures say nothing about a GPU.
-Every iteration ends with ``torch.cuda.synchronize()`` on a GPU and with :func:`ecolaunch.step`, so a launch by
-ecolaunch profiles it like any instrumented training script.
-
-**Duty cycle** (``busy_pct``, ``--busy-pct P``): each iteration's work is followed by an idle gap on the host (a
-sleep of the work's own time x (100 / P - 1)), as a data loader or a host-side step leaves a GPU idle; the GPU is
-busy about P % of the time. 100 (default): no gap. The pair a GPU shares well is made of such jobs.
-
-Command line (one worker; under ``torchrun`` or ``ecolaunch`` as the script, or plain ``python``)::
-
-    python -m ecolaunch.calibrate.canned mm|bw|mlp --steps N --warmup K --result FILE [--device auto|cuda|cpu]
-                                                   [--busy-pct P]
-
-It runs ``N`` iterations and measures the last ``N - K`` inside the loop: wall time per iteration, and the GPU's
-energy over them from its energy counter, read through the same backend selection as the launcher
-(``ECOLAUNCH_SIMULATE`` picks simulated GPUs, else NVML; :func:`open_meter`). Rank 0 writes the result to ``FILE``
-as JSON (atomically); it prints nothing. Fields: ``workload``, ``what``, ``device``, ``gpu_uuid``,
-``energy_source`` (``nvml``, ``simulated`` or null), ``energy_error`` (why there is no energy, or null),
-``stand_in_load`` (see :func:`open_meter`), ``steps``, ``warmup``, ``busy_pct``, ``profiling`` (``ecolaunch.is_profiling()``),
-and the figures of :func:`measure`. Unknown figures are null.
-
-Python API for other tools (``benchmarks/gpu_check.py``, ``ecolaunch calibrate``): :func:`build` returns a
-:class:`Workload` whose ``step()`` runs one synchronized iteration; :func:`run_for` runs it for a time,
-:func:`measure` for a number of iterations; :func:`open_meter` opens the GPU it runs on (energy, snapshot).
-
-This module imports torch only inside :func:`build` and the command line; importing it costs nothing. It sets no
-power cap: whoever sweeps caps owns them.
+What lives here: the workloads ``mm``, ``bw`` and ``mlp`` and their CPU stand-ins, the command line
+(``python -m ecolaunch.calibrate.canned``), and the Python API other tools use: :func:`build` (a :class:`Workload`
+whose ``step()`` runs one synchronized iteration), :func:`run_for`, :func:`measure`, :func:`open_meter`. This module
+imports torch only inside :func:`build` and the command line, and sets no power cap. The workloads, the duty cycle,
+the command line and its result fields: docs/admin.md#the-canned-workloads.
 """
 
 from __future__ import annotations
@@ -74,12 +41,12 @@ class Workload:
     device: str  # "cuda:N" or "cpu"
     what: str  # one iteration in words
     step: Callable[[], None]
-    busy_pct: float = 100.0  # the share of each iteration the device works (module docstring: duty cycle)
+    busy_pct: float = 100.0  # the share of each iteration the device works (docs/admin.md#the-canned-workloads: duty cycle)
 
 
 def build(name: str, device: str = "auto", busy_pct: float = 100.0) -> Workload:
     """Allocate ``name``'s tensors on ``device`` (``auto``: ``cuda:LOCAL_RANK`` when CUDA is available, else cpu);
-    ``busy_pct``: the duty cycle (module docstring), in (0, 100].
+    ``busy_pct``: the duty cycle (docs/admin.md#the-canned-workloads), in (0, 100].
 
     Raises:
         ValueError: an unknown workload or device, or a duty cycle outside (0, 100].

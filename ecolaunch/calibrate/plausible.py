@@ -1,21 +1,10 @@
 """Which calibration windows of two jobs sharing a GPU cannot be true, and why.
 
-Two bounds, checked on every pair (:func:`check_pair`); where the figures are why and how much they may be off,
-see docs/admin.md, "Windows that cannot be true":
-
-1. **No job runs faster beside another than alone.** Each job's normalized throughput (its iteration time alone at
-   the pair's cap over its time in the pair) is at most 1 + its tolerance, whatever the sharing (time-slicing or
-   MPS): sharing takes time or bandwidth from a job, it never adds any.
-2. **Time-slicing shares the GPU's time.** Without MPS the kernels of two processes never run at once, so the share
-   of time each job keeps the GPU busy in the pair (its throughput times the share it kept it busy alone, NVML's
-   utilization, ``sm_util_pct``) adds up to at most 1 + the larger tolerance of the two. Only where the workloads
-   ran on the GPU: a simulated GPU's CPU stand-ins run side by side on CPU cores.
-
-A job's tolerance (:func:`tolerance`) is :data:`MIN_TOLERANCE`, or :data:`MARGIN_Z` standard errors of the ratio
-of the two windows' mean iteration times where their own spread (the robust ``iter_time_cv_pct`` over ``iters``
-iterations) says more. What lives here is pure arithmetic on the result document's entries (:mod:`ecolaunch.
-calibrate`): the calibrator flags and re-measures (:mod:`ecolaunch.calibrate.run`), training leaves flagged windows
-out (:mod:`ecolaunch.learn.calibration_data`).
+What lives here: pure arithmetic on the result document's entries: :func:`check_pair` (a job faster than alone;
+time-slicing busier than all the time) and :func:`tolerance` (:data:`MIN_TOLERANCE`, or :data:`MARGIN_Z` standard
+errors of the two windows' ratio). What does not: flagging and re-measuring (:mod:`ecolaunch.calibrate.run`),
+leaving flagged windows out of training (:mod:`ecolaunch.learn.calibration_data`). The two bounds, the tolerance and
+the data behind it: docs/admin.md#windows-that-cannot-be-true.
 """
 
 from __future__ import annotations
@@ -65,7 +54,7 @@ def tolerance(alone: Mapping[str, Any] | None, shared: Mapping[str, Any]) -> flo
 
 
 def check_pair(pair: Mapping[str, Any], alone: Sequence[Any], *, on_gpu: bool) -> str | None:
-    """Why the pair entry ``pair`` cannot be true (see the module docstring), or None. ``alone``: the document's
+    """Why the pair entry ``pair`` cannot be true (docs/admin.md#windows-that-cannot-be-true), or None. ``alone``: the document's
     measurements alone, where the references are found (:func:`reference`); ``on_gpu``: the workloads ran on the GPU
     (not a simulated GPU's CPU stand-ins), so time-slicing shares one device's time."""
     jobs = pair.get("jobs")

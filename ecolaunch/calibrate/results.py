@@ -1,22 +1,9 @@
 """Calibration results on disk: one versioned JSON file per GPU model under ``<state dir>/calibration/``.
 
-::
-
-    <state dir>/calibration/          0755, owned by whoever calibrated first (root on a shared machine)
-        nvidia-h200.json              0644, a real GPU model's latest calibration
-        nvidia-a100-sxm4-80gb.simulated.json    one made on simulated GPUs (figures that are not measurements)
-
-The file name is the GPU name NVML reports, lower-cased, every run of other characters a dash; simulated results
-carry ``.simulated`` so they never replace a real machine's. A new calibration of a model replaces its file
-atomically (:func:`ecolaunch.safefs.write_at`: readers see the old file or the new one).
-
-Trust: results steer training, and training steers every launch, so a file counts only when it and its directory
-belong to root or to the reading user and nobody else may write them (the rule of the cap ledger,
-:func:`ecolaunch.admin.safety.trusted_by_root`). Every access goes through :mod:`ecolaunch.safefs` (no link
-followed, no FIFO opened, sizes bounded).
-
-The document (``format`` ``ecolaunch-calibration``, ``version`` 1) is described in :mod:`ecolaunch.calibrate`;
-what training makes of it is :mod:`ecolaunch.learn.calibration_data`.
+What lives here: the file name of a model's results (:func:`file_name`), writing one atomically
+(:func:`write_result`) and reading them back under the rule of trust, every access through :mod:`ecolaunch.safefs`.
+What does not: what training makes of them (:mod:`ecolaunch.learn.calibration_data`). The document's fields, the
+file names and modes: docs/admin.md#the-result-file; who may write them: docs/threat-model.md#who-can-write-what.
 """
 
 from __future__ import annotations
@@ -53,7 +40,7 @@ def _trusted_owners() -> set[int]:
 
 
 def write_result(state_dir: Path, doc: dict[str, Any]) -> Path:
-    """Write ``doc`` as its GPU model's file (atomically, mode 0644); returns the path.
+    """Write ``doc`` as its GPU model's file (atomically, mode 0640: ``safefs.RECORD_MODE``); returns the path.
 
     Raises StateError when the directory cannot be used (someone else's, a link, writable by others) or written.
     """

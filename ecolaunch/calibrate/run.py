@@ -1,31 +1,9 @@
 """One GPU's calibration: book it, measure the canned workloads alone at caps and in pairs, release, restore.
 
-:func:`calibrate_gpu` is the whole of it for one GPU (:mod:`ecolaunch.calibrate.plan` chooses the GPUs, says who
-sets caps here, and holds the command line's :class:`~ecolaunch.calibrate.plan.Settings`). The order of the work:
-
-1. **book** the GPU in the state graph (:func:`ecolaunch.calibrate.booking.book`): refused when someone uses it,
-   unless ``force``;
-2. **alone**: one worker process runs each workload in turn; at the highest cap the admin policy allows (the
-   board's maximum by default) first, then at the two lower caps the profiler would choose from the power it drew
-   there (:func:`ecolaunch.profile.powercap.profile_caps`). Each cap is set through
-   :class:`ecolaunch.launch.jobcaps.JobCaps` (the cap agent, or this process as root with its cap guard) and read
-   back before it counts; then ``settle_s`` with the workload running, then ``seconds`` of measurement;
-3. **pairs**: two worker processes share the GPU by time-slicing, at the highest cap, for every pair of workloads
-   (a workload with itself included); each job's normalized throughput is its iteration time alone at that cap
-   over its time in the pair. A pair that cannot be true (:func:`ecolaunch.calibrate.plausible.check_pair`: a job
-   faster than alone, or time-slicing busier than all the time) is measured once more, its workloads alone first,
-   when the host was busy during it or its references (others on the GPU, or other processes taking the CPU the
-   workers needed: :func:`ecolaunch.calibrate.readings.host_busy`); a pair that still cannot be true is kept,
-   flagged with why (``ecolaunch policy train`` leaves it out);
-4. **MPS pairs**, the same under a private MPS daemon, where :func:`ecolaunch.calibrate.mps.why_not_mps` allows;
-5. **release** (always, also on Ctrl-C or a failure): workers stopped, booking released, caps restored (the
-   original caps come back from the ledger, as after a launch).
-
-Before and after every measurement the state graph is read again: a job or foreign process that appeared on the
-GPU stops the calibration (:class:`~ecolaunch.calibrate.booking.GpuBusy`), unless ``force``, which records it with
-the figures (``disturbed_by``). A measurement that would end past ``budget_s`` is skipped and listed with why.
-GPU power comes from the board's energy counter over the window (the mean of the sampled power without one),
-utilization and memory from snapshots sampled during it. Nothing here prints: progress lines go to ``progress``.
+What lives here: :func:`calibrate_gpu`, the whole of it for one GPU. What does not: choosing the GPUs, who sets caps
+and the command line's settings (:mod:`ecolaunch.calibrate.plan`), the workers (:mod:`ecolaunch.calibrate.worker`),
+the plausibility check (:mod:`ecolaunch.calibrate.plausible`). Nothing here prints: progress lines go to
+``progress``. The order of the work and what stops it: docs/admin.md#how-a-calibration-runs.
 """
 
 from __future__ import annotations
@@ -70,7 +48,7 @@ _TOLERANCE_W = SAME_CAP_W
 def calibrate_gpu(session: Session, gpu: GpuNode, state_dir: Path, env: Mapping[str, str], settings: Settings, *,
                   launcher: Launcher, progress: Callable[[str], None] = lambda line: None,
                   shielded: Callable[[], Any] = contextlib.nullcontext, mps_control: str | None = None) -> dict:
-    """Calibrate ``gpu`` (see the module docstring); returns the result document (not yet written).
+    """Calibrate ``gpu`` (docs/admin.md#how-a-calibration-runs); returns the result document (not yet written).
 
     Raises GpuBusy (someone uses the GPU, or took it meanwhile, and not ``settings.force``), WorkerError (a
     workload process failed), EcolaunchError (state directory, backend). Caps are restored in every case.

@@ -1,31 +1,9 @@
 """The process that runs the canned workloads for ``ecolaunch calibrate``, and the calibrator's handle on it.
 
-A worker is a real process on the calibrated GPU (``CUDA_VISIBLE_DEVICES`` = its UUID), started as root's helpers
-are (:func:`~ecolaunch.admin.interpreter.helper_argv`: ``python -I``, from ``/``, nothing a member planted in the
-calibrator's working directory or environment imported) as ``ecolaunch.calibrate.worker --device cpu|cuda
---state-dir D [--simulate S] [--policy F]``: its settings come on its command line, never from its environment. It
-runs one workload of :mod:`ecolaunch.calibrate.canned` at a time through that module's Python API
-(:func:`~ecolaunch.calibrate.canned.build`, :func:`~ecolaunch.calibrate.canned.open_meter`) and keeps it running
-between commands, so the GPU stays loaded while a cap settles and while the other worker of
-a pair measures. Commands are JSON lines on stdin; each is answered by one JSON line on stdout::
-
-    {"cmd": "load", "workload": "mm", "warmup_s": 1.0}   build it (the previous one is dropped), open its GPU, run
-        it for warmup_s (at least 2 iterations) -> {"ok": true, "what", "device", "gpu_uuid", "energy_source",
-        "energy_error", "stand_in_load"}; then keep running it
-    {"cmd": "measure", "seconds": 8.0}   time whole iterations for that long -> {"ok": true, "iters", "wall_s",
-        "iter_time_s" (wall_s / iters), "iter_time_median_s", "iter_time_cv_pct" (the profiler's robust spread)};
-        then keep running
-    {"cmd": "idle"}   stop running (a simulated GPU's stand-in load is taken off) -> {"ok": true}
-    {"cmd": "stop"}, or the end of stdin (the calibrator died): exit 0
-
-The worker ignores SIGINT: Ctrl-C on the terminal reaches it too, and the calibrator, which handles it, stops it.
-
-A failure answers ``{"ok": false, "error": "..."}`` and exits 1. On simulated GPUs the workload runs its CPU
-stand-in and attaches the stand-in's load to the simulated GPU (``open_meter(stand_in=True)``, so both workloads of
-a pair load it); its iteration times say nothing about a GPU. Anything else the process prints goes to stderr.
-
-:class:`Worker` is the calibrator's end: it starts the process, sends commands and waits for answers with a
-timeout, and raises :class:`WorkerError` (with the tail of the worker's stderr) when it fails or hangs.
+What lives here: :func:`serve` (the worker's loop and its JSON-lines protocol), :func:`main` (its command line:
+``python -I -m ecolaunch.calibrate.worker --device cpu|cuda --state-dir D [--simulate S] [--policy F]``), and
+:class:`Worker` (the calibrator's end, raising :class:`WorkerError` with the tail of the worker's stderr when it
+fails or hangs). What a worker is and why it keeps its workload running: docs/admin.md#how-a-calibration-runs.
 """
 
 from __future__ import annotations
@@ -65,7 +43,7 @@ class WorkerError(EcolaunchError):
 
 
 class Worker:
-    """One workload process (see the module docstring).
+    """One workload process, spoken to by the protocol of :func:`serve`.
 
     Args:
         label: a name for messages ("worker A").
@@ -190,8 +168,23 @@ def _timed(step, seconds: float) -> dict[str, Any]:
 
 
 def serve(device: str, out: IO[str], settings: Mapping[str, str] | None = None) -> int:
-    """The worker's loop (see the module docstring); returns the exit status. ``settings``: the ecolaunch settings
-    it was given (``ECOLAUNCH_STATE_DIR``, ...), which its GPU is opened with beside this process's environment."""
+    """The worker's loop; returns the exit status. ``settings``: the ecolaunch settings it was given
+    (``ECOLAUNCH_STATE_DIR``, ...), which its GPU is opened with beside this process's environment.
+
+    Commands are JSON lines on stdin; each is answered by one JSON line on ``out``::
+
+        {"cmd": "load", "workload": "mm", "warmup_s": 1.0}   build it (the previous one is dropped), open its GPU,
+            run it for warmup_s (at least 2 iterations) -> {"ok": true, "what", "device", "gpu_uuid",
+            "energy_source", "energy_error", "stand_in_load"}; then keep running it
+        {"cmd": "measure", "seconds": 8.0}   time whole iterations for that long -> {"ok": true, "iters", "wall_s",
+            "iter_time_s" (wall_s / iters), "iter_time_median_s", "iter_time_cv_pct" (the profiler's robust
+            spread)}; then keep running
+        {"cmd": "idle"}   stop running (a simulated GPU's stand-in load is taken off) -> {"ok": true}
+        {"cmd": "stop"}, or the end of stdin (the calibrator died): exit 0
+
+    A failure answers ``{"ok": false, "error": "..."}`` and exits 1. Anything else the process prints goes to
+    stderr.
+    """
     # lazy: only the worker process runs the workloads; the calibrator imports this module for Worker alone
     from ecolaunch.calibrate import canned
 

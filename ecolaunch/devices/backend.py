@@ -1,14 +1,10 @@
 """The GPU backend protocol and the frozen snapshots it returns.
 
-A backend lists the GPUs of one host as :class:`GpuSnapshot` records (one batched read per call), tells
-how each pair of GPUs is connected (:class:`LinkKind`), sets power limits and reads energy counters.
-GPU identity is the NVML UUID; ``index`` is the NVML index (equal to the CUDA index only under
-``CUDA_DEVICE_ORDER=PCI_BUS_ID``, which ecolaunch sets for its workers).
-
-Units are in the names: ``*_mib``, ``*_w``, ``*_j``, ``*_pct`` (0-100). A reading a device cannot give
-is ``None``, never NaN or a string.
-
-What lives elsewhere: which job owns which GPU (``ecolaunch.state``), and any decision (``ecolaunch.policy``).
+What lives here: the :class:`GpuBackend` protocol (list one host's GPUs as :class:`GpuSnapshot` records in one
+batched read, tell how each pair is connected, :class:`LinkKind`, set power limits, read energy counters) and its
+records. GPUs are identified by NVML UUID; ``index`` is the NVML index. Units are in the names (``*_mib``, ``*_w``,
+``*_j``, ``*_pct`` 0-100); a reading a device cannot give is ``None``, never NaN or a string. What lives elsewhere:
+which job owns which GPU (``ecolaunch.state``), and any decision (``ecolaunch.policy``).
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """A catalogue of common NVIDIA GPUs, keyed by the names users type in ``ECOLAUNCH_SIMULATE``: :data:`CATALOGUE` and
 :func:`lookup`.
 
-Each row is a :class:`~ecolaunch.jobmodel.gpu.GpuModel` (the one static description of a board), carrying what a
-simulated GPU needs to look like the real board: the name NVML reports, memory, the board's power-limit range as
-NVML exposes it (min / default / max), whether the part is NVLink-connected in its usual server (SXM boards), an
-idle power, and a ``source`` citation.
-
-Where the numbers come from:
-
-* Power-limit ranges: NVIDIA datasheets give the default (= TDP); NVML's min/max are what
-  ``nvidia-smi -q`` reports as "Min/Max Power Limit". Four rows are pinned to the power-limit grids that
-  the Zeus authors swept on real boards (Zeus, NSDI '23; vendored in
-  ``ecolaunch/sim/data/summary_power_*.csv``): V100 PCIe
-  100-250 W, A40 100-300 W, P100 125-250 W, Quadro RTX 6000 100-260 W. Rows citing an issue thread
-  quote an ``nvidia-smi -q`` log posted there. Rows citing only a datasheet use the commonly reported
-  NVML minimum, which is not verified against a stored source (the ``source`` string says so).
-* ``memory_mib`` is the nominal capacity (GB x 1024); NVML reports slightly less on boards that reserve
-  memory for ECC or the driver.
-* ``idle_power_w`` is an ASSUMPTION for every row: a typical idle draw of the board in a server with
-  persistence mode on. No stored measurement backs it; the simulator uses it only as the floor of its
-  power reading.
-
-What lives elsewhere: the :class:`~ecolaunch.jobmodel.gpu.GpuModel` type and its checks (:mod:`ecolaunch.jobmodel.gpu`),
-parsing machine specs (:mod:`ecolaunch.devices.spec`), the simulated device state
-(:mod:`ecolaunch.devices.simulated`), performance and power models (``ecolaunch.sim``).
+Each row is a :class:`~ecolaunch.jobmodel.gpu.GpuModel` with a ``source`` citation. Where its numbers come from, and
+which are assumptions: docs/simulator.md#where-the-catalogues-numbers-come-from. What lives elsewhere: the
+:class:`~ecolaunch.jobmodel.gpu.GpuModel` type and its checks (:mod:`ecolaunch.jobmodel.gpu`), machine specs
+(:mod:`ecolaunch.devices.spec`), the simulated device state (:mod:`ecolaunch.devices.simulated`), performance and
+power models (``ecolaunch.sim``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The NVML backend: real NVIDIA GPUs through nvidia-ml-py (the only module that touches ``pynvml``).
 
-NVML is initialised lazily, on the first call that needs it, never in the constructor. Every NVML error
-is translated here, once, by :data:`_ERRORS` into the ecolaunch tree (raised ``from`` the NVML error):
-a missing library or driver becomes :class:`~ecolaunch.errors.DriverNotFound`, a missing privilege
-:class:`~ecolaunch.errors.PermissionDenied`, a reading the device does not support ``None``, and
-anything else :class:`~ecolaunch.errors.DeviceError`. No ``pynvml.NVMLError`` leaves this module.
-
-Units are converted at the boundary: NVML's mW become W, mJ become J, bytes become MiB.
-
-Power limits: a snapshot's ``power_limit_w`` is NVML's management limit (what was set, readable at once after
-``nvmlDeviceSetPowerManagementLimit``), ``power_limit_enforced_w`` its enforced limit (what the board holds now,
-which on an idle H200 kept the old value for a while after a change).
-
-The ``nvml`` constructor argument takes any object with pynvml's functions, constants and exception
-classes; tests pass a fake one to exercise the error table and the conversions without a GPU.
-
-What lives elsewhere: the protocol and snapshots (:mod:`ecolaunch.devices.backend`), picking a backend
-(:mod:`ecolaunch.devices.select`).
+What lives here: :class:`NvmlBackend`, initialised lazily (never in the constructor), its units converted at the
+boundary (mW → W, mJ → J, bytes → MiB), and :data:`_ERRORS`, the one translation of NVML errors into the ecolaunch
+tree (``from`` the NVML error): no ``pynvml.NVMLError`` leaves this module. The ``nvml`` constructor argument takes any
+object with pynvml's functions, constants and exception classes, so tests pass a fake one. Set and enforced limits:
+docs/top.md#set-and-enforced-limits. What lives elsewhere: the protocol (:mod:`ecolaunch.devices.backend`), picking a
+backend (:mod:`ecolaunch.devices.select`).
 """
 
 from __future__ import annotations

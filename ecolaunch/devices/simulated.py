@@ -1,28 +1,11 @@
 """The simulated GPU backend: the GPUs of one host of a machine spec, shared by every process on the machine.
 
-Each GPU's mutable state (power limit, energy counter, attached processes) lives in one small
-JSON file. Every call is a read-modify-write transaction under an ``fcntl.flock`` on a sibling ``.lock``
-file, and writes are atomic (temp file, fsync, rename), so all processes that open the same state file
-see the same GPUs. A missing file is created; a corrupt one is rebuilt with a warning.
-
-Several users share one simulated machine in a group-shared (sticky) state directory, as they share real GPUs:
-both files are group-writable (``0664``), the lock is taken read-only where it cannot be opened for writing, and
-a user who may not rename over the state file (sticky directory) rewrites it in place under the lock. Neither
-file is ever opened through a symbolic link or as anything but a regular file, and reads are bounded, so a link
-or FIFO planted by a member makes a root process neither write elsewhere nor hang. The file is the simulated
-hardware: any member can change what it reports, as with any shared simulator.
-
-Processes "use" a simulated GPU through :meth:`SimulatedBackend.attach` (the launcher calls it for its
-workers; tests call it directly) and stop with :meth:`SimulatedBackend.detach`. An attached process whose
-pid has died, or now belongs to another process (its start time differs), is dropped on every read, so
-a SIGKILLed worker frees its simulated GPU exactly as the driver frees a real one.
-
-Readings come from :func:`basic_reading`, one small function passed in as ``reading``. A limit is in force as
-soon as it is set (``power_limit_enforced_w == power_limit_w``): the enforcement lag of a real idle GPU is not
-modelled.
-
-What lives elsewhere: the spec and catalogue (:mod:`ecolaunch.devices.spec`,
-:mod:`ecolaunch.devices.catalogue`); which job owns a GPU (``ecolaunch.state``).
+What lives here: :class:`SimulatedBackend` (each GPU's mutable state in one small JSON file under a lock;
+:meth:`SimulatedBackend.attach` / :meth:`SimulatedBackend.detach` for the processes that use a GPU) and
+:func:`basic_reading`, the readings it reports. How processes share it and what it does not model:
+docs/simulator.md#how-processes-share-simulated-gpus; who may write its files: docs/threat-model.md#who-can-write-what.
+What lives elsewhere: the spec and catalogue (:mod:`ecolaunch.devices.spec`, :mod:`ecolaunch.devices.catalogue`);
+which job owns a GPU (``ecolaunch.state``).
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """Machine specs for simulated GPUs: ``4xA100-SXM4-80GB``, ``2xRTX4090+2xA6000``, ``A40`` or a TOML file.
 
-A spec string describes one host whose name is the real hostname unless one is given. A TOML file
-describes one or more hosts::
-
-    [[hosts]]
-    name = "ws1"                                  # optional (one host: the real hostname; else node<i>)
-    gpus = "2xRTX4090+2xA6000"                    # a spec string, or a list of terms and tables:
-    # gpus = ["2xRTX4090", {model = "A6000", count = 2, idle_power_w = 20}]
-    links = [{gpus = [2, 3], kind = "nvlink"}]    # optional; overrides the default for that pair
-
-A table in ``gpus`` takes ``model`` (a catalogue name), ``count`` (default 1) and any
-:class:`~ecolaunch.jobmodel.gpu.GpuModel` field to override. Link kinds: ``nvlink``,
-``pcie_switch`` (``pix``), ``pcie_host`` (``phb``, ``node``), ``system`` (``sys``).
-
-Default topology of a host: GPUs of the same NVLink-capable model (SXM boards) are all-pairs NVLINK;
-other pairs follow a typical PCIe tree: GPUs 2k and 2k+1 share a switch (PCIE_SWITCH), GPUs in the
-same half of the host meet at the host bridge (PCIE_HOST), and on hosts with more than 4 GPUs pairs
-across halves cross the CPU sockets (SYSTEM).
-
-GPU UUIDs are deterministic (a hash of the spec text, host name and index) in NVML's format, so every
-process that parses the same spec sees the same GPUs.
-
-What lives elsewhere: the catalogue (:mod:`ecolaunch.devices.catalogue`), device state
-(:mod:`ecolaunch.devices.simulated`).
+What lives here: parsing a spec string or file into hosts, GPUs and links, the default topology of a host, and
+deterministic GPU UUIDs. The formats and the default topology: docs/simulator.md#machine-specs. What lives
+elsewhere: the catalogue (:mod:`ecolaunch.devices.catalogue`), device state (:mod:`ecolaunch.devices.simulated`).
 """
 
 from __future__ import annotations
@@ -119,7 +99,7 @@ def _uuids(source: str, host: str, n: int) -> tuple[str, ...]:
 
 
 def default_links(gpus: tuple[GpuModel, ...]) -> dict[tuple[int, int], LinkKind]:
-    """The default topology of one host (see the module docstring)."""
+    """The default topology of one host (docs/simulator.md#machine-specs)."""
     n = len(gpus)
     switches = (n + 1) // 2
     links = {}

@@ -1,40 +1,13 @@
 """A job's cap curve: the one reading of its measured caps, "time and power at cap c", with the prior between them.
 
-What lives here: :class:`CapPrior` (the normalized shape of cap curves learned from the Zeus traces, You et al.,
-NSDI '23: the summary curves shipped in ``ecolaunch/sim/data``, see its SOURCE.md) and :data:`DEFAULT_PRIOR`;
-:data:`Priors` (which prior each job's curve is read with, by job id: the launcher's :func:`default_prior` reads
-every job with :data:`DEFAULT_PRIOR`, the measured world reads each with one that never saw its own networks);
-:class:`CapCurve`, one job alone on a board at any cap, fitted from its measured cap points by :func:`fit_curve`
-(:meth:`ecolaunch.jobmodel.profile.Profile.curve` from a profile); :func:`merge_points` (points at one cap pooled).
-The cap choice, the budget split, the GNN's features, the policies and ``ecolaunch predict`` all read a job's curve
-here. What does not: which caps to measure and the cap grid (:mod:`ecolaunch.profile.powercap`), the cap choice on a
-curve (:mod:`ecolaunch.profile.capchoice`), the simulator's truth, which interpolates measured tables of its own
-(:class:`ecolaunch.sim.truth.TruthCurve`).
-
-**The model.** Let ``P0`` and ``t0`` be the job's power and iteration time at its highest measured cap
-(normally the GPU's maximum, i.e. uncapped) and ``u = cap / P0``: how hard a cap bites *this* job. In the Zeus
-traces (208 curves, 4 GPUs) both ratios are close to functions of ``u`` alone (:data:`DEFAULT_PRIOR`, medians): a
-cap well above ``P0`` changes nothing, and the lower ``u``, the slower and the closer to the cap the job draws. An
-input-bound job draws little power, so every cap has ``u > 1.3`` and its curve is flat. Normalizing by the cap over
-the *GPU's* maximum instead spreads the shapes more (it ignores how much power the job needs), so the prior is
-indexed by ``u``. The prior gives the shape (medians of ``t/t0`` and ``P/P0`` on a grid of ``u``); each measured
-cap gives a per-job correction (a scale on the time excess ``t/t0 - 1``, a factor on power), interpolated linearly
-in cap between measured caps and held constant outside them. The curve therefore reproduces every measured point
-exactly, follows the prior's shape between them, and needs no fitting beyond a few divisions. Caps at >=
-:data:`NON_BINDING_RATIO` x ``P0`` do not bind by the prior: their power is averaged into ``P0`` as replicates (what
-the job draws decides how hard a cap bites), but each keeps its own time. The reference time ``t0`` is the time
-measured at the highest cap, never an average over the caps that "do not bind": a slowdown bound is promised
-against the job uncapped, and measured windows do not always agree with the prior (on Zeus's own 4-GPU A40
-ResNet-18 window, ``data/zeus-nsdi23/profile_windows``, a job drawing 124 W ran 10 % slower at 250 W than at 300 W;
-averaged into ``t0``, the cap chosen under a 5 % bound ran 9.2 % slower than the window at 300 W).
-Below the lowest measured cap it is an extrapolation (:meth:`CapCurve.anchored` says False there).
-
-**Why this reading.** Until issue 19 the GNN's features and ``predict`` read measured caps another way
-(monotone moves between two measurements along the prior's shape); on the Zeus traces replayed by
-``benchmarks/powercap_accuracy.py`` (profiled caps only, prior fitted without the evaluated workload) that
-reading's held-out time and power errors were higher than this one's, between measured caps and below them, so
-this one is the one. Its price: where two measurements are not monotone in cap, the interpolated corrections can
-make time rise with the cap between them.
+What lives here: :class:`CapPrior` (the normalized shape of cap curves learned from the Zeus traces) and
+:data:`DEFAULT_PRIOR`; :data:`Priors` (which prior each job's curve is read with; :func:`default_prior`);
+:class:`CapCurve`, one job alone on a board at any cap, fitted by :func:`fit_curve` from its measured cap points
+(:func:`profile_curve` from a profile);
+:func:`merge_points` (points at one cap pooled). What does not: which caps to measure and the cap grid
+(:mod:`ecolaunch.profile.powercap`), the cap choice on a curve (:mod:`ecolaunch.profile.capchoice`), the simulator's
+truth (:class:`ecolaunch.sim.truth.TruthCurve`). The model, its data and why this reading:
+docs/profiling.md#the-cap-curve.
 """
 
 from __future__ import annotations
@@ -219,7 +192,7 @@ def fit_curve(points: Sequence[CapPoint], prior: CapPrior = DEFAULT_PRIOR) -> Ca
     """Fit one job's curve from its measured caps (at least one; the highest should be the GPU's max)."""
     pts = _clean(points, strict=True)
     top = pts[-1]
-    t0, p0 = top.iter_time_s, top.power_w  # the reference time: the top's own (module docstring)
+    t0, p0 = top.iter_time_s, top.power_w  # the reference time: the top's own (docs/profiling.md#the-cap-curve)
     for _ in range(2):  # the replicate set depends on P0, which depends on the replicates
         replicates = [p for p in pts if p is top or p.power_cap_w >= NON_BINDING_RATIO * p0]
         p0 = statistics.fmean(p.power_w for p in replicates)

@@ -1,24 +1,12 @@
 """The one codec of the job model: the JSON form of profiles and history records, their schema versions, and the
 one validation of what is read.
 
-What lives here: :data:`VERSION` (the version every record is written at), :func:`encode_record` /
-:func:`decode_record` (a whole document: a history file), :func:`profile_to_json` / :func:`profile_from_json`
-(a profile inside another document: a job file of the state graph), :func:`progress_from_json` /
-:func:`progress_to_json` (a running job's progress in its job file, unversioned: it lives only while the job runs),
-and one migration function per older version. Decoding is :mod:`msgspec`'s (chosen over pydantic for its import time: ``ecolaunch status`` and the
-hooks import this), typed by the dataclasses' ``Annotated`` bounds (:mod:`ecolaunch.jobmodel.profile`): a bool where a
-number belongs, NaN, an infinity, a number out of its range or a value of the wrong type is refused, and the
-error names the document, the field and the value (:class:`~ecolaunch.errors.ConfigError`).
-
-**Versions.** Every record carries ``version``. A record written at an older version is read and migrated, never
-dropped: :data:`_MIGRATIONS` maps each older version to the function that lifts a document one version up (a
-later change that adds a field bumps :data:`VERSION` and adds one function). Version 1 (the first): a profile's
-cap points were ``[cap, time, power]`` lists (the simulator's) or objects whose ``iterations`` and
-``iter_time_cv_pct`` were left out, or null, when unknown, and a job file's ``memory_mib`` could be a whole float;
-a job file's profile carried no version. Version 2: cap points are objects with all five fields; a profile inside
-a job file carries its own ``version``. Version 3: a job record says how its launch was matched in the history
-(``history_match``), whose profile it used (``profile_from``) and why it updated nothing (``not_learned``); a
-version-2 record reads with all three unknown (null), and version-2 profiles are version-3 profiles unchanged.
+What lives here: :data:`VERSION`, :func:`encode_record` / :func:`decode_record` (a whole document: a history
+file), :func:`profile_to_json` / :func:`profile_from_json` (a profile inside a job file),
+:func:`progress_from_json` / :func:`progress_to_json` (a running job's progress, unversioned), and one migration
+function per older version (:data:`_MIGRATIONS`). Decoding is :mod:`msgspec`'s, typed by the bounds of
+:mod:`ecolaunch.jobmodel.profile`; errors are :class:`~ecolaunch.errors.ConfigError`. What each version changed:
+docs/profiling.md#record-versions.
 """
 
 from __future__ import annotations

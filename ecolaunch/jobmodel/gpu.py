@@ -1,12 +1,9 @@
 """The static description of a GPU model: :class:`GpuModel`, one board as its datasheet and NVML describe it.
 
-A GPU model is what does not change while a machine runs: its name, memory, power-limit range, idle power,
-architecture and links. The catalogue of known boards (:mod:`ecolaunch.devices.catalogue`) and a machine spec's
-custom boards are :class:`GpuModel` records; the simulator's power and interference models read one, and a what-if
-graph's GPU is built from one (``ecolaunch.state.graph.GpuNode.from_model``).
-
-What lives elsewhere: a GPU at one instant as the backend reads it (``ecolaunch.devices.backend.GpuSnapshot``), a
-GPU as the state graph knows it (``ecolaunch.state.graph.GpuNode``, built from a snapshot or from a model).
+A GPU model is what does not change while a machine runs: name, memory, power-limit range, idle power,
+architecture, links; the catalogue's boards and a machine spec's custom boards are :class:`GpuModel` records. What
+lives elsewhere: a GPU at one instant (``ecolaunch.devices.backend.GpuSnapshot``), a GPU as the state graph knows it
+(``ecolaunch.state.graph.GpuNode``, built from a snapshot or from a model).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """A job's profile: what profiling or history knows about a job measured alone, and its measured cap points.
 
-What lives here: :class:`CapPoint` (one job measured at one power cap), :class:`Profile` (the one profile type:
-the launcher, the policies, the simulator, history, calibration and ``ecolaunch predict`` read it), and
+What lives here: :class:`CapPoint` (one job measured at one power cap), :class:`Profile` (the one profile type), and
 :func:`demand` (how busy a job keeps a GPU alone). Every field carries the bounds a stored profile must keep
-(``Annotated`` with :class:`msgspec.Meta`): :mod:`ecolaunch.jobmodel.codec` checks them when it reads JSON; code that
-builds a profile from its own measurements is trusted.
-
-What does not: the curve read from the cap points (:mod:`ecolaunch.profile.powercap`), the JSON form and its versions
+(``Annotated`` with :class:`msgspec.Meta`), checked by :mod:`ecolaunch.jobmodel.codec` on read. What does not: the
+curve read from the cap points (:mod:`ecolaunch.jobmodel.capcurve`), the JSON form and its versions
 (:mod:`ecolaunch.jobmodel.codec`), the files (:mod:`ecolaunch.profile.history`, :mod:`ecolaunch.state.graph`).
 """
 

@@ -1,12 +1,10 @@
 """A running job's progress as its launcher last measured it: :class:`JobProgress`.
 
-The launcher writes one into its job file at every heartbeat (``ecolaunch.launch.pipeline``), so that a reader of the
-state graph (``ecolaunch status --json``, ``ecolaunch top``) sees how far a job is, how fast it runs and what it has
-used so far, without access to the launcher's private step channel or its samples. Every field carries the bounds a
-job file may claim (``Annotated`` with :class:`msgspec.Meta`); :mod:`ecolaunch.jobmodel.codec` checks them on read.
-
-What does not live here: how the figures are measured (``ecolaunch.launch.observe``, ``ecolaunch.launch.record``),
-the job file (``ecolaunch.state.graph``).
+The launcher writes one into its job file at every heartbeat, so that readers of the state graph (``ecolaunch
+status --json``, ``ecolaunch top``) see how far a job is without the launcher's private channels. Every field
+carries the bounds a job file may claim, checked by :mod:`ecolaunch.jobmodel.codec` on read. What does not live
+here: how the figures are measured (``ecolaunch.launch.observe``, ``ecolaunch.launch.record``), the job file
+(``ecolaunch.state.graph``).
 """
 
 from __future__ import annotations

@@ -1,36 +1,10 @@
 """The state graph: hosts → GPUs (with links) → jobs, as plain data.
 
-This module holds the records and their JSON form, and nothing that touches a file, a lock or a device:
-``ecolaunch.state.store`` persists a :class:`StateGraph`, ``ecolaunch.state.reconcile`` refreshes it
-from a GPU backend and the process table, and policies read it.
-
-Job states and their legal transitions::
-
-    QUEUED ──(placement granted)──► RUNNING ──(job ends, fails, or its launcher dies)──► removed
-      └──(wait timeout, Ctrl-C, launcher died)──► removed
-
-A removed job leaves the graph (its outcome goes to the job history). The document is versioned:
-``SCHEMA`` and ``VERSION`` must match, else the store treats the file as foreign.
-
-Under a power budget the graph also records each busy GPU's budget cap (``budget_caps_w``, uuid -> W): set by the
-booking that chose it and by each release (``ecolaunch.policy.budgeted``), read by the running launchers. It lives in
-the shared part of the state (another user's job file is not anyone else's to change), and is optional in the
-document: a graph written before budgets existed reads as having none.
-
-A queued job carries why it waits (``wait_reason``, a :class:`WaitReason`, and ``wait_detail``, in words), written by
-its own launcher as it changes and cleared by :meth:`StateGraph.book`; a file written before reasons existed reads as
-not judged yet.
-
-A graph also carries the job files it leaves out (``ignored``: never written, for ``ecolaunch status`` to flag):
-files the store refused (bad fields, a ``seq`` beyond :data:`MAX_SEQ`, an owner who is not the uid named) and jobs
-a transaction set aside (a job of another host naming this host's GPUs, ``state.reconcile``; a booking the admin
-rules would never have admitted, ``policy.admission``). Every query below sees only ``jobs``; the store neither
-rewrites nor removes an ignored job's file.
-
-The queue counter (``next_seq``) hands out 0, 1, 2, ... and never more than :data:`MAX_SEQ`: a counter found beyond
-it, in a group-writable ``state.json``, makes the document be rebuilt, and a job file whose ``seq`` is beyond it is
-refused. At the bound the counter saturates (every new job gets ``MAX_SEQ``, ordered by submission time), so a
-member who pushes it there reorders nothing of the honest queue and stops no launch.
+What lives here: the records (:class:`StateGraph`, :class:`Job`, :class:`JobState`, :class:`WaitReason`, ...) and
+their versioned JSON form (``SCHEMA``, ``VERSION``). What does not: anything that touches a file, a lock or a device
+(``ecolaunch.state.store`` persists a graph, ``ecolaunch.state.reconcile`` refreshes it from a GPU backend and the
+process table; policies read it). Who may write which part, and why nothing in ``state.json`` is trusted:
+docs/threat-model.md#who-can-write-what.
 """
 
 from __future__ import annotations
@@ -62,6 +36,14 @@ WHATIF_UUID = "GPU-whatif"
 
 
 class JobState(str, enum.Enum):
+    """A job's state, and its legal transitions::
+
+        QUEUED ──(placement granted)──► RUNNING ──(job ends, fails, or its launcher dies)──► removed
+          └──(wait timeout, Ctrl-C, launcher died)──► removed
+
+    A removed job leaves the graph (its outcome goes to the job history).
+    """
+
     QUEUED = "queued"
     RUNNING = "running"
 
@@ -247,13 +229,28 @@ def queue_share(waiting: int, job_gpus: int, host_gpus: int) -> float:
 
 @dataclass(slots=True)
 class StateGraph:
+    """The whole graph of one state directory. The document is versioned: ``SCHEMA`` and ``VERSION`` must match, else
+    the store treats the file as foreign.
+
+    ``budget_caps_w`` (under a power budget: each busy GPU's budget cap, uuid -> W) is set by the booking that chose
+    it and by each release (``ecolaunch.policy.budgeted``) and read by the running launchers; it lives in the shared
+    part of the state (another user's job file is not anyone else's to change), and a graph written before budgets
+    existed reads as having none. A queued job's ``wait_reason`` and ``wait_detail`` are written by its own launcher
+    and cleared by :meth:`book`; a file written before reasons existed reads as not judged yet. ``ignored`` holds the
+    job files left out (refused by the store, or set aside by a transaction: a job of another host naming this host's
+    GPUs, a booking the admin rules would never have admitted), never written, for ``ecolaunch status`` to flag; every
+    query sees only ``jobs``, and the store neither rewrites nor removes an ignored job's file. The queue counter
+    ``next_seq`` hands out 0, 1, 2, ... and saturates at :data:`MAX_SEQ` (every new job then gets ``MAX_SEQ``, ordered
+    by submission time); why: docs/threat-model.md, round two, item 4.
+    """
+
     hosts: dict[str, Host] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
     next_seq: int = 0
     generation: int = 0
-    #: the power budget's cap of each busy GPU (uuid -> W); empty without a budget (see the module docstring)
+    #: the power budget's cap of each busy GPU (uuid -> W); empty without a budget (see the class docstring)
     budget_caps_w: dict[str, float] = field(default_factory=dict)
-    #: job files left out of ``jobs`` (see the module docstring); not part of the document
+    #: job files left out of ``jobs`` (see the class docstring); not part of the document
     ignored: dict[str, IgnoredJob] = field(default_factory=dict)
 
     # --- queries ---------------------------------------------------------------------------------
@@ -293,12 +290,12 @@ class StateGraph:
         return [j for j in self.running_jobs() if gpu_uuid in j.gpus]
 
     def set_aside(self, job_id: str, reason: str) -> None:
-        """Leave a job out of the graph without removing its file (see the module docstring)."""
+        """Leave a job out of the graph without removing its file (see the class docstring)."""
         job = self.jobs.pop(job_id)
         self.ignored[job_id] = IgnoredJob(job_id, reason, job)
 
     def take_seq(self) -> int:
-        """The next queue number (saturating at :data:`MAX_SEQ`, see the module docstring)."""
+        """The next queue number (saturating at :data:`MAX_SEQ`, see the class docstring)."""
         seq = min(self.next_seq, MAX_SEQ)
         self.next_seq = min(seq + 1, MAX_SEQ)
         return seq

@@ -1,24 +1,11 @@
 """What ``ecolaunch init-state`` does beyond the shared directories of :mod:`ecolaunch.state.layout`.
 
-What lives here:
-
-* :func:`open_top` opens the state directory itself with ``O_NOFOLLOW`` (creating it when missing) and refuses
-  a symbolic link, something that is not a directory, or a directory that someone other than its intended owner
-  (root) owns: a member who made the path a link to ``/etc`` must not get ``/etc`` turned into ``3775
-  root:<group>``, and a member who made the directory first could remove everyone's files in it. Everything
-  after it works through the descriptor.
-* :func:`parent_warnings` names every parent directory in which someone other than root (or the owner) could
-  rename the state directory away and put another in its place later: owned by another uid, or writable by a
-  group or by everyone without the sticky bit.
-* :func:`repair_extras` pre-creates and repairs what a member could otherwise squat by creating it first:
-  ``history/<user>/`` for root and every member of the group (owned by that user, ``0755``), ``gnn/`` and
-  ``calibration/`` (``0755``, root's), and the cap ledger ``caps.json`` (``0644``, root's). A directory there
-  named after an account but owned by someone else, a link or a FIFO in its place, a ledger a member owns or
-  may write, is moved aside and made anew, one line per change.
-
-What does not live here: the shared directories and files every member writes into (``jobs/``, ``hooks/``,
-``history/``, ``state.lock``, ``state.json``: :mod:`ecolaunch.state.layout`), what the files mean
-(``ecolaunch.profile.history``, ``ecolaunch.admin.capkeeper``, ``ecolaunch.calibrate.results``), and the CLI.
+What lives here: :func:`open_top` (the state directory opened with ``O_NOFOLLOW``; a link, a non-directory or a
+directory root does not own is refused), :func:`parent_warnings` (parents in which another user could swap the
+path), :func:`repair_extras` (``history/<user>/``, ``gnn/``, ``calibration/`` and ``caps.json`` pre-created, and
+what a member squatted there moved aside). What does not: the shared directories and files every member writes
+into (:mod:`ecolaunch.state.layout`), what the files mean, the CLI. The layout, its modes and each repair:
+docs/threat-model.md#for-lab-admins-installing-the-agent.
 """
 
 from __future__ import annotations
@@ -138,8 +125,8 @@ def _group_name(gid: int) -> str:
 # --- what a member could squat -------------------------------------------------------------------
 def repair_extras(top: int, directory: Path, uid: int, gid: int, done: list[str], *,
                   empty_ledger: bytes | None = None) -> None:
-    """Pre-create and repair ``history/<user>/``, ``gnn/``, ``calibration/`` and ``caps.json`` under ``top`` (see
-    the module docstring); one line per change goes to ``done``. ``empty_ledger``: the document written when there
+    """Pre-create and repair ``history/<user>/``, ``gnn/``, ``calibration/`` and ``caps.json`` under ``top``
+    (docs/threat-model.md#for-lab-admins-installing-the-agent); one line per change goes to ``done``. ``empty_ledger``: the document written when there
     is no ledger (``ecolaunch.admin.ledger`` owns its format; None: a missing ledger is left for the agent)."""
     directory = Path(directory)
     history = os.open(HISTORY_DIR, _DIR_FLAGS, dir_fd=top)  # layout.init_state made it a root directory just now

@@ -1,21 +1,10 @@
 """The shared state directory's layout, created once by the lab admin: :func:`init_state`.
 
-``ecolaunch init-state`` (run as root) calls it, so that every shared directory and file exists with the right
-owner and mode *before* any user runs, and no member ends up owning (and so controlling) something that others
-write into::
-
-    <state dir>/      3775 root:<group>   setgid: files get the group; sticky: nobody renames another's files
-        jobs/         3775 root:<group>   one file per job, 0644, owned by the job's user
-        hooks/        3775 root:<group>   one fresh 0700 directory per run, owned by the launcher's user
-        history/      3775 root:<group>   one 0755 directory per user (root's and each member's made here), records 0644
-        gnn/, calibration/, caps.json     root's, written by the admin only (``ecolaunch.state.init``)
-        state.lock    0664 root:<group>   the lock every transaction holds
-        state.json    0664 root:<group>   hosts, GPUs, queue counter: rewritten in place, rebuilt when broken
-
-Run again, it repairs: a directory or file a member planted in one of these places (a symbolic link, a FIFO, a
-file where a directory belongs) is moved aside to ``<name>.untrusted-<time>``; an existing one gets root as owner,
-the group and the mode above. Nothing else is touched (job files, run directories and records stay their
-users'). Everything is done through descriptors with ``O_NOFOLLOW``, so the command itself follows no link.
+``ecolaunch init-state`` (run as root) calls it, so that the state directory, ``jobs/``, ``hooks/``, ``history/``,
+``state.lock`` and ``state.json`` exist with the right owner and mode (:data:`DIR_MODE`, :data:`FILE_MODE`) before
+any user runs; run again, it repairs them, through descriptors opened with ``O_NOFOLLOW``. What does not live here:
+``gnn/``, ``calibration/``, ``caps.json`` and users' history directories (:mod:`ecolaunch.state.init`). The layout,
+its modes and why: docs/threat-model.md#for-lab-admins-installing-the-agent.
 """
 
 from __future__ import annotations

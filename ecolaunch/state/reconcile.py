@@ -1,21 +1,11 @@
 """Bring the state graph in line with reality at the start of every transaction.
 
-Two sources of truth are consulted:
-
-* the process table (:class:`ProcessTable`, psutil): a job whose launcher process is gone — dead, or its pid
-  reused by another program (told apart by the process start time) — is released, whatever it was doing. So is a
-  job whose launcher runs under another uid than the job names (:func:`launcher_alive`): a member cannot keep a
-  booking alive with pid 1 or a colleague's process;
-* the GPU backend's snapshots: the host's GPUs, their links and live readings are refreshed, and memory held by
-  processes that belong to no ecolaunch job (a colleague's plain ``python train.py``) is recorded as foreign
-  use, so that policies count such GPUs as busy.
-
-Reconciling only releases jobs of the given host; a state directory shared by several hosts (a network file
-system) keeps the others' jobs as they are: this host cannot see their launchers, and they hold none of its GPUs
-or places in its queue (``StateGraph.queued_jobs(host)``). A job that claims another host while naming one of this
-host's GPU UUIDs (UUIDs are unique) is a ghost, whatever its pid: it is set aside (``StateGraph.set_aside``), so it
-blocks no GPU of this host, and ``ecolaunch status`` flags it. Another host's entry in the shared ``state.json``
-that lists this host's GPUs loses them.
+What lives here: releasing jobs whose launcher is gone or runs under another uid than the job names
+(:class:`ProcessTable`, :func:`launcher_alive`, :func:`account_name`), refreshing this host's GPUs, links and
+readings from the backend (memory of processes outside ecolaunch recorded as foreign use), and setting aside a job
+of another host that names this host's GPUs. Only jobs of the given host are released. What does not: the records
+(:mod:`ecolaunch.state.graph`) and their files (:mod:`ecolaunch.state.store`). Why each rule:
+docs/threat-model.md#what-a-lab-member-can-and-cannot-do.
 """
 
 from __future__ import annotations
@@ -188,7 +178,7 @@ def reconcile(
 
 
 def _set_aside_ghosts(graph: StateGraph, host: str) -> list[Job]:
-    """Set aside every job of another host that names a GPU of ``host`` (see the module docstring)."""
+    """Set aside every job of another host that names a GPU of ``host`` (UUIDs are unique: such a job is a ghost, whatever its pid)."""
     node = graph.hosts.get(host)
     mine = set(node.gpus) if node is not None else set()
     if not mine:

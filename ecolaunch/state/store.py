@@ -1,36 +1,12 @@
 """The file-locked store of the state graph, safe for a directory shared by several Unix users.
 
-This module owns three paths of a state directory (every path of it is :class:`ecolaunch.statedir.StateLayout`'s;
-``docs/threat-model.md`` says who may write what): ``state.json`` (hosts, GPUs, links and the queue counter: shared,
-rebuilt from the live GPUs at will), ``state.lock`` (the lock every transaction holds: ``fcntl``, dropped by the
-kernel when its holder dies) and ``jobs/`` (sticky + setgid: one file per job, ``<job id>.json``, owned by the job's
-user). The state directory itself is group-shared (setgid + sticky), never world-writable without the sticky bit.
-
-``ecolaunch init-state`` (:mod:`ecolaunch.state.layout`) creates this layout as root before anyone runs; a member
-may not create ``jobs/`` in a directory they do not own (they would own everyone's job directory).
-
-Jobs live in per-user files, not in the shared ``state.json``, so that ownership is enforced by the kernel rather
-than by convention: in a sticky directory only a file's owner (or root, or the directory's owner) can remove or
-replace it, and job files are not group-writable. A job file is accepted only if its owner's uid is the uid the
-job names (or root), so nobody can forge a job in another user's name; and the job's user *is* that uid: the name
-in a member's file is replaced by the account name of its owner (:func:`account_name`), so a file claiming to be
-alice's counts against its owner's limits, not alice's. ``state.json`` holds nothing that is not rebuilt from the
-hardware by the next reconcile; a broken one is moved aside with a warning, and at most
-:data:`KEEP_CORRUPT_COPIES` moved-aside copies of this user's are kept (a member who corrupts the file at every
-launch must not fill root's disk with 8 MiB copies).
-
-A job file left out of the graph (refused at load, or set aside by a transaction: ``StateGraph.ignored``) is
-neither rewritten nor removed by anyone else's transaction; a launcher whose own job vanished from the graph
-removes its own file (:meth:`StateStore.discard_job_file`).
-
-Every transaction: lock, load ``state.json`` and every job file (each validated against its schema; a bad job file
-is skipped with a warning, never trusted), yield the :class:`StateGraph`, then write back what changed. A change
-to another user's job is refused (:class:`StateError`); another user's job may be dropped only when its launcher
-is provably dead (its file then stays until its owner, root or the cap agent removes it; it is ignored meanwhile).
-
-Files are opened with ``O_NOFOLLOW`` (a symlinked lock file is refused; a symlinked ``state.json`` or job file is
-never followed) and written atomically: a temporary file in the same directory, ``fsync``, ``os.replace``, then
-``fsync`` of the directory, so a crash leaves either the old or the new document, never half of one.
+What lives here: :class:`StateStore`, which owns three paths of a state directory: ``state.json`` (shared, rebuilt
+from the live GPUs at will; a broken one moved aside, at most :data:`KEEP_CORRUPT_COPIES` copies kept),
+``state.lock`` (the ``fcntl`` lock every transaction holds) and ``jobs/`` (one file per job, owned by its user). A
+transaction locks, loads and validates, yields the :class:`StateGraph`, and writes back what changed, atomically.
+Also :func:`check_state_dir` (the checks made on every run). What does not: every path's name
+(:class:`ecolaunch.statedir.StateLayout`), the admin's layout (:mod:`ecolaunch.state.layout`). Who may write what
+and which job file counts: docs/threat-model.md#who-can-write-what.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Per-user sub-directories of a shared directory: ``<shared>/<user>/<kind>/<name>``, each user's own.
 
-The job history lives in one (``<state dir>/history``): every user writes only below a directory they own and
-nobody else may write (``0755``), so no member can overwrite, rename or plant a colleague's record, and a
-reader trusts a file only when the kernel says it belongs to the user whose directory holds it. The shared
-parent is sticky (``ecolaunch init-state`` creates it ``3775 root:<group>``), so nobody renames another user's
-directory either.
-
-Every access goes through :mod:`ecolaunch.safefs`: directories are opened one component at a time relative
-to their parent's descriptor with ``O_NOFOLLOW``, files are read only when regular and within a size bound (a
-link to ``/dev/zero`` or a FIFO is refused, never read or waited on), and writes are atomic renames of
-unpredictably named temporary files. What does not live here: what the files mean (``ecolaunch.profile.history``).
+What lives here: :class:`UserTree`, through which the job history is written and read: each user writes only below
+a directory they own and nobody else may write, and a reader trusts a file only when the kernel says it belongs to
+the user whose directory holds it; every access goes through :mod:`ecolaunch.safefs`. What does not: what the files
+mean (``ecolaunch.profile.history``). Modes and why: docs/threat-model.md#who-can-write-what.
 """
 
 from __future__ import annotations
@@ -96,7 +90,7 @@ class UserTree:
 
     # --- writing -----------------------------------------------------------------------------------
     def write(self, kind: str, name: str, data: bytes) -> Path:
-        """Replace ``<shared>/<own user>/<kind>/<name>`` atomically (mode 0644), creating the directories.
+        """Replace ``<shared>/<own user>/<kind>/<name>`` atomically (mode 0640: ``safefs.RECORD_MODE``), creating the directories.
 
         Raises RefusedFile when something in the way is a link, not a directory, or not this user's alone, and
         OSError when the file system refuses.
