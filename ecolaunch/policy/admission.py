@@ -1,31 +1,11 @@
 """The admin rules, enforced once, after any policy has decided: :func:`admit`.
 
-Policies apply the admin rules while they search (``candidates``), but each one in its own way, and a policy
-can be replaced (``--policy``, a lab's own GNN weights). So the launcher and the simulator pass every decision
-through :func:`admit` before booking it: a decision that breaks a rule is refused (the job waits, as when no
-GPU fits), and caps are clipped into the policy's bounds. No policy can skip it, however it was chosen.
-
-The rules checked, against the state the policy decided on:
-
-* the GPUs exist on the job's host, are distinct, are as many as the job asks (at least, for an elastic job),
-  and lie inside the job's allocation (``CUDA_VISIBLE_DEVICES``);
-* reservations (``[reserve.*]``): every GPU is open to the job's user or one of its groups. The user and groups
-  come from the kernel (``runtime.current_user``), never from the environment;
-* per-user limits (``[users.*] max_gpus``): the user's running jobs plus this one hold at most that many GPUs;
-* co-location (``[colocation]``): a GPU another job uses is shared only if sharing is enabled, it runs fewer
-  than ``max_jobs_per_gpu`` jobs, no foreign process, and (when the job's memory is known) its free memory
-  keeps ``memory_margin_mib`` beyond the job's peak;
-* caps: clipped to ``[caps.*]`` bounds; a newcomer's cap on a GPU another job already uses is dropped (a
-  newcomer takes a GPU as it finds it: the cap agent would refuse it anyway, see ``admin.capkeeper``), unless it
-  lifts the GPU's cap (the sharing contract, ``policy.contract``): a GPU's cap is the highest its jobs want, so a
-  lift never slows the job already there.
-
-The same rules judge the bookings already running (:func:`unadmitted_bookings`): a member can write a running job
-file of their own that never went through :func:`admit` (every GPU, a GPU reserved for a colleague). Judged under
-the name and groups of the uid that owns the file (``state.reconcile.account_name``), a booking the rules would
-refuse is set aside by the launcher's transaction (``StateGraph.set_aside``): it holds no GPU against anyone.
-
-What does not live here: how a policy chooses (``policy.*``), and the cap agent's own checks at apply time.
+What lives here: :func:`admit` (a decision that breaks a rule is refused, its caps clipped) and
+:func:`unadmitted_bookings` (the running bookings the same rules would refuse, judged under the name and groups of
+the uid that owns the file: ``state.reconcile.account_name``; ``StateGraph.set_aside`` sets them aside). The user
+and groups come from ``runtime.current_user``, never from the environment. What does not: how a policy chooses
+(``policy.*``), the cap agent's own checks at apply time (``admin.capkeeper``), the sharing contract's lift
+(``policy.contract``). The rules: docs/queue.md#the-admin-rules-after-every-policy.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """Sharing judged on completion time: the contract a job may accept, "start me now on a shared GPU if that finishes me
 sooner than waiting for GPUs of my own".
 
-A job with the contract (``JobRequest.share_if_sooner``) that no candidate places within its run-time bound may
-still start now on a shared GPU, when its predicted completion there comes before its predicted completion after
-waiting; every job already running keeps its own bound, as always. :func:`terms` gives the two estimates of the
-decision, at ``JobRequest.decided_at``:
-
-- *waiting*: when ``nproc`` GPUs it may use are free: an idle GPU now, a busy one when the last of its jobs ends
-  (:meth:`~ecolaunch.state.graph.Job.remaining_s`: from each running job's completed runs and its progress), then
-  the job's own expected length (``JobRequest.expected_s``, from its completed runs);
-- *sharing now*: its expected length over its predicted normalized throughput there, the uncertainty of a learned
-  prediction kept back (the policy's ``sd_z``) as for a bound: as if it shared for its whole run (a co-runner that
-  ends sooner only makes it finish earlier).
-
-Unknown means no such sharing: a job that never completed here, or a GPU it may use whose jobs' remaining times are
-unknown (it may free any moment, so no estimate of waiting holds), gets :class:`Terms` with ``known`` False and the
-reason in one line.
-
-The contract is *kept* when the job finishes no later than its decision-time estimate of waiting x (1 + its bound)
-(``Terms.deadline_s``); the simulator counts the jobs that finish after it (``JobOutcome.contract_violated``).
-
-What does not live here: the decision (``policy.energy``), where ``expected_s`` comes from
-(``profile.history.ProfileEntry.expected_run``).
+What lives here: :func:`terms`, the two estimates of the decision (waiting, sharing now) at
+``JobRequest.decided_at``, as :class:`Terms` (``known`` False with the reason in one line when either is unknown;
+``Terms.deadline_s`` the contract's deadline). What does not: the decision (``policy.energy``), where
+``expected_s`` comes from (``profile.history.ProfileEntry.expected_run``). The contract and how it is kept:
+docs/queue.md#sharing-to-finish-sooner.
 """
 
 from __future__ import annotations
@@ -68,7 +52,7 @@ class Terms:
 
 
 def terms(state: StateGraph, job: JobRequest, rules: Rules) -> Terms:
-    """The contract's estimates for ``job`` at ``job.decided_at`` (see the module docstring)."""
+    """The contract's estimates for ``job`` at ``job.decided_at`` (docs/queue.md#sharing-to-finish-sooner)."""
     if job.expected_s is None or job.expected_s <= 0:
         return Terms(False, "no sharing to finish sooner: this job never completed here, so nothing says how long "
                             "it runs")

@@ -2,20 +2,9 @@
 
 What lives here: :class:`AloneOnCandidate` (the new job alone on a candidate's GPUs, read off its fitted curve: its
 speed and power there; shared with the GNN's scorer, :mod:`ecolaunch.policy.gnn`, which takes these answers where
-they decide), :class:`CurvePredictor` and :func:`curve_policy`.
-
-**What it does.** :class:`~ecolaunch.policy.energy.EnergyAwarePolicy` without a learned part: GPU sets nobody
-uses (the best-linked one; reservations, quotas and memory as every policy), each with the one cap the job's
-measured curve chooses (:func:`~ecolaunch.profile.capchoice.job_cap_choice`, the profiler's and the closed loop's
-choice, with its margin); the job's speed and its GPUs' power there come from that curve, the GPUs' power before from
-their readings. It never shares a GPU: whether sharing pays is the one thing a job's own measurements cannot say,
-and in the measured-world benchmark (``benchmarks/energy.py``: Gavel's measured pairs as truth, the GNN trained
-without the job's type) the GNN policy, which can share, shared no job within the admin's bounds on any trace and so
-decided exactly what this policy decides. It imports neither torch nor the GNN. ``--policy gnn`` keeps the GNN
-for labs whose bounds leave room for sharing.
-
-A job whose iteration time or power is unknown (a first launch) runs uncapped on the best free GPUs; its profile,
-measured inline, caps it from then on (the profiler and the closed loop), and its next launch is placed from it.
+they decide), :class:`CurvePredictor` and :func:`curve_policy`. It imports neither torch nor the GNN. What does not:
+the decision procedure (:class:`~ecolaunch.policy.energy.EnergyAwarePolicy`), the cap choice
+(:mod:`ecolaunch.profile.capchoice`). Why it never shares and is the default: docs/gnn.md.
 """
 
 from __future__ import annotations

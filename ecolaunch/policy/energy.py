@@ -2,45 +2,9 @@
 
 What lives here: :class:`Candidate` (GPU set + cap per GPU), :class:`Outcome` (what a predictor says would
 happen), the :class:`Predictor` protocol, :func:`enumerate_candidates`, and :class:`EnergyAwarePolicy`, the
-decision procedure shared by the GNN policy (``ecolaunch.policy.gnn``, learned predictor) and the simulator's
-oracle (``ecolaunch.sim.oracle``, the simulator's true model). What does not: any model.
-
-**Candidates.** GPU sets of the requested size among the GPUs the job may use (reservations, allocation), each
-GPU either idle or shareable under the admin rules (co-location allowed, fewer than ``max_jobs_per_gpu`` jobs,
-memory fits with the margin; a GPU with a foreign process is never shared). An all-idle set gets the one cap the
-job's own measured curve chooses (:func:`alone_cap`: :func:`~ecolaunch.profile.capchoice.job_cap_choice`, the
-profiler's and the closed loop's choice, on the :data:`DECISION_CAP_STEP_W` grid, with the margin its measurement
-error asks for and, under the admin's ``[energy] wait_weight``, the jobs queued behind it counted:
-:func:`~ecolaunch.profile.capchoice.queue_eta`; the oracle passes its own, from the truth); a set that shares a GPU
-keeps that GPU's current cap (a newcomer does not change the power of a colleague's GPU); a job whose iteration time
-or power is unknown is never capped. Sets are ranked by their slowest link, then by how many of their GPUs are shared;
-of the sets nobody uses only the best-linked one is kept (a worse link only slows a synchronous job, by an amount no
-predictor here knows: the GNN was never trained on link effects, and a learned power difference once bought 4-GPU
-jobs sets across sockets, much slower in ``benchmarks/energy.py``'s ``workstation-topology``: see docs/benchmarks.md);
-at most ``max_sets`` are kept. Past ``MAX_COMBINATIONS`` sets (a 4-GPU job on a 64-GPU host) a few good sets are built
-greedily instead.
-
-**Objective** (per unit of the new job's work, so that fast and slow candidates compare fairly)::
-
-    cost = (sum_g [P_after(g) - P_before(g)] + static_share + sum_k lost_k * e_k) / x_new
-
-``P`` is the predicted board power of each affected GPU, ``x_new`` the new job's predicted normalized throughput,
-``lost_k = x_k_before - x_k_after`` the throughput a co-located job ``k`` loses and ``e_k`` its energy per unit of
-work before (its share of its GPUs' power / its throughput): the work others lose must be done later at their
-cost. ``static_share`` is zero for node and GPU-only energy (a workstation's host power is spent whether or
-not the job runs) and the host's static power per GPU times the job's GPUs for job-attributed energy (EaCO's
-accounting). Constraint: every affected job's predicted slowdown (against solo, uncapped) stays within its bound,
-with room kept back for the predictor's error: for a throughput a learned model predicted with a standard
-deviation (``Outcome.throughput_sd``), ``sd_z`` standard deviations of it (at least :data:`MIN_SD`): the slowdown
-at ``x - sd_z * sd`` must keep the bound; for a cap the job's own curve chose, nothing more (the choice kept its own
-margin); for any other prediction, ``margin_pct`` of the bound. Ties (costs within :data:`TIE_W` or
-:data:`TIE_FRACTION` of the least) break by the new job's predicted completion time. Nothing qualifies → ``None``
-(the job waits).
-
-**Who decided.** Every decision's ``predicted["learned"]`` says whether the winning candidate's outcome carries a
-learned prediction (``Outcome.learned``: the GNN's residual on a job's throughput, i.e. a shared GPU or a cap
-outside the job's measurements) or was decided by measurements alone (the job's measured curve on GPUs it has to
-itself); the simulator counts them.
+decision procedure shared by ``curve``, the GNN policy (``ecolaunch.policy.gnn``) and the simulator's oracle
+(``ecolaunch.sim.oracle``). What does not: any model. The candidates, the objective and its constraint:
+docs/gnn.md#the-energy-aware-decision.
 """
 
 from __future__ import annotations
@@ -101,7 +65,7 @@ class Outcome:
     gpu_power_w: dict[str, float]
     #: standard deviation of each throughput that carries a learned part (absent: a measurement, or exact)
     throughput_sd: dict[str, float] = field(default_factory=dict)
-    #: whether a learned model predicted a throughput here (see "Who decided" in the module docstring)
+    #: whether a learned model predicted a throughput here (see "Who decided" in docs/gnn.md#the-energy-aware-decision)
     learned: bool = False
 
 
@@ -225,7 +189,7 @@ def enumerate_candidates(state: StateGraph, job: JobRequest, rules: Rules, *, ma
 
 
 class EnergyAwarePolicy:
-    """Least predicted energy for the work, every job within its slowdown bound (see the module docstring)."""
+    """Least predicted energy for the work, every job within its slowdown bound (docs/gnn.md#the-energy-aware-decision)."""
 
     def __init__(self, predictor: Predictor, *, name: str | None = None, objective: str = "node",
                  margin_pct: float = 10.0, host_static_w: float = 0.0, sd_z: float = SD_Z,
@@ -361,7 +325,7 @@ class EnergyAwarePolicy:
 
     def _cost(self, state: StateGraph, job: JobRequest, cand: Candidate, out: Outcome, before: Outcome, lost: float,
               x_new: float) -> float:
-        """The objective (module docstring): power added per unit of the new job's work."""
+        """The objective (docs/gnn.md#the-energy-aware-decision): power added per unit of the new job's work."""
         delta_w = sum(out.gpu_power_w[u] - before.gpu_power_w.get(u, 0.0) for u in cand.gpus)
         static = self.host_static_w * len(cand.gpus) / max(1, len(state.hosts[job.host].gpus)) if self.objective == "job" else 0.0
         return (delta_w + static + lost) / x_new
@@ -372,7 +336,7 @@ class EnergyAwarePolicy:
         """The alternatives the ranking never weighed, predicted by the same scorer (for ``--explain``): on the
         chosen GPUs, uncapped and one step below the chosen cap (a job with a measured curve alone there); the best
         free set of each other GPU model and, for several GPUs, the best free set with a slower link (of the sets
-        nobody uses only the best-linked one is a candidate: module docstring)."""
+        nobody uses only the best-linked one is a candidate: docs/gnn.md#the-energy-aware-decision)."""
         cost, x_new, best, _, _ = scored[0]
         host = state.hosts[job.host]
         weighed = {r[2].gpus for r in scored}

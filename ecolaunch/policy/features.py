@@ -4,35 +4,8 @@ What lives here: :class:`HeteroGraph` (plain tensors, no torch_geometric); :func
 :class:`StateEncoding`, the one path from a :class:`~ecolaunch.state.graph.StateGraph` (plus, for a decision,
 candidate placements of a new job) to graphs, used by the launcher, the simulator and training alike;
 :func:`batch`; :func:`scenario_graph` (the one-GPU what-if of ``ecolaunch predict``). Models: :mod:`.model`
-(training, torch_geometric) and :mod:`.infer` (launch path, plain torch).
-
-**Node features** (names in ``*_FEATURES``, column order; scaled to about [-1, 2]; an unknown value is 0 with
-its ``*_missing`` column 1, never NaN). *job*: ``iter_time`` = log10(solo uncapped iter_time_s / 0.1 s);
-``sm_util``, ``mem_bw_util`` = NVML utilization.gpu / .memory alone / 100; ``demand`` = the larger (1.0 when
-both unknown, as in :mod:`ecolaunch.sim.interference`); ``memory`` = peak memory_mib / memory of its smallest
-GPU; ``power`` = solo power_w / mean max power limit of its GPUs; ``allowed_slowdown`` = bound in % / 100;
-``gpus`` = log2(GPU count) / 3; ``cap60_*``, ``cap80_*`` = from its measured curve (the one reading of measured
-caps, :class:`ecolaunch.jobmodel.capcurve.CapCurve`), slowdown (time / uncapped time - 1) and power / max limit at caps
-of 60 % and 80 % of the max limit (missing outside the measured caps); the job alone at the cap its GPUs run at (the
-lowest of them), from the same curve: ``alone_speed`` (normalized
-throughput), ``alone_power`` (/ mean max limit; missing when its power is unknown), ``anchored`` (1 when both are
-measured there or between measurements, not extrapolated) and ``uncapped`` (1 at the max limit, where
-``alone_speed`` is 1.0 by definition). A job without a curve but with a known power gets the Zeus prior's ratios
-from its uncapped power; one whose power is unknown, those of a job drawing the max limit (the cautious choice).
-*gpu*: ``memory`` = log2(memory_total_mib / 16 GiB) / 2; ``memory_used`` = used / total, new job included
-(``overcommitted`` above 1); ``max_power`` = max limit / 500 W; ``min_power`` = min / max limit;
-``cap`` = the cap it runs at / max limit; ``idle_power`` = catalogue idle power (an assumption of the catalogue)
-/ max limit; ``jobs`` = job count / 4; ``demand_sum``; ``foreign`` (a process outside ecolaunch holds it);
-architecture one-hot (all 0 when unknown). *group* (GPUs joined by NVLink or one PCIe switch, from
-``Host.links``): ``nvlink_island``, ``pcie_switch``, ``single_gpu``, ``size`` = log2(GPUs) / 3. *host*:
-``gpus`` = log2(1 + GPUs) / 3, ``groups_per_gpu``.
-
-**Edges** (:data:`EDGE_TYPES`, each with its reverse): job-runs_on-gpu; gpu-link-gpu for NVLink, PCIe-switch and
-PCIe-host-bridge pairs (bandwidth class in ``HeteroGraph.link_kind``, one relation per class in the model;
-cross-socket pairs get no edge and meet at the host); gpu-in-group; group-in-host; host-peer-host.
-
-**Caps.** A GPU runs at the candidate's cap for it when the candidate sets one, else at its ``power_limit_w``,
-else its default limit, else its max limit.
+(training, torch_geometric) and :mod:`.infer` (launch path, plain torch). Every feature and edge:
+docs/gnn.md#the-graphs-features.
 """
 
 from __future__ import annotations
@@ -148,7 +121,7 @@ def _cap_features(profile: Profile, max_w: float) -> list[float]:
 
 def alone_at_cap(profile: Profile | None, cap_w: float, max_w: float) -> list[float]:
     """The ``alone_*``, ``anchored`` and ``uncapped`` columns: the job alone at ``cap_w`` on a board whose max
-    limit is ``max_w`` (see the module docstring)."""
+    limit is ``max_w`` (docs/gnn.md#the-graphs-features)."""
     uncapped = cap_w >= max_w - 1e-6
     # its measured curve, else its uncapped power alone with the prior's ratios (a placeholder time: only ratios
     # are read); nothing measured: a job drawing the max limit (the cautious choice for a cap)

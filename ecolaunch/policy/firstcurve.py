@@ -1,18 +1,12 @@
 """A first launch decided with a curve it was told: what the launcher knows of a job before its own profile exists.
 
 What lives here: :class:`FirstLaunchCurves` (any policy, with a first launch's missing curve supplied before it
-decides). Who supplies it: the launcher, from what the history of this machine holds of the same job from another
-user (:meth:`ecolaunch.profile.history.History.colleague_profile`, wired in :mod:`ecolaunch.launch.pipeline`); the
-``gnn`` policy, from the GNN's prediction where nobody has measured the job (:class:`ecolaunch.policy.gnn.GnnFirstCurve`,
-put around it by :func:`ecolaunch.policy.registry.get_policy`; the colleague's measurement, wrapped outside it, comes
-first); the benchmarks' bounds on any such prediction (``benchmarks/_first_curves.py``). What does not: the budget
-that reads the curve (:mod:`ecolaunch.admin.budget`), the profiler that measures the job's own.
-
-**Why.** A job with no curve cannot be capped: under a power budget it waits for watts the running jobs' margins
-keep (the budget never lowers a job it knows nothing of, :func:`ecolaunch.admin.budget.no_curve_floor_w`). A
-supplied curve lets the budget admit it at once at a cap that curve allows within its bound. The job is still
-profiled as it starts, and its profiler and closed loop take over from its own measurement. The supplied curve is
-the decision's alone: the job's record keeps what was measured.
+decides). Who supplies it: the launcher, from a colleague's profile of the same job
+(:meth:`ecolaunch.profile.history.History.colleague_profile`, wired in :mod:`ecolaunch.launch.pipeline`); the
+``gnn`` policy, from the GNN's prediction (:class:`ecolaunch.policy.gnn.GnnFirstCurve`, inside the colleague's);
+the benchmarks' bounds (``benchmarks/_first_curves.py``). What does not: the budget that reads the curve
+(:mod:`ecolaunch.admin.budget`), the profiler that measures the job's own. Why:
+docs/profiling.md#how-a-launch-finds-its-job-in-the-history and docs/gnn.md.
 """
 
 from __future__ import annotations

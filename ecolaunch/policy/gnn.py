@@ -1,38 +1,10 @@
 """``gnn``: energy-aware placement whose predictions come from the hierarchical GNN.
 
-:class:`GnnPredictor` scores every candidate of :class:`~ecolaunch.policy.energy.EnergyAwarePolicy` (GPU set ×
-power cap) in batched forward passes of the shipped model (``ecolaunch/policy/weights``; or a lab's own, written
-by ``ecolaunch policy train``), through the plain-torch inference path (:mod:`ecolaunch.policy.infer`: no
-torch_geometric on the launch path). It predicts each job's normalized throughput with its standard deviation and
-each GPU's power at its cap; the policy keeps the candidate with the least predicted energy for the work that
-keeps every affected job inside its slowdown bound, with ``sd_z`` standard deviations of each learned throughput
-kept back. One decision's :class:`_GnnScorer` encodes and scores the machine as it runs now once, for every
-candidate and for the objective's "before".
-
-**A correction on measurements.** The model predicts residuals over physics priors (:mod:`ecolaunch.policy.infer`):
-a job alone on its GPU(s) at a cap it was measured at (or between measured caps), or uncapped, is predicted
-exactly as measured, with no learned part; when it shares, the learned interference factor multiplies its
-measured speed at that cap. Running jobs' predictions are relative to how they run now (their slowdown bounds are
-checked against that, as the launcher cannot know how far from solo a job already runs), with the standard
-deviation scaled alike.
-
-**Who decides.** On GPUs the new job would have to itself, its cap is the one its measured curve chooses
-(``EnergyAwarePolicy``: :func:`~ecolaunch.profile.capchoice.job_cap_choice`, exactly the profiler's and the
-closed loop's choice, with the margin the measurements ask for), and its speed and power there come from that
-curve: such candidates are not even scored by the GNN (which keeps a decision within its latency goal) and their
-outcomes say ``learned=False``. Sharing (the interference between co-located jobs, the power of shared GPUs) is
-the GNN's, ``learned=True``; each decision says which won (``predicted["learned"]``).
-
-**A first launch** (a job with no measured power: nothing in its history, no colleague's profile of it) is decided
-with the GNN's prediction of its cap curve (:class:`GnnFirstCurve`, put around the budgeted policy by
-:func:`~ecolaunch.policy.registry.get_policy`): the job alone on one of the host's boards at every cap of Zeus's
-25 W stride (interpolated on the 5 W grid the cap is chosen on), from what is known before it runs (the board, the
-hints), each point's learned standard deviation carried as its standard error, so the one cap margin
-(:func:`ecolaunch.profile.capchoice.cap_margin_pct`) keeps :data:`FIRST_CURVE_Z` standard deviations of
-that uncertainty back. Under a power budget such a job is admitted at once at a cap inside its bound by that
-prediction and its margin, instead of waiting at its no-curve floor; its profiler and closed loop take over from its
-own measurement as it runs, and what it stores is only what was measured. Such decisions say ``learned=True``.
-Sharing still needs a known memory size.
+What lives here: :class:`GnnPredictor` (scores the candidates of
+:class:`~ecolaunch.policy.energy.EnergyAwarePolicy` through :mod:`ecolaunch.policy.infer`), one decision's
+:class:`_GnnScorer`, and :class:`GnnFirstCurve` (a first launch's cap curve predicted by the GNN). What does not:
+the decision procedure (:mod:`ecolaunch.policy.energy`), the network (:mod:`.infer`, :mod:`.model`). How the
+policy decides and when the network is asked: docs/gnn.md.
 """
 
 from __future__ import annotations

@@ -3,43 +3,10 @@
 What lives here: :class:`ModelConfig` and :func:`stages` (the architecture, shared with the torch_geometric
 model of :mod:`.model`, which trains it), :func:`physics_prior` and :func:`combine` (the priors and how the
 learned residuals correct them, shared by both models), :class:`PlainModel` (the same forward pass written with
-``index_add_``, loading the same weights; equal to the torch_geometric model within float rounding, see
-``tests/policy/test_infer.py``), :func:`read_weights` / :func:`write_weights` (the weight file format),
+``index_add_``, loading the same weights), :func:`read_weights` / :func:`write_weights` (the weight file format),
 :func:`load_default_model` (the shipped weights, read once per process), :func:`score` and :func:`score_sd`.
-
-Why a second implementation: ``import torch_geometric`` costs about 1.2 s on top of torch (mostly
-``torch._dynamo``), which must not land on every launch. Training imports torch_geometric; launching does not.
-
-**A correction on physics priors.** The network does not predict throughput and power from scratch:
-
-- *throughput* of job ``j`` = ``A_j * I_j * exp(r_j)``. ``A_j`` is the job alone at its GPUs' cap, from its
-  measured curve (feature ``alone_speed``, :class:`ecolaunch.jobmodel.capcurve.CapCurve`); ``I_j`` the
-  analytic interference model of :mod:`ecolaunch.sim.interference` (utilization-based time-slicing: ``t / (t *
-  max(1, D) + delta * (D - d))`` on each of its GPUs, the slowest GPU counting; ``D`` the summed demand, ``d`` its
-  own, ``t`` its solo iteration time), with ``delta`` per board architecture (``ModelConfig.switch_overhead_by_arch_s``,
-  ``switch_overhead_s`` for an unknown one) fitted on the training pairs only;
-  ``r_j`` the learned residual, at most :data:`THROUGHPUT_RESIDUAL_MAX` in log either way. A job alone on its
-  GPU(s) at a measured cap (``anchored``) or uncapped gets no residual: its prediction *is* its measurement
-  (1.0 uncapped, by definition);
-- *power* of GPU ``g`` = ``P_g * exp(q_g)``: ``P_g`` = idle + each job's dynamic power alone at the cap (from its
-  curve; idle + demand x (max - idle) when unknown, as the simulator assumes) times its interference factor,
-  at most the cap; ``q_g`` learned, at most :data:`POWER_RESIDUAL_MAX`; for a GPU whose only job is anchored,
-  that job's measured power there, with no residual;
-- *uncertainty*: a second job head gives the log-variance of the log-throughput error (Gaussian NLL on measured
-  data only, from physical descriptors alone: the prior factors, co-runners, summed demand, iteration time), so
-  the standard deviation of a prediction is ``throughput * exp(log_var / 2)``, 0 where the prediction is a
-  measurement. How many of those to keep back is the policy's ``sd_z`` (:mod:`ecolaunch.policy.energy`),
-  calibrated on held-out folds by ``benchmarks/pair_prediction.py``.
-
-**Outputs** (:meth:`PlainModel.predict`). For every job: its normalized throughput (1.0 = as fast as alone on its
-GPU(s), uncapped; a multi-GPU job runs at the speed of its slowest GPU), clamped to at most 1, and its standard
-deviation. For every GPU: its board power in watts at its cap with all its jobs, at most the cap (unless that is
-its only job's measured curve there: boards overshoot their limit by a few percent, as in
-``sim/data/h200_cap_sweep.csv``). Inputs are :class:`~ecolaunch.policy.features.HeteroGraph` from :mod:`.features`,
-one or a batch; a batch of candidates is scored in one forward pass.
-
-Speed: on 2 loaded CPU cores torch's thread pool can cost more than the work; the launcher should call
-``torch.set_num_threads(1)`` before scoring (not done here: it is process-wide).
+What does not: ``torch.set_num_threads`` (process-wide: the launcher's). Why a second implementation, the
+priors and the outputs: docs/gnn.md#the-networks-priors-and-outputs.
 """
 
 from __future__ import annotations
@@ -168,7 +135,7 @@ _G = {name: i for i, name in enumerate(GPU_FEATURES)}
 
 @dataclass(frozen=True, slots=True)
 class Prior:
-    """The physics priors of one graph (see the module docstring) and what the heads read besides embeddings."""
+    """The physics priors of one graph (docs/gnn.md#the-networks-priors-and-outputs) and what the heads read besides embeddings."""
 
     throughput: Tensor  # [jobs] A * I
     fixed_job: Tensor  # [jobs] bool: alone at a measured (or the max) cap: no residual, no uncertainty
@@ -298,7 +265,7 @@ class PlainModel:
 
     def prior_only(self, *, switching: bool = True) -> PlainModel:
         """This network with its residual heads silenced: its throughputs and powers are the physics priors alone
-        (the analytic interference model of the module docstring, the simulator's); ``switching=False`` also sets
+        (the analytic interference model of docs/gnn.md#the-networks-priors-and-outputs, the simulator's); ``switching=False`` also sets
         every board's switching overhead to 0, so a shared GPU slows its jobs only once their summed demand passes 1
         (the utilization-sum rule). Its standard deviations are meaningless: a caller drops them."""
         twin = copy.copy(self)

@@ -2,24 +2,8 @@
 
 What lives here: :class:`HierarchicalGNN` and :func:`load_gnn`. Launching never imports this module: it scores
 with :class:`ecolaunch.policy.infer.PlainModel`, which loads the same weight file and computes the same
-function in plain torch (the architecture constants live in :mod:`.infer` so the two cannot drift apart).
-
-**Architecture** (``ModelConfig(hidden=32, local_rounds=2)``, 47,299 parameters):
-
-1. one ``Linear -> ReLU`` encoder per node type (job, gpu, group, host; features in :mod:`.features`);
-2. ``local_rounds`` x job <-> gpu message passing (``HeteroConv`` of ``SAGEConv``: jobs -> their GPUs summed so a
-   GPU counts its co-runners, GPUs -> their jobs averaged, GPU <-> GPU per link class: NVLink, PCIe switch, PCIe
-   host bridge), so a job sees its co-runners and its GPU's neighbours;
-3. pooling up (gpu -> group -> host), across hosts (host <-> host, the cluster level) and broadcast back down
-   (host -> group -> gpu), so every GPU sees its island's and its host's load;
-4. one last job <-> gpu round;
-5. heads ``MLP([embedding, raw features, prior descriptors])``: each job's log-residual over its physics prior
-   of throughput and each GPU's over its prior of power (bounded, none where the prior is a measurement); a
-   third, ``MLP(physical descriptors)``, each job's log-variance (the priors, the bounds and how they combine:
-   :func:`ecolaunch.policy.infer.physics_prior` and :func:`~ecolaunch.policy.infer.combine`, shared with the
-   launch path).
-
-Every stage updates node type ``t`` as ``h_t <- h_t + ReLU(sum over relations into t of SAGEConv(h_src, h_t))``.
+function in plain torch (the architecture constants live in :mod:`.infer` so the two cannot drift apart). The
+architecture: docs/gnn.md#the-networks-priors-and-outputs.
 """
 
 from __future__ import annotations
@@ -37,8 +21,8 @@ from ecolaunch.policy.infer import (VAR_INPUTS, Heads, ModelConfig, combine, mes
 
 
 class HierarchicalGNN(nn.Module):
-    """Jobs, GPUs, interconnect groups and hosts -> job throughputs, their uncertainty, and GPU power (see the
-    module docstring)."""
+    """Jobs, GPUs, interconnect groups and hosts -> job throughputs, their uncertainty, and GPU power (see
+    docs/gnn.md#the-networks-priors-and-outputs)."""
 
     def __init__(self, config: ModelConfig | None = None) -> None:
         super().__init__()

@@ -1,17 +1,8 @@
 """Baseline policies that share GPUs: first-fit packing, Lucid's packing rule, and EaCO.
 
-All three respect the admin rules (co-location on/off, max jobs per GPU, memory margin) through
-:func:`shareable_gpus` and fall back to an idle GPU set like ``exclusive``. None of them changes power caps.
-
-- ``first-fit``: the lowest-indexed GPUs whose memory fits (with the margin): share whenever memory allows.
-- ``lucid`` (Hu et al., ASPLOS '23): co-locate only when every job on the GPU keeps a predicted normalized
-  speed >= 0.95 (Lucid's "safe" band), else an idle GPU.
-- ``eaco`` (Haghshenas & Hashemi, arXiv 2412.08294): among GPUs under a utilization threshold and a memory
-  threshold, pick the *busiest* (packing consolidates, leaving whole GPUs idle), provided the predicted
-  completion-time increase of every job on it stays within its bound; else an idle GPU. The paper does not
-  publish its thresholds; ours: summed demand after placement <= 1.0 (the GPU is not oversubscribed) and
-  memory use after placement <= 90 % of the board. The paper's early-epoch check that undoes a placement which
-  breaks a deadline is the simulator's ``undo_on_violation`` hook, which this policy turns on.
+What lives here: the three policies and :func:`shareable_gpus`, through which they respect the admin rules. What
+does not: what they believe about sharing (:mod:`ecolaunch.policy.estimate`). What each does: the README's policy
+table and docs/simulator.md#what-the-baselines-believe.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The one way a job is placed: the policy decides, the admin rules admit, the graph books, the budget follows.
 
-:func:`place` is what the launcher's transaction (``launch.session.Session.try_place``) and the simulator
-(``sim.engine.Simulation``) both run, in the same order with the same results:
-
-1. the policy decides on the state as it is (:meth:`~ecolaunch.policy.base.Policy.decide`);
-2. :func:`~ecolaunch.policy.admission.admit` refuses a decision that breaks an admin rule and clips its caps;
-3. :meth:`~ecolaunch.state.graph.StateGraph.book` makes the queued job RUNNING on the decided GPUs, with its caps,
-   the decision and the request's profile, so the next decision sees it as it is;
-4. under a power budget (``[power] max_total_w``), :func:`~ecolaunch.policy.budgeted.book_budget` books the budget's
-   caps of its GPUs and the running jobs' new ones (``Decision.recaps_w``).
-
-:func:`admitted_decision` is steps 1-2 alone (``ecolaunch launch --dry-run`` books nothing).
-
-What does not live here: how a policy chooses (``policy.*``), the rules themselves (``policy.admission``), applying
-the caps to the GPUs (the launcher's ``launch.jobcaps.JobCaps``, the simulator's machine).
+What lives here: :func:`place` (decide, :func:`~ecolaunch.policy.admission.admit`,
+:meth:`~ecolaunch.state.graph.StateGraph.book`, then under a power budget
+:func:`~ecolaunch.policy.budgeted.book_budget`), which the launcher's transaction
+(``launch.session.Session.try_place``) and the simulator (``sim.engine.Simulation``) both run, and
+:func:`admitted_decision`, its first two steps alone (``--dry-run`` books nothing). What does not: how a policy
+chooses (``policy.*``), the rules (``policy.admission``), applying the caps to the GPUs (``launch.jobcaps.JobCaps``,
+the simulator's machine). The steps in a launch: docs/architecture.md#the-flow-of-one-launch.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Why a job is not placed now: :func:`why_waiting`, a reason code (``state.graph.WaitReason``, Slurm's words) and
 the particulars in words.
 
-The waiting launcher asks at each try that leaves its job queued (``launch.session.Session.try_place``) and records
-the answer with its job, so that ``ecolaunch status`` and the launcher's own queue lines show it; ``--dry-run
---explain`` asks for a job that would wait. The reasons are judged on the state the placement was just refused on,
-in the order of :class:`~ecolaunch.state.graph.WaitReason`: the queue ahead, the user's GPU limit, the GPUs free
-to this user, their memory, then the policy itself, the power budget and the admin rules (these last run the policy
-once more, so only for the head of the queue with enough free GPUs).
-
-What does not live here: the decision (``policy.place``), the order of the queue (``StateGraph.queued_jobs``), a
-request that can never fit (``launch.session``: refused before it is queued).
+The waiting launcher asks at each try that leaves its job queued (``launch.session.Session.try_place``);
+``--dry-run --explain`` asks for a job that would wait. What does not live here: the decision (``policy.place``),
+the order of the queue (``StateGraph.queued_jobs``), a request that can never fit (``launch.session``). The reasons
+and their order: docs/queue.md#why-a-job-waits.
 """
 
 from __future__ import annotations

@@ -1,35 +1,10 @@
 """The hook channel: how a worker's ``ecolaunch.step()`` reaches the launcher. Local files, no server.
 
-The launcher creates a directory and sets, for every worker it starts:
-
-- ``ECOLAUNCH_HOOK_DIR=<dir>``: turns the in-process hooks on (unset: they do nothing);
-- ``ECOLAUNCH_PROFILING=1`` during a profiling run (``ecolaunch.is_profiling()`` then returns True);
-- ``ECOLAUNCH_PROFILE_STEPS=<n>`` in a pre-launch profiling run: each worker exits with status 0 (see ``hooks``)
-  after its n-th step mark; every rank counts the same marks, so all ranks stop together;
-- ``RANK`` comes from torchrun (absent: rank 0).
-
-Files in ``<dir>`` (one writer each, so no locking is needed):
-
-- ``steps-<rank>.bin``: one little-endian float64 ``time.monotonic()`` per step, appended with a single
-  8-byte ``os.write`` on an ``O_APPEND`` descriptor. Appends of that size are atomic on local file systems,
-  so a crash can at worst leave a torn final record, which :func:`read_steps` drops. ``CLOCK_MONOTONIC`` is
-  system-wide on Linux, so stamps of different ranks (and of a restarted worker) share one time line.
-- ``hints-<rank>.json``: the ``@ecolaunch.job(...)`` hints, written once, atomically (temp file + rename).
-- ``waits-<rank>.bin``: one little-endian float64 per iteration, the seconds the rank waited at DDP's all-reduce for
-  the others (``ecolaunch.allreduce_wait_hook``, :mod:`ecolaunch.profile.ddpwait`), appended as the step stamps are.
-
-**Multi-user safety.** The launcher creates ``<dir>`` with :func:`create_hook_dir`: fresh, under an
-unpredictable name, mode 0700, inside the sticky shared ``hooks/`` (so no colleague can rename it or put
-another directory in its place). The worker side writes only into a directory that is its own user's alone
-(:func:`open_private_dir`), opening every file relative to it with ``O_NOFOLLOW`` (the temporary hints file
-under a random name with ``O_EXCL``); the launcher side reads only regular files, never following a link or
-waiting on a FIFO, with sizes bounded. A root launch therefore never writes through a link a member planted.
-
-Worker side: :class:`StepWriter`, :func:`write_hints`. Launcher side: :func:`create_hook_dir`, :func:`read_steps`,
-:func:`read_hints`, :func:`iteration_times`, and :class:`StepReader`, which reads only what was appended
-since its last poll (a launcher polls every second for the whole run; re-reading every file would grow
-with the run). The worker side must never raise into a training loop; the
-hooks module catches ``OSError`` from here and switches itself off.
+Worker side: :class:`StepWriter`, :func:`write_hints`, :func:`open_private_dir` (it must never raise into a
+training loop: the hooks module catches ``OSError`` from here and switches itself off). Launcher side:
+:func:`create_hook_dir`, :func:`read_steps`, :func:`read_hints`, :func:`iteration_times`, and :class:`StepReader`,
+which reads only what was appended since its last poll. What does not live here: the hooks themselves
+(:mod:`ecolaunch.profile.hooks`). The environment, the files and their safety: docs/python-api.md.
 """
 
 from __future__ import annotations

@@ -1,58 +1,11 @@
 """Closed-loop power-cap control for the whole run: the cap follows the job along its measured curve.
 
 What lives here: the decisions, :class:`ControlSettings`, :class:`CapMove` and :class:`CapController`; and their
-plumbing in a run, :class:`ClosedLoop` (step marks and GPU readings in, cap moves out) and :func:`start_loop` (one
-from a job's profile and bounds). What does not: when a run has a loop (the run observer,
+plumbing in a run, :class:`ClosedLoop` (step marks and GPU readings in, cap moves out; nothing here prints) and
+:func:`start_loop` (one from a job's profile and bounds). What does not: when a run has a loop (the run observer,
 ``ecolaunch.launch.observe``), setting caps (the run's :class:`~ecolaunch.profile.runcaps.RunCaps` over the job's
-cap owner), the curve itself (:mod:`ecolaunch.profile.powercap`).
-
-**Why a loop.** A cap chosen before the run rests on a few measured caps and a curve model between them; on a
-real H200 a cap predicted within the bound ran past it (docs/profiling.md), and the one-shot early check could
-only jump back to uncapped, losing the saving. The controller keeps measuring instead.
-
-**How.** Iteration times at the current cap (after ``settle_iters`` following a change) go into a rolling
-buffer of at most ``recent_iters``; every ``window_iters`` the buffer's robust mean
-(:func:`~ecolaunch.profile.capchoice.iteration_stats`: a trimmed mean, so data-loader stalls and checkpoints do
-not move it) becomes a measured point of the job's curve at that cap, with the mean board power the sampler
-saw over the same iterations. The job's curve is refitted through its profiled points and everything the run
-measured, and the one cap choice (:func:`~ecolaunch.profile.capchoice.job_cap_choice`: least energy per unit of
-work whose slowdown plus margin stays within the bound) is asked again:
-
-- **too slow**: the measured slowdown at the current cap exceeds the bound less ``z`` standard errors of what
-  is measured (the reference's and this cap's): the cap moves up to the choice, the smallest cap the corrected
-  curve says keeps the bound (uncapped only when the curve says so). The cap it left becomes a floor: the run
-  never goes back down to it (hysteresis).
-- **slack**: the choice is lower than the current cap, above every floor, saves at least
-  :data:`~ecolaunch.profile.capchoice.MIN_SAVING_PCT` more, and the measured slowdown is at least
-  ``deadband_pp`` below the bound's limit: the cap moves down to it, at most ``max_down_moves`` times a run.
-- **the queue** (``[energy] wait_weight`` > 0 while jobs wait for GPUs, :meth:`CapController.set_waiting`): the
-  choice is asked with the waiting jobs' delay counted (:func:`~ecolaunch.profile.capchoice.queue_eta`); when that
-  cap is higher than the current one, the cap moves up to it (not a floor: once nobody waits, the slack rule takes it
-  back down, and that move does not count against ``max_down_moves``). The queue only ever raises a cap.
-- otherwise it stays.
-
-**A disturbed run.** A window whose iterations cannot be the profiled job's undisturbed
-(:func:`~ecolaunch.profile.capchoice.off_profile`: far outside the profile's spread at that cap, or faster than
-uncapped at a lower cap) is not learned (the curve is refitted without it), and never moves the cap down; a too-slow
-one still moves it up (the safe side). :attr:`CapController.off_profile` keeps why, for the run observer: such a
-run updates nothing in the history.
-
-:meth:`CapController.learned` is what the run measured, one point per cap it ran at; the run observer stores
-them with the job's profile, so the next launch starts from the corrected curve.
-
-**In a run.** :class:`ClosedLoop` feeds the controller with the run's iteration times
-(:class:`~ecolaunch.profile.channel.StepReader`) and the board power over the same iterations
-(:class:`~ecolaunch.profile.sampler.Sampler`), and applies each move through ``apply`` (the run's
-:meth:`~ecolaunch.profile.runcaps.RunCaps.apply`). A move counts as made once the GPUs' readings show the new limit
-(a cap agent may apply it a second later): iterations before that ran under the old cap and are not counted for
-either. Nothing here prints.
-
-**A cap held lower by someone else** — a power budget's ceiling (``[power] max_total_w``: a job arrived, and the
-budget lowered this one, see :mod:`ecolaunch.admin.budget`), or an admin: while the ceiling (``ceiling_w()``, the
-job's ``JobCaps.ceiling_w``), or else the GPUs' readings, show a limit below the controller's cap, the loop pauses:
-those iterations ran under a cap it did not choose, and counting them for its own cap would corrupt the curve it
-learns. It resumes once the limit is back at its cap (the budget raised the ceiling again). A move up past the
-ceiling is made only up to the ceiling, and the loop then pauses the same way: its moves never exceed the budget.
+cap owner), the curve itself (:mod:`ecolaunch.profile.powercap`), the cap choice
+(:mod:`ecolaunch.profile.capchoice`). Why a loop, and its rules: docs/profiling.md#the-closed-loop.
 """
 
 from __future__ import annotations
@@ -114,7 +67,7 @@ class CapMove:
 
 
 class CapController:
-    """Moves one job's cap along its measured curve for the whole run (see the module docstring).
+    """Moves one job's cap along its measured curve for the whole run (docs/profiling.md#the-closed-loop).
 
     Args:
         points: the job's measured cap points (its profile's; the highest is its uncapped reference).

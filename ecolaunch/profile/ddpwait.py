@@ -1,32 +1,10 @@
 """How long each rank waits at DDP's all-reduce for the others: ``ecolaunch.allreduce_wait_hook``.
 
-Register it as the model's communication hook::
-
-    model = torch.nn.parallel.DistributedDataParallel(model)
-    model.register_comm_hook(None, ecolaunch.allreduce_wait_hook)
-
-It reduces every gradient bucket exactly as DDP's default does: ``all_reduce`` (sum) divided by the world size, the
-same as ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook``. For the last bucket of each
-backward pass (``bucket.is_last()``), it also times the span from the moment this rank handed the bucket over to the
-moment the reduction finished.
-
-- The fastest ranks finish their backward pass first and wait there for the slowest. So that span is the rank's wait
-  plus the reduction's own time. The slowest rank's span is the reduction alone.
-- A rank's **waste** is therefore its span minus the smallest span of any rank: the time its GPU spent waiting for
-  the slowest one at full power. The launcher reports it at the end of the run (:func:`rank_waits`).
-- Without ecolaunch (``ECOLAUNCH_HOOK_DIR`` unset), the hook only reduces.
-
-**What is measured, and how well.**
-- With gloo (CPU tensors), the span is read on the CPU clock: the future completes when the reduction is done. Tested
-  with real gloo workers, one of them made slower (``tests/profile/test_ddpwait.py``).
-- With NCCL (CUDA tensors), torch completes the future as soon as work can be queued after the reduction, not when
-  the reduction is done on the GPU (torch's ``Work.get_future`` documentation), so the CPU clock would not see the
-  wait. The hook records CUDA events instead: one on the compute stream when the bucket is handed over, one on the
-  stream the future's callback runs on, which torch orders after the reduction. Their elapsed time is read, without
-  blocking, at a later iteration once the second event has passed. This path has not been checked on a GPU yet.
-
-Each wait is one float64 appended to ``waits-<rank>.bin`` in the hook directory (:mod:`ecolaunch.profile.channel`).
-A failure to write turns the timing off, with one warning, and never the reduction.
+What lives here: the hook (it reduces every gradient bucket exactly as DDP's default ``allreduce_hook`` does, and
+times the last bucket of each backward pass) and :func:`rank_waits` (each rank's waste, for the launcher's report).
+What does not: the file the waits go to (:mod:`ecolaunch.profile.channel`), acting on them
+(:mod:`ecolaunch.profile.pacing`). What is measured, and how well with gloo and NCCL:
+docs/pace-matching.md#measuring-what-the-fast-ranks-waste.
 """
 
 from __future__ import annotations
@@ -86,7 +64,7 @@ _TIMER = _Timer()
 
 def allreduce_wait_hook(state, bucket):
     """A DDP communication hook: DDP's default all-reduce, timing this rank's wait on the last bucket of each
-    backward pass (module docstring). ``state`` is unused (pass None), or a process group to reduce over."""
+    backward pass (docs/pace-matching.md#measuring-what-the-fast-ranks-waste). ``state`` is unused (pass None), or a process group to reduce over."""
     import torch.distributed as dist  # lazy: the hook runs in a DDP worker, which has torch loaded already
 
     group = state if state is not None else dist.group.WORLD

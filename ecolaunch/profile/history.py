@@ -2,39 +2,11 @@
 
 What lives here: :class:`ProfileEntry` (a stored profile, :class:`ecolaunch.jobmodel.profile.Profile`, and what came
 with it), :class:`JobRecord` (one finished job), :func:`fingerprint`, :class:`JobIdentity` and :class:`JobMatch`
-(what a launch is matched on, and how it was), and :class:`History` (the files). Their JSON
-form, its versions and its validation are :mod:`ecolaunch.jobmodel.codec`'s: a record of an older version is migrated.
-
-**Layout** (under ``<state dir>/history/``, sticky; one directory per user, ``0755``, that only its user writes)::
-
-    <user>/jobs/<job_id>.json            one JobRecord per finished job, written once
-    <user>/profiles/<fingerprint>.json   the latest profile of that fingerprint (replaced on every store)
-
-A process writes only below its own user's directory (named after its effective uid's account), so no member
-can overwrite, replace or plant a colleague's record. A file counts only when the kernel says it belongs to the
-user whose directory holds it, is a regular file (never a link, FIFO or device) and is within
-:data:`MAX_RECORD_BYTES`; a record naming another user counts only in root's directory (root's launcher may
-record anyone's job). Files directly under ``history/jobs`` and ``history/profiles`` (the layout before
-per-user directories: group-writable, so untrustworthy) are not read. See :mod:`ecolaunch.state.userdirs`.
-
-Every file is written atomically (temporary file with an unpredictable name, fsync, rename, fsync of the
-directory), so a crash leaves the old file or the new one, never a torn one. No lock is needed:
-each job record has a single writer (the job's launcher, under a unique job id) and a profile replace is
-atomic, so concurrent stores of one fingerprint end with one of them whole (the last rename wins). A file
-that is torn anyway (written by something else), not JSON, or not of this format is skipped with a warning
-and treated as missing; nothing here raises on a bad file.
-
-**Fingerprint** (:func:`fingerprint`): sha256 over a canonical JSON of (format version, sha256 of the
-script file's bytes, the script's arguments in order but those of :data:`IGNORED_ARGS` (:func:`work_args`: run
-length, output/logging/checkpoint paths and intervals, seeds), the worker count, the user, the GPU model name).
-The same script run the same way by the same user on the same kind of GPU has the same fingerprint; editing the
-script, changing any other argument, the worker count, the user or the GPU model makes a new one, because any of
-them can change the iteration time, power or memory. A job key (``--job-key``, or ``@ecolaunch.job(key=...)``
-declared by the script and remembered under :meth:`JobIdentity.key_fingerprint` for its next launches) stands for
-the script and its arguments. A ``-m module`` launch or a script that cannot be read is keyed by its name instead
-of its content (documented weakness: an edit then goes unnoticed). :meth:`History.match` finds a launch's entry
-and says how (:class:`JobMatch`), and drops a stored profile that contradicts itself
-(:func:`~ecolaunch.profile.capchoice.contradiction`). docs/profiling.md lists the ignored options.
+(what a launch is matched on, and how it was), and :class:`History` (the files: ``<user>/jobs/<job_id>.json``, one
+per finished job, and ``<user>/profiles/<fingerprint>.json``, replaced on every store). What does not: their JSON form,
+versions and validation (:mod:`ecolaunch.jobmodel.codec`), the per-user directories (:mod:`ecolaunch.state.userdirs`).
+Nothing here raises on a bad file. Who may write what: docs/threat-model.md; how a launch is matched:
+docs/profiling.md#how-a-launch-finds-its-job-in-the-history.
 """
 
 from __future__ import annotations
@@ -263,7 +235,7 @@ def _is_option(word: str) -> bool:
 
 def fingerprint(script: str | os.PathLike[str], script_args: Sequence[str], nproc: int | str, user: str,
                 gpu_model: str, *, module: bool = False, key: str | None = None, nnodes: int = 1) -> str:
-    """The job's fingerprint: 64 hex digits (see the module docstring for what goes in and why). With ``key`` (a
+    """The job's fingerprint: 64 hex digits (what goes in and why: docs/profiling.md#how-a-launch-finds-its-job-in-the-history). With ``key`` (a
     user's ``--job-key`` or the script's ``@ecolaunch.job(key=...)``), the key stands for the script and its
     arguments. ``nnodes``: the job's node count (a job over 2 nodes of 4 workers is not the 1-node job of 4; one
     node adds nothing, so every one-node fingerprint stays what it was)."""
@@ -355,7 +327,7 @@ def _contradiction(profile: Profile) -> str | None:
 
 # --- the store -------------------------------------------------------------------------------------
 class History:
-    """The job history of one state directory (see the module docstring for layout and guarantees)."""
+    """The job history of one state directory (layout and guarantees: docs/threat-model.md and docs/profiling.md)."""
 
     fingerprint = staticmethod(fingerprint)
 

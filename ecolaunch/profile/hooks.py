@@ -1,42 +1,10 @@
 """In-process hooks for training scripts: ``step()``, ``track()``, ``@train_step``, ``@job(...)``, ``is_profiling()``.
 
-Use one of the three step markers per training loop::
-
-    import ecolaunch
-
-    @ecolaunch.job(name="bert-ft", max_slowdown_pct=10, memory_mib=20_000, profile_safe=True)
-    def main():
-        for batch in ecolaunch.track(loader):        # marks each iteration ...
-            loss = model(batch).sum(); loss.backward(); opt.step()
-            # ... or call ecolaunch.step() here, at the end of each iteration,
-            # ... or decorate the function doing one step with @ecolaunch.train_step
-        if not ecolaunch.is_profiling():
-            save_checkpoint()                         # skip side effects in a profiling run
-
-**Outside an ecolaunch launch** (``ECOLAUNCH_HOOK_DIR`` unset) everything is a no-op: ``step()`` reads one
-module global and returns (``benchmarks/hook_overhead.py`` measures it), ``track(x)`` returns ``x`` itself,
-``@train_step`` returns the function unchanged. Importing this module loads nothing beyond the standard
-library's ``os`` and ``ecolaunch.errors`` (no torch, no torch_geometric, not even
-``dataclasses`` or ``logging``, which it imports only to report a failure).
-
-**Under ecolaunch** the launcher sets ``ECOLAUNCH_HOOK_DIR`` (and ``ECOLAUNCH_PROFILING=1`` during a profiling
-run); each step appends one monotonic timestamp to ``<dir>/steps-<RANK>.bin`` and ``@job`` hints go to
-``<dir>/hints-<RANK>.json`` (see :mod:`ecolaunch.profile.channel`). A failure to write (directory gone, disk
-full) logs one warning and turns the hooks off: it never raises into the training loop.
-
-**Pre-launch profiling runs** also get ``ECOLAUNCH_PROFILE_STEPS=<n>``: the n-th step mark of the process
-ends it with exit status 0, right there. Every rank of a data-parallel job marks the same steps, so all ranks
-stop at the same iteration and none is left waiting in a collective. The limit applies only together with
-``ECOLAUNCH_PROFILING=1``: a real run is never cut short. If the step file cannot be written, steps are still
-counted. The exit flushes ``sys.stdout``/``sys.stderr`` and then calls ``os._exit(0)``, not ``sys.exit(0)``,
-for two reasons: the script's own clean-up (``finally`` blocks, ``atexit``, e.g. a checkpoint saved on the
-way out) must not run after 50 iterations of a profiling run; and tearing down the interpreter with the
-communication threads of an open process group still alive aborts the process (with torch 2.13 and gloo,
-``terminate called without an active exception``, SIGABRT, seen in about one run in ten in our tests).
-
-The environment is read once, at import: it is this process's own environment, so module-level state is
-the honest place for it. :func:`reconfigure` reads it again: a worker of ``ecolaunch.launch(fn)`` imports
-ecolaunch while unpickling its function, before torch sets its ``RANK``; tests pass an explicit mapping.
+Use one step marker per training loop (the README's example). Outside an ecolaunch launch everything is a no-op, and
+importing this module loads nothing beyond ``os`` and ``ecolaunch.errors``. The environment is read once, at import
+(it is this process's own, so module-level state is the honest place for it); :func:`reconfigure` reads it again.
+What does not live here: the files the hooks write (:mod:`ecolaunch.profile.channel`). How they behave, and how a
+profiling run ends itself: docs/python-api.md#the-iteration-hooks-and-the-jobs-hints.
 """
 
 from __future__ import annotations
@@ -180,7 +148,7 @@ def reconfigure(env: Mapping[str, str]) -> None:
 
 
 def _warn(msg: str, *args: object) -> None:
-    import logging  # imported on failure only; see the module docstring
+    import logging  # imported on failure only: importing the hooks must load nothing (docs/python-api.md)
 
     logging.getLogger(__name__).warning(msg, *args)
 
@@ -209,7 +177,7 @@ def _end_profiling_run() -> None:
             stream.flush()
         except (AttributeError, OSError, ValueError):
             pass  # a closed or replaced stream: nothing to flush
-    os._exit(0)  # see the module docstring: no clean-up code of the script runs in a profiling run
+    os._exit(0)  # no clean-up code of the script runs in a profiling run (docs/python-api.md#profiling-runs-end-themselves)
 
 
 def step() -> None:

@@ -3,30 +3,9 @@
 What lives here: :class:`ProfileMode` (what the user asks), :class:`ProfileAction` (what the launcher does),
 :class:`ProfilePlan`, :func:`parse_mode`, :func:`resolve_mode`, how long profiling lasts (:class:`ProfilerSettings`;
 the admin's ``[profiling]`` budget bounds them: :func:`ecolaunch.admin.rules.profiler_settings`), and the
-environment of a pre-launch profiling run (:func:`pre_run_env`).
-
-**Actions.**
-
-- ``history``: the history has a profile for this job's fingerprint; no profiling. The job is placed with
-  full knowledge before it starts (and its real run is still checked early, see ``profiler.check_early``).
-- ``pre``: a short pre-launch profiling run first. Workers get ``ECOLAUNCH_PROFILING=1`` (the script can
-  skip checkpoints and remote logging via ``ecolaunch.is_profiling()``) and ``ECOLAUNCH_PROFILE_STEPS=N``:
-  each worker exits with status 0 after N step marks, without running the script's clean-up code
-  (:func:`pre_run_steps`: twice the steps a full profile needs, since caps change only when the launcher's
-  poll sees a window end). An uninstrumented script is stopped by the launcher when the profiler's time
-  window is done (``RunObserver(on_profile_done=...)``); one shorter than the window runs to its end, twice.
-  Then the launcher decides and launches for real.
-- ``inline``: the real run starts (on a cautious placement: the policy knows nothing of the job yet) and its
-  first iterations are profiled in place; the chosen cap is set live when profiling is done.
-- ``off``: no profiling; a profile already in history is still used for placement.
-
-**The default, ``auto``** = ``history`` when history has a profile, else ``pre`` only when a previous run of
-the same fingerprint declared itself safe to profile (``@ecolaunch.job(profile_safe=True)``, recorded in
-history), else ``inline``. Why: a pre-launch run executes the user's first iterations twice, and those
-may have side effects (checkpoints over old ones, remote logging, emails, data uploads). The script's own
-``profile_safe`` hint arrives only once the script runs, i.e. too late for its first launch; so ``auto``
-never runs user code twice unless the user asked (``--profile pre``) or the same script said so before.
-``inline`` costs the real run a few iterations at lower caps (65 at most by default), never a rerun.
+environment of a pre-launch profiling run (:func:`pre_run_env`, :func:`pre_run_steps`). What does not: stopping an
+uninstrumented pre-launch run (``RunObserver(on_profile_done=...)``). The modes, and why ``auto`` never runs a
+script twice unasked: docs/profiling.md.
 """
 
 from __future__ import annotations

@@ -4,32 +4,9 @@ while the job's iteration time does not move.
 What lives here: :class:`PaceController` (the decisions, from what the ranks waited and how long the steps took)
 and :class:`WaitReader` (the ranks' waits as the workers append them). What does not: measuring the waits
 (:mod:`ecolaunch.profile.ddpwait`), setting a cap (the run's :class:`~ecolaunch.profile.runcaps.RunCaps`, through the
-job's one cap owner), the model-based rule the pace-matching benchmark scores (``benchmarks/_pace.py``).
-
-**Why feedback, not a model.** Capping a fast rank to the slowest rank's pace needs that rank's own curve of this
-job (its compute time at each cap on its board), which no profile measures: a profile measures the job's
-iteration time, which the slowest rank sets. What is measured is each rank's wait at the all-reduce
-(``ecolaunch.allreduce_wait_hook``). A rank that waits has time to spare; a lower cap on its GPU spends some of it.
-If the cap goes too far, that rank becomes the slowest and the job's iteration time rises.
-
-**The rule.** After every window of :data:`WINDOW_ITERS` iterations of every rank:
-
-1. If the last move made the job's mean iteration time rise above the time before any move by more than
-   :data:`TIME_TOLERANCE` and more than the noise of the two means (``MARGIN_Z`` standard errors of their
-   difference, from the windows' own iteration times), that move is undone and its GPU is left at the cap before
-   it (frozen).
-2. Otherwise the rank wasting the largest share of the step, at least :data:`MIN_WASTE_SHARE`, gets its GPU's cap
-   lowered by :data:`STEP_SHARE` of its board's maximum (a GPU at its lowest allowed cap, or frozen, is skipped).
-
-The slowest rank's GPU is never touched, and no cap is ever raised above the cap the run found. Every move says why,
-in one line.
-
-**Over several nodes** (a plan that leaves each node at its default limit: different GPUs on different nodes), each
-node paces its own GPUs, and the nodes share each window's mean spans through the job's rendezvous store
-(:meth:`ecolaunch.launch.nodes.Meeting.share_waits`): a rank here is measured against the shortest span of the whole
-job, so the ranks of a node that waits for a slower node are lowered, and a node that holds the slowest rank lowers
-none but its own waiting ranks. Nodes do not take turns: when two nodes move in the same window and the job's step
-grows, both undo their moves, which costs saving, never time.
+job's one cap owner), sharing the waits across nodes (:meth:`ecolaunch.launch.nodes.Meeting.share_waits`), the
+model-based rule the pace-matching benchmark scores (``benchmarks/_pace.py``). Why feedback, and the rule:
+docs/pace-matching.md#in-the-launcher-feedback-from-the-measured-waits.
 """
 
 from __future__ import annotations

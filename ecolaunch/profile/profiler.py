@@ -1,36 +1,11 @@
 """The profiling state machine: a job's first iterations measured at a few power caps, on an injected clock.
 
-What lives here: :class:`Phase`, :class:`Profiler`, :class:`ProfileResult` (the profile and the cap choice),
-and the early-stage check of a real run, :func:`check_early` -> :class:`SlowdownFinding`. What does not: how
-long and within which caps (``modes``), reading stamps (``channel``) or GPUs (``sampler``), storing (``history``).
-
-**States** (:class:`Phase`); each :meth:`Profiler.update` moves as far as its inputs allow::
-
-    WAITING --first step stamp--> WARMUP(cap 0) --warmup_iters--> MEASURE(cap 0) --measured_iters-->
-        WARMUP(cap k) --settle_iters--> MEASURE(cap k) --> ... --> DONE (caps restored)
-    WAITING --no stamp for uninstrumented_after_s--> WARMUP(window) --window_warmup_s--> MEASURE(window)
-        --window_measure_s--> DONE
-    any state --budget spent, final update, abort()--> DONE (with whatever was measured)
-
-Cap 0 is the top of the admin's bounds (the job "uncapped"); after it is measured, :func:`profile_caps`
-picks at most ``max_caps - 1`` lower caps that can bind this job (an input-bound job stops after one).
-When a lower cap ran faster than a higher one beyond what both measured
-(:func:`~ecolaunch.profile.capchoice.contradiction`: the job was still speeding up after its warm-up, or a window was
-disturbed), the higher cap, whose window read slow (:func:`~ecolaunch.profile.capchoice.contradicted_cap`: the top
-when a lower cap undercut it), is measured once more, last, and that window replaces its first; a profile that still
-contradicts itself is not kept (the job runs uncapped; its next launch profiles it again).
-Caps are set through the run's :class:`~ecolaunch.profile.runcaps.RunCaps`, only inside the bounds; on DONE
-every GPU gets back the cap it had when profiling began (:meth:`~ecolaunch.profile.runcaps.RunCaps.restore`). A
-window starts at the first stamp after the new cap is *seen* in the GPUs' readings (a cap agent may apply it late), so iterations run under another cap never count for it;
-a cap not seen within ``CAP_APPLY_TIMEOUT_S`` ends profiling. Defaults: 10 warm-up
-iterations, then per cap 5 settling + 15 measured (:mod:`ecolaunch.profile.powercap` says why): 65 iterations
-for 3 caps, against Zeus's 50 per 25 W step (650 on a 400 -> 100 W GPU).
-
-**Uninstrumented scripts** (no step stamp within ``uninstrumented_after_s``) are profiled by a time window
-of NVML readings at cap 0 only. That loses the iteration time: no profile ``iter_time_s``, no cap curve, no
-slowdown measurement, so neither the cap choice nor the early-stage check can be made. The only advice is a
-*non-binding* cap just above the measured draw (the lowest grid cap >= ``NON_BINDING_RATIO`` x power), which
-trims power spikes and costs no speed by the Zeus traces, but saves little energy.
+What lives here: :class:`Phase` (its docstring draws the states), :class:`Profiler`, :class:`ProfileResult` (the
+profile and the cap choice), and the early-stage check of a real run, :func:`check_early` ->
+:class:`SlowdownFinding`. What does not: which lower caps can bind the job
+(:func:`~ecolaunch.profile.powercap.profile_caps`), how long and within which caps (``modes``; the defaults'
+reasons: :mod:`ecolaunch.profile.powercap`), reading stamps (``channel``) or GPUs (``sampler``), storing
+(``history``). How a job is profiled, and a profile that contradicts itself: docs/profiling.md.
 """
 
 from __future__ import annotations
@@ -61,7 +36,16 @@ CAP_APPLY_TIMEOUT_S = 60.0
 
 
 class Phase(enum.Enum):
-    """WAITING (no step yet) -> WARMUP (per cap) -> MEASURE (per cap) -> DONE; see the module docstring."""
+    """A profiler's state; each :meth:`Profiler.update` moves as far as its inputs allow::
+
+        WAITING --first step stamp--> WARMUP(cap 0) --warmup_iters--> MEASURE(cap 0) --measured_iters-->
+            WARMUP(cap k) --settle_iters--> MEASURE(cap k) --> ... --> DONE (caps restored)
+        WAITING --no stamp for uninstrumented_after_s--> WARMUP(window) --window_warmup_s--> MEASURE(window)
+            --window_measure_s--> DONE
+        any state --budget spent, final update, abort()--> DONE (with whatever was measured)
+
+    Cap 0 is the top of the admin's bounds (the job "uncapped"); a contradicted cap is measured once more, last.
+    """
 
     WAITING = "waiting"
     WARMUP = "warmup"
