@@ -25,6 +25,7 @@ from ecolaunch.launch.nodes import POLL_S, Meeting, meet
 from ecolaunch.launch.observe import RunObserver
 from ecolaunch.launch.session import Placement, Session
 from ecolaunch.launch.torchrun import Rendezvous, TorchrunArgs, WorkerOutcome, rendezvous_of
+from ecolaunch.policy.waiting import Waiting
 from ecolaunch.state.graph import Job
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,15 @@ class SingleNode:
     sets_caps = True
     #: whether this node's pace-matching acts alone on its own ranks' waits
     paces = True
+
+    def info(self) -> dict[str, str]:
+        """What the job's request records of its nodes (nothing here)."""
+        return {}
+
+    def place(self, session: Session, job: Job, timeout_s: float | None,
+              on_wait: Callable[[Waiting, float], None]) -> Placement:
+        """Wait in the queue until the job is placed (:meth:`~ecolaunch.launch.session.Session.wait_for_placement`)."""
+        return session.wait_for_placement(job.id, timeout_s, on_wait)
 
     def meet(self, job: Job, placement: Placement) -> None:
         """Agree the run with the job's other nodes (none here)."""
@@ -87,20 +97,40 @@ class MultiNode(SingleNode):
         self.rdzv, self.plan_wait_s, self.host, self.message = rdzv, plan_wait_s, host, message
         #: the last run's meeting with the other nodes
         self.meeting: Meeting | None = None
+        #: the job of another node of this job on this host whose GPUs this node shares (None: its own GPUs)
+        self.shares: Job | None = None
+
+    def info(self) -> dict[str, str]:
+        """The job's rendezvous, by which another launcher of the same job on this host finds it."""
+        return {"rendezvous": f"{self.rdzv.backend} {self.rdzv.endpoint} {self.rdzv.run_id}"}
+
+    def place(self, session: Session, job: Job, timeout_s: float | None,
+              on_wait: Callable[[Waiting, float], None]) -> Placement:
+        """The host's first launcher of this job is placed as any job; a later one shares its GPUs, as torchrun's
+        workers of two nodes on one host do (:meth:`~ecolaunch.launch.session.Session.try_join`; its decision line
+        says so): two launchers that each waited for GPUs of their own would wait for each other until the
+        rendezvous timed out."""
+        self.shares = session.node_sibling(job.id, self.info()["rendezvous"])
+        if self.shares is None:
+            return super().place(session, job, timeout_s, on_wait)
+        sibling = self.shares.id
+        return session.wait_for_placement(job.id, timeout_s, on_wait, attempt=lambda: session.try_join(job.id, sibling))
 
     def meet(self, job: Job, placement: Placement) -> None:
         self.meeting = meet_nodes(self.rdzv, job, placement, self.plan_wait_s, self.host, self.message)
 
     @property
     def sets_caps(self) -> bool:
-        return self.meeting.leads_caps
+        """The node that leads the job's caps sets them, unless it shares another node's GPUs (whose caps are that
+        node's)."""
+        return self.meeting.leads_caps and self.shares is None
 
     @property
     def paces(self) -> bool:
         return self.meeting.paces_alone
 
     def set_cap(self, caps: JobCaps, placement: Placement) -> Callable[[str, float], float]:
-        if not self.meeting.leads_caps:
+        if not self.sets_caps:
             return caps.set_cap
         decision = placement.decision
         published = PublishedCaps(self.meeting, caps.set_cap, decision.gpus, decision.power_caps_w)

@@ -194,13 +194,13 @@ class _Run:
                  profile_source: str | None = None):
         session, conf, ui, nodes, pre = self.session, self.conf, self.ui, self.nodes, action is ProfileAction.PRE
         name = conf.options.name or _script_name(conf.workers)
-        job = session.submit(request, self.launcher, name=name, info=_request_info(conf, request))
+        job = session.submit(request, self.launcher, name=name, info={**_request_info(conf, request), **nodes.info()})
         stop_heartbeat = threading.Event()
         caps: JobCaps | None = None
         try:
             try:
-                placement = session.wait_for_placement(
-                    job.id, conf.options.wait_timeout_s, on_wait=lambda waiting, waited: ui.waiting(job, waiting, waited))
+                placement = nodes.place(session, job, conf.options.wait_timeout_s,
+                                        on_wait=lambda waiting, waited: ui.waiting(job, waiting, waited))
             except BaseException as stop:
                 if not isinstance(stop, Exception):  # a stop signal's exception (the CLI's), not an error
                     ui.left_queue(job, stop)

@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import psutil
+
 from ecolaunch.admin.budget import least_total_w, rebalance
 from ecolaunch.admin.capkeeper import CapKeeper
 from ecolaunch.admin.rules import Rules, budget_range_w, user_gpu_limit
@@ -43,10 +45,10 @@ from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.policy.admission import unadmitted_bookings
 from ecolaunch.policy.base import Decision, JobRequest, Policy
-from ecolaunch.policy.candidates import eligible_gpus
+from ecolaunch.policy.candidates import eligible_gpus, gpus_held_by
 from ecolaunch.policy.place import admitted_decision, place
 from ecolaunch.policy.waiting import Waiting, why_waiting
-from ecolaunch.state.graph import Job, JobState, StateGraph
+from ecolaunch.state.graph import Job, JobState, StateGraph, WaitReason
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
 from ecolaunch.state.store import StateStore
 
@@ -214,21 +216,82 @@ class Session:
             logger.info("job %s placed on %s by %s: %s", job_id, ",".join(str(g.index) for g in gpus.values()), decision.policy, "; ".join(decision.reasons))
             return Placement(job=job, decision=decision, gpus=gpus)
 
+    def node_sibling(self, job_id: str, rendezvous: str) -> Job | None:
+        """The job of the launcher that came first to this host with the same multi-node job (the same
+        ``rendezvous``, recorded in its request), still queued or running, of the same uid, whose launcher the
+        kernel says runs as that uid; None when this launcher is the host's first."""
+        with self.store.transaction() as graph:
+            self.refresh(graph)
+            me = graph.jobs.get(job_id)
+            if me is None:
+                raise StateError(f"job {job_id} vanished from the state graph while queued", hint="launch it again")
+            earlier = sorted((j for j in graph.jobs.values()
+                              if j.id != job_id and j.host == self.host and j.seq < me.seq and j.uid == me.uid
+                              and j.state in (JobState.QUEUED, JobState.RUNNING)
+                              and j.request.get("rendezvous") == rendezvous), key=lambda j: j.seq)
+        return next((j for j in earlier if _runs_as(j.launcher_pid, me.uid)), None)
+
+    def try_join(self, job_id: str, sibling_id: str) -> Placement | Waiting:
+        """Place the job on the GPUs of ``sibling_id``, another node of the same job on this host, once that runs:
+        its first ``nproc`` GPUs in order (local rank i on the sibling's GPU i, as torchrun's workers of two nodes on
+        one host share its GPUs), with no caps of its own, wherever it stands in the queue (it takes no GPU another
+        job could have). While the sibling waits, why. Raises StateError when the sibling ended first, NeverFits
+        when this node needs more GPUs than the sibling has or sharing them takes the user past ``[users]
+        max_gpus``."""
+        request = self._requests[job_id]
+        with self.store.transaction() as graph:
+            self.refresh(graph)
+            job, sibling = graph.jobs.get(job_id), graph.jobs.get(sibling_id)
+            if job is None:
+                raise StateError(f"job {job_id} vanished from the state graph while queued", hint="launch it again")
+            if sibling is None or sibling.state not in (JobState.QUEUED, JobState.RUNNING):
+                raise StateError(f"job {sibling_id}, another node of this job on this host, ended before this node "
+                                 "could share its GPUs", hint="launch the job's nodes again")
+            if sibling.state is JobState.QUEUED:
+                waiting = Waiting(graph.queue_position(job_id) or 1, WaitReason.PRIORITY,
+                                  f"shares the GPUs of job {sibling.id} (another node of this job on this host) once "
+                                  "that is placed")
+                if (job.wait_reason, job.wait_detail) != (waiting.reason, waiting.detail):
+                    job.wait_reason, job.wait_detail = waiting.reason, waiting.detail
+                return waiting
+            gpus = list(sibling.gpus) if request.elastic else list(sibling.gpus[:request.nproc])
+            if len(gpus) < request.nproc:
+                raise NeverFits(f"this node's {request.nproc} workers need {request.nproc} GPUs, but job {sibling.id}, "
+                                f"another node of this job on this host, has {len(sibling.gpus)}: two nodes on one "
+                                "host share its GPUs by local rank",
+                                hint="give every node of the job the same --nproc-per-node")
+            limit = user_gpu_limit(self.rules, job.user)
+            held = gpus_held_by(graph, job.user, self.host)
+            if limit is not None and held + len(gpus) > limit:
+                raise NeverFits(f"sharing job {sibling.id}'s {len(gpus)} GPU(s) would take user {job.user} to "
+                                f"{held + len(gpus)} GPUs, past the limit of {limit} ([users] max_gpus): each node's "
+                                "GPUs count", hint="run the job as one node (--nnodes 1 with every worker), or its "
+                                "nodes on different hosts")
+            decision = Decision(policy="same-job", gpus=tuple(gpus), power_caps_w=dict.fromkeys(gpus),
+                                colocated_with={u: [sibling.id] for u in gpus},
+                                reasons=[f"another node of this job runs on this host (job {sibling.id}): its workers "
+                                         "share that node's GPUs, as torchrun's would"])
+            graph.book(job_id, gpus, {}, decision.to_dict(), request.profile, time.time())
+            self._attach(job, request)
+            logger.info("job %s shares job %s's GPUs (another node of the same job on this host)", job_id, sibling.id)
+            return Placement(job=job, decision=decision, gpus={u: graph.hosts[self.host].gpus[u] for u in gpus})
+
     def wait_for_placement(
         self,
         job_id: str,
         timeout_s: float | None,
         on_wait: Callable[[Waiting, float], None] | None = None,
+        attempt: Callable[[], Placement | Waiting] | None = None,
     ) -> Placement:
         """Poll until the job is placed. ``timeout_s`` None waits forever, 0 fails at once; ``on_wait(waiting,
-        waited_s)`` after each try that leaves it waiting.
+        waited_s)`` after each try that leaves it waiting; ``attempt()``: one try (default :meth:`try_place`).
 
         Raises WaitTimeout (0: NoPlacement) after removing the job from the queue.
         """
         start = self.clock.now()
         while True:
             try:
-                outcome = self.try_place(job_id)
+                outcome = self.try_place(job_id) if attempt is None else attempt()
             except BaseException:
                 # whatever stops the wait (a vanished job, a state error, Ctrl-C): no job file is left behind
                 try:
@@ -382,3 +445,11 @@ class Session:
     def _detach(self, job: Job | None) -> None:
         if job is not None and job.state is JobState.RUNNING:
             self.backend.detach(job.launcher_pid)
+
+
+def _runs_as(pid: int, uid: int) -> bool:
+    """The kernel's word that process ``pid`` runs as ``uid`` (its real uid); False when it is gone or hidden."""
+    try:
+        return psutil.Process(pid).uids().real == uid
+    except (psutil.Error, ProcessLookupError):
+        return False
