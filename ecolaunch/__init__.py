@@ -1,19 +1,12 @@
 """ecolaunch: a drop-in ``torchrun`` for shared GPU workstations.
 
-This module holds the version (:mod:`ecolaunch._version`) and the small public API that training scripts use.
-It imports nothing heavy (no torch, no torch_geometric), so ``import ecolaunch`` costs next to nothing in a
-script that is not launched by ecolaunch.
-
-Training-loop API (see :mod:`ecolaunch.profile.hooks`): ``step()`` marks one iteration,
-``track(loader)`` marks each iteration of a loop, ``@train_step`` marks one step per call,
-``@job(name=None, max_slowdown_pct=None, memory_mib=None, profile_safe=False, key=None)`` passes hints to the
-launcher (``job_hints()`` reads them back, as a :class:`JobHints`), ``is_profiling()`` is True during a
-profiling run. All are no-ops outside an ecolaunch launch.
-
-Launch API (see :mod:`ecolaunch.api`, loaded on first call): ``launch(fn_or_script, *args, nproc=...)`` runs a
-function or a script on ``nproc`` workers as the command line would and returns each rank's result with the job's
-energy; ``measure(name)`` is a measurement window (``with ecolaunch.measure("eval") as m:``, then ``m.time_s``,
-``m.energy_j``); a failed worker raises :class:`WorkerFailed`.
+The small public API for training scripts; ``import ecolaunch`` loads nothing heavy (no torch, no torch_geometric).
+In the training loop (no-ops outside an ecolaunch launch): ``step()`` marks one iteration, ``track(loader)`` each
+iteration of a loop, ``@train_step`` one step per call; ``@job(...)`` passes hints to the launcher (``job_hints()``
+reads them back); ``is_profiling()`` is True during a profiling run. From Python: ``launch(fn_or_script, *args,
+nproc=...)`` runs a function or a script on ``nproc`` workers and returns each rank's result with the job's energy
+(a failed worker raises :class:`WorkerFailed`); ``with measure(name) as m:`` times a block and reads its GPUs' energy
+(``m.time_s``, ``m.energy_j``). Details: docs/python-api.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The Python API: :func:`launch` runs a function or a script on ``nproc`` workers, and :func:`measure` times a
 block of user code and reads the energy its GPUs used meanwhile.
 
-``launch`` builds the launch's :class:`~ecolaunch.launch.options.LaunchConfig` itself (its keywords are the command
-line's options, declared once in :class:`~ecolaunch.launch.options.LaunchOptions`; torch's parser reads the
-torchrun side) and runs the launch pipeline with the terminal's callbacks (:mod:`ecolaunch.launch.console`), so
-placement, the queue, profiles and history, caps, energy accounting and the lines it prints are the command
-line's. It returns a :class:`LaunchResult`: each rank's return value, the job's time and energy.
-
-``measure`` is a measurement window in the manner of Zeus's ``ZeusMonitor.begin_window``/``end_window``: the
-GPUs it reads are those the process may use (``CUDA_VISIBLE_DEVICES``: in a worker of an ecolaunch launch, the
-job's GPUs; outside one, the visible GPUs), on NVML's energy counters or, under ``ECOLAUNCH_SIMULATE``, the
-simulated GPUs' readings.
-
-Its own layer, the top one beside ``__main__``. Importing it loads the standard library and the option
-declarations; ``launch`` and ``measure`` load the launcher and the GPU backend when first called.
+What lives here: :func:`launch` (it builds the launch's :class:`~ecolaunch.launch.options.LaunchConfig`, its keywords
+declared once in :class:`~ecolaunch.launch.options.LaunchOptions`, and runs the launch pipeline with the terminal's
+callbacks), :class:`LaunchResult`, :func:`measure` and its :class:`Measurement`. Its own layer, the top one beside
+``__main__``: importing it loads the standard library and the option declarations; ``launch`` and ``measure`` load
+the launcher and the GPU backend when first called. How both behave: docs/python-api.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """``ecolaunch calibrate``: measure this machine's GPUs with canned workloads (see :mod:`ecolaunch.calibrate`).
 
-::
-
-    ecolaunch calibrate [--gpu INDEX|UUID]... [--seconds S] [--settle-s S] [--budget-s S] [--workloads mm,bw,mlp]
-                        [--no-caps] [--no-mps] [--force] [--json] [-v]
-    ecolaunch calibrate --show [--json]
-
-Progress goes to stderr, one line per measurement (and one for the GPUs the admin policy reserves for others, which
-it skips, or as root calibrates); the summary (or, with ``--json``, the result documents) to stdout. Exit codes
-(docs/admin.md, "Calibrating to this machine"): 0 done; 1 ``Error:`` + ``HINT:`` (caps need root or the cap agent
-and ``--no-caps`` was not given; caps were asked for and no capped point was measured, the file written with the
-rest; a workload process failed; the state directory); 2 usage error (an unknown ``--gpu`` or workload); 75 the GPU
-is in use (the message names the job and its user, or the process and its user), or was taken during the
-calibration (nothing written): try again later or add ``--force``; 77 a GPU it was to calibrate is reserved for
-other users (after calibrating the rest); 128+N stopped by signal N (130 for Ctrl-C), after the booking was released
-and the caps restored. Where several apply, the first of 1, 77 counts.
+What lives here: the command, its options and its progress lines (stderr) and summary (stdout). What does not: the
+measuring (:mod:`ecolaunch.calibrate`). The command line, its output and its exit codes: docs/admin.md,
+"Calibrating to this machine".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""``ecolaunch cancel JOB`` / ``ecolaunch cancel -u USER``: stop a queued or running job of this host, by its id
-or its name, or every job of a user (Slurm's ``scancel -u``).
+"""``ecolaunch cancel JOB`` / ``ecolaunch cancel -u USER``: stop a queued or running job of this host, by its id or its
+name, or every job of a user (Slurm's ``scancel -u``).
 
-Exit codes: 0 the jobs were cancelled (their launchers were sent SIGTERM; the command waits for them to leave the
-state), or ``--user`` without JOB found none (nothing to cancel); 1 no job of that id or name on this host (or the
-state cannot be read, or the process a job's file names is not its launcher by the kernel's word: nothing is
-signalled to it), 2 a bad command line (neither JOB nor ``--user``; a user the host does not know; a name that
-several of the caller's jobs share, without ``--all``), 77 the job belongs to another user, or ``--user`` names
-another user (only a job's own user and root may cancel it). What cancelling does to a job, and whom it never
-signals: :mod:`ecolaunch.launch.cancel`.
+What lives here: the command and what it prints. What does not: who may cancel and how a job is stopped
+(:mod:`ecolaunch.launch.cancel`), finding jobs (``state.queue.find_jobs``). Its exit codes:
+docs/queue.md#cancelling-a-job.
 """
 
 from __future__ import annotations

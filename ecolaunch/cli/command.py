@@ -1,13 +1,10 @@
 """The click classes every subcommand is built with, and the one way a subcommand fails.
 
-An :class:`~ecolaunch.errors.EcolaunchError` raised anywhere in a subcommand (``@click.command(cls=Command)``, or
-a command of a ``Group``) becomes :class:`Failed`: click prints ``Error: <message>``, then ``HINT: <hint>`` when the
-error has one (:meth:`EcolaunchError.render <ecolaunch.errors.EcolaunchError.render>`), and exits 1, or the code the
-command gives. A subcommand that must refuse with a fix for something that is no EcolaunchError raises
-``Failed(message, hint=...)``. Usage errors stay click's own (exit 2, ``Try '... --help'``).
-
-What does not live here: the launch path (``cli/launch_cmd.py``), which must not import click, prints the same
-rendering itself; the cap guard (``cli/guard_cmd.py``) is an argparse helper and does so too.
+What lives here: :class:`Command` and :class:`Group`, which turn an :class:`~ecolaunch.errors.EcolaunchError` raised
+in a subcommand into :class:`Failed` (``Error: <message>``, ``HINT: <hint>`` when it has one, exit 1 or the
+command's code); a subcommand refusing with a fix for something that is no EcolaunchError raises ``Failed(message,
+hint=...)``. Usage errors stay click's own (exit 2). What does not: the launch path (``cli/launch_cmd.py``, which
+must not import click) and the cap guard (``cli/guard_cmd.py``, an argparse helper) print the same rendering.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """What ``ecolaunch status`` and ``ecolaunch top`` show: one read of this host's GPUs, jobs and queue, as a document.
 
-:class:`HostView` opens what a read needs once (the environment, the admin policy, the GPU backend, a session on the
-state store) and :meth:`HostView.read` takes one reconciling transaction and returns the document ``status --json``
-prints: the GPUs with their live readings, the running jobs with the progress their launchers last recorded
-(``Job.progress``, written at each heartbeat), the queue, the caps left lowered by jobs that are gone and the job
-files the state graph leaves out. ``status`` prints it once; ``top`` reads it again at every refresh. The cells both
-render (``N/A``, the set and enforced limit, escaped text) are here too.
-
-Run as root without a cap agent, a read is a privileged transaction: it restores caps dead launchers left.
+What lives here: :class:`HostView` (opens what a read needs once; :meth:`HostView.read` takes one reconciling
+transaction, privileged when run as root without a cap agent, and returns the document ``status --json`` prints) and
+the cells both commands render (``N/A``, the set and enforced limit, escaped text). What does not: drawing
+(``cli.topview``, ``cli.status_cmd``). What the document holds: docs/top.md and docs/queue.md#why-a-job-waits.
 """
 
 from __future__ import annotations

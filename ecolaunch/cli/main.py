@@ -1,12 +1,9 @@
 """``ecolaunch``: launch a training job (torchrun's command line) or run a subcommand.
 
-The rule that keeps subcommands from shadowing scripts: the first argument selects a subcommand only when it
-is exactly a subcommand's name (``status``, ``policy``, ``simulate``, ...). Anything else — ``./status``,
-``status.py``, an option — is a launch, so ``ecolaunch ./status`` runs a script named ``status``. One exception
-keeps a typo from booking GPUs: a first argument that is no existing file, has no directory or extension, and is
-close to a subcommand's name (``statsu``) is a usage error (exit 2) suggesting that name.
-
-The launch path imports neither click nor the subcommands: it is the drop-in for torchrun and must start as fast.
+What lives here: :func:`main` (the console script), :data:`SUBCOMMANDS` (their names, known without importing
+them) and the rule that keeps subcommands from shadowing scripts (docs/torchrun.md#drop-in-rules). What does not:
+the subcommands (``cli.group``), the launch (``cli.launch_cmd``); neither is imported on the launch path, which is
+the drop-in for torchrun and must start as fast.
 """
 
 from __future__ import annotations

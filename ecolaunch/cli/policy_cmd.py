@@ -1,16 +1,9 @@
 """``ecolaunch policy``: show the lab admin's effective power policy, check a policy file, train the GNN.
 
-::
-
-    ecolaunch policy show [--json] [--file PATH]   every policy value and where it comes from
-    ecolaunch policy check FILE                    "OK: FILE" (exit 0; rules that apply to no GPU: "Warning: ..."),
-                                                   or "Error: ..." + "HINT: ..." for each error (exit 1)
-    ecolaunch policy train [--out FILE] [--seed N] [--no-history] [--no-calibration] [--json]
-                                                   retrain the GNN, with this machine's job history and
-                                                   calibration; default output <state dir>/gnn/weights.pt
-
-A bad or unreadable policy file is ``Error:`` and exit 1; a usage error is exit 2 (click's own). The
-schema is documented in :mod:`ecolaunch.admin.rules`.
+What lives here: the ``policy`` group and its ``show``, ``check`` and ``train`` commands. What does not: the policy's
+reading and schema (:mod:`ecolaunch.admin.rules`, :mod:`ecolaunch.admin.schema`), its checks against this host
+(:mod:`ecolaunch.admin.lint`), the training (:mod:`ecolaunch.learn.train`). The commands, their output and exit
+codes: docs/admin.md#the-policy-file and docs/gnn.md#training-data.
 """
 
 from __future__ import annotations

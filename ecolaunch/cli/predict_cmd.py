@@ -1,35 +1,9 @@
 """``ecolaunch predict``: what-if predictions of the GNN for jobs sharing one GPU, read as JSON from stdin.
 
-Input: one scenario object, or a JSON array of them (one process scores them all, in one forward pass)::
-
-    {"gpu": "V100-SXM2-32GB",            # a catalogue name (see ecolaunch.devices.catalogue)
-     "power_cap_w": null,                # null = uncapped (the board's max limit), else within the board's range
-     "jobs": [{"id": "a", "iter_time_s": 0.12, "sm_util_pct": 45, "mem_bw_util_pct": 30, "memory_mib": 6000,
-               "power_w": null,          # solo, uncapped; null when not measured
-               "cap_points": [{"power_cap_w": 200, "iter_time_s": 0.13, "power_w": 190}]}]}   # optional
-
-``sm_util_pct`` and ``mem_bw_util_pct`` may also be null (not measured). Output (an array for an array)::
-
-    {"jobs": [{"id": "a", "normalized_throughput": 0.91, "throughput_sd": 0.04}], "gpu_power_w": 212.4,
-     "fits_memory": true}
-
-``normalized_throughput`` is the job's speed relative to running alone on that GPU uncapped; ``throughput_sd``
-its standard deviation (the model's own, 0 where the answer is a measurement); ``gpu_power_w`` the board's power
-at the cap with all the jobs, never below the board's idle power nor above its limit (unless the job's measured
-curve is: boards overshoot their limit by a few percent); ``fits_memory`` whether the summed ``memory_mib`` fits
-the board.
-
-**Measured caps are honoured.** A job's ``cap_points`` (plus its uncapped ``iter_time_s`` and ``power_w``, a point
-at the board's max limit) are its measured curve (:class:`ecolaunch.jobmodel.capcurve.CapCurve`, the one
-reading the placement policy uses too). Alone on the GPU at a measured cap, the answer *is* the measurement:
-``normalized_throughput`` = its time at the max limit / its time at that cap, ``gpu_power_w`` its measured power
-(``throughput_sd`` 0). Between measured caps it follows the curve (the Zeus prior's shape, corrected at each
-measurement); below the lowest it is extrapolated with the Zeus prior and the model's learned residual. Sharing the GPU multiplies the
-job's speed alone at that cap by the learned interference factor. Bad input: ``Error:`` naming the field (``missing``
-when it is absent, else the value it got) and ``HINT:`` with the shortest valid scenario, a usage error, exit 2 as for
-bad options (including input nested deeper than :data:`MAX_DEPTH` and more than :data:`MAX_JOBS_PER_GPU` jobs on one
-GPU). More jobs on one GPU than the model was trained with
-(:data:`TRAINED_JOBS_PER_GPU`) are predicted with a note on stderr: those answers are extrapolations.
+What lives here: the command, the scenario's reading and checks (:data:`MAX_DEPTH`, :data:`MAX_JOBS_PER_GPU`,
+:data:`TRAINED_JOBS_PER_GPU`) and the answer's rendering. What does not: the measured curve
+(:class:`ecolaunch.jobmodel.capcurve.CapCurve`, the one reading the placement policy uses too), the model. The input
+and output, field by field, and how measured caps are honoured: docs/gnn.md#ecolaunch-predict.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """``ecolaunch status``: the host's GPUs, the jobs on them, the queue with why each job waits, and the job files left
 out.
 
-The queue's rows are :func:`ecolaunch.state.queue.queue_rows`'s (position, job, time waited, and the reason its
-launcher last recorded: Slurm's reason codes, ``state.graph.WaitReason``).
-
-A job file the state graph leaves out (``StateGraph.ignored``: refused fields, an owner who is not the uid it
-names, another host's job naming this host's GPUs, a booking the admin rules never admitted) is listed with why,
-so that a user whose launch waits on an idle-looking machine sees what is going on. What it shows is one read of
-:class:`~ecolaunch.cli.hostview.HostView` (``ecolaunch top`` refreshes the same read)."""
+What lives here: the command and its rendering of one :class:`~ecolaunch.cli.hostview.HostView` read (``ecolaunch
+top`` refreshes the same read). What does not: the queue's rows (:func:`ecolaunch.state.queue.queue_rows`), which
+job files the state graph leaves out and why (``StateGraph.ignored``). What it shows: docs/queue.md#why-a-job-waits.
+"""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """What ``ecolaunch top`` draws, with rich, and its refresh loop: the live view and the one-shot plain text.
 
-:func:`render` draws one :meth:`~ecolaunch.cli.hostview.HostView.read` document as three tables: the GPUs (power
-against the limit, utilization, memory, who uses them), the running jobs (user, name and id, GPUs, the limit in force
-on them, run time and the time it is expected to run still (``LEFT``, shown when any job knows it: from its completed
-runs and its progress, N/A when unknown), iteration time, energy so far and the estimated saving against uncapped,
-as the jobs' launchers last recorded them at a heartbeat: ``Job.progress``) and the queue with why each job waits (the
-row's ``reason`` where it has one). :func:`live` redraws it on the terminal's alternate screen until ``q``;
-:func:`print_once` prints it once without colour.
-
-The keyboard is read in cbreak mode (keys arrive one at a time, unechoed; Ctrl-C still interrupts), and the terminal's
-mode and screen are restored however the view ends: ``q``, Ctrl-C, or an error. Nothing here writes an escape code
-of its own: rich draws, and ``termios`` sets the mode.
+What lives here: :func:`render` (one :meth:`~ecolaunch.cli.hostview.HostView.read` document as three tables: GPUs,
+running jobs, the queue), :func:`live` (redrawn on the terminal's alternate screen until ``q``, keys read in cbreak
+mode, the terminal's mode and screen restored however the view ends) and :func:`print_once`. Nothing here writes an
+escape code of its own: rich draws, and ``termios`` sets the mode. What does not: the read (``cli.hostview``). What
+each column shows: docs/top.md.
 """
 
 from __future__ import annotations

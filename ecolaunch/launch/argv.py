@@ -1,27 +1,10 @@
 """The launch command line: the installed torch's own torchrun parser plus ecolaunch's options.
 
-Rules this module keeps (tested against the installed torch in ``tests/launch/test_argv.py``):
-
-* every torchrun option, spelling, ``PET_*`` fallback and argparse abbreviation keeps its exact meaning: the
-  parser *is* ``torch.distributed.run.get_args_parser()``, and ecolaunch only adds options none of whose
-  prefixes was a valid torchrun abbreviation;
-* everything after the training script goes to the script, as with torchrun;
-* prefix forms: ``ecolaunch [eco options] torchrun <torchrun args>`` and
-  ``ecolaunch [eco options] python [-m module | script] args`` (one worker);
-* each ecolaunch option has an ``ECOLAUNCH_*`` environment variable, read from the ``env`` mapping the CLI
-  passes in (a flag on the command line wins);
-* a bad value of an ecolaunch option or its variable (``--policy magic``, ``--profile sometimes``,
-  ``--wait-timeout soon``, ``ECOLAUNCH_DRY_RUN=maybe``) is a usage error, exit 2, like argparse's own;
-* a bad ``--nproc-per-node`` (``0``, ``two``) and whatever torch's own checks of a launch refuse (``-m`` with
-  ``--no-python``, an unknown ``--logs-specs``) are usage errors too, exit 2, before anything is booked;
-* a training script that does not exist (unless ``-m`` or ``--no-python`` says it is no file) is a usage error
-  too, exit 2, before anything is booked: torchrun would start every worker, each failing with python's
-  "can't open file" (python's own exit code for it is 2 as well);
-* a ``--no-python`` program that is not on ``PATH`` (or no such path) exits 127, one that is not executable 126,
-  the shell's codes for a command it cannot run, also before anything is booked (torchrun fails with a
-  ``FileNotFoundError`` traceback).
-
-Errors print argparse's way (``ecolaunch: error: ...``), then ``HINT: ...`` on a line of its own.
+What lives here: :func:`build_parser`, :func:`expand_prefix` (the ``torchrun`` and ``python`` prefix forms),
+:func:`parse` and :func:`configure` (a command line into a ``LaunchConfig``), and the checks before anything is
+booked (:func:`check_nproc`, :func:`check_script`, :func:`check_program`). What does not: the options' declarations
+(:mod:`ecolaunch.launch.options`), the launch (:mod:`ecolaunch.launch.pipeline`). The rules it keeps, tested against
+the installed torch in ``tests/launch/test_argv.py``: docs/torchrun.md#drop-in-rules.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Cancelling a job of this host (``ecolaunch cancel``): who may, and how a job is stopped.
 
-A job is stopped the way SIGTERM stops it, because it *is* SIGTERM, sent to the job's launcher: a queued launcher
-leaves the queue and exits 143 (its own line says so), a running one forwards the signal to its workers, releases
-its GPUs and restores its caps, as for any SIGTERM (``cli.launch_cmd``, ``launch.pipeline``). Nothing else writes
-the job's file, so cancelling needs no right beyond the kernel's: the job's own user may signal their launcher, and
-root may signal anyone's. Whoever else asks is refused here, before any signal (:func:`may_cancel`).
-
-A job file is its owner's word, so the pid it names is believed only where the kernel agrees
-(:func:`not_its_launcher`): the process must run, with the start time the file gives, as the job's uid and no other,
-must not be pid 1, and must hold the job's own file open (``StateStore.hold_job_file``, which every launcher does
-from the moment it queues). Otherwise nothing is signalled: root's ``cancel`` never becomes a way to kill a process
-a member picked.
-
-What does not live here: finding the job by id or name (``state.queue.find_jobs``), printing (``cli.cancel_cmd``).
+What lives here: :func:`may_cancel` (the job's own user, or root), :func:`not_its_launcher` (whether the kernel
+agrees that the pid a job file names is its launcher), :func:`stop` (SIGTERM to that launcher) and :func:`wait_gone`.
+What does not: finding the job by id or name (``state.queue.find_jobs``), printing (``cli.cancel_cmd``), what the
+stopped launcher does (``cli.launch_cmd``, ``launch.pipeline``). What cancelling does: docs/queue.md#cancelling-a-job;
+whom it never signals, and why: docs/threat-model.md (round three, cancel's signal).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The early-stage check of a run with a known profile: once, is this run its profile's job, and is it slower than
 its bound at the cap it runs at?
 
-:class:`EarlyCheck` waits, from the moment it is armed, for ``skip`` iterations (the job's start-up, or the settling
-after a cap change) and then ``measured_iters`` more, and reads their iteration times twice:
-
-- against the profile's curve at the cap they ran at (:func:`~ecolaunch.profile.capchoice.off_profile`): far outside
-  its spread, they are another job's (a wrong history match: ``--job-key``, ``--fresh-profile``) or a disturbed
-  run's; :attr:`EarlyCheck.off_profile` says why, and the run observer then learns nothing from the run;
-- when armed with ``slowdown=True``, their median against the profile's uncapped time
-  (:func:`~ecolaunch.profile.profiler.check_early`): the :class:`~ecolaunch.profile.profiler.SlowdownFinding`
-  when the job runs slower than its bound.
-
-It only reports: the run observer logs the findings and keeps them for the summary and the history record.
+What lives here: :class:`EarlyCheck` (it only reports). What does not: the tests it applies
+(:func:`~ecolaunch.profile.capchoice.off_profile`, :func:`~ecolaunch.profile.profiler.check_early`), what the run
+does with its findings (:mod:`ecolaunch.launch.observe`). What it reads, and when: docs/profiling.md, "The early
+check".
 """
 
 from __future__ import annotations

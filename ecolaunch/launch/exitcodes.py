@@ -1,21 +1,8 @@
-"""Exit codes of the ``ecolaunch`` launch command (documented in the README, "Exit codes").
+"""Exit codes of the ``ecolaunch`` launch command: one constant each, and the mapping of the workers' codes and signals.
 
-========  =========================================================================================
-code      meaning
-========  =========================================================================================
-0         every worker succeeded (or ``--dry-run`` printed its decision)
-1         ecolaunch itself failed (``Error: ...`` says why): state directory, GPU backend, policy file
-2         bad command line (argparse's message, as torchrun): also a bad ``--nproc-per-node``, a missing
-          training script
-N         a worker failed: N is the failing worker's own exit code (a positive code is preferred over
-          peers killed by signals; a worker killed by signal S gives 128+S)
-75        no GPUs now and ``--wait-timeout`` ran out (0 = do not wait) (EX_TEMPFAIL)
-126       the ``--no-python`` program is not executable (the shell's code)
-127       the ``--no-python`` program is not on PATH, or no such file (the shell's code)
-128+N     ecolaunch was stopped by signal N (130 for Ctrl-C, 143 for SIGTERM); workers were stopped too
-========  =========================================================================================
-
-torchrun exits 1 for both worker failures and signals; ecolaunch reports the real cause instead.
+What lives here: the codes (:data:`OK`, :data:`USAGE`, :data:`NO_PLACEMENT`, ...), :func:`from_signal` and
+:func:`from_worker_codes`. What each code means: the README, "Exit codes"; why they differ from torchrun's (which
+exits 1 for worker failures and signals alike): docs/torchrun.md#what-differs-from-torchrun-and-why.
 """
 
 from __future__ import annotations

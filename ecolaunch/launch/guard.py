@@ -1,22 +1,11 @@
 """The cap guard: a small process that restores the caps a root launcher set, whatever kills the launcher.
 
-A launcher that changes power caps itself (running as root, no cap agent) starts one guard before its first
-change (:func:`start_guard`). The guard runs in its own session (Ctrl-C on the terminal and a kill of the
-launcher's process group do not reach it) and holds the read end of a pipe whose write end only the launcher
-holds. When the launcher ends cleanly it restores its caps itself and says ``done``; the guard exits. When the
-launcher dies any other way — SIGKILL included — the kernel closes the pipe, the guard reads end-of-file, waits
-until the launcher's pid is gone (so that reconciling releases its job), and makes one privileged cap pass
-(:func:`restore_after`): the dead launcher's job no longer wants anything, so every GPU it changed gets its
-recorded original back, unless another live job still wants a cap there, and a GPU someone else changed since
-is left as found (:class:`~ecolaunch.admin.capkeeper.CapKeeper`). The pass is the same one the agent makes, within
-the admin policy: the guard never sets a cap the policy forbids. A hostile holder of the state lock delays it
-at most ``LOCK_TIMEOUT_S``; the pass then runs on a lock-free snapshot, as the agent's does.
-
-The guard's entry point is ``ecolaunch.cli.guard_cmd``, started as root's helpers are
-(:func:`~ecolaunch.admin.interpreter.helper_argv`: isolated, from ``/``, so that no module a member planted in the
-launcher's working directory or environment is imported as root). It gets the launcher's settings on its command
-line (state directory, simulated GPUs, policy file), so it opens the same GPUs, policy and state directory; it
-inherits none of them. Nothing here prints.
+What lives here: :func:`start_guard` (the launcher's side: one guard before its first cap change, :class:`Guard`),
+and the guard's own steps, :func:`wait_for_launcher`, :func:`wait_gone` and :func:`restore_after` (one privileged
+cap pass, the agent's). What does not: the guard's entry point (``ecolaunch.cli.guard_cmd``, started as root's
+helpers are: :func:`~ecolaunch.admin.interpreter.helper_argv`), the pass itself
+(:class:`~ecolaunch.admin.capkeeper.CapKeeper`). Nothing here prints. How the guard works, and why:
+docs/admin.md#the-cap-agent.
 """
 
 from __future__ import annotations

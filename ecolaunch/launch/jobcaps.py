@@ -1,44 +1,13 @@
 """The one owner of every power cap a job sets: record, apply within the admin's rules, restore, guard.
 
-:class:`JobCaps` is made once per placed job and used by everything that changes that job's caps: the launch
-pipeline (the decision's caps at placement, the restore at release), and through :meth:`JobCaps.set_cap` the
-profiler (the caps it measures at) and the run observer's closed loop (the caps it moves to). Every cap is:
-
-1. **clipped** to what the admin policy allows on that GPU (:func:`ecolaunch.admin.rules.clip_cap_w`, the one
-   place a cap is clipped);
-2. **recorded** as the job's wish in its job file, under the state lock: that is what the cap agent applies, and
-   what any root process restores when the job is gone;
-3. **applied**: by the cap agent when one serves the state directory (the caller waits to see it in the GPUs'
-   readings); else by this launcher when it may (root), through the same
-   :class:`~ecolaunch.admin.capkeeper.CapKeeper` pass as the agent (originals to the ledger first) — with a **guard**
-   (:mod:`ecolaunch.launch.guard`) started before the first change, which restores within a second if the
-   launcher dies by any signal; else it is refused: said once (``on_message``), the wish taken back, and the job
-   runs at the caps it found;
-4. **restored** at release (:meth:`JobCaps.release`): the job's file is gone, so one more keeper pass gives every
-   GPU no live job wants capped its original back; then the guard is told it is done.
-
-**Under a power budget** (``[power] max_total_w``, :mod:`ecolaunch.admin.budget`) every GPU of the job has a budget
-ceiling, derived from the state graph (:func:`~ecolaunch.admin.budget.budget_ceilings`): its budget cap, plus a
-share of what the budget leaves over. The job's *target* on a GPU is what its placement wanted before the budget,
-then whatever the profiler or the closed loop last asked (:meth:`JobCaps.set_cap`); its recorded wish is the target
-held under the ceiling (clipped to the policy's bounds as any cap). A follower thread looks at the graph every
-``follow_s`` (1 s) and applies a lowered or raised ceiling at once (:meth:`JobCaps.follow_budget`), so a job that
-arrives or leaves re-caps the running jobs within one follow period (plus one cap-agent pass). The newcomer waits,
-in :meth:`JobCaps.begin`, up to ``budget_wait_s`` for the GPUs its placement lowered to show their new limits, so
-its workers never start before the watts they need were freed. The ceilings are computed from the validated job
-files on each look, never read from ``state.json`` (every member of the lab may write it); and a ceiling is never
-followed below the job's own floor (the lowest cap its curve keeps within its bound, or, for a job without a curve,
-the admin's minimum and no less than a fixed share of the board's default limit:
-:func:`~ecolaunch.admin.budget.job_floor_w`).
-
-A root launcher without an agent applies, through its keeper, only root's own jobs' caps (its own included), never a
-member's: it would not be there to restore it when that job ends (:class:`~ecolaunch.admin.capkeeper.CapKeeper`).
-
-A run changes the job's caps through :class:`~ecolaunch.profile.runcaps.RunCaps` over :meth:`JobCaps.set_cap`: the
-profiler's caps, the closed loop's moves, and their return to the caps the run found; at release this class gives
-the GPUs their originals back.
-
-Nothing here prints: messages go to ``on_message``.
+What lives here: :class:`JobCaps` (made once per placed job; the pipeline's caps at placement and the restore at
+release, and through :meth:`JobCaps.set_cap` every cap the run's :class:`~ecolaunch.profile.runcaps.RunCaps` sets;
+under a power budget, the follower that holds each cap under its GPU's ceiling), :func:`orphan_keeper` and
+:func:`orphaned_caps`. What does not: the clip (:func:`ecolaunch.admin.rules.clip_cap_w`), the keeper pass
+(:class:`~ecolaunch.admin.capkeeper.CapKeeper`), the budget's arithmetic (:mod:`ecolaunch.admin.budget`), the guard
+(:mod:`ecolaunch.launch.guard`). Nothing here prints: messages go to ``on_message``. How a cap is clipped, recorded,
+applied and restored, and how a budget's ceiling is followed: docs/admin.md, "One writer of a job's caps" and
+"A power budget for the whole machine".
 """
 
 from __future__ import annotations
@@ -70,7 +39,7 @@ BUDGET_WAIT_S = 5.0
 
 
 class JobCaps:
-    """The caps of one placed job (see the module docstring).
+    """The caps of one placed job (docs/admin.md, "One writer of a job's caps").
 
     Args:
         session: the launcher's session (state store, backend, rules, process table).

@@ -6,29 +6,7 @@ What lives here: :func:`meet` (every node's launcher, after it booked its GPUs a
 energy to the leader, the job's total back), :class:`Plan`. What does not: where the rendezvous is
 (:func:`ecolaunch.launch.torchrun.rendezvous_of`, read from torch's own ``config_from_args``), how a launch follows
 the plan (:mod:`ecolaunch.launch.multinode`: the caps through the node's own ``JobCaps``), printing (the pipeline's
-callbacks).
-
-**The store.** No new server: torch's c10d backend opens a multi-tenant ``TCPStore`` at ``--rdzv-endpoint`` (the
-server where the endpoint is this machine, else a client), and the static backend one at
-``--master-addr:--master-port`` (the server on node rank 0). A launcher opens the same store, in its own process and
-before torch's ``run()`` (verified with torch 2.13: a second multi-tenant ``TCPStore`` of the same port in the same
-process shares the first one's server, so torch's rendezvous finds it running), without ``world_size`` (so torch's
-own count of the nodes that connected is not changed), and keeps its keys under ``ecolaunch/<run id>/``
-(a ``PrefixStore``).
-
-**The meeting.** Each launcher takes an arrival number (``add``), writes what its node has (host, GPUs, job id,
-protocol version) and waits for the plan. The leader (node rank 0 of the static backend, else the first to arrive)
-waits until the job's nodes have all written (``--nnodes N``: N; elastic ``MIN:MAX``: MIN, later nodes join the
-plan as it is), then writes the plan. Every wait polls in short steps, so a stop signal ends it at once: the node
-leaves, its booking is released and it exits 128+N, as a waiting torchrun would (torch's own rendezvous waits in
-C++, where no Python signal handler runs: ``run_workers`` covers that window too).
-
-**The plan** (protocol 1) is the same on every node: each node runs at its default power limit and is not profiled,
-because one node's cap paces every node of a synchronous job and a node probing low caps alone slows all of them;
-a node's own admin policy still binds (a power budget there may cap it). A node that cannot reach the store, or whose
-leader never answers within the wait, runs the same way and says why in one line; so does a leader whose peers
-never write (a peer running torchrun or an older ecolaunch). The whole job's energy: at the end each node writes its
-GPU energy and time; the leader waits for them (at most :data:`FINISH_WAIT_S`) and prints the total.
+callbacks). The store, the meeting, the plan and the job's total: docs/multinode.md.
 """
 
 from __future__ import annotations
@@ -291,8 +269,8 @@ def total_lines(shares: Mapping[str, tuple[str, Mapping[str, Any] | None]]) -> l
 def meet(rdzv: Rendezvous, job_id: str, gpus: Sequence[str], gpu_names: Sequence[str], *,
          wait_s: float, host: str | None = None, open_store: Callable[..., Any] | None = None,
          sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Meeting:
-    """Meet the job's other nodes (module docstring); never raises for a peer or store that does not answer
-    (the meeting's plan is then this node's own, and its lines say why). ``wait_s``: how long to wait for the
+    """Meet the job's other nodes (docs/multinode.md#what-is-agreed); never raises for a peer or store that does not
+    answer (the meeting's plan is then this node's own, and its lines say why). ``wait_s``: how long to wait for the
     store, for the peers (leader) and for the plan (the others)."""
     host = host or socket.gethostname()
     deadline = clock() + wait_s

@@ -1,39 +1,12 @@
 """Watching one run: the observer that composes sampling, profiling, the closed loop, the early check and the record.
 
-What lives here: :class:`ObserveConfig` (what one run is observed with, as data), :class:`RunObserver` (the context
-manager the launcher wraps around ``run_workers``), and :class:`RunSummary` / :func:`format_summary` (what the CLI
-prints when the job ends)::
-
-    config = ObserveConfig(job_id, gpus, state_dir, mode=plan.action, fingerprint=fp, rules=rules,
-                           allowed_slowdown_pct=request.allowed_slowdown_pct, ...)
-    with RunObserver(config, backend, clock=SystemClock(), history=history, set_cap=caps.set_cap) as obs:
-        outcome = run_workers(args, {**env, **obs.worker_env()})
-        obs.set_exit_code(outcome.exit_code)
-    click.echo(format_summary(obs.summary()), err=True)
-
-The parts, one job each:
-
-- :class:`~ecolaunch.launch.monitor.RunMonitor`: the GPUs' readings, the step marks, the monitor thread;
-- :class:`~ecolaunch.profile.profiler.Profiler`: the profile, in ``inline`` and ``pre`` mode;
-- :class:`~ecolaunch.profile.control.ClosedLoop`: the cap moves, with a known curve on GPUs the job has to itself;
-- :class:`~ecolaunch.launch.earlycheck.EarlyCheck`: once, with a known profile (is this run its profile's job,
-  undisturbed? and, without a closed loop, within its bound?);
-- :class:`~ecolaunch.profile.runcaps.RunCaps`: the caps the run sets, and their one restore to those it found (when
-  profiling ends, and on exit);
-- :class:`~ecolaunch.launch.record.RunRecorder`: energy attribution, the profile and the
-  :class:`~ecolaunch.profile.history.JobRecord` (a ``pre`` run stores the profile only). A run whose iterations
-  cannot be its profile's job undisturbed (the early check's or the closed loop's
-  :func:`~ecolaunch.profile.capchoice.off_profile`) stores nothing but its record, which says why
-  (:meth:`RunObserver.not_learned`).
-
-In ``inline`` mode the chosen cap is set live once profiling is done, and the closed loop follows it.
-
-The job's slowdown bound comes resolved in ``ObserveConfig.allowed_slowdown_pct`` (``JobRequest.allowed_slowdown_pct``).
-The one change during a run: a script that declares a tighter bound (``@ecolaunch.job(max_slowdown_pct=...)``) gets it
-from its first step on, for the profiler's choice and the closed loop.
-
-Observation never breaks a launch: a failure after construction (devices, files, the profiler) is logged as
-a warning and the job runs on. The constructor touches no device or file.
+What lives here: :class:`ObserveConfig` (what one run is observed with, as data; the job's bound comes resolved in
+``allowed_slowdown_pct``), :class:`RunObserver` (the context manager the launcher wraps around ``run_workers``; its
+constructor touches no device or file), and :class:`RunSummary` / :func:`format_summary` (what the CLI prints when the
+job ends). What does not: the parts it composes, one job each (:class:`~ecolaunch.launch.monitor.RunMonitor`,
+:class:`~ecolaunch.profile.profiler.Profiler`, :class:`~ecolaunch.profile.control.ClosedLoop`,
+:class:`~ecolaunch.launch.earlycheck.EarlyCheck`, :class:`~ecolaunch.profile.runcaps.RunCaps`,
+:class:`~ecolaunch.launch.record.RunRecorder`). How a run is observed: docs/profiling.md, "The run's observer".
 """
 
 from __future__ import annotations
@@ -227,7 +200,7 @@ def _how_fast(s: RunSummary) -> str:
 
 
 class RunObserver:
-    """Observes one run configured by ``config`` (see the module docstring).
+    """Observes one run configured by ``config`` (docs/profiling.md, "The run's observer").
 
     Args:
         history: where the profile and the record go.

@@ -3,10 +3,7 @@
 What lives here: :func:`run_launch` (one launch of a conf command line, returning its exit code) and
 :class:`LaunchCallbacks` (how the pipeline reports progress: the CLI renders and prints, nothing here does).
 What does not: parsing, signal handlers, exit-code mapping of exceptions, rendering (``ecolaunch.cli.launch_cmd``).
-
-Every placed job ends in :func:`_release` — on success, worker failure, exception or signal — which frees the
-booking and restores the caps the job's :class:`~ecolaunch.launch.jobcaps.JobCaps` applied; a SIGKILL is covered by
-the state lock (the kernel releases it), reconciling (the launcher's pid is gone) and the cap guard.
+Its steps, and how every placed job is released, a SIGKILL included: docs/architecture.md#the-flow-of-one-launch.
 """
 
 from __future__ import annotations

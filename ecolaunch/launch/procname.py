@@ -2,13 +2,8 @@
 
 What lives here: :func:`set_name` (names the calling thread; Linux: ``prctl(PR_SET_NAME)`` through ctypes; elsewhere
 it does nothing and returns False) and :func:`keeping_name` (while it lasts, torch's renaming of its launcher thread
-names it ours instead). What does not: the launch itself (:mod:`ecolaunch.launch.torchrun`).
-
-Why: torch's ``run()`` names the thread that calls it ``pt_elastic`` (``torch.multiprocessing._set_thread_name``).
-That thread is the launcher's main thread, whose name Linux shows as the process's, so ``ps`` listed the launcher as
-``pt_elastic`` (issue 41), and started as ``python -m ecolaunch`` it was ``python`` until then.
-
-Base layer: imports only the standard library.
+names it ours instead). What does not: the launch itself (:mod:`ecolaunch.launch.torchrun`). Base layer: imports only
+the standard library. Why: docs/torchrun.md, "torch's run(), as the launcher calls it".
 """
 
 from __future__ import annotations

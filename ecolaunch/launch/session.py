@@ -1,26 +1,12 @@
 """One launch's conversation with the state graph: queue, placement, heartbeat, release.
 
-Each step is one transaction of the file-locked store that starts with a reconcile (dead launchers released,
-live GPU readings refreshed), so every decision is taken on the current state of the machine. Waiting jobs form
-a strict FIFO ordered by arrival among this host's jobs: only the head of the queue may be placed, so a large job
-is not starved by a stream of small ones. Each reconcile also sets aside what must not count against this host:
-another host's job naming its GPUs (``state.reconcile``) and a member's booking the admin rules would never have
-admitted (``policy.admission.unadmitted_bookings``); ``ecolaunch status`` lists them.
-
-A request that can never fit (more GPUs than the host has, than the user may use, or than ``[users] max_gpus``
-allows; more power than the budget, even at the lowest caps the policy allows: :func:`~ecolaunch.admin.budget.least_total_w`)
-fails before it is queued (:class:`~ecolaunch.errors.NeverFits`), and a launch that fails while queued leaves no job
-file behind, even when its job vanished from the graph. Each try that leaves a job waiting says why
-(:func:`~ecolaunch.policy.waiting.why_waiting`: Slurm's reason codes), and the job's file records it as it changes.
-
-A placement is :func:`ecolaunch.policy.place.place` (decide, admit, book, budget), the simulator's too. Under a power
-budget (``[power] max_total_w``) the same transactions keep the budget's caps in the graph
-(``StateGraph.budget_caps_w``, :mod:`ecolaunch.admin.budget`): a placement books the caps its decision chose for
-its own GPUs and for running jobs (``Decision.recaps_w``); a release, and a reconcile that released dead launchers'
-jobs, allocate the budget afresh among the jobs left (:func:`~ecolaunch.admin.budget.rebalance`), so caps lowered
-for a job that left come back up. The running launchers apply them (``ecolaunch.launch.jobcaps.JobCaps``).
-
-This module decides nothing itself (the policy does) and prints nothing (the CLI does, through ``on_wait``).
+What lives here: :class:`Session` (each step one transaction of the file-locked store, starting with a reconcile),
+:class:`Launcher`, :class:`Placement` and :class:`Beat`. What does not: deciding (the policy, through
+:func:`ecolaunch.policy.place.place`, the simulator's too; why a job waits:
+:func:`~ecolaunch.policy.waiting.why_waiting`), the budget's arithmetic (:mod:`ecolaunch.admin.budget`), applying
+caps (``ecolaunch.launch.jobcaps.JobCaps``), printing (the CLI, through ``on_wait``). The queue's rules, a request
+that can never fit and why a job waits: docs/queue.md; the budget's caps at placement and release:
+docs/admin.md#a-power-budget-for-the-whole-machine.
 """
 
 from __future__ import annotations

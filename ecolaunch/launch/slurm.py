@@ -4,17 +4,7 @@ What lives here: :func:`allocation` (what Slurm's environment says), :func:`expa
 host lists, ``node[01-03,07]``), :func:`fill_rendezvous` (a step over several nodes run as ``srun ecolaunch ...``
 without ``--nnodes``/``--node-rank``/``--master-addr``: taken from the allocation). What does not: placing (the
 allowed GPUs restrict it: :mod:`ecolaunch.launch.pipeline`), meeting the other nodes (:mod:`ecolaunch.launch.nodes`).
-
-**GPUs.** ``SLURM_STEP_GPUS`` (else ``SLURM_JOB_GPUS``) lists the GPUs of this node Slurm gave the job, by their
-index on the node (NVML's: Slurm's ``gres.conf`` names ``/dev/nvidiaN``); when set, ecolaunch places only on those,
-whatever ``CUDA_VISIBLE_DEVICES`` says (under device cgroups Slurm renumbers it from 0). Without them (a Slurm that
-does not schedule GPUs), ``CUDA_VISIBLE_DEVICES`` restricts placement as it does outside Slurm.
-
-**Nodes.** In a job step over more than one node (``SLURM_STEP_NUM_NODES`` > 1, one ``ecolaunch`` task per node),
-what the user did not give is filled as torchrun's static rendezvous needs it: ``--nnodes`` from
-``SLURM_STEP_NUM_NODES``, ``--node-rank`` from ``SLURM_NODEID``, ``--master-addr`` the step's first node
-(``SLURM_STEP_NODELIST``). A batch script itself (no step) runs on the first node only: nothing is filled there, as
-its peers are not running.
+Which variables are read, and when: docs/multinode.md#slurm.
 """
 
 from __future__ import annotations

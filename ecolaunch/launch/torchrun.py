@@ -1,13 +1,12 @@
 """Run the workers through torch's own elastic launcher: ``torch.distributed.run.run()`` for a script, and for a
-Python function (``ecolaunch.launch(fn)``) torch's ``elastic_launch`` with the configuration ``run()`` would build
-(:class:`FunctionCall`; ``run()`` itself discards the workers' return values).
+Python function (``ecolaunch.launch(fn)``) torch's ``elastic_launch`` with the configuration ``run()`` would build.
 
-This is the only importer of ``torch.distributed``. ``run()`` has side effects that this module undoes
-(see the project notes on torchrun's ``run()``): it mutates its Namespace (we pass a deep copy), writes
-``OMP_NUM_THREADS`` and ``TORCHELASTIC_SIGNALS_TO_HANDLE`` into our environment, and replaces the SIGINT,
-SIGTERM, SIGHUP and SIGQUIT handlers (restored afterwards). It must run on the main thread, or torch cannot
-forward signals to the workers. It also names that thread, and so the launcher's process, ``pt_elastic``: run here
-it names it ``ecolaunch`` (:mod:`ecolaunch.launch.procname`).
+What lives here: :func:`run_workers` (on the main thread; ``run()``'s side effects undone), :class:`TorchrunArgs`,
+:class:`FunctionCall`, :class:`WorkerOutcome`, :func:`check_args`, :class:`Rendezvous` and :func:`rendezvous_of`,
+and the c10d handler that agrees each round (``ecolaunch-c10d``). What does not: the parser
+(:mod:`ecolaunch.launch.argv`), the process name (:mod:`ecolaunch.launch.procname`), the meeting
+(:mod:`ecolaunch.launch.nodes`). Which side effects, and why: docs/torchrun.md, "torch's run(), as the launcher
+calls it".
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """Accounting across finished jobs: each job's energy, GPU-hours and estimated saving, and their totals by group.
 
 What lives here: :class:`JobUsage` (one :class:`~ecolaunch.profile.history.JobRecord`'s numbers, :meth:`JobUsage.of`),
-:class:`Usage` (a group's sums) and :func:`summarize` (the groups ``ecolaunch report --by user|day|job`` lists). The
-command line, its ``--since`` and the table, CSV and JSON forms are ``ecolaunch.cli.accounting``'s.
-
-The numbers of one job, from its record:
-
-- **energy**: the job's share of its GPUs' energy over the run (``energy_j``, see
-  :mod:`ecolaunch.profile.attribution`), plus the energy of a pre-launch profiling run (``profiling_energy_j``).
-- **GPU-hours**: the GPUs it was placed on times its run time (a job sharing a GPU counts the GPU whole, as does the
-  job it shares it with; a pre-launch profiling run's time is not counted).
-- **the saving against alone and uncapped** (:data:`ESTIMATE`): an estimate, made only for a job whose record holds
-  its iteration count and mean iteration time and whose profile holds its uncapped iteration time and power. Its
-  iterations alone and uncapped would have used ``iterations × profile.iter_time_s × profile.power_w × GPUs``; the
-  same iterations as they ran used the job's energy times the fraction of its run spent iterating
-  (``iterations × iter_time_s / duration_s``, at most 1); start-up and teardown count the same either way. The saving
-  is the first minus the second, minus the profiling run's energy. It covers what a cap saved, and the
-  energy sharing a GPU saved; a run slower than its profile (a stalled data loader, a busy CPU) makes it negative.
-  A run whose iterations were far outside its profile's spread (its record's ``not_learned``: disturbed, or not the
-  job it matched) gets no estimate: its profile does not describe it, so the difference is not the cap's.
-- **its error** (:func:`saving_error_pct`): ``MARGIN_Z`` standard errors of the profile's uncapped reference time
-  (:func:`~ecolaunch.profile.capchoice.reference_se_pct`: its iterations' spread and the window error), at least
-  ``MIN_MARGIN_PP``, in % of ``uncapped``: what the cap choice keeps back for the same measurement. A group's error
-  is its jobs' errors added in quadrature. A saving within its error is no finding (the report says so).
-- **a job that ran alone and uncapped** (:func:`ran_uncapped`: every sampled power limit of its run at or above its
-  profile's uncapped cap, no GPU shared, no pre-launch profiling run) is the baseline itself: its saving is 0 exactly,
-  with no error, and the energy of its iterations counts on both sides (issue 41: such a run reported -12.4 %).
+:class:`Usage` (a group's sums), :func:`summarize` (the groups ``ecolaunch report --by user|day|job`` lists),
+:func:`saving_error_pct` and :func:`ran_uncapped`. What does not: the command line, its ``--since`` and the table, CSV
+and JSON forms (``ecolaunch.cli.accounting``), a shared GPU's split (:mod:`ecolaunch.profile.attribution`). What
+each number is, and the saving's estimate and error: docs/accounting.md, "What the numbers are".
 """
 
 from __future__ import annotations
@@ -54,7 +33,7 @@ UNCAPPED_TOLERANCE_W = 1.0
 
 @dataclass(frozen=True, slots=True)
 class JobUsage:
-    """One finished job's numbers (see the module docstring). Energies in J; ``None``: not known."""
+    """One finished job's numbers (docs/accounting.md, "What the numbers are"). Energies in J; ``None``: not known."""
 
     job_id: str
     user: str

@@ -2,30 +2,9 @@
 
 What lives here: :class:`Interval` (one GPU over a stretch of time with a fixed set of resident jobs),
 :func:`attribute` (the attribution rule, a pure function), :func:`intervals_from_samples` (cuts a sampled
-series at the moments residency changed) and :func:`demand_weight`.
-
-What does not: sampling (``sampler``), knowing who shares a GPU (the state graph, passed in by the caller).
-
-**The rule.** For each interval of length ``dt`` with GPU energy ``E`` and resident jobs ``J``:
-
-1. *Idle share.* ``E_idle = min(E, P_idle * dt)`` is split **equally** among the jobs in ``J``. A GPU's idle
-   power is drawn because the GPU is on and held, not because of any one job's work; holding it is what
-   each resident does equally, whatever its load. (This is the same reasoning EaCO uses for a node's static
-   power, whose sharing is where most of its measured co-location saving comes from.)
-2. *Active share.* ``E - E_idle`` is split in proportion to each job's **dynamic power demand**: its solo
-   profile's ``power_w - P_idle`` (what it draws above idle when alone). Power above idle is caused by the
-   jobs' kernels; a job that alone draws 250 W above idle is responsible for more of a shared GPU's extra
-   draw than one that alone adds 30 W. Per-process utilization would be the direct signal, but NVML's
-   per-process accounting is not available on every GPU or without privileges, and a profile is always
-   at hand for a job placed with knowledge. A job without a known demand gets the mean of the known
-   demands on that interval (all unknown: equal shares); a zero total demand splits equally.
-
-The parts of every interval add up to its energy, so the jobs' shares of a GPU sum to the GPU's energy
-whenever some job is resident (energy with no resident is returned as ``unattributed_j``). A job alone on
-its GPU is charged all of that GPU's energy, idle included. ``P_idle`` comes from the caller: the GPU
-catalogue's ``idle_power_w``, which is an assumption of the catalogue, not a measurement; when it is unknown
-(``None``) the whole energy is split by demand. Board energy only: host power is not attributed here
-(GPU and node energy are kept apart: docs/simulator.md, "Energy accounting").
+series at the moments residency changed) and :func:`demand_weight`. What does not: sampling (``sampler``), knowing
+who shares a GPU (the state graph, passed in by the caller). The rule, and why: docs/accounting.md, "A shared GPU's
+energy, split among its jobs".
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """The one cap choice: on a job's measured curve, the least energy per unit of work within its bound, with the
 margin what was measured leaves.
 
-What lives here: :func:`job_cap_choice`, the call every path makes (the profiler on a first run, the placement
-policy on a repeat run and in the simulator, the closed loop during a run), :func:`choose_cap` ->
-:class:`CapChoice` (least energy per iteration, or Zeus's cost ``eta*E + (1-eta)*P_max*T`` for ``eta < 1``, whose
-slowdown plus margin stays within the bound), :func:`cap_margin_pct` (the part of a bound kept back for what is not
-known), :func:`iteration_stats` (a robust mean of iteration times and their spread) and :func:`off_profile` (whether
-iterations can be the profiled job's, undisturbed). What does not: the curve
-model (:mod:`ecolaunch.profile.powercap`), measuring, setting caps.
+What lives here: :func:`job_cap_choice`, the call every path makes, :func:`choose_cap` -> :class:`CapChoice`,
+:func:`cap_margin_pct` (the part of a bound kept back for what is not known), :func:`iteration_stats` (a robust mean
+of iteration times and their spread) and :func:`off_profile` (whether iterations can be the profiled job's,
+undisturbed). What does not: the curve model (:class:`ecolaunch.jobmodel.capcurve.CapCurve`), which caps to profile
+(:mod:`ecolaunch.profile.powercap`), measuring, setting caps. The objective and its margin:
+docs/profiling.md#one-objective-on-every-path.
 """
 
 from __future__ import annotations

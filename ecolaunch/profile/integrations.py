@@ -1,12 +1,7 @@
 """Training-framework callbacks that mark iterations for ecolaunch: PyTorch Lightning and Hugging Face ``Trainer``.
 
-Each factory imports its framework only when called, so ecolaunch never depends on either::
-
-    trainer = lightning.Trainer(callbacks=[ecolaunch.lightning_callback()])
-    trainer = transformers.Trainer(..., callbacks=[ecolaunch.hf_callback()])
-
-Both call :func:`ecolaunch.step` at the end of every optimizer step (one training iteration), which costs next
-to nothing outside an ecolaunch launch. A missing framework raises ConfigError with the package to install.
+What lives here: :func:`lightning_callback` and :func:`hf_callback`, each of which imports its framework only when
+called. What they do and how they fail: docs/python-api.md#the-iteration-hooks-and-the-jobs-hints.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """Which caps to profile a job at, and the cap grid.
 
 What lives here: :func:`profile_caps` (which caps to measure), :func:`cap_grid` (candidate caps on a grid), and the
-profiling constants (the grid step, iterations per cap).
-
-What does not: the job's curve read from the measured caps (:class:`ecolaunch.jobmodel.capcurve.CapCurve`, with the
-Zeus prior), the cap choice on such a curve (the one objective, its margin, robust iteration statistics:
-:mod:`ecolaunch.profile.capchoice`), measuring, setting caps (the job's cap owner, ``ecolaunch.launch.jobcaps``),
-history.
-
-**Which caps to measure** (:func:`profile_caps`): the maximum, then ~85 % and ~65 % of the power the job drew
-there (of the maximum cap when that power is unknown), snapped to the 25 W grid, skipping caps that cannot bind
-the job. Fractions of the job's own power, not of the board's maximum, because the prior is indexed by ``u =
-cap / P0``: at ``u = 0.85`` a 10 % slowdown bound usually binds, so the model has a measurement where the cap
-choice is made, and ``u = 0.65`` gives the slope below it without paying for the slowest caps. Fractions of the
-maximum (the first design: ~65 % and ~45 % of it) never bound a job drawing half the board's power, whose cap
-was then chosen by extrapolating the prior (in simulation, on the A100 model, the bound broken by many points).
-On the Zeus traces (leave-one-workload-out) the change cut the bound violations of the cap choice, put the chosen
-cap within one 25 W step of the true optimum on more curves and lowered the held-out time error, for a few more
-profiling iterations (low-power jobs now get a binding cap); the power error rose a little. The price
-is paid far below the lowest measured cap (~65 % of the job's power, where a 10 % bound never reaches), which
-is now an extrapolation: the model's slowdown there keeps rising from the measured one, but may err by tens of
-percent. These fractions were chosen by looking at the same Zeus traces the accuracy benchmark replays (the
-prior itself is cross-validated there; the fractions are not); ``benchmarks/powercap_accuracy.py`` prints the
-figures.
+profiling constants (the grid step, iterations per cap). What does not: the job's curve read from the measured caps
+(:class:`ecolaunch.jobmodel.capcurve.CapCurve`, with the Zeus prior), the cap choice on such a curve
+(:mod:`ecolaunch.profile.capchoice`), measuring, setting caps (the job's cap owner, ``ecolaunch.launch.jobcaps``),
+history. Which caps, and why fractions of the job's own power: docs/profiling.md.
 """
 
 from __future__ import annotations
@@ -34,7 +16,7 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.capcurve import NON_BINDING_RATIO
 
 DEFAULT_CAP_STEP_W = 25.0  # Zeus's stride; NVML accepts any integer-watt limit within the board's range
-DEFAULT_PROFILE_FRACTIONS = (0.85, 0.65)  # of the uncapped power; see the module docstring
+DEFAULT_PROFILE_FRACTIONS = (0.85, 0.65)  # of the uncapped power; why: docs/profiling.md
 # Iterations per profiled cap. Zeus uses 10 warm-up + 40 measured per cap. We assume (not measured here)
 # that after the job's own start-up warm-up a cap change settles within a few iterations (NVML's power
 # controller acts in well under a second) and that 15 iterations give a stable mean; the replayed Zeus

@@ -3,20 +3,9 @@
 What lives here: :class:`GpuSample` (one GPU at one instant), :class:`WindowStats` (one GPU over a time
 window), :class:`Sampler` (the sampling loop: a background thread, or stepped by hand with
 :meth:`Sampler.sample_once` on a :class:`~ecolaunch.clock.VirtualClock`), and :func:`downsample` (a short
-series for the history record and ``ecolaunch report``'s plot).
-
-What does not: deciding anything (``profiler``), attributing energy to jobs (``energy``), storing (``history``).
-
-**Time.** Samples are stamped with the injected clock's ``now()``. With :class:`~ecolaunch.clock.SystemClock`
-that is ``time.monotonic()``, the same time line as the workers' step stamps (``channel``), so a window
-between two step stamps can be looked up here directly.
-
-**Energy.** Each sample carries ``energy_j``: the GPU's energy since the sampler's first sample. Between two
-samples it grows by the driver's energy-counter delta when both readings have a counter (NVML: Volta and
-newer) and the counter did not go backwards; otherwise by the trapezoid of the two power readings (a single
-missing power reading counts as the other one; two missing add nothing). Because the value is cumulative,
-the energy between any two kept samples stays exact when a long series is thinned (see ``max_samples``), and
-the energy in any window is a difference of two interpolated values.
+series for the history record and ``ecolaunch report``'s plot). What does not: deciding anything (``profiler``),
+attributing energy to jobs (``attribution``), storing (``history``). Its time line and how it
+counts energy: docs/profiling.md, "Energy".
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """Loaders for the Zeus (NSDI '23) power-limit traces, as :class:`~ecolaunch.jobmodel.profile.CapPoint` curves.
 
-The full traces are not shipped in the package (its summary curves are, in ``ecolaunch/sim/data``: see its
-SOURCE.md). They are the files under ``examples/research_reproducibility/zeus_nsdi23/trace/`` (and
-``tests/profile_data/`` for the profiling windows) of the Zeus repository, github.com/ml-energy/zeus (Apache-2.0;
-You, Chung, Chowdhury, NSDI '23): pass a folder holding them. The default folder is where ecolaunch's development
-checkout keeps a copy, ``shared/data/zeus-nsdi23`` beside the repository; a user of the package has no such folder.
-Two kinds of file:
-
-- ``summary_power_<gpu>.csv``: one row per (workload, batch size, optimizer, power limit) with
-  ``time_per_epoch`` (s) and ``average_power`` (W). :func:`load_power_traces` keeps, for each workload, the
-  optimizer that ``summary_train.csv`` pairs with it (so V100's extra ``adam`` rows for cifar100 are
-  dropped and every GPU uses the same optimizer per workload), and returns one :class:`ZeusSweep` per
-  (GPU, workload, batch size). **Unit:** a curve's ``CapPoint.iter_time_s`` holds *seconds per epoch*
-  (``time_unit == "epoch"``): each epoch is the same amount of work, so time ratios, energy ratios and
-  the cap choice are the same as per iteration.
-- ``profile_windows/<GPU>+<model>+gpu<ids>.csv``: Zeus's GlobalPowerLimitOptimizer profiling windows
-  (elapsed seconds and joules per GPU per power limit). :func:`load_profile_windows` turns each window
-  into a point with ``iter_time_s = elapsed / ZEUS_WINDOW_ITERS`` (the window's iteration count is not
-  stored; we assume Zeus's default of 40 profiled iterations; only ratios matter) and ``power_w`` = mean
-  over the job's GPUs of ``energy / elapsed``.
-
-Nothing here decides anything; the accuracy benchmark and the tests use these loaders.
+What lives here: :func:`load_power_traces` (the summary sweeps, one :class:`ZeusSweep` per GPU, workload and batch
+size; a curve's ``iter_time_s`` holds seconds per *epoch*) and :func:`load_profile_windows` (Zeus's profiling
+windows). Nothing here decides anything; the accuracy benchmark and the tests use these loaders. Which files, where
+they come from and how they are read: docs/simulator.md, "Measured curves as truth".
 """
 
 from __future__ import annotations
@@ -34,7 +17,7 @@ from pathlib import Path
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.profile import CapPoint
 
-# the development checkout's copy of the full traces (module docstring); an installed package has none
+# the development checkout's copy of the full traces (docs/simulator.md); an installed package has none
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "zeus-nsdi23"
 POWER_TRACE_GPUS = ("v100", "a40", "p100", "rtx6000")
 ZEUS_WINDOW_ITERS = 40  # assumption: Zeus's default profiled iterations per window (not stored in the files)
@@ -44,8 +27,8 @@ _WINDOW_NAME = re.compile(r"__GlobalPowerLimitOptimizer_(\d+)$")
 
 @dataclass(frozen=True, slots=True)
 class ZeusSweep:
-    """One Zeus power-limit sweep (data, not a curve model): ``points`` ascending by cap; see the module docstring
-    for ``time_unit``."""
+    """One Zeus power-limit sweep (data, not a curve model): ``points`` ascending by cap; ``time_unit`` is
+    ``"epoch"`` for a summary sweep (docs/simulator.md, "Measured curves as truth", units)."""
 
     gpu: str
     workload: str  # "<dataset>/<network>", e.g. "imagenet/resnet50"
