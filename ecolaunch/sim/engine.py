@@ -4,7 +4,8 @@ What lives here: :class:`TraceJob` / :class:`Trace` (the input), :class:`Simulat
 :class:`SimResult` (per-job outcomes and the three energy accountings). What does not: building traces
 (:mod:`ecolaunch.sim.traces`), summary metrics (:mod:`ecolaunch.sim.metrics`), the models the machine plays
 (:mod:`ecolaunch.sim.node`) and the measured world's truth (:mod:`ecolaunch.sim.measured`). What the policies know,
-what the machine does and how a budget is played: docs/simulator.md#the-event-loop.
+what the machine does and how a budget is played: docs/simulator.md#the-event-loop. An opt-in ablation of
+the queue, :class:`Backfill`, may offer jobs behind a waiting head (``benchmarks/backfill_headroom.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 from dataclasses import dataclass, field, replace
 
 from ecolaunch.admin.budget import asked_caps, budget_ceilings, job_floor_w, wish_under_ceiling
@@ -127,6 +128,28 @@ def _work_steps(work_s: float) -> int:
     return int(round(work_s / _STEP_S))
 
 
+class Backfill(Protocol):
+    """An opt-in ablation of the queue, not something the launcher does (``benchmarks/backfill_headroom.py``, issue 40):
+    when the head of the queue cannot be placed, which job behind it may try now, and what is known of each job's
+    length. Off (``Simulation(backfill=None)``, the default) the queue is the launcher's strict FIFO, unchanged."""
+
+    def known(self, job: TraceJob, profile: Profile | None) -> dict[str, float | int]:
+        """What the job's request says of its length (``expected_s``, ``expected_iterations``, each optional), given
+        the profile its request reads; the running job's record carries it (:meth:`Job.remaining_s`)."""
+        ...
+
+    def pick(self, head: TraceJob, behind: Sequence[TraceJob], graph: StateGraph, now: float,
+             profile: Callable[[TraceJob], Profile | None]) -> TraceJob | None:
+        """The next job of ``behind`` (waiting behind the blocked ``head``, in queue order, those the policy could not
+        place on the machine as it is left out) to offer to the policy now, or None. ``graph``: the running jobs, their
+        requests and progress; ``profile``: the profile a job's request would read."""
+        ...
+
+    def ended(self, job: TraceJob, run_s: float, iterations: int) -> None:
+        """A job completed after ``run_s`` seconds of wall time and ``iterations`` steps (what its history records)."""
+        ...
+
+
 @dataclass(slots=True)
 class _Running:
     job: TraceJob
@@ -166,13 +189,16 @@ class Simulation:
             :mod:`ecolaunch.policy.contract`) and knows its length exactly, as a history of runs just like this one
             would tell (an upper bound on what a launcher knows): the policy reads each running job's time left from
             its expected length and its progress (``Job.remaining_s``), as the launcher does.
+        backfill: an ablation, not something the launcher does (:class:`Backfill`): when the head of the queue waits,
+            the plug-in may offer jobs behind it to the policy, and says what each job's request knows of its length.
+            None (default): the strict FIFO.
     """
 
     def __init__(self, machine: MachineSpec, policy: Policy, rules: Rules | None = None, *,
                  host_static_w: float | None = None, profile_caps: bool = True,
                  early_check_fraction: float = 0.05, world: Any = None, closed_loop: bool = False,
                  omniscient: bool = False, lift_caps_waiting: int | None = None,
-                 share_if_sooner: bool = False) -> None:
+                 share_if_sooner: bool = False, backfill: Backfill | None = None) -> None:
         self.machine = machine
         self.profile_caps = profile_caps and world is None
         self.early_check_fraction = early_check_fraction
@@ -215,6 +241,9 @@ class Simulation:
         self.lift_caps_waiting = lift_caps_waiting
         self._lifted = False  # caps lifted now (lift_caps_waiting)
         self.share_if_sooner = share_if_sooner
+        self.backfill = backfill
+        #: backfill: the jobs behind the head the policy could not place since the machine last changed
+        self._unplaced: set[str] = set()
         self._running: dict[str, _Running] = {}
         #: caps that weigh the queue (``[energy] wait_weight``): each closed-loop job's own cap (None: uncapped) and the
         #: waiting share its cap was last weighed for
@@ -230,6 +259,7 @@ class Simulation:
         self._own_caps.clear()
         self._weighed.clear()
         self._asks.clear()
+        self._unplaced.clear()
         # the running launchers' curve priors (the measured world's, held out by type; the launcher's otherwise)
         self._priors = self.world.priors({j.id: j.kind for j in trace.jobs}) if self.world else default_prior
         if self.profile_caps:
@@ -277,6 +307,8 @@ class Simulation:
                     gpu_jobs[u].remove(jid)
                     changed.add(u)
                 done += 1
+                if self.backfill is not None:  # its history learns the run: its wall time and the steps it marked
+                    self.backfill.ended(r.job, now - r.outcome.start_s, _work_steps(r.job.work_s))
             while checks and checks[0][0] <= now:
                 _, jid = heapq.heappop(checks)
                 r = running.get(jid)
@@ -303,23 +335,31 @@ class Simulation:
                 nxt += 1
             if changed:
                 blocked = False
+                self._unplaced.clear()
                 # the machine answers first (freed GPUs back to their default limit, memory and power): the
                 # policy must see the GPUs as they are now, as the launcher does after a reconcile
                 self._refresh(changed, gpu_jobs, running, loads, caps)
-            while queue and not blocked:
-                head = queue[0]
+            while queue:
+                head = queue[0] if not blocked else self._backfill_pick(queue, now)
+                if head is None:
+                    break
                 placed = self._place(head, now, len(queue) - 1)
                 decisions += 1
                 if placed is None:
+                    if head is not queue[0]:  # a job behind the head (backfill): not again until the machine changes
+                        self._unplaced.add(head.id)
+                        continue
                     blocked = True
                     if not running:
                         queue.popleft()  # an empty machine (as it is now) cannot take it: it never will
                         outcomes[head.id].rejected = "does not fit the machine"
                         logger.warning("job %s (%d GPUs) can never be placed; dropped", head.id, head.nproc)
                         blocked = False
-                        continue
-                    break
-                queue.popleft()
+                    continue
+                if head is queue[0]:
+                    queue.popleft()
+                else:
+                    queue.remove(head)
                 host, decision = placed
                 self.placements += 1
                 if (decision.predicted or {}).get("learned"):
@@ -404,6 +444,15 @@ class Simulation:
                 changed |= set(r.gpus)
         return changed
 
+    def _backfill_pick(self, queue: deque[TraceJob], now: float) -> TraceJob | None:
+        """The job behind the blocked head that the backfill plug-in offers to the policy now (None: none, or no
+        plug-in). The running jobs' progress is written first, as their launchers' heartbeats would have it."""
+        if self.backfill is None or len(queue) < 2:
+            return None
+        self._progress(now)
+        behind = [j for j in list(queue)[1:] if j.id not in self._unplaced]
+        return self.backfill.pick(queue[0], behind, self.graph, now, self._request_profile) if behind else None
+
     # --- placement -------------------------------------------------------------------------------
     def _place(self, job: TraceJob, now: float, behind: int = 0) -> tuple[str, Decision] | None:
         """Place the queue head as its launcher would (:func:`~ecolaunch.policy.place.place`), queued on each host in
@@ -419,6 +468,8 @@ class Simulation:
         if self.share_if_sooner:
             self._progress(now)
             known = {"expected_s": job.work_s, "expected_iterations": _work_steps(job.work_s)}
+        elif self.backfill is not None:  # what the job's request knows of its length, as the plug-in says
+            known = dict(self.backfill.known(job, profile))
         for host in hosts:
             request = JobRequest(
                 id=job.id, user=job.user, host=host.name, nproc=job.nproc,
@@ -686,4 +737,4 @@ def default_host_static_w() -> float:
     return reproduce_eaco(sync_wait_s=0.0).static_power_w - 8 * lookup("V100-SXM2-32GB").idle_power_w
 
 
-__all__ = ["JobOutcome", "SimResult", "Simulation", "Trace", "TraceJob", "default_host_static_w"]
+__all__ = ["Backfill", "JobOutcome", "SimResult", "Simulation", "Trace", "TraceJob", "default_host_static_w"]

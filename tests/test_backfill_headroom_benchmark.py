@@ -1,0 +1,170 @@
+"""benchmarks/backfill_headroom.py (issue 40): the EASY rule's promise to the head, what a launcher knows of a job's
+length, that no decision of the launcher's row reads a true run time, the trace knobs, and (slow) a short real run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import fields
+
+import pytest
+
+from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.devices.spec import parse_spec
+from ecolaunch.policy.baselines import ExclusivePolicy
+from ecolaunch.sim.engine import Simulation, Trace, TraceJob
+from tests.conftest import REPO, clean_env
+
+BENCHMARKS = REPO / "benchmarks"
+PROFILE = Profile(iter_time_s=0.1, sm_util_pct=80.0, mem_bw_util_pct=40.0, memory_mib=8000)
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import _backfill
+    import backfill_headroom
+
+    return _backfill, backfill_headroom
+
+
+class Sealed(TraceJob):
+    """A trace job whose true run time only the machine may read: the simulator's physics (``ecolaunch.sim.engine``
+    outside ``_place``, where the decisions are asked) and ``dataclasses.replace``; any other reader raises."""
+
+    __slots__ = ()
+
+    @property
+    def work_s(self) -> float:
+        caller = sys._getframe(1)
+        module, function = caller.f_globals.get("__name__"), caller.f_code.co_name
+        if module not in ("ecolaunch.sim.engine", "dataclasses") or function == "_place":
+            raise AssertionError(f"{module}.{function} read job {self.id}'s true run time")
+        return TraceJob.work_s.__get__(self)
+
+    @work_s.setter
+    def work_s(self, value: float) -> None:
+        TraceJob.work_s.__set__(self, value)
+
+
+def seal(job: TraceJob) -> Sealed:
+    return Sealed(**{f.name: getattr(job, f.name) for f in fields(TraceJob)})
+
+
+def _job(i: str, t: float, nproc: int, work_s: float, kind: str) -> TraceJob:
+    return TraceJob(i, t, nproc, work_s, PROFILE, user="ann", kind=kind)
+
+
+#: each key's first runs complete first (the history); then a 3-GPU job runs, a 4-GPU job waits at the head for it,
+#: and a short 1-GPU job behind it fits the free GPU and ends long before the head's promised start
+TRACE = Trace("backfill", (
+    _job("small-1", 0.0, 1, 100.0, "small"), _job("big-1", 0.0, 3, 1000.0, "big"),
+    _job("big-2", 1100.0, 3, 1000.0, "big"), _job("all", 1101.0, 4, 500.0, "all"),
+    _job("small-2", 1102.0, 1, 100.0, "small"),
+))
+
+
+def _run(backfill, trace: Trace = TRACE):
+    sim = Simulation(parse_spec("4xA100-SXM4-80GB", hostname="node0"), ExclusivePolicy(), backfill=backfill)
+    return {j.id: j for j in sim.run(trace).jobs}
+
+
+def test_the_head_is_promised_the_earliest_time_enough_gpus_free(bench) -> None:
+    _backfill, _ = bench
+
+    class Running:
+        def __init__(self, left, gpus):
+            self.left, self.gpus = left, ["g"] * gpus
+
+        def remaining_s(self, now):
+            return self.left
+
+    assert _backfill.shadow(2, 3, [], 10.0) == (10.0, 1)  # enough free now: the head waits for something else
+    assert _backfill.shadow(2, 1, [Running(50.0, 1), Running(None, 2), Running(20.0, 2)], 10.0) == (30.0, 1)
+    assert _backfill.shadow(3, 0, [Running(None, 2), Running(20.0, 2)], 10.0) is None  # an end unknown: no promise
+
+
+def test_what_the_launcher_knows_is_a_declared_length_else_the_keys_latest_runs(bench) -> None:
+    _backfill, _ = bench
+    lengths = _backfill.LauncherLengths({"d": _backfill.Declared(iterations=500.0, steps=60_000)})
+    first = seal(_job("x", 0.0, 1, 60.0, "k"))
+    assert lengths.known(first, None) == {}  # never completed here, declares nothing
+    assert lengths.known(seal(_job("d", 0.0, 1, 60.0, "k")), None) == {"expected_iterations": 60_000}
+    assert lengths.known(seal(_job("d", 0.0, 1, 60.0, "k")), PROFILE) == {"expected_iterations": 60_000,
+                                                                           "expected_s": pytest.approx(50.0)}
+    for run_s in (10.0, 1000.0, 30.0, 40.0, 50.0, 60.0):  # the latest 5 count: the 10 s run is forgotten
+        lengths.ended(first, run_s, int(run_s * 1000))
+    assert lengths.known(first, PROFILE) == {"expected_s": 50.0, "expected_iterations": 50_000}
+
+
+def test_backfill_starts_a_short_job_past_the_waiting_head_without_delaying_it(bench) -> None:
+    _backfill, _ = bench
+    fifo = _run(None)
+    assert fifo["small-2"].start_s == pytest.approx(2600.0)  # behind the head, which waits for big-2, then runs
+    for lengths in (_backfill.TrueLengths(), _backfill.LauncherLengths({})):
+        jobs = _run(_backfill.EasyBackfill(lengths))
+        assert jobs["small-2"].start_s == pytest.approx(1102.0), lengths.name
+        assert jobs["all"].start_s == pytest.approx(fifo["all"].start_s), lengths.name
+    # a job whose key never completed here, and which declares nothing, has no length: it waits its turn
+    unknown = Trace("backfill", tuple(j for j in TRACE.jobs if j.id != "small-1"))
+    assert _run(_backfill.EasyBackfill(_backfill.LauncherLengths({})), unknown)["small-2"].start_s == \
+        pytest.approx(2600.0)
+    assert _run(_backfill.EasyBackfill(_backfill.TrueLengths()), unknown)["small-2"].start_s == pytest.approx(1102.0)
+
+
+def test_no_decision_of_the_launchers_row_reads_a_true_run_time(bench) -> None:
+    _backfill, _ = bench
+    sealed = Trace(TRACE.name, tuple(seal(j) for j in TRACE.jobs))
+    jobs = _run(_backfill.EasyBackfill(_backfill.LauncherLengths({})), sealed)
+    assert jobs["small-2"].start_s == pytest.approx(1102.0)  # it backfilled, from the key's history alone
+    declared = {j.id: _backfill.Declared(j.work_s / PROFILE.iter_time_s, round(j.work_s * 1000)) for j in TRACE.jobs}
+    jobs = _run(_backfill.EasyBackfill(_backfill.LauncherLengths(declared)), sealed)
+    assert jobs["small-2"].start_s == pytest.approx(1102.0)  # and from what the jobs declare
+    with pytest.raises(AssertionError, match="read job .* true run time"):  # the seal holds: the upper bound reads it
+        _run(_backfill.EasyBackfill(_backfill.TrueLengths()), sealed)
+
+
+def test_related_lengths_keep_the_run_times_and_reach_the_spread(bench) -> None:
+    _, headroom = bench
+    from ecolaunch.sim.trace_registry import TRACES
+
+    entry = TRACES["workstation-measured"]
+    trace = entry.build(entry.machine("", 1), seed=3, jobs=200)
+    related, reached = headroom.related_lengths(trace, 0.5, 3)
+    assert reached == pytest.approx(0.5, abs=0.05)
+    assert headroom.key_spread(trace.jobs) > 1.0  # drawn independently: a key's runs as spread as the trace's
+    for nproc in {j.nproc for j in trace.jobs}:  # each GPU count keeps its run times: the offered load is the same
+        assert sorted(j.work_s for j in related.jobs if j.nproc == nproc) == \
+            sorted(j.work_s for j in trace.jobs if j.nproc == nproc)
+    assert [(j.id, j.arrival_s, j.nproc, j.kind, j.user) for j in related.jobs] == \
+        [(j.id, j.arrival_s, j.nproc, j.kind, j.user) for j in trace.jobs]
+    share_25, share_50 = (set(headroom.declared(trace, pct, 3)) for pct in (25, 50))
+    assert share_25 < share_50 and 0.35 < len(share_50) / len(trace.jobs) < 0.65
+
+
+def test_the_zeus_repeat_spread_is_read_from_the_training_runs(bench) -> None:
+    _, headroom = bench
+    from ecolaunch.profile.zeus_data import DEFAULT_DATA_DIR
+
+    if not (DEFAULT_DATA_DIR / "summary_train.csv").is_file():
+        pytest.skip("the repository's shared/data is not present")
+    zeus = headroom.zeus_repeat_spread()
+    assert zeus["configs"] >= 50 and zeus["runs"] >= 5 * zeus["configs"]
+    assert 0.0 < zeus["spread"] < zeus["loo_sd"] < 0.5
+
+
+@pytest.mark.slow
+def test_a_short_run_prints_every_row_paired_against_fifo() -> None:
+    cmd = [sys.executable, str(BENCHMARKS / "backfill_headroom.py"), "--seeds", "2", "--trace", "workstation-measured",
+           "--policy", "exclusive", "--share", "0", "--share", "100", "--jobs", "150", "--json"]
+    ran = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    run = json.loads(ran.stdout)["runs"]["workstation-measured"]["exclusive"]["zeus"]
+    assert set(run["rows"]) == {"fifo", "backfill-true", "backfill-known-0", "backfill-known-100"}
+    assert run["rows"]["fifo"]["out_of_order_pct"] == 0.0  # the strict FIFO starts no job past an earlier one
+    assert set(run["vs_fifo"]["backfill-true"]) >= {"mean_jct_pct", "p95_jct_pct", "mean_wait_pct", "gpu_idle_h",
+                                                    "idle_waiting_h", "node_energy_pct"}
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "backfill_headroom.py"), "--seeds", "1"], env=clean_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--seeds must be at least 2" in bad.stderr
