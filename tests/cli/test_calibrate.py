@@ -116,7 +116,9 @@ def test_a_busy_gpu_is_refused_naming_the_job_and_its_user_and_force_measures_be
     assert doc["alone"] and doc["pairs"]
     assert all(e["disturbed_by"] for e in doc["alone"] + doc["pairs"])
     data = calibration_samples(state_dir, simulated=True)
-    assert data.samples == [] and data.skipped == {"measured beside someone else's work": 2}
+    # every entry is left out, however many there are (a pair that cannot be true is measured again on a busy host)
+    entries = len(doc["alone"]) + len(doc["pairs"])
+    assert data.samples == [] and data.skipped == {"measured beside someone else's work": entries}
     assert [j["id"] for j in jobs(env)] == [job]  # alice's job untouched
 
 
