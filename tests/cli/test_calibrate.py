@@ -22,7 +22,7 @@ from ecolaunch.errors import ConfigError
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
-from ecolaunch.learn.calibration_data import calibration_samples
+from ecolaunch.learn.calibration_data import FLAGGED, calibration_samples
 from ecolaunch.state.graph import GpuNode
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
@@ -290,7 +290,10 @@ def test_a_workload_with_a_duty_cycle_is_measured_alone_and_in_pairs_under_its_n
     assert alone["mm@25"]["power_w"] < alone["mm"]["power_w"]
     assert [p["workloads"] for p in doc["pairs"]] == [["mm", "mm"], ["mm", "mm@25"], ["mm@25", "mm@25"]]
     data = calibration_samples(state_dir, simulated=True)  # policy train reads them as any other workload
-    assert data.summary()["pairs"] == 3, data.summary()
+    # every pair the calibration did not flag (a loaded host's timings can make one look impossible; a quiet one
+    # flags none) is read, the duty-cycled workload's too
+    read = [p["workloads"] for p in doc["pairs"] if not p["flagged"]]
+    assert data.summary()["pairs"] == len(read) and data.skipped.get(FLAGGED, 0) == 3 - len(read), data.summary()
 
 
 def _gpu(index: int, name: str) -> GpuNode:
