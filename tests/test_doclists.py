@@ -25,16 +25,23 @@ def test_the_readme_lists_are_the_generated_ones() -> None:
     assert changed == []
 
 
-def test_a_list_typed_by_hand_is_found_and_regenerated(tmp_path: Path) -> None:
-    text = README.read_text(encoding="utf-8").replace("| `lucid` |", "| `lucid-by-hand` |")
-    assert "lucid-by-hand" in text
-    stale = tmp_path / "README.md"
+def _typed_by_hand_is_found_and_regenerated(tmp_path: Path, page: Path, region: str, generated: str,
+                                           by_hand: str) -> None:
+    """``page`` with ``generated`` typed over as ``by_hand`` in its ``region``: ``--check`` names the region and exits 1,
+    and regenerating gives the page back."""
+    text = page.read_text(encoding="utf-8").replace(generated, by_hand)
+    assert by_hand in text
+    stale = tmp_path / page.name
     stale.write_text(text, encoding="utf-8")
     out = subprocess.run([sys.executable, "-m", "tests.doclists", "--check", str(stale)], cwd=REPO,
                          capture_output=True, text=True, timeout=120, check=False)
-    said = f"{stale}: regions policies differ from the registries; run `python -m tests.doclists`\n"
+    said = f"{stale}: regions {region} differ from the registries; run `python -m tests.doclists`\n"
     assert (out.returncode, out.stderr) == (1, said)
-    assert regenerate(text) == (README.read_text(encoding="utf-8"), ["policies"])
+    assert regenerate(text, PAGES[page.name], page.name) == (page.read_text(encoding="utf-8"), [region])
+
+
+def test_a_list_typed_by_hand_is_found_and_regenerated(tmp_path: Path) -> None:
+    _typed_by_hand_is_found_and_regenerated(tmp_path, README, "policies", "| `lucid` |", "| `lucid-by-hand` |")
 
 
 def test_a_missing_region_is_an_error() -> None:
@@ -62,14 +69,5 @@ def test_every_launch_option_is_in_the_readme_table_as_declared() -> None:
 
 
 def test_a_state_tree_typed_by_hand_is_found_and_regenerated(tmp_path: Path) -> None:
-    text = ARCHITECTURE.read_text(encoding="utf-8").replace("| `caps.json` |", "| `ledger.json` |")
-    assert "ledger.json" in text
-    stale = tmp_path / "architecture.md"
-    stale.write_text(text, encoding="utf-8")
-    out = subprocess.run([sys.executable, "-m", "tests.doclists", "--check", str(stale)], cwd=REPO,
-                         capture_output=True, text=True, timeout=120, check=False)
-    said = f"{stale}: regions state-tree differ from the registries; run `python -m tests.doclists`\n"
-    assert (out.returncode, out.stderr) == (1, said)
-    assert regenerate(text, PAGES["architecture.md"], "architecture.md") == (
-        ARCHITECTURE.read_text(encoding="utf-8"), ["state-tree"])
+    _typed_by_hand_is_found_and_regenerated(tmp_path, ARCHITECTURE, "state-tree", "| `caps.json` |", "| `ledger.json` |")
     assert all(f"| `{path}` |" in state_tree() for path, _ in tree())
