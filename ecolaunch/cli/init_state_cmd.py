@@ -28,9 +28,9 @@ PARENT_HINT = ("keep the state directory below directories only root may write (
 def init_state(group: str | None, directory: Path | None) -> None:
     """Create or repair the shared state directory, as root, before any user runs.
 
-    Creates jobs/, hooks/ and history/ (3775 root:GROUP), state.lock and state.json (0664 root:GROUP), a history
-    directory for root and for each member of GROUP (0755, theirs), gnn/ and calibration/ (0755, root's) and an
-    empty cap ledger caps.json (0644, root's), and sets the directory itself to 3775 root:GROUP, so that no lab
+    Creates jobs/, hooks/ and history/ (3770 root:GROUP), state.lock and state.json (0660 root:GROUP), a history
+    directory for root and for each member of GROUP (0750, theirs), gnn/ and calibration/ (0750, root's) and an
+    empty cap ledger caps.json (0640, root's), and sets the directory itself to 3770 root:GROUP, so that no lab
     member owns anything the others write into or that root relies on. Anything a member planted in those places
     (a link, a FIFO, a file where a directory belongs, a directory made first in a colleague's or root's name) is
     moved aside; one line says each change. The state directory itself must not be a link or another user's

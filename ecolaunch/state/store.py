@@ -530,7 +530,7 @@ def check_state_dir(directory: Path, *, group: str | None = None) -> None:
                     os.chown(directory, -1, gid)
                     return
             raise StateError(f"the state directory {str(directory)!r} belongs to group {st.st_gid}, not {group!r}",
-                             hint=f"the lab admin should run: chgrp {group} {directory} && chmod 2775 {directory}")
+                             hint=f"the lab admin should run: chgrp {group} {directory} && chmod 3770 {directory}")
     if st.st_uid not in (0, euid):
         logger.debug("state directory %s is owned by uid %d, who can remove any job file in it", directory, st.st_uid)
 
@@ -545,7 +545,7 @@ def check_jobs_dir(jobs_dir: Path, dir_owner: int) -> None:
                          hint="remove it; ecolaunch recreates it (see docs/threat-model.md)")
     if st.st_uid not in (0, euid, dir_owner):
         raise StateError(f"{str(jobs_dir)!r} belongs to uid {st.st_uid}, not to root or the state directory's owner",
-                         hint=f"the lab admin should check it and run: chown root {jobs_dir} && chmod 3775 {jobs_dir}")
+                         hint=f"the lab admin should check it and run: chown root {jobs_dir} && chmod 3770 {jobs_dir}")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
         if st.st_uid != euid:
             raise StateError(f"{str(jobs_dir)!r} is writable by others but not sticky: anyone could remove any job",
