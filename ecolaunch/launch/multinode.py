@@ -100,9 +100,13 @@ class MultiNode(SingleNode):
         #: the job of another node of this job on this host whose GPUs this node shares (None: its own GPUs)
         self.shares: Job | None = None
 
-    def info(self) -> dict[str, str]:
+    @property
+    def rendezvous(self) -> str:
         """The job's rendezvous, by which another launcher of the same job on this host finds it."""
-        return {"rendezvous": f"{self.rdzv.backend} {self.rdzv.endpoint} {self.rdzv.run_id}"}
+        return f"{self.rdzv.backend} {self.rdzv.endpoint} {self.rdzv.run_id}"
+
+    def info(self) -> dict[str, str]:
+        return {"rendezvous": self.rendezvous}
 
     def place(self, session: Session, job: Job, timeout_s: float | None,
               on_wait: Callable[[Waiting, float], None]) -> Placement:
@@ -110,7 +114,7 @@ class MultiNode(SingleNode):
         workers of two nodes on one host do (:meth:`~ecolaunch.launch.session.Session.try_join`; its decision line
         says so): two launchers that each waited for GPUs of their own would wait for each other until the
         rendezvous timed out."""
-        self.shares = session.node_sibling(job.id, self.info()["rendezvous"])
+        self.shares = session.node_sibling(job.id, self.rendezvous)
         if self.shares is None:
             return super().place(session, job, timeout_s, on_wait)
         sibling = self.shares.id

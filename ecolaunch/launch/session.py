@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import psutil
-
 from ecolaunch.admin.budget import least_total_w, rebalance
 from ecolaunch.admin.capkeeper import CapKeeper
 from ecolaunch.admin.rules import Rules, budget_range_w, user_gpu_limit
@@ -31,7 +29,7 @@ from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.policy.admission import unadmitted_bookings
 from ecolaunch.policy.base import Decision, JobRequest, Policy
-from ecolaunch.policy.candidates import eligible_gpus, gpus_held_by
+from ecolaunch.policy.candidates import eligible_gpus, user_quota_left
 from ecolaunch.policy.place import admitted_decision, place
 from ecolaunch.policy.waiting import Waiting, why_waiting
 from ecolaunch.state.graph import Job, JobState, StateGraph, WaitReason
@@ -183,39 +181,28 @@ class Session:
         request = self._requests[job_id]
         with self.store.transaction() as graph:
             self.refresh(graph)
-            job = graph.jobs.get(job_id)
-            if job is None:
-                raise StateError(f"job {job_id} vanished from the state graph while queued", hint="launch it again")
+            job = _queued(graph, job_id)
             decision, now = None, time.time()
             # what running jobs' times left count from, and who would wait behind it (caps that weigh the queue)
             request = dataclasses.replace(request, decided_at=now, waiting_share=graph.waiting_share(job))
             if graph.queue_position(job_id) == 1:
                 decision = place(graph, request, self.policy, self.rules, now)
             if decision is None:
-                waiting = why_waiting(graph, request, self.policy, self.rules)
-                if (job.wait_reason, job.wait_detail) != (waiting.reason, waiting.detail):
-                    job.wait_reason, job.wait_detail = waiting.reason, waiting.detail
-                    logger.info("job %s waits: %s", job_id, waiting.text())
-                return waiting
-            self._attach(job, request)
-            gpus = {u: graph.hosts[self.host].gpus[u] for u in decision.gpus}
-            logger.info("job %s placed on %s by %s: %s", job_id, ",".join(str(g.index) for g in gpus.values()), decision.policy, "; ".join(decision.reasons))
-            return Placement(job=job, decision=decision, gpus=gpus)
+                return _waits(job, why_waiting(graph, request, self.policy, self.rules))
+            return self._placed(graph, job, request, decision)
 
     def node_sibling(self, job_id: str, rendezvous: str) -> Job | None:
         """The job of the launcher that came first to this host with the same multi-node job (the same
-        ``rendezvous``, recorded in its request), still queued or running, of the same uid, whose launcher the
-        kernel says runs as that uid; None when this launcher is the host's first."""
+        ``rendezvous``, recorded in its request), still queued or running, of the same uid; None when this launcher
+        is the host's first. The reconcile that starts the transaction has released every job whose launcher the
+        kernel does not say runs as the job's uid (:func:`~ecolaunch.state.reconcile.launcher_alive`)."""
         with self.store.transaction() as graph:
             self.refresh(graph)
-            me = graph.jobs.get(job_id)
-            if me is None:
-                raise StateError(f"job {job_id} vanished from the state graph while queued", hint="launch it again")
-            earlier = sorted((j for j in graph.jobs.values()
-                              if j.id != job_id and j.host == self.host and j.seq < me.seq and j.uid == me.uid
-                              and j.state in (JobState.QUEUED, JobState.RUNNING)
-                              and j.request.get("rendezvous") == rendezvous), key=lambda j: j.seq)
-        return next((j for j in earlier if _runs_as(j.launcher_pid, me.uid)), None)
+            me = _queued(graph, job_id)
+            earlier = [j for j in graph.jobs.values()
+                       if j.id != job_id and j.host == self.host and j.seq < me.seq and j.uid == me.uid
+                       and j.state in (JobState.QUEUED, JobState.RUNNING) and j.request.get("rendezvous") == rendezvous]
+        return min(earlier, key=lambda j: j.seq, default=None)
 
     def try_join(self, job_id: str, sibling_id: str) -> Placement | Waiting:
         """Place the job on the GPUs of ``sibling_id``, another node of the same job on this host, once that runs:
@@ -227,40 +214,41 @@ class Session:
         request = self._requests[job_id]
         with self.store.transaction() as graph:
             self.refresh(graph)
-            job, sibling = graph.jobs.get(job_id), graph.jobs.get(sibling_id)
-            if job is None:
-                raise StateError(f"job {job_id} vanished from the state graph while queued", hint="launch it again")
+            job, sibling = _queued(graph, job_id), graph.jobs.get(sibling_id)
             if sibling is None or sibling.state not in (JobState.QUEUED, JobState.RUNNING):
                 raise StateError(f"job {sibling_id}, another node of this job on this host, ended before this node "
                                  "could share its GPUs", hint="launch the job's nodes again")
             if sibling.state is JobState.QUEUED:
-                waiting = Waiting(graph.queue_position(job_id) or 1, WaitReason.PRIORITY,
-                                  f"shares the GPUs of job {sibling.id} (another node of this job on this host) once "
-                                  "that is placed")
-                if (job.wait_reason, job.wait_detail) != (waiting.reason, waiting.detail):
-                    job.wait_reason, job.wait_detail = waiting.reason, waiting.detail
-                return waiting
+                return _waits(job, Waiting(graph.queue_position(job_id) or 1, WaitReason.PRIORITY,
+                                           f"shares the GPUs of job {sibling.id} (another node of this job on this "
+                                           "host) once that is placed"))
             gpus = list(sibling.gpus) if request.elastic else list(sibling.gpus[:request.nproc])
             if len(gpus) < request.nproc:
                 raise NeverFits(f"this node's {request.nproc} workers need {request.nproc} GPUs, but job {sibling.id}, "
                                 f"another node of this job on this host, has {len(sibling.gpus)}: two nodes on one "
                                 "host share its GPUs by local rank",
                                 hint="give every node of the job the same --nproc-per-node")
-            limit = user_gpu_limit(self.rules, job.user)
-            held = gpus_held_by(graph, job.user, self.host)
-            if limit is not None and held + len(gpus) > limit:
-                raise NeverFits(f"sharing job {sibling.id}'s {len(gpus)} GPU(s) would take user {job.user} to "
-                                f"{held + len(gpus)} GPUs, past the limit of {limit} ([users] max_gpus): each node's "
-                                "GPUs count", hint="run the job as one node (--nnodes 1 with every worker), or its "
-                                "nodes on different hosts")
+            left = user_quota_left(graph, request, self.rules)
+            if left is not None and len(gpus) > left:
+                raise NeverFits(f"sharing job {sibling.id}'s {len(gpus)} GPU(s) would take user {job.user} past "
+                                f"[users] max_gpus: {left} more GPU(s) on this host, each node's GPUs counted",
+                                hint="run the job as one node (--nnodes 1 with every worker), or its nodes on "
+                                     "different hosts")
             decision = Decision(policy="same-job", gpus=tuple(gpus), power_caps_w=dict.fromkeys(gpus),
                                 colocated_with={u: [sibling.id] for u in gpus},
                                 reasons=[f"another node of this job runs on this host (job {sibling.id}): its workers "
                                          "share that node's GPUs, as torchrun's would"])
             graph.book(job_id, gpus, {}, decision.to_dict(), request.profile, time.time())
-            self._attach(job, request)
-            logger.info("job %s shares job %s's GPUs (another node of the same job on this host)", job_id, sibling.id)
-            return Placement(job=job, decision=decision, gpus={u: graph.hosts[self.host].gpus[u] for u in gpus})
+            return self._placed(graph, job, request, decision)
+
+    def _placed(self, graph: StateGraph, job: Job, request: JobRequest, decision: Decision) -> Placement:
+        """The placement of ``job``, booked in ``graph`` by ``decision``: its GPUs attached (simulated GPUs) and
+        said in the log."""
+        self._attach(job, request)
+        gpus = {u: graph.hosts[self.host].gpus[u] for u in decision.gpus}
+        logger.info("job %s placed on %s by %s: %s", job.id, ",".join(str(g.index) for g in gpus.values()),
+                    decision.policy, "; ".join(decision.reasons))
+        return Placement(job=job, decision=decision, gpus=gpus)
 
     def wait_for_placement(
         self,
@@ -433,9 +421,18 @@ class Session:
             self.backend.detach(job.launcher_pid)
 
 
-def _runs_as(pid: int, uid: int) -> bool:
-    """The kernel's word that process ``pid`` runs as ``uid`` (its real uid); False when it is gone or hidden."""
-    try:
-        return psutil.Process(pid).uids().real == uid
-    except (psutil.Error, ProcessLookupError):
-        return False
+
+def _queued(graph: StateGraph, job_id: str) -> Job:
+    """The launcher's own job in ``graph``; StateError when it vanished while queued."""
+    job = graph.jobs.get(job_id)
+    if job is None:
+        raise StateError(f"job {job_id} vanished from the state graph while queued", hint="launch it again")
+    return job
+
+
+def _waits(job: Job, waiting: Waiting) -> Waiting:
+    """``waiting``, recorded in the job's file when its reason or detail changed (``ecolaunch status`` shows it)."""
+    if (job.wait_reason, job.wait_detail) != (waiting.reason, waiting.detail):
+        job.wait_reason, job.wait_detail = waiting.reason, waiting.detail
+        logger.info("job %s waits: %s", job.id, waiting.text())
+    return waiting
