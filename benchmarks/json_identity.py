@@ -45,25 +45,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 600
 
-# The tiny made-up table in Lucid's format that tests/test_lowutil_pairs_benchmark.py uses (Lucid's data is not
-# shipped): enough to go through every row and subset of lowutil_pairs.py.
-LUCID_ALONE = """model,dataset,batchsize,amp,speed,gpu_util,gmem_util,gmem,label
-A,X,32,0,640.0,30.0,10.0,2000.0,0
-B,X,64,0,320.0,50.0,20.0,3000.0,1
-C,X,32,1,100.0,90.0,40.0,8000.0,2
-"""
-LUCID_PAIRS = """,model1,dataset1,gpu_num1,batchsize1,amp1,speed1,model2,dataset2,gpu_num2,batchsize2,amp2,speed2,gpu_util,\
-gmem_util,gmem
-0,A,X,1,32,0,0.98,B,X,1,64,0,0.95,75.0,30.0,5000
-1,B,X,1,64,0,0.80,C,X,1,32,1,0.60,99.0,55.0,11000
-2,C,X,1,32,1,0.55,C,X,1,32,1,0.56,99.0,70.0,16000
-"""
+#: the tiny made-up table in Lucid's format that tests/test_lowutil_pairs_benchmark.py uses (Lucid's data is not
+#: shipped): enough to go through every row and subset of lowutil_pairs.py; this checkout's, whatever tree runs
+LUCID_TINY = REPO / "tests" / "data" / "lucid-tiny"
 
 
 def _lucid_table(tmp: Path) -> None:
-    (tmp / "lucid").mkdir()
-    (tmp / "lucid" / "single_data.csv").write_text(LUCID_ALONE)
-    (tmp / "lucid" / "colocate_info.csv").write_text(LUCID_PAIRS)
+    shutil.copytree(LUCID_TINY, tmp / "lucid")
 
 
 @dataclass(frozen=True, slots=True)
