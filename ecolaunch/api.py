@@ -4,7 +4,7 @@ block of user code and reads the energy its GPUs used meanwhile.
 What lives here: :func:`launch` (it builds the launch's :class:`~ecolaunch.launch.options.LaunchConfig`, its keywords
 declared once in :class:`~ecolaunch.launch.options.LaunchOptions`, and runs the launch pipeline with the terminal's
 callbacks), :class:`LaunchResult`, :func:`measure` and its :class:`Measurement`. Its own layer, the top one beside
-``__main__``: importing it loads the standard library and the option declarations; ``launch`` and ``measure`` load
+``__main__``: importing it loads the standard library, the option declarations and the parser module (not torch); ``launch`` and ``measure`` load
 the launcher and the GPU backend when first called. How both behave: docs/python-api.md.
 """
 
@@ -23,13 +23,14 @@ from typing import Any
 
 from ecolaunch import config
 from ecolaunch.errors import ConfigError, DriverNotFound, EcolaunchError, WorkerFailed, with_hint
+from ecolaunch.launch.argv import CPU_NPROC, ELASTIC_NPROC
 from ecolaunch.launch.options import LaunchOptions, api_keywords, spec_of, yes_or_no
 from ecolaunch.validate import is_integer
 
 __all__ = ["LaunchResult", "Measurement", "launch", "measure"]
 
 #: ``--nproc-per-node`` values other than a count, as the command line takes them
-NPROC_WORDS = ("gpu", "auto", "cpu")
+NPROC_WORDS = (*ELASTIC_NPROC, CPU_NPROC)
 
 
 @dataclass(frozen=True, eq=False)
