@@ -8,9 +8,11 @@ measured world, before anyone builds one.
 Each host's queue is a strict FIFO (docs/queue.md): only its head may be placed. Rows, each on the same trace, world
 and seed (paired by seed against ``fifo``):
 
-- ``fifo``: the queue as shipped.
-- ``backfill-true``: Slurm's EASY backfill (``_backfill.py``) with every job's true run time: the upper bound.
-- ``backfill-known-P``: the same rule with what a launcher could know (:class:`_backfill.LauncherLengths`): P % of the
+- ``fifo``: the strict FIFO (``--policy exclusive``'s queue, and every queue before backfill).
+- ``backfill-true``: Slurm's EASY backfill (``ecolaunch.policy.backfill``, the launcher's rule) with every job's
+  true run time (:class:`~ecolaunch.sim.lengths.TrueLengths`): the upper bound.
+- ``backfill-known-P``: the same rule with what a launcher could know (:class:`~ecolaunch.sim.lengths.LauncherLengths`,
+  the simulator's default): P % of the
   jobs (``--share``, drawn per seed, each share's jobs among the next larger share's) declare their total iterations,
   known before they start only at the iteration time their profile measured (a repeat's; a first launch has none),
   and from their progress once they run; any other job the median of its job key's latest completed runs; else
@@ -31,7 +33,9 @@ settings); ``independent`` keeps the trace's own run times (history predicts not
 
 Figures per row: ``mean_jct_s``, ``p95_jct_s``, ``mean_wait_s`` (start minus arrival), ``gpu_idle_h`` (GPU-hours
 without a job over the makespan), ``idle_waiting_h`` (GPU-hours without a job while some job waited),
-``node_energy_kwh``, ``out_of_order_pct`` (jobs that started before a job that arrived earlier). ``vs_fifo``: each
+``node_energy_kwh``, ``out_of_order_pct`` (jobs that started before a job that arrived earlier), ``reservations``
+(heads that jobs backfilled past) and ``late_reservations_pct`` (of those, the share that started more than
+:data:`LATE_S` after the earliest reservation they were promised). ``vs_fifo``: each
 seed's ``100 * (row / fifo - 1)`` for the times, waits and energy, ``row - fifo`` for the idle hours, with the mean
 over the seeds and its 95 % interval (Student's t, :func:`_common.mean_ci95`).
 
@@ -58,13 +62,17 @@ from pathlib import Path
 
 import numpy as np
 
-from _backfill import Declared, EasyBackfill, LauncherLengths, TrueLengths, steps_of
+from ecolaunch.sim.lengths import Declared, LauncherLengths, TrueLengths, steps_of
+
 from _common import emit
 from energy import _pct_over, _policy, over_seeds, paired
 
 TRACES = ("workstation-mixed", "workstation-measured")
 POLICIES = ("curve", "exclusive")
 SHARES = (0, 25, 50, 100)
+#: a head that starts more than this after its reservation counts as late (the simulator's events are exact to far
+#: less; a launcher polls every 0.2-0.3 s)
+LATE_S = 1.0
 ZEUS, INDEPENDENT = "zeus", "independent"
 #: per-seed differences against ``fifo``: name -> (row key, as a % of fifo or a difference)
 VS_FIFO = {"mean_jct_pct": ("mean_jct_s", True), "p95_jct_pct": ("p95_jct_s", True),
@@ -173,10 +181,11 @@ def run_one(name: str, policy: str, spread: str | float, seed: int, row: str, jo
     machine = entry.machine("", 1)
     trace = _trace(name, spread, seed, jobs)
     sim = entry.simulation(machine, trace, policy, _policy(policy, trace, None), seed=seed)
+    sim.backfill = row != "fifo"
     if row == "backfill-true":
-        sim.backfill = EasyBackfill(TrueLengths())
+        sim.lengths = TrueLengths()
     elif row.startswith("backfill-known-"):
-        sim.backfill = EasyBackfill(LauncherLengths(declared(trace, float(row.rsplit("-", 1)[1]), seed)))
+        sim.lengths = LauncherLengths(declared(trace, float(row.rsplit("-", 1)[1]), seed))
     elif row != "fifo":
         raise ValueError(f"unknown row {row!r}")
     return figures(sim.run(trace)) | {"key_spread": round(key_spread(trace.jobs), 4)}
@@ -206,6 +215,9 @@ def figures(result) -> dict:
             "idle_waiting_h": round(idle_while_waiting_s(done, result.gpu_count) / 3600.0, 3),
             "node_energy_kwh": round(summary.node_energy_kwh, 4),
             "out_of_order_pct": round(100.0 * out_of_order(done) / max(1, len(done)), 2),
+            "reservations": sum(1 for j in done if j.late_s is not None),
+            "late_reservations_pct": round(100.0 * sum(1 for j in done if (j.late_s or 0.0) > LATE_S)
+                                           / max(1, sum(1 for j in done if j.late_s is not None)), 2),
             "jobs": summary.jobs}
 
 

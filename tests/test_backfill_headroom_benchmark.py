@@ -1,5 +1,6 @@
-"""benchmarks/backfill_headroom.py (issue 40): the EASY rule's promise to the head, what a launcher knows of a job's
-length, that no decision of the launcher's row reads a true run time, the trace knobs, and (slow) a short real run."""
+"""The simulator's EASY backfill and benchmarks/backfill_headroom.py (issue 40): what a launcher knows of a job's
+length, the queue's backfill in the simulator, that no decision of the launcher's row reads a true run time, the
+trace knobs, and (slow) a short real run."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
+from ecolaunch.sim.lengths import Declared, LauncherLengths, TrueLengths
 from tests.conftest import REPO, clean_env
 
 BENCHMARKS = REPO / "benchmarks"
@@ -23,10 +25,9 @@ PROFILE = Profile(iter_time_s=0.1, sm_util_pct=80.0, mem_bw_util_pct=40.0, memor
 @pytest.fixture
 def bench(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import _backfill
     import backfill_headroom
 
-    return _backfill, backfill_headroom
+    return backfill_headroom
 
 
 class Sealed(TraceJob):
@@ -65,29 +66,14 @@ TRACE = Trace("backfill", (
 ))
 
 
-def _run(backfill, trace: Trace = TRACE):
-    sim = Simulation(parse_spec("4xA100-SXM4-80GB", hostname="node0"), ExclusivePolicy(), backfill=backfill)
+def _run(lengths=None, trace: Trace = TRACE, backfill: bool = True):
+    sim = Simulation(parse_spec("4xA100-SXM4-80GB", hostname="node0"), ExclusivePolicy(), backfill=backfill,
+                     lengths=lengths)
     return {j.id: j for j in sim.run(trace).jobs}
 
 
-def test_the_head_is_promised_the_earliest_time_enough_gpus_free(bench) -> None:
-    _backfill, _ = bench
-
-    class Running:
-        def __init__(self, left, gpus):
-            self.left, self.gpus = left, ["g"] * gpus
-
-        def remaining_s(self, now):
-            return self.left
-
-    assert _backfill.shadow(2, 3, [], 10.0) == (10.0, 1)  # enough free now: the head waits for something else
-    assert _backfill.shadow(2, 1, [Running(50.0, 1), Running(None, 2), Running(20.0, 2)], 10.0) == (30.0, 1)
-    assert _backfill.shadow(3, 0, [Running(None, 2), Running(20.0, 2)], 10.0) is None  # an end unknown: no promise
-
-
-def test_what_the_launcher_knows_is_a_declared_length_else_the_keys_latest_runs(bench) -> None:
-    _backfill, _ = bench
-    lengths = _backfill.LauncherLengths({"d": _backfill.Declared(iterations=500.0, steps=60_000)})
+def test_what_the_launcher_knows_is_a_declared_length_else_the_keys_latest_runs() -> None:
+    lengths = LauncherLengths({"d": Declared(iterations=500.0, steps=60_000)})
     first = seal(_job("x", 0.0, 1, 60.0, "k"))
     assert lengths.known(first, None) == {}  # never completed here, declares nothing
     assert lengths.known(seal(_job("d", 0.0, 1, 60.0, "k")), None) == {"expected_iterations": 60_000}
@@ -98,35 +84,55 @@ def test_what_the_launcher_knows_is_a_declared_length_else_the_keys_latest_runs(
     assert lengths.known(first, PROFILE) == {"expected_s": 50.0, "expected_iterations": 50_000}
 
 
-def test_backfill_starts_a_short_job_past_the_waiting_head_without_delaying_it(bench) -> None:
-    _backfill, _ = bench
-    fifo = _run(None)
+def test_the_margin_is_learned_from_how_the_predictions_at_start_ran_over() -> None:
+    lengths = LauncherLengths({})
+    assert lengths.margin() == pytest.approx(0.18)  # no predictions yet: Zeus's reruns
+    job = seal(_job("x", 0.0, 1, 60.0, "k"))
+    lengths.ended(job, 100.0, 1)  # the first run had no prediction: nothing learned
+    for run_s in (100.0, 100.0, 110.0, 150.0, 100.0, 90.0):
+        lengths.known(job, None)  # predicted at its start: the key's median so far
+        lengths.ended(job, run_s, 1)
+    # overruns of the medians so far: 0, 0.1, 0.5, 0, 0 and 0 (90 s against 100 s): their 90th percentile
+    assert lengths.margin() == pytest.approx(0.5)
+
+
+def test_backfill_starts_a_short_job_past_the_waiting_head_without_delaying_it() -> None:
+    fifo = _run(backfill=False)
     assert fifo["small-2"].start_s == pytest.approx(2600.0)  # behind the head, which waits for big-2, then runs
-    for lengths in (_backfill.TrueLengths(), _backfill.LauncherLengths({})):
-        jobs = _run(_backfill.EasyBackfill(lengths))
+    for lengths in (TrueLengths(), LauncherLengths({})):
+        jobs = _run(lengths)
         assert jobs["small-2"].start_s == pytest.approx(1102.0), lengths.name
+        assert jobs["small-2"].backfilled and not fifo["small-2"].backfilled
         assert jobs["all"].start_s == pytest.approx(fifo["all"].start_s), lengths.name
+        assert jobs["all"].late_s == 0.0 and fifo["all"].late_s is None  # promised, and kept
     # a job whose key never completed here, and which declares nothing, has no length: it waits its turn
     unknown = Trace("backfill", tuple(j for j in TRACE.jobs if j.id != "small-1"))
-    assert _run(_backfill.EasyBackfill(_backfill.LauncherLengths({})), unknown)["small-2"].start_s == \
-        pytest.approx(2600.0)
-    assert _run(_backfill.EasyBackfill(_backfill.TrueLengths()), unknown)["small-2"].start_s == pytest.approx(1102.0)
+    assert _run(LauncherLengths({}), unknown)["small-2"].start_s == pytest.approx(2600.0)
+    assert _run(TrueLengths(), unknown)["small-2"].start_s == pytest.approx(1102.0)
 
 
-def test_no_decision_of_the_launchers_row_reads_a_true_run_time(bench) -> None:
-    _backfill, _ = bench
+def test_the_simulator_backfills_as_the_launcher_does_under_each_policy() -> None:
+    from ecolaunch.policy.registry import get_policy
+
+    machine = parse_spec("4xA100-SXM4-80GB", hostname="node0")
+    assert not Simulation(machine, ExclusivePolicy()).backfill  # exclusive: the by-hand strict FIFO
+    assert Simulation(machine, get_policy("curve")).backfill
+    assert isinstance(Simulation(machine, get_policy("curve")).lengths, LauncherLengths)
+
+
+def test_no_decision_of_the_launchers_row_reads_a_true_run_time() -> None:
     sealed = Trace(TRACE.name, tuple(seal(j) for j in TRACE.jobs))
-    jobs = _run(_backfill.EasyBackfill(_backfill.LauncherLengths({})), sealed)
+    jobs = _run(LauncherLengths({}), sealed)
     assert jobs["small-2"].start_s == pytest.approx(1102.0)  # it backfilled, from the key's history alone
-    declared = {j.id: _backfill.Declared(j.work_s / PROFILE.iter_time_s, round(j.work_s * 1000)) for j in TRACE.jobs}
-    jobs = _run(_backfill.EasyBackfill(_backfill.LauncherLengths(declared)), sealed)
+    declared = {j.id: Declared(j.work_s / PROFILE.iter_time_s, round(j.work_s * 1000)) for j in TRACE.jobs}
+    jobs = _run(LauncherLengths(declared), sealed)
     assert jobs["small-2"].start_s == pytest.approx(1102.0)  # and from what the jobs declare
     with pytest.raises(AssertionError, match="read job .* true run time"):  # the seal holds: the upper bound reads it
-        _run(_backfill.EasyBackfill(_backfill.TrueLengths()), sealed)
+        _run(TrueLengths(), sealed)
 
 
 def test_related_lengths_keep_the_run_times_and_reach_the_spread(bench) -> None:
-    _, headroom = bench
+    headroom = bench
     from ecolaunch.sim.trace_registry import TRACES
 
     entry = TRACES["workstation-measured"]
@@ -144,7 +150,7 @@ def test_related_lengths_keep_the_run_times_and_reach_the_spread(bench) -> None:
 
 
 def test_the_zeus_repeat_spread_is_read_from_the_training_runs(bench) -> None:
-    _, headroom = bench
+    headroom = bench
     from ecolaunch.profile.zeus_data import DEFAULT_DATA_DIR
 
     if not (DEFAULT_DATA_DIR / "summary_train.csv").is_file():

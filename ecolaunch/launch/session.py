@@ -28,10 +28,11 @@ from ecolaunch.errors import NeverFits, NoPlacement, PermissionDenied, StateErro
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.policy.admission import unadmitted_bookings
+from ecolaunch.policy.backfill import late_by, place_behind
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.candidates import eligible_gpus, user_quota_left
 from ecolaunch.policy.place import admitted_decision, place
-from ecolaunch.policy.waiting import Waiting, why_waiting
+from ecolaunch.policy.waiting import Waiting, bounded, why_waiting
 from ecolaunch.state.graph import Job, JobState, StateGraph, WaitReason
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
 from ecolaunch.state.store import StateStore
@@ -82,6 +83,9 @@ class Session:
         processes: the process table (psutil by default).
         clock: time source for waiting.
         cap_keeper: makes every transaction restore caps left by dead launchers (root, no cap agent).
+        backfill_margin: the job may start ahead of the waiting head of the queue when that keeps the head's
+            reservation (:mod:`ecolaunch.policy.backfill`), with this margin on its predicted length; None: it waits
+            its turn (a strict FIFO).
     """
 
     def __init__(
@@ -94,6 +98,7 @@ class Session:
         processes: ProcessTable | None = None,
         clock: Clock | None = None,
         cap_keeper: CapKeeper | None = None,
+        backfill_margin: float | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -107,6 +112,11 @@ class Session:
         #: job id -> the descriptor of its file this launcher holds open (``StateStore.hold_job_file``)
         self._held: dict[str, int] = {}
         self.cap_keeper = cap_keeper
+        self.backfill_margin = backfill_margin
+        #: per job, the latest backfill verdict said (one line each time it changes, not one a try)
+        self._verdicts: dict[str, str] = {}
+        #: per job at the head of the queue, the reservations the jobs that backfilled past it were promised
+        self._promised: dict[str, set[float]] = {}
 
     # --- transactions ----------------------------------------------------------------------------
     def refresh(self, graph: StateGraph, *, job_left: bool = False) -> list[Job]:
@@ -176,19 +186,35 @@ class Session:
         return job
 
     def try_place(self, job_id: str) -> Placement | Waiting:
-        """Place the job if it heads the queue and the policy finds GPUs; else its queue position and why it waits,
-        which the job's file records as they change (``Job.wait_reason``: ``ecolaunch status`` shows them)."""
+        """Place the job if it heads the queue and the policy finds GPUs, or (with a ``backfill_margin``) if it may
+        start ahead of the head (:func:`~ecolaunch.policy.backfill.place_behind`); else its queue position and why it
+        waits, which the job's file records as they change (``Job.wait_reason``: ``ecolaunch status`` shows them).
+        A head that started later than a reservation kept for it says so in its decision."""
         request = self._requests[job_id]
         with self.store.transaction() as graph:
             self.refresh(graph)
             job = _queued(graph, job_id)
-            decision, now = None, time.time()
+            decision, verdict, now = None, None, time.time()
             # what running jobs' times left count from, and who would wait behind it (caps that weigh the queue)
             request = dataclasses.replace(request, decided_at=now, waiting_share=graph.waiting_share(job))
             if graph.queue_position(job_id) == 1:
-                decision = place(graph, request, self.policy, self.rules, now)
+                # the reservations kept for it (the jobs that backfilled past it may end before it starts)
+                promised = self._promised.setdefault(job_id, set())
+                promised |= _promises(graph, job_id)
+                decision = place(graph, request, self.policy, self.rules, now,
+                                 note=lambda d: _kept(d, promised, now))
+            elif self.backfill_margin is not None:
+                head = graph.queued_jobs(self.host)[0]
+                decision, verdict = place_behind(graph, request, self.policy, self.rules, now, head.id, head.nproc,
+                                                 self.backfill_margin)
+                if decision is None and self._verdicts.get(job_id) != (said := _gist(verdict.why)):
+                    self._verdicts[job_id] = said
+                    logger.info("job %s does not start ahead of the queue: %s", job_id, verdict.why)
             if decision is None:
-                return _waits(job, why_waiting(graph, request, self.policy, self.rules))
+                waiting = why_waiting(graph, request, self.policy, self.rules)
+                if verdict is not None:
+                    waiting = dataclasses.replace(waiting, detail=bounded(f"{waiting.detail}; backfill: {verdict.why}"))
+                return _waits(job, waiting)
             return self._placed(graph, job, request, decision)
 
     def node_sibling(self, job_id: str, rendezvous: str) -> Job | None:
@@ -326,6 +352,8 @@ class Session:
             # not in the graph (its file refused, or set aside): the file is still ours to remove
             logger.info("removed the file of job %s, which the state graph no longer listed", job_id)
         self._requests.pop(job_id, None)
+        self._verdicts.pop(job_id, None)
+        self._promised.pop(job_id, None)
         if (fd := self._held.pop(job_id, None)) is not None:
             os.close(fd)
         return job
@@ -420,6 +448,33 @@ class Session:
         if job is not None and job.state is JobState.RUNNING:
             self.backend.detach(job.launcher_pid)
 
+
+
+def _promises(graph: StateGraph, head: str) -> set[float]:
+    """The reservations the running jobs that backfilled past ``head`` were promised (their decisions say)."""
+    out = set()
+    for job in graph.running_jobs():
+        said = (job.decision.get("predicted") or {}).get("backfill")
+        if isinstance(said, dict) and said.get("head") == head and isinstance(said.get("reservation_at"), (int, float)):
+            out.add(float(said["reservation_at"]))
+    return out
+
+
+def _kept(decision: Decision, promised: set[float], now: float) -> Decision:
+    """The head's decision, saying how late it started against the earliest reservation the jobs that backfilled past
+    it were promised (``predicted["reservation_late_s"]``), when any did."""
+    late = late_by(sorted(promised), now)
+    if late is None:
+        return decision
+    said = (f"{len(promised)} job(s) started ahead of it by backfill; it starts {late:.0f} s after its reservation"
+            if late > 0.5 else f"{len(promised)} job(s) started ahead of it by backfill, keeping its reservation")
+    return dataclasses.replace(decision, reasons=[*decision.reasons, said],
+                               predicted={**decision.predicted, "reservation_late_s": round(late, 1)})
+
+
+def _gist(why: str) -> str:
+    """A verdict without its numbers: what changes it (not the seconds left, which change at every try)."""
+    return "".join(c for c in why if not c.isdigit())
 
 
 def _queued(graph: StateGraph, job_id: str) -> Job:

@@ -11,6 +11,8 @@ the simulator's machine). The steps in a launch: docs/architecture.md#the-flow-o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ecolaunch.admin.rules import Rules
 from ecolaunch.policy.admission import admit
 from ecolaunch.policy.base import Decision, JobRequest, Policy
@@ -25,13 +27,16 @@ def admitted_decision(state: StateGraph, request: JobRequest, policy: Policy, ru
     return admit(state, request, rules, policy.decide(state, request, rules))
 
 
-def place(state: StateGraph, request: JobRequest, policy: Policy, rules: Rules, now: float) -> Decision | None:
+def place(state: StateGraph, request: JobRequest, policy: Policy, rules: Rules, now: float,
+          note: Callable[[Decision], Decision] | None = None) -> Decision | None:
     """Decide, admit and book ``request``'s job (queued in ``state`` under ``request.id``) at time ``now``; the
-    admitted decision, or None when the job waits (nothing booked). Raises KeyError when the job is not in the
-    graph."""
+    admitted decision, or None when the job waits (nothing booked). ``note``: what the booking records of how it
+    was placed besides (a backfill, ``policy.backfill``). Raises KeyError when the job is not in the graph."""
     decision = admitted_decision(state, request, policy, rules)
     if decision is None:
         return None
+    if note is not None:
+        decision = note(decision)
     state.book(request.id, list(decision.gpus), dict(decision.power_caps_w), decision.to_dict(), request.profile, now)
     if rules.power_max_total_w is not None:
         book_budget(state, decision)

@@ -20,7 +20,7 @@ from ecolaunch.policy.budgeted import over_budget
 from ecolaunch.policy.candidates import eligible_gpus, gpus_held_by, is_idle
 from ecolaunch.state.graph import MAX_DETAIL_CHARS, GpuNode, StateGraph, WaitReason
 
-__all__ = ["Waiting", "why_waiting"]
+__all__ = ["Waiting", "bounded", "why_waiting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +46,10 @@ def why_waiting(state: StateGraph, request: JobRequest, policy: Policy, rules: R
         head = ahead[0]
         waits = f", which waits for {head.wait_reason.value}" if head.wait_reason is not None else ""
         return Waiting(position, WaitReason.PRIORITY,
-                       _bounded(f"{len(ahead)} job(s) ahead in this host's queue; the first is {head.id} "
+                       bounded(f"{len(ahead)} job(s) ahead in this host's queue; the first is {head.id} "
                                 f"({head.user}: {head.name}){waits}"))
     reason, detail = _unplaced(state, request, policy, rules)
-    return Waiting(position, reason, _bounded(detail))
+    return Waiting(position, reason, bounded(detail))
 
 
 def _unplaced(state: StateGraph, request: JobRequest, policy: Policy, rules: Rules) -> tuple[WaitReason, str]:
@@ -107,7 +107,7 @@ def _contract_note(state: StateGraph, request: JobRequest, rules: Rules) -> str:
             "job within its bound")
 
 
-def _bounded(detail: str) -> str:
+def bounded(detail: str) -> str:
     """At most what a job file may hold (``MAX_DETAIL_CHARS``: names come from other users' files, GPUs may be many)."""
     return detail if len(detail) <= MAX_DETAIL_CHARS else detail[: MAX_DETAIL_CHARS - 3] + "..."
 

@@ -4,8 +4,8 @@ What lives here: :class:`TraceJob` / :class:`Trace` (the input), :class:`Simulat
 :class:`SimResult` (per-job outcomes and the three energy accountings). What does not: building traces
 (:mod:`ecolaunch.sim.traces`), summary metrics (:mod:`ecolaunch.sim.metrics`), the models the machine plays
 (:mod:`ecolaunch.sim.node`) and the measured world's truth (:mod:`ecolaunch.sim.measured`). What the policies know,
-what the machine does and how a budget is played: docs/simulator.md#the-event-loop. An opt-in ablation of
-the queue, :class:`Backfill`, may offer jobs behind a waiting head (``benchmarks/backfill_headroom.py``).
+what the machine does and how a budget is played: docs/simulator.md#the-event-loop. The queue backfills as the
+launcher's does (:mod:`ecolaunch.policy.backfill`), from what :mod:`ecolaunch.sim.lengths` knows of each job's length.
 """
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ from ecolaunch.jobmodel.capcurve import default_prior
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.jobmodel.progress import JobProgress
+from ecolaunch.policy.backfill import backfill_default, late_by, place_behind
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.place import place
 from ecolaunch.profile.powercap import profile_caps
+from ecolaunch.sim.lengths import STEP_S, LauncherLengths, TrueLengths, steps_of
 from ecolaunch.sim.power import default_power_model
 from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, reproduce_eaco, shared_gpu
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph, queue_share
@@ -77,6 +79,11 @@ class JobOutcome:
     rejected: str | None = None
     #: the job's solo speed on its GPUs against the speed ``work_s`` is counted at (the measured world's boards)
     reference_speed: float = 1.0
+    #: how late it started against the earliest reservation it was promised when jobs backfilled past it (0: on
+    #: time; None: nobody backfilled past it), :func:`~ecolaunch.policy.backfill.late_by`
+    late_s: float | None = None
+    #: it was backfilled: started ahead of the head of the queue
+    backfilled: bool = False
     #: placed under the sharing contract (``Simulation(share_if_sooner=True)``): the time by which it promised the
     #: job done (the decision's estimate of waiting x (1 + its bound), :mod:`ecolaunch.policy.contract`)
     contract_deadline_s: float | None = None
@@ -120,33 +127,21 @@ class SimResult:
     peak_limit_sum_w: float = 0.0
 
 
-#: the step the simulator's progress counts work in (``Simulation._progress``): a millisecond of the job's run alone
-_STEP_S = 0.001
-
-
-def _work_steps(work_s: float) -> int:
-    return int(round(work_s / _STEP_S))
-
-
-class Backfill(Protocol):
-    """An opt-in ablation of the queue, not something the launcher does (``benchmarks/backfill_headroom.py``, issue 40):
-    when the head of the queue cannot be placed, which job behind it may try now, and what is known of each job's
-    length. Off (``Simulation(backfill=None)``, the default) the queue is the launcher's strict FIFO, unchanged."""
+class Lengths(Protocol):
+    """What the simulator's launchers know of each job's length (:mod:`ecolaunch.sim.lengths`): what a request says,
+    what a completed run teaches, and the margin a backfilled job's length gets."""
 
     def known(self, job: TraceJob, profile: Profile | None) -> dict[str, float | int]:
         """What the job's request says of its length (``expected_s``, ``expected_iterations``, each optional), given
         the profile its request reads; the running job's record carries it (:meth:`Job.remaining_s`)."""
         ...
 
-    def pick(self, head: TraceJob, behind: Sequence[TraceJob], graph: StateGraph, now: float,
-             profile: Callable[[TraceJob], Profile | None]) -> TraceJob | None:
-        """The next job of ``behind`` (waiting behind the blocked ``head``, in queue order, those the policy could not
-        place on the machine as it is left out) to offer to the policy now, or None. ``graph``: the running jobs, their
-        requests and progress; ``profile``: the profile a job's request would read."""
-        ...
-
     def ended(self, job: TraceJob, run_s: float, iterations: int) -> None:
         """A job completed after ``run_s`` seconds of wall time and ``iterations`` steps (what its history records)."""
+        ...
+
+    def margin(self) -> float:
+        """The margin a backfilled job's predicted length gets (:func:`~ecolaunch.policy.backfill.overrun_margin`)."""
         ...
 
 
@@ -189,16 +184,20 @@ class Simulation:
             :mod:`ecolaunch.policy.contract`) and knows its length exactly, as a history of runs just like this one
             would tell (an upper bound on what a launcher knows): the policy reads each running job's time left from
             its expected length and its progress (``Job.remaining_s``), as the launcher does.
-        backfill: an ablation, not something the launcher does (:class:`Backfill`): when the head of the queue waits,
-            the plug-in may offer jobs behind it to the policy, and says what each job's request knows of its length.
-            None (default): the strict FIFO.
+        backfill: EASY backfill (:mod:`ecolaunch.policy.backfill`, as the launcher's queue): when the head of the
+            queue waits, a job behind it may start if it keeps the head's reservation. None (default): as the
+            launcher does under the policy (:func:`~ecolaunch.policy.backfill.backfill_default`); False: the strict
+            FIFO.
+        lengths: what each job's request knows of its length (:mod:`ecolaunch.sim.lengths`). None (default): the
+            oracle's true lengths when ``omniscient``, else what a launcher could know, nothing declared.
     """
 
     def __init__(self, machine: MachineSpec, policy: Policy, rules: Rules | None = None, *,
                  host_static_w: float | None = None, profile_caps: bool = True,
                  early_check_fraction: float = 0.05, world: Any = None, closed_loop: bool = False,
                  omniscient: bool = False, lift_caps_waiting: int | None = None,
-                 share_if_sooner: bool = False, backfill: Backfill | None = None) -> None:
+                 share_if_sooner: bool = False, backfill: bool | None = None,
+                 lengths: Lengths | None = None) -> None:
         self.machine = machine
         self.profile_caps = profile_caps and world is None
         self.early_check_fraction = early_check_fraction
@@ -241,9 +240,12 @@ class Simulation:
         self.lift_caps_waiting = lift_caps_waiting
         self._lifted = False  # caps lifted now (lift_caps_waiting)
         self.share_if_sooner = share_if_sooner
-        self.backfill = backfill
-        #: backfill: the jobs behind the head the policy could not place since the machine last changed
+        self.backfill = backfill_default(policy.name) if backfill is None else backfill
+        self.lengths: Lengths = lengths if lengths is not None else TrueLengths() if omniscient else LauncherLengths()
+        #: backfill: the jobs behind the head that could not start since the machine last changed
         self._unplaced: set[str] = set()
+        #: backfill: each waiting head's reservations, kept when a job started past it (:func:`late_by`)
+        self._promised: dict[str, list[float]] = {}
         self._running: dict[str, _Running] = {}
         #: caps that weigh the queue (``[energy] wait_weight``): each closed-loop job's own cap (None: uncapped) and the
         #: waiting share its cap was last weighed for
@@ -307,8 +309,8 @@ class Simulation:
                     gpu_jobs[u].remove(jid)
                     changed.add(u)
                 done += 1
-                if self.backfill is not None:  # its history learns the run: its wall time and the steps it marked
-                    self.backfill.ended(r.job, now - r.outcome.start_s, _work_steps(r.job.work_s))
+                # its history learns the run: its wall time and the steps it marked
+                self.lengths.ended(r.job, now - r.outcome.start_s, steps_of(r.job.work_s))
             while checks and checks[0][0] <= now:
                 _, jid = heapq.heappop(checks)
                 r = running.get(jid)
@@ -340,15 +342,16 @@ class Simulation:
                 # policy must see the GPUs as they are now, as the launcher does after a reconcile
                 self._refresh(changed, gpu_jobs, running, loads, caps)
             while queue:
-                head = queue[0] if not blocked else self._backfill_pick(queue, now)
-                if head is None:
-                    break
-                placed = self._place(head, now, len(queue) - 1)
-                decisions += 1
+                if blocked:  # the head waits: a job behind it may start if it keeps the head's reservation
+                    head, placed, tries = self._backfill(queue, now)
+                    decisions += tries
+                    if head is None:
+                        break
+                else:
+                    head = queue[0]
+                    placed = self._place(head, now, len(queue) - 1)
+                    decisions += 1
                 if placed is None:
-                    if head is not queue[0]:  # a job behind the head (backfill): not again until the machine changes
-                        self._unplaced.add(head.id)
-                        continue
                     blocked = True
                     if not running:
                         queue.popleft()  # an empty machine (as it is now) cannot take it: it never will
@@ -366,6 +369,10 @@ class Simulation:
                     self.learned_decisions += 1
                 out = outcomes[head.id]
                 out.start_s = self._resume.pop(head.id, now)
+                out.late_s = late_by(self._promised.pop(head.id, []), now)
+                out.backfilled = "backfill" in (decision.predicted or {})
+                if out.backfilled:
+                    self._promised.setdefault(queue[0].id, []).append(decision.predicted["backfill"]["reservation_at"])
                 out.gpus, out.caps_w = decision.gpus, dict(decision.power_caps_w)
                 out.shared = out.shared or any(gpu_jobs[u] for u in decision.gpus)
                 promised = (decision.predicted or {}).get("contract")
@@ -444,20 +451,33 @@ class Simulation:
                 changed |= set(r.gpus)
         return changed
 
-    def _backfill_pick(self, queue: deque[TraceJob], now: float) -> TraceJob | None:
-        """The job behind the blocked head that the backfill plug-in offers to the policy now (None: none, or no
-        plug-in). The running jobs' progress is written first, as their launchers' heartbeats would have it."""
-        if self.backfill is None or len(queue) < 2:
-            return None
+    def _backfill(self, queue: deque[TraceJob], now: float) -> tuple[TraceJob | None, tuple[str, Decision] | None,
+                                                                       int]:
+        """The first job behind the blocked head that starts now by EASY backfill (:func:`place_behind`, as its
+        launcher would try), with its host and decision, and the tries it took; (None, None, tries) when none does. A
+        job that could not start is not tried again until the machine changes. The running jobs' progress is written
+        first, as their launchers' heartbeats would have it."""
+        if not self.backfill or len(queue) < 2:
+            return None, None, 0
         self._progress(now)
-        behind = [j for j in list(queue)[1:] if j.id not in self._unplaced]
-        return self.backfill.pick(queue[0], behind, self.graph, now, self._request_profile) if behind else None
+        tries = 0
+        for job in list(queue)[1:]:
+            if job.id in self._unplaced:
+                continue
+            tries += 1
+            placed = self._place(job, now, len(queue) - 1, head=queue[0])
+            if placed is not None:
+                return job, placed, tries
+            self._unplaced.add(job.id)
+        return None, None, tries
 
     # --- placement -------------------------------------------------------------------------------
-    def _place(self, job: TraceJob, now: float, behind: int = 0) -> tuple[str, Decision] | None:
+    def _place(self, job: TraceJob, now: float, behind: int = 0, head: TraceJob | None = None
+               ) -> tuple[str, Decision] | None:
         """Place the queue head as its launcher would (:func:`~ecolaunch.policy.place.place`), queued on each host in
         turn, the one with the most idle GPUs first; the host and the decision booked, or None (the job leaves the
-        graph). ``behind``: the jobs waiting behind it (caps that weigh the queue count them)."""
+        graph). ``behind``: the jobs waiting behind it (caps that weigh the queue count them); ``head``: the job is
+        not the head but waits behind ``head``, and starts only by backfill (:func:`place_behind`)."""
         hosts = sorted(self.graph.hosts.values(),
                        key=lambda h: (-sum(1 for u in h.gpus if not self._gpu_jobs[u]), h.name))
         rules = self.rules
@@ -467,9 +487,9 @@ class Simulation:
         known: dict = {}
         if self.share_if_sooner:
             self._progress(now)
-            known = {"expected_s": job.work_s, "expected_iterations": _work_steps(job.work_s)}
-        elif self.backfill is not None:  # what the job's request knows of its length, as the plug-in says
-            known = dict(self.backfill.known(job, profile))
+            known = {"expected_s": job.work_s, "expected_iterations": steps_of(job.work_s)}
+        else:  # what the job's request knows of its length, as its launcher's history or its declaration says
+            known = dict(self.lengths.known(job, profile))
         for host in hosts:
             request = JobRequest(
                 id=job.id, user=job.user, host=host.name, nproc=job.nproc,
@@ -484,7 +504,11 @@ class Simulation:
                          **known},
                 name=job.kind or job.id,
             )
-            decision = place(self.graph, request, self.policy, rules, now)
+            if head is None:
+                decision = place(self.graph, request, self.policy, rules, now)
+            else:
+                decision, _ = place_behind(self.graph, request, self.policy, rules, now, head.id, head.nproc,
+                                           self.lengths.margin())
             if decision is not None:
                 return host.name, decision
         del self.graph.jobs[job.id]
@@ -496,8 +520,8 @@ class Simulation:
         for jid, r in self._running.items():
             job = self.graph.jobs.get(jid)
             if job is not None and r.speed > 0:
-                done = _work_steps(max(0.0, r.job.work_s - r.remaining_s))
-                job.progress = JobProgress(at=now, iterations=done, iter_time_s=_STEP_S / r.speed)
+                done = steps_of(max(0.0, r.job.work_s - r.remaining_s))
+                job.progress = JobProgress(at=now, iterations=done, iter_time_s=STEP_S / r.speed)
 
     # --- the measured world: what policies read, profiling and the closed loop, budgets ------------------
     def _request_profile(self, job: TraceJob) -> Profile | None:
@@ -737,4 +761,4 @@ def default_host_static_w() -> float:
     return reproduce_eaco(sync_wait_s=0.0).static_power_w - 8 * lookup("V100-SXM2-32GB").idle_power_w
 
 
-__all__ = ["Backfill", "JobOutcome", "SimResult", "Simulation", "Trace", "TraceJob", "default_host_static_w"]
+__all__ = ["JobOutcome", "Lengths", "SimResult", "Simulation", "Trace", "TraceJob", "default_host_static_w"]
