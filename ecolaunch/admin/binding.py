@@ -128,6 +128,7 @@ def _at_most(user: float | None, admin: float | None) -> bool:
 #: scalar fields a user's file may set only in one direction: ``(field, it is at least as tight)``
 _SCALARS = {
     "allow_colocation": lambda u, a: a or not u,
+    "backfill": lambda u, a: a or not u,
     "max_jobs_per_gpu": lambda u, a: u <= a,
     "memory_margin_mib": lambda u, a: u >= a,
     "max_slowdown_pct": lambda u, a: u <= a,

@@ -94,6 +94,9 @@ class Rules:
     memory_margin_mib: int = 1024
     #: the sharing contract for a job that does not ask (``--share-if-sooner``; :mod:`ecolaunch.policy.contract`)
     share_if_sooner: bool = False
+    #: may a job start ahead of the queue's waiting head when that keeps its reservation (``--backfill``,
+    #: :mod:`ecolaunch.policy.backfill`); false: every queue is a strict FIFO
+    backfill: bool = True
     #: allowed slowdown when the user asks for none (percent of solo, uncapped speed)
     default_slowdown_pct: float = 10.0
     #: the most slowdown a user may ask for

@@ -63,6 +63,9 @@ SCALAR_KEYS: dict[str, dict[str, ScalarKey]] = {
         "memory_margin_mib": ScalarKey("memory_margin_mib", "int", 0, None, "write a whole number of MiB, 0 or more"),
         "share_if_sooner": ScalarKey("share_if_sooner", "bool", hint="write true or false (no quotes)"),
     },
+    "queue": {
+        "backfill": ScalarKey("backfill", "bool", hint="write true or false (no quotes)"),
+    },
     "profiling": {
         "max_iterations": ScalarKey("profiling_max_iterations", "int", 0, None, _COUNT_HINT),
         "max_time_s": ScalarKey("profiling_max_time_s", "float", 0, None, "write a number of seconds, 0 or more"),

@@ -57,8 +57,9 @@ def _render(doc: dict) -> str:
         for j in doc["queue"]:
             why = "reason not judged yet" if j["reason"] is None else j["reason"] + (
                 f" ({j['reason_detail']})" if j["reason_detail"] else "")
+            starts = "start unknown" if j.get("starts_in_s") is None else f"starts in about {j['starts_in_s']:.0f} s"
             lines.append(printable(f"  {j['position']}. {j['id']} {j['user']}: {j['name']}, {j['nproc']} GPU(s), "
-                                   f"waiting {j['age_s']:.0f} s: {why}"))
+                                   f"waiting {j['age_s']:.0f} s, {starts}: {why}"))
     return "\n".join(lines)
 
 

@@ -147,10 +147,12 @@ def _job_table(doc: dict) -> Table:
 
 
 def _queue_table(doc: dict) -> Table:
-    table = _table(f"\nqueue ({len(doc['queue'])} waiting)", "#", "JOB", "USER", "NAME", "GPUS", "WAITED", "REASON")
+    table = _table(f"\nqueue ({len(doc['queue'])} waiting)", "#", "JOB", "USER", "NAME", "GPUS", "WAITED", "STARTS IN",
+                   "REASON")
     for j in doc["queue"]:
+        starts = "N/A" if j.get("starts_in_s") is None else _duration(j["starts_in_s"])
         table.add_row(str(j["position"]), _cell(j["id"]), _cell(j["user"]), _cell(j["name"]), str(j["nproc"]),
-                      _duration(j["age_s"]), _cell(j.get("reason") or "-"))
+                      _duration(j["age_s"]), starts, _cell(j.get("reason") or "-"))
     return table
 
 

@@ -11,6 +11,7 @@ import functools
 import json
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping
 
 from ecolaunch.launch import exitcodes
@@ -122,8 +123,10 @@ def _print_decision(
     else:
         doc = {"placed": True, **decision.to_dict(",".join(str(gpus[u].index) for u in decision.gpus))}
     if dry_run:
+        starts_in = None if waiting is None or waiting.starts_at is None else max(0.0, waiting.starts_at - time.time())
         doc["waiting"] = None if waiting is None else {"position": waiting.position, "reason": waiting.reason.value,
-                                                       "detail": waiting.detail}
+                                                       "detail": waiting.detail,
+                                                       "starts_in_s": None if starts_in is None else round(starts_in, 1)}
     if config.options.json:
         _emit_json(doc)
         return
@@ -134,6 +137,9 @@ def _print_decision(
         waited = f" after waiting {waited_s:.0f} s" if waited_s >= 1 else ""
         verb = "would run" if dry_run else f"job {job_id} runs"
         line = f"ecolaunch: {verb} on GPU {doc['cuda_visible_devices']} ({names}), policy {decision.policy}{waited}: {'; '.join(decision.reasons)}"
+    if dry_run and waiting is not None:
+        starts = "start unknown" if starts_in is None else f"expected to start in about {starts_in:.0f} s"
+        line += f" ({starts}, at position {waiting.position} in the queue)"
     echo(line, err=not dry_run)
     if not config.options.explain:
         return

@@ -173,6 +173,11 @@ class LaunchOptions:
         hint="e.g. --share-if-sooner yes (the script comes after the value)",
         help="start now on a shared GPU if that finishes the job sooner than waiting "
              "([docs/queue.md](docs/queue.md#sharing-to-finish-sooner); default: the admin's)")
+    backfill: bool | None = option(
+        None, "--backfill", env="ECOLAUNCH_BACKFILL", metavar="yes|no", check=yes_or_no,
+        hint="e.g. --backfill no (the script comes after the value)",
+        help="start ahead of the queue's waiting head when that keeps its reservation "
+             "([docs/queue.md](docs/queue.md#backfill); default: yes, but for `--policy exclusive`)")
     verbose: bool = option(False, "-v", "--verbose", env="ECOLAUNCH_VERBOSE", api=False,
                            help="log each step; show tracebacks of ecolaunch errors")
 

@@ -34,6 +34,7 @@ from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.launch.torchrun import Rendezvous, TorchrunArgs, WorkerOutcome, run_workers
 from ecolaunch.launch.workerenv import allowed_by_slurm, allowed_by_visible_devices, worker_env
+from ecolaunch.policy.backfill import backfill_default, overrun_margin
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.policy.registry import get_policy
@@ -133,6 +134,11 @@ def _run_launch(conf: LaunchConfig, env: Mapping[str, str], ctx: LaunchContext, 
     host_gpus = _host_gpus(session)
     allowed = _allowed_gpus(conf, env, host_gpus, ui)
     history = History(environment.state_dir)
+    if opts.backfill and not rules.backfill:
+        ui.message("the admin's policy turns backfill off ([queue] backfill = false): the job waits its turn")
+    if rules.backfill and (backfill_default(opts.policy) if opts.backfill is None else opts.backfill):
+        # the margin a predicted length gets, from how this user's predictions ran over
+        session.backfill_margin = overrun_margin(history.length_predictions())
     rdzv = multi_node(args)
     plan_wait_s = None if rdzv is None else plan_timeout_s(env) or rdzv.join_timeout_s  # checked before booking
     match, plan = _profile_plan(conf, ctx.user, allowed, history, host_gpus, rdzv)

@@ -28,7 +28,7 @@ from ecolaunch.errors import NeverFits, NoPlacement, PermissionDenied, StateErro
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.policy.admission import unadmitted_bookings
-from ecolaunch.policy.backfill import late_by, place_behind
+from ecolaunch.policy.backfill import late_by, may_backfill, place_behind, reservation
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.candidates import eligible_gpus, user_quota_left
 from ecolaunch.policy.place import admitted_decision, place
@@ -159,16 +159,26 @@ class Session:
             return graph
 
     def preview(self, request: JobRequest) -> tuple[Decision | None, Waiting | None, StateGraph]:
-        """What the policy would decide now (``--dry-run``), and why the job would wait first (None: it would not:
-        no queue ahead of it, and a placement); books nothing."""
+        """What the policy would decide now (``--dry-run``), and why the job would wait first and when it would start
+        (None: it would not: no queue ahead of it, or it would start ahead of the queue by backfill, and a
+        placement); books nothing."""
         with self.store.transaction() as graph:
             self.refresh(graph)
             self._check_feasible(graph, request)
-            request = dataclasses.replace(request, decided_at=time.time())
+            now = time.time()
+            request = dataclasses.replace(request, decided_at=now)
             decision = admitted_decision(graph, request, self.policy, self.rules)
-            waiting = None
-            if decision is None or graph.queued_jobs(self.host):
+            waiting, queue = None, graph.queued_jobs(self.host)
+            if decision is None or queue:
                 waiting = why_waiting(graph, request, self.policy, self.rules)
+            if decision is not None and queue and self.backfill_margin is not None:
+                head = queue[0]
+                verdict = may_backfill(reservation(graph, self.host, head.id, head.nproc, now), request.nproc,
+                                       request.expected_s, self.backfill_margin, now)
+                if verdict.yes:  # it would start now, ahead of the queue
+                    waiting = None
+                    decision = dataclasses.replace(decision, reasons=[
+                        *decision.reasons, f"would start ahead of job {head.id} by backfill: {verdict.why}"])
             return decision, waiting, graph
 
     def submit(self, request: JobRequest, launcher: Launcher, name: str, info: dict) -> Job:
@@ -283,8 +293,9 @@ class Session:
         on_wait: Callable[[Waiting, float], None] | None = None,
         attempt: Callable[[], Placement | Waiting] | None = None,
     ) -> Placement:
-        """Poll until the job is placed. ``timeout_s`` None waits forever, 0 fails at once; ``on_wait(waiting,
-        waited_s)`` after each try that leaves it waiting; ``attempt()``: one try (default :meth:`try_place`).
+        """Poll until the job is placed. ``timeout_s`` None waits forever, 0 fails at once, and a job expected to start
+        later than it allows fails at once too (its :attr:`Waiting.starts_at`); ``on_wait(waiting, waited_s)`` after
+        each try that leaves it waiting; ``attempt()``: one try (default :meth:`try_place`).
 
         Raises WaitTimeout (0: NoPlacement) after removing the job from the queue.
         """
@@ -313,6 +324,15 @@ class Session:
                     f"job {job_id} waited {waited:.0f} s (--wait-timeout {timeout_s:g}) without getting GPUs: "
                     f"{outcome.text()}",
                     hint="raise --wait-timeout, or see 'ecolaunch status' for who uses the GPUs",
+                )
+            if timeout_s is not None and outcome.starts_at is not None \
+                    and (expected := outcome.starts_at - time.time()) > timeout_s - waited:
+                self.release(job_id)
+                raise WaitTimeout(
+                    f"job {job_id} is expected to start in {expected:.0f} s, later than --wait-timeout {timeout_s:g} "
+                    f"allows (after {waited:.0f} s waited): {outcome.text()}",
+                    hint="raise --wait-timeout (or leave it out to wait as long as it takes); 'ecolaunch status' shows "
+                         "each waiting job's expected start",
                 )
             if on_wait is not None:
                 on_wait(outcome, waited)

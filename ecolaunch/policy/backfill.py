@@ -2,12 +2,12 @@
 behind the head may start now. The one rule the launcher (``launch.session.Session.try_place``) and the simulator
 (``sim.engine.Simulation``) both run.
 
-What lives here: :func:`expected_starts` (the queue played forward on the running jobs' expected ends),
-:class:`Reservation` and :func:`reservation` (the head's promise), :func:`may_backfill` (a job behind the head may start
+What lives here: :class:`Reservation` and :func:`reservation` (the head's promise), :func:`may_backfill` (a job behind the head may start
 now), :func:`overrun_margin` (how much to add to a predicted length, learned from how often predictions ran over) and
 :func:`backfill_default` (which policies backfill unless told). What does not: how long a job is expected to run (its
 request's ``expected_s`` and ``expected_iterations``, :meth:`~ecolaunch.state.graph.Job.remaining_s`), the placement
-itself (``policy.place``). The rule and what it costs when a declared length lies: docs/queue.md#backfill.
+itself (``policy.place``), when each waiting job is expected to start (``state.queue.expected_starts``, re-exported here).
+The rule and what it costs when a declared length lies: docs/queue.md#backfill.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from ecolaunch.admin.rules import Rules
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.place import place
-from ecolaunch.state.graph import Job, StateGraph
+from ecolaunch.state.graph import StateGraph
+from ecolaunch.state.queue import expected_starts, free_times
 
 __all__ = ["DEFAULT_MARGIN", "MIN_PREDICTIONS", "OVERRUN_QUANTILE", "Reservation", "Verdict", "backfill_default",
            "expected_starts", "late_by", "may_backfill", "place_behind", "overrun_margin", "reservation"]
@@ -51,37 +52,6 @@ def overrun_margin(predictions: Iterable[tuple[float, float]]) -> float:
     return over[min(len(over) - 1, math.ceil(OVERRUN_QUANTILE * len(over)) - 1)]
 
 
-def _expected_length(job: Job) -> float | None:
-    """A queued job's expected length from its request (what its launcher's history or its declaration says)."""
-    length = job.request.get("expected_s")
-    return float(length) if isinstance(length, (int, float)) and length > 0 else None
-
-
-def _free_times(graph: StateGraph, host: str, now: float) -> tuple[dict[str, float], list[str]]:
-    """Each GPU of ``host`` that is expected to free up: when (``now`` for an idle one); and the running jobs whose
-    end is unknown (their GPUs, and a GPU with processes outside ecolaunch, never free up here)."""
-    node = graph.hosts.get(host)
-    times: dict[str, float] = {}
-    unknown: list[str] = []
-    if node is None:
-        return times, unknown
-    for uuid, gpu in node.gpus.items():
-        if gpu.foreign_pids:
-            continue
-        end = now
-        for job in graph.jobs_on(uuid):
-            left = job.remaining_s(now)
-            if left is None:
-                if job.id not in unknown:
-                    unknown.append(job.id)
-                end = math.inf
-                continue
-            end = max(end, now + left)
-        if end < math.inf:
-            times[uuid] = end
-    return times, unknown
-
-
 @dataclass(frozen=True, slots=True)
 class Reservation:
     """The head of a host's queue and its promise: ``at``, when enough GPUs are expected free for it (None: the ends
@@ -95,31 +65,10 @@ class Reservation:
     unknown: tuple[str, ...] = ()
 
 
-def expected_starts(graph: StateGraph, host: str, now: float) -> dict[str, float | None]:
-    """When each job queued on ``host`` is expected to start, in queue order, as a strict FIFO would start them: each
-    takes the earliest GPUs expected free after the one ahead of it started (every running job's end from
-    :meth:`~ecolaunch.state.graph.Job.remaining_s`; each queued job then holds its GPUs for its request's expected
-    length). None for a job the ends known never free enough GPUs for, and for every job behind it (a job with no
-    expected end never gives its GPUs back). A job that backfills starts earlier than this."""
-    times, _ = _free_times(graph, host, now)
-    free: list[float] | None = sorted(times.values())
-    starts: dict[str, float | None] = {}
-    after = now
-    for job in graph.queued_jobs(host):
-        if free is None or len(free) < job.nproc:
-            starts[job.id] = free = None
-            continue
-        starts[job.id] = after = max(after, free[job.nproc - 1])
-        length = _expected_length(job)
-        # it takes the earliest GPUs and gives them back at its expected end (never, when that is unknown)
-        free = sorted(free[job.nproc:] + ([after + length] * job.nproc if length is not None else []))
-    return starts
-
-
 def reservation(graph: StateGraph, host: str, head: str, need: int, now: float) -> Reservation:
     """The promise to ``head``, the job at the head of ``host``'s queue needing ``need`` GPUs (EASY backfill's *shadow
     time*): the earliest time the running jobs' expected ends free enough of the host's GPUs."""
-    times, unknown = _free_times(graph, host, now)
+    times, unknown = free_times(graph, host, now)
     ends = sorted(times.values())
     if len(ends) < need:
         return Reservation(head, need, None, 0, tuple(unknown))

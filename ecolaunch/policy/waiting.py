@@ -9,12 +9,14 @@ and their order: docs/queue.md#why-a-job-waits.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from ecolaunch.admin.rules import Rules, user_gpu_limit
 from ecolaunch.jobmodel.capcurve import default_prior
 from ecolaunch.policy import contract
 from ecolaunch.policy.admission import refusal
+from ecolaunch.policy.backfill import expected_starts
 from ecolaunch.policy.base import JobRequest, Policy
 from ecolaunch.policy.budgeted import over_budget
 from ecolaunch.policy.candidates import eligible_gpus, gpus_held_by, is_idle
@@ -31,25 +33,31 @@ class Waiting:
     position: int
     reason: WaitReason
     detail: str
+    #: when it is expected to start (unix seconds; :func:`~ecolaunch.policy.backfill.expected_starts`), None: unknown
+    starts_at: float | None = None
 
     def text(self) -> str:
         return f"{self.reason.value} ({self.detail})"
 
 
 def why_waiting(state: StateGraph, request: JobRequest, policy: Policy, rules: Rules) -> Waiting:
-    """Why ``request``'s job (queued in ``state`` under ``request.id``, or not queued yet) is not placed now."""
+    """Why ``request``'s job (queued in ``state`` under ``request.id``, or not queued yet) is not placed now, and when
+    it is expected to start."""
     queue = state.queued_jobs(request.host)
     ids = [j.id for j in queue]
     ahead = queue[: ids.index(request.id)] if request.id in ids else queue
     position = len(ahead) + 1
+    now = request.decided_at if request.decided_at is not None else time.time()
+    then = [] if request.id in ids else [(request.id, request.nproc, request.expected_s)]
+    starts_at = expected_starts(state, request.host, now, then).get(request.id)
     if ahead:
         head = ahead[0]
         waits = f", which waits for {head.wait_reason.value}" if head.wait_reason is not None else ""
         return Waiting(position, WaitReason.PRIORITY,
                        bounded(f"{len(ahead)} job(s) ahead in this host's queue; the first is {head.id} "
-                                f"({head.user}: {head.name}){waits}"))
+                               f"({head.user}: {head.name}){waits}"), starts_at)
     reason, detail = _unplaced(state, request, policy, rules)
-    return Waiting(position, reason, bounded(detail))
+    return Waiting(position, reason, bounded(detail), starts_at)
 
 
 def _unplaced(state: StateGraph, request: JobRequest, policy: Policy, rules: Rules) -> tuple[WaitReason, str]:

@@ -240,7 +240,7 @@ class Simulation:
         self.lift_caps_waiting = lift_caps_waiting
         self._lifted = False  # caps lifted now (lift_caps_waiting)
         self.share_if_sooner = share_if_sooner
-        self.backfill = backfill_default(policy.name) if backfill is None else backfill
+        self.backfill = self.rules.backfill and backfill_default(policy.name) if backfill is None else backfill
         self.lengths: Lengths = lengths if lengths is not None else TrueLengths() if omniscient else LauncherLengths()
         #: backfill: the jobs behind the head that could not start since the machine last changed
         self._unplaced: set[str] = set()

@@ -112,3 +112,42 @@ def test_the_head_says_whether_the_reservation_kept_for_it_held(session: Session
     assert 1.0 < late < 10.0
     assert placed.decision.reasons[-1] == f"1 job(s) started ahead of it by backfill; it starts {late:.0f} s after " \
                                           "its reservation"
+
+
+def test_a_dry_run_says_it_would_start_ahead_or_when_it_would_start(blocked: Session) -> None:
+    decision, waiting, _ = blocked.preview(JobRequest(id="p", user="u", host="h", nproc=1, expected_s=10.0))
+    assert waiting is None and decision.reasons[-1].startswith("would start ahead of job big by backfill: expected")
+    decision, waiting, _ = blocked.preview(JobRequest(id="p", user="u", host="h", nproc=1, expected_s=5000.0))
+    # behind big, which starts when "a" ends (about 1000 s from now) and then holds both GPUs for an unknown time
+    assert waiting.position == 2 and waiting.starts_at is None
+    blocked.backfill_margin = None
+    _, waiting, _ = blocked.preview(JobRequest(id="p", user="u", host="h", nproc=1, expected_s=10.0))
+    assert waiting is not None and waiting.starts_at is None
+
+
+def test_the_queue_shows_each_waiting_jobs_expected_start(session: Session) -> None:
+    from ecolaunch.state.queue import queue_rows
+
+    submit(session, "a", 2, expected_s=600.0)
+    assert isinstance(session.try_place("a"), Placement)
+    submit(session, "b", 2, expected_s=300.0)
+    submit(session, "c", 1)
+    waiting = session.try_place("b")
+    assert waiting.starts_at == pytest.approx(time.time() + 600.0, abs=5.0)
+    rows = {r.job.id: r.to_dict() for r in queue_rows(session.snapshot(), "h", time.time())}
+    assert rows["b"]["starts_in_s"] == pytest.approx(600.0, abs=5.0)
+    assert rows["c"]["starts_in_s"] == pytest.approx(900.0, abs=5.0)  # after b, whose length is known
+
+
+def test_a_wait_timeout_shorter_than_the_expected_start_fails_at_once(session: Session) -> None:
+    from ecolaunch.errors import WaitTimeout
+
+    submit(session, "a", 2, expected_s=600.0)
+    assert isinstance(session.try_place("a"), Placement)
+    submit(session, "b", 2)
+    started = time.monotonic()
+    with pytest.raises(WaitTimeout, match=r"job b is expected to start in (599|600) s, later than --wait-timeout 60 "
+                                          r"allows \(after 0 s waited\)"):
+        session.wait_for_placement("b", timeout_s=60.0)
+    assert time.monotonic() - started < 5.0
+    assert [j.id for j in session.snapshot().queued_jobs()] == []  # it left the queue
