@@ -31,6 +31,7 @@ from msgspec import Meta
 from ecolaunch.errors import ConfigError, StateError, with_hint
 from ecolaunch.jobmodel import codec
 from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.state.graph import MAX_EXPECTED_ITERATIONS
 from ecolaunch.state.userdirs import UserTree, account_name
 from ecolaunch.statedir import HISTORY_JOBS, HISTORY_PROFILES, StateLayout
 from ecolaunch.validate import is_integer
@@ -111,14 +112,18 @@ class ProfileEntry:
                            int(statistics.median_low(steps)) if steps else None, len(self.runs))
 
 
+#: a run's length in steps, as a script declares it
+Steps = Annotated[int, Meta(ge=1, le=MAX_EXPECTED_ITERATIONS)]
 _HINTS: dict[str, Any] = {"max_slowdown_pct": Annotated[float, Meta(ge=0, le=1000)],
                           "memory_mib": Annotated[int, Meta(ge=0, le=2 ** 31)],
-                          "key": Annotated[str, Meta(min_length=1, max_length=200)]}
+                          "key": Annotated[str, Meta(min_length=1, max_length=200)],
+                          "steps": Steps}
 
 
 def launch_hints(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     """The hints a launch can use, validated: ``max_slowdown_pct`` (a number in 0-1000), ``memory_mib`` (a whole
-    number >= 0) and ``key`` (a string of 1-200 characters) of ``@ecolaunch.job``; anything else, or a value of the
+    number >= 0), ``key`` (a string of 1-200 characters) and ``steps`` (a whole number from 1 to
+    :data:`~ecolaunch.state.graph.MAX_EXPECTED_ITERATIONS`) of ``@ecolaunch.job``; anything else, or a value of the
     wrong kind, is left out."""
     out: dict[str, Any] = {}
     raw = raw if isinstance(raw, Mapping) else {}
@@ -129,6 +134,20 @@ def launch_hints(raw: Mapping[str, Any] | None) -> dict[str, Any]:
             except msgspec.ValidationError:
                 continue
     return out
+
+
+def declared_steps(raw: Mapping[str, Any] | None) -> int | None:
+    """The run's length in steps as the running script declares it in its hints: ``@ecolaunch.job(steps=...)``,
+    else the total its ``track()`` loops over sized iterables declared so far (``tracked_steps``: through the
+    current epoch only, in a loop per epoch); None when neither (or neither is a valid step count). The tracked
+    total is the running run's alone: it is never kept in the history (:func:`launch_hints`)."""
+    steps = launch_hints(raw).get("steps")
+    if steps is not None or not isinstance(raw, Mapping):
+        return steps
+    try:
+        return msgspec.convert(raw.get("tracked_steps"), Steps | None)
+    except msgspec.ValidationError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
