@@ -70,7 +70,9 @@ class ObserveConfig:
             (:mod:`ecolaunch.profile.pacing`; not on a node of a multi-node job whose caps are the leader's).
         peer_waits: a job over several nodes that paces on each node: publishes this node's ranks' mean spans of a
             window and returns the shortest of the other nodes' (:meth:`~ecolaunch.launch.nodes.Meeting.share_waits`).
-        steps: the run's length as the command line declares it (``--steps``; None: what the script declares).
+        steps: the run's length as the command line declares it (``--steps``; None: what the script declares);
+            predicted_s: its length in seconds as the launch expected it (the request's ``expected_s``), which the
+            record keeps.
     """
 
     job_id: str
@@ -100,6 +102,7 @@ class ObserveConfig:
     match: JobMatch | None = None
     peer_waits: Callable[[Mapping[int, float]], float | None] | None = None
     steps: int | None = None
+    predicted_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", ProfileAction(self.mode))
@@ -544,7 +547,7 @@ class RunObserver:
             name_given=self.config.name_given, hints=hints, profile=self.profile, exit_code=self._exit_code, iterations=reader.count(),
             iter_time_s=reader.mean_iter_time_s(self.settings.warmup_iters), source=self.config.source,
             result=self.result, findings=self.findings, profiling_energy_j=self.config.profiling_energy_j,
-            not_learned=not_learned)
+            not_learned=not_learned, predicted_s=self.config.predicted_s)
         if not_learned is not None:
             logger.info("job %s: the history is not updated from this run: %s", self.job_id, not_learned)
         elif learned and self.profile is not None or (self.result is None and self.recorder.hints_changed(hints)):

@@ -219,7 +219,7 @@ class _Run:
                 name_given=conf.options.name is not None, profile=request.profile,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
                 profile_source=profile_source, pace=nodes.paces, peer_waits=nodes.peer_waits(),
-                steps=conf.options.steps)
+                steps=conf.options.steps, predicted_s=request.expected_s)
             observer = RunObserver(config, session.backend, clock=SystemClock(), history=self.history,
                                    set_cap=set_cap,
                                    ceiling_w=None if caps.refused else caps.ceiling_w,

@@ -159,6 +159,8 @@ class JobRecord:
     pre-launch profiling run (not included in the other two). ``power_caps_w`` is the cap each GPU spent
     most of the run at; ``colocated_with`` lists, per GPU, the other jobs that shared it at any time.
     ``iterations`` counts step marks (``track()`` marks one per item it yields, as ``step()`` once per iteration).
+    ``predicted_s`` is the run's length as its launch expected it before it started (the request's ``expected_s``;
+    None: nothing was known), so that predictions can be checked against ``duration_s``.
     """
 
     job_id: JobId
@@ -189,6 +191,7 @@ class JobRecord:
     profile_from: JobId | None = None
     #: why the run updated nothing in the history (its iterations were not its profile's job undisturbed)
     not_learned: str | None = None
+    predicted_s: Seconds | None = None
 
 
 def implausible_energy(rec: JobRecord) -> str | None:
@@ -507,6 +510,28 @@ class History:
                 out.append(rec)
         out.sort(key=lambda r: (r.ended, r.started, r.job_id), reverse=True)
         return out
+
+    def length_predictions(self, limit: int = 100) -> builtins.list[tuple[float, float]]:
+        """``(predicted_s, duration_s)`` of this user's latest ``limit`` completed runs (exit code 0) whose launch
+        predicted their length (:attr:`JobRecord.predicted_s`), newest last: how far the queue's expected lengths
+        were off. Only this user's own files are read (another's are their word alone); the newest first, until
+        ``limit`` pairs are found."""
+        if not is_integer(limit) or limit < 0:
+            raise ConfigError(f"limit must be an integer >= 0, got {limit!r}", hint="e.g. length_predictions(100)")
+        if self.own_dir_problem() is not None:
+            return []
+        entries = [e for e in self._tree.entries(HISTORY_JOBS)
+                   if e.uid == self._tree.uid and e.user == self._tree.user and _SAFE_ID.match(e.name[: -len(".json")])]
+        entries.sort(key=lambda e: (e.mtime, e.name), reverse=True)
+        found: builtins.list[JobRecord] = []
+        for e in entries:
+            if len(found) >= limit:
+                break
+            rec = self._parse_record(e.user, e.uid, e.name)
+            if rec is not None and rec.exit_code == 0 and rec.predicted_s is not None:
+                found.append(rec)
+        found.sort(key=lambda r: (r.ended, r.started, r.job_id))
+        return [(float(r.predicted_s), float(r.duration_s)) for r in found]  # type: ignore[arg-type]
 
     def squatted(self) -> builtins.list[tuple[str, int, int]]:
         """``(directory name, its user's uid, the uid that owns it)`` of every user directory someone else made

@@ -265,3 +265,39 @@ def test_the_progress_says_the_total_the_run_declared(backend, vclock, tmp_path:
             progress = obs.progress()
             workers.close()
         assert (progress.iterations, progress.total_iterations) == (5, total), hints
+
+
+def test_the_record_keeps_the_length_the_launch_predicted(backend, vclock, tmp_path: Path) -> None:
+    obs = observer(backend, vclock, tmp_path, "off", predicted_s=42.5)
+    with obs:
+        workers = FakeWorkers(obs.worker_env()["ECOLAUNCH_HOOK_DIR"], vclock, backend)
+        workers.run(5, obs)
+        workers.close()
+        obs.set_exit_code(0)
+    assert obs.record.predicted_s == 42.5
+    assert History(tmp_path).length_predictions() == [(42.5, obs.record.duration_s)]
+
+
+def test_a_declared_length_is_known_to_the_next_launch_and_its_prediction_recorded(tmp_path: Path, sim_env,
+                                                                                    state_dir: Path) -> None:
+    """``@ecolaunch.job(steps=...)`` is kept in the history: the next launch expects its length before it starts,
+    and its record keeps what was expected next to what it took."""
+    script = tmp_path / "declared.py"
+    script.write_text("import time\nimport ecolaunch\n\n@ecolaunch.job(steps=24)\ndef main():\n"
+                      "    for _ in range(12):\n        time.sleep(0.01)\n        ecolaunch.step()\n\nmain()\n")
+    cmd = ecolaunch_cmd("-v", "--profile", "off", "--nproc-per-node", "1", str(script))
+    first = subprocess.run(cmd, env=sim_env("1xA100-SXM4-80GB"), cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "steps declared" not in first.stderr  # nothing known before its first run
+    (entry_file,) = (state_dir / "history").rglob("profiles/*.json")
+    entry = History(state_dir).lookup(entry_file.stem)
+    assert entry.hints.get("steps") == 24 and entry.runs[0].iterations == 12
+    second = subprocess.run(cmd, env=sim_env("1xA100-SXM4-80GB"), cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert ("length: 24 steps declared (the script's @ecolaunch.job): expecting about" in second.stderr
+            and "scaling the median of 1 completed run(s)" in second.stderr), second.stderr
+    ((predicted_s, duration_s),) = History(state_dir).length_predictions()
+    # twice the first run's steps: twice its length
+    assert predicted_s == pytest.approx(2 * entry.runs[0].duration_s, rel=1e-9) and duration_s > 0.1
