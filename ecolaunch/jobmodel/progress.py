@@ -32,7 +32,10 @@ class JobProgress:
     ``iter_time_s``: the mean seconds per step after the warm-up, as the end-of-job summary computes it (None until
     there are enough steps); ``energy_j``: the job's share of its GPUs' energy since it started (the attribution of
     the history record); ``saving_j``: an *estimate* of the energy saved so far against running uncapped (None
-    without a known cap curve, see ``ecolaunch.launch.record.saving_estimate_j``), negative where the caps cost energy.
+    without a known cap curve, see ``ecolaunch.launch.record.saving_estimate_j``), negative where the caps cost energy;
+    ``total_iterations``: the steps the whole run is declared to mark (``--steps``, else the script's
+    ``@ecolaunch.job(steps=...)``, else the total its ``track()`` loops declared so far; None: not declared), from
+    which the job's end is expected (``ecolaunch.state.graph.Job.remaining_s``).
     """
 
     at: WallTime
@@ -40,3 +43,4 @@ class JobProgress:
     iter_time_s: Seconds | None = None
     energy_j: Joules = 0.0
     saving_j: SignedJoules | None = None
+    total_iterations: Count | None = None

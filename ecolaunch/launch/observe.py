@@ -34,7 +34,7 @@ from ecolaunch.launch.record import RunRecorder, RunSpan
 from ecolaunch.profile import channel
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.jobmodel.progress import JobProgress
-from ecolaunch.profile.history import History, JobMatch, JobRecord, launch_hints
+from ecolaunch.profile.history import History, JobMatch, JobRecord, declared_steps, launch_hints
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, pre_run_env
 from ecolaunch.jobmodel.capcurve import merge_points
 from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult
@@ -70,6 +70,9 @@ class ObserveConfig:
             (:mod:`ecolaunch.profile.pacing`; not on a node of a multi-node job whose caps are the leader's).
         peer_waits: a job over several nodes that paces on each node: publishes this node's ranks' mean spans of a
             window and returns the shortest of the other nodes' (:meth:`~ecolaunch.launch.nodes.Meeting.share_waits`).
+        steps: the run's length as the command line declares it (``--steps``; None: what the script declares);
+            predicted_s: its length in seconds as the launch expected it (the request's ``expected_s``), which the
+            record keeps.
     """
 
     job_id: str
@@ -98,6 +101,8 @@ class ObserveConfig:
     pace: bool = True
     match: JobMatch | None = None
     peer_waits: Callable[[Mapping[int, float]], float | None] | None = None
+    steps: int | None = None
+    predicted_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", ProfileAction(self.mode))
@@ -313,14 +318,17 @@ class RunObserver:
     def progress(self) -> JobProgress | None:
         """The run so far (for the heartbeat, another thread): the steps and the mean step time the monitor thread
         last read, the job's share of its GPUs' energy and the estimated saving against uncapped
-        (:meth:`~ecolaunch.launch.record.RunRecorder.so_far`); None, logged, when it cannot be measured."""
+        (:meth:`~ecolaunch.launch.record.RunRecorder.so_far`), the steps the whole run is declared to mark
+        (``--steps``, else what the script declares: :func:`~ecolaunch.profile.history.declared_steps`); None, logged,
+        when it cannot be measured."""
         measured: list[JobProgress] = []
 
         def measure() -> None:
             iterations, iter_time_s = self._steps
             energy_j, saving_j = self.recorder.so_far(self.profile, self._bounds[1] if self._bounds else None)
+            total = self.config.steps or declared_steps(self.monitor.hints())
             measured.append(JobProgress(at=self._wall(), iterations=iterations, iter_time_s=iter_time_s,
-                                        energy_j=energy_j, saving_j=saving_j))
+                                        energy_j=energy_j, saving_j=saving_j, total_iterations=total))
 
         self._guard("measure the run so far", measure)
         return measured[0] if measured else None
@@ -539,7 +547,7 @@ class RunObserver:
             name_given=self.config.name_given, hints=hints, profile=self.profile, exit_code=self._exit_code, iterations=reader.count(),
             iter_time_s=reader.mean_iter_time_s(self.settings.warmup_iters), source=self.config.source,
             result=self.result, findings=self.findings, profiling_energy_j=self.config.profiling_energy_j,
-            not_learned=not_learned)
+            not_learned=not_learned, predicted_s=self.config.predicted_s)
         if not_learned is not None:
             logger.info("job %s: the history is not updated from this run: %s", self.job_id, not_learned)
         elif learned and self.profile is not None or (self.result is None and self.recorder.hints_changed(hints)):

@@ -19,6 +19,7 @@ from ecolaunch import config
 from ecolaunch.errors import ConfigError
 from ecolaunch.launch.slurm import Allocation
 from ecolaunch.launch.torchrun import FunctionCall, TorchrunArgs
+from ecolaunch.state.graph import MAX_EXPECTED_ITERATIONS
 from ecolaunch.validate import number_or_none
 
 #: what ``--name`` may be: it is typed back to ``ecolaunch cancel`` and shown in tables (no spaces, no controls)
@@ -80,6 +81,17 @@ def _mib(raw: str, spec: Spec) -> int:
     return int(_number(raw, spec))
 
 
+def _steps(raw: str, spec: Spec) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_EXPECTED_ITERATIONS:
+        raise ConfigError(f"{spec.named()} must be a whole number from 1 to {MAX_EXPECTED_ITERATIONS}, got {raw!r}",
+                          hint=spec.hint)
+    return value
+
+
 def _policy(raw: str, spec: Spec) -> str:
     from ecolaunch.policy.registry import policy_names  # lazy: the policies load when a launch is parsed
 
@@ -137,8 +149,7 @@ class LaunchOptions:
                         help="print the decision as JSON on stdout, with --dry-run only that "
                              "([docs/torchrun.md](docs/torchrun.md#the-decision-as-json))")
     explain: bool = option(False, "--explain", env="ECOLAUNCH_EXPLAIN",
-                           help="say why the policy chose these GPUs and caps, and what the best alternatives would "
-                                "have cost")
+                           help="say why the policy chose these GPUs and caps, and what the best alternatives cost")
     wait_timeout_s: float | None = option(
         None, "--wait-timeout", env="ECOLAUNCH_WAIT_TIMEOUT", metavar="SECONDS", check=_number,
         help="seconds to wait in the queue when no GPUs fit (default: until they do; 0: fail at once, exit 75)",
@@ -148,13 +159,16 @@ class LaunchOptions:
                          check=_policy, help="placement policy: {policies}")
     allowed_slowdown_pct: float | None = option(
         None, "--allowed-slowdown", env=config.ENV_ALLOWED_SLOWDOWN, metavar="PCT", check=_number,
-        help="the most slowdown (%) this job accepts from sharing and power caps; the admin's maximum wins (and "
-             "says so)",
+        help="the most slowdown (%) this job accepts from sharing and power caps; the admin's maximum wins",
         hint="e.g. --allowed-slowdown 10 (percent: at most 10 % slower than the job alone and uncapped)")
     memory_mib: int | None = option(
         None, "--memory-mib", env="ECOLAUNCH_MEMORY_MIB", metavar="MIB", check=_mib,
         help="peak GPU memory per worker (MiB) when known: GPUs with less free memory are skipped",
         hint="e.g. --memory-mib 20000 (one worker's peak GPU memory in MiB); leave it out when unknown")
+    steps: int | None = option(
+        None, "--steps", env="ECOLAUNCH_STEPS", metavar="N", check=_steps,
+        help="the iterations the whole run marks: when the queue expects it to end",
+        hint="e.g. --steps 20000 (the iterations the whole run marks, as ecolaunch.step() counts them)")
     profile: str = option("auto", "--profile", env="ECOLAUNCH_PROFILE", metavar="MODE", check=_profile_mode,
                           help="how the job is profiled: `auto` (default), `pre` (a short run first), `inline` (the "
                                "real run's first steps) or `off` ([docs/profiling.md](docs/profiling.md))")
@@ -164,8 +178,8 @@ class LaunchOptions:
                                    "NAME` (default: the script's file name)")
     job_key: str | None = option(None, "--job-key", env="ECOLAUNCH_JOB_KEY", metavar="KEY", check=_job_key,
                                  hint="name the job, e.g. --job-key bert-ft",
-                                 help="launches with the same key (and worker count and GPU model) share one "
-                                      "profile, whatever their script and arguments")
+                                 help="launches with the same key, worker count and GPU model share one profile, "
+                                      "whatever their script and arguments")
     fresh_profile: bool = option(False, "--fresh-profile", env="ECOLAUNCH_FRESH_PROFILE",
                                  help="ignore the job's stored profile: profile it again")
     share_if_sooner: bool | None = option(

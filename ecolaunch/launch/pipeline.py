@@ -224,7 +224,8 @@ class _Run:
                 allowed_slowdown_pct=request.allowed_slowdown_pct, user=request.user, name=name,
                 name_given=conf.options.name is not None, profile=request.profile,
                 colocated_with=placement.decision.colocated_with, profiling_energy_j=profiling_energy_j,
-                profile_source=profile_source, pace=nodes.paces, peer_waits=nodes.peer_waits())
+                profile_source=profile_source, pace=nodes.paces, peer_waits=nodes.peer_waits(),
+                steps=conf.options.steps, predicted_s=request.expected_s)
             observer = RunObserver(config, session.backend, clock=SystemClock(), history=self.history,
                                    set_cap=set_cap,
                                    ceiling_w=None if caps.refused else caps.ceiling_w,
@@ -365,14 +366,10 @@ def _request(conf: LaunchConfig, session: Session, ctx: LaunchContext, allowed_g
     """The job's request, its slowdown bound resolved here once (:func:`~ecolaunch.admin.rules.job_bound_pct`:
     the command line, else what the script declared on an earlier run, kept in the history ``entry``'s hints, else
     the policy's default, never above the admin's maximum); the memory per GPU the script declared where the
-    command line says nothing; the run's expected length from the entry's completed runs."""
+    command line says nothing; the run's expected length (:func:`expected_length`)."""
     args, opts, rules = conf.workers, conf.options, ctx.rules
     hints = entry.hints if entry is not None else {}
-    expected = entry.expected_run() if entry is not None else None
-    if expected is not None:
-        steps = f", {expected.iterations} steps" if expected.iterations else ""
-        logger.info("history: %d completed run(s) of this job: expecting about %.0f s%s", expected.runs,
-                    expected.duration_s, steps)
+    expected_s, expected_iterations = expected_length(opts.steps, entry)
     elastic = args.nproc_per_node in ELASTIC_NPROC
     nproc = 1 if elastic else int(args.nproc_per_node)  # a whole number >= 1: launch.argv.check_nproc
     allowed_slowdown_pct = job_bound_pct(rules, opts.allowed_slowdown_pct, hints.get("max_slowdown_pct"))
@@ -393,12 +390,42 @@ def _request(conf: LaunchConfig, session: Session, ctx: LaunchContext, allowed_g
         allowed_gpus=allowed_gpus,
         allowed_by="CUDA_VISIBLE_DEVICES" if conf.slurm is None or conf.slurm.gpu_indices is None else
         f"Slurm job {conf.slurm.job_id}'s allocation",
-        # within what a job file may claim (a clock that jumped must not make the job's own file invalid)
-        expected_s=min(expected.duration_s, MAX_EXPECTED_S) if expected is not None else None,
-        expected_iterations=min(expected.iterations, MAX_EXPECTED_ITERATIONS) if expected and expected.iterations
-        else None,
+        expected_s=expected_s,
+        expected_iterations=expected_iterations,
         share_if_sooner=rules.share_if_sooner if opts.share_if_sooner is None else opts.share_if_sooner,
     )
+
+
+def expected_length(steps: int | None, entry: ProfileEntry | None) -> tuple[float | None, int | None]:
+    """``(expected_s, expected_iterations)`` of a run before it starts, each None when not known, said in one log
+    line. A declared length (``steps``: ``--steps``; else the ``steps`` the script declared on an earlier run, kept
+    in the history ``entry``'s hints) is the iterations; its seconds are those steps at the entry profile's iteration
+    time, else the history's median run scaled by the steps over its median steps, else unknown until the run
+    measures its pace. Without one: the medians of the entry's completed runs (:meth:`ProfileEntry.expected_run`).
+    Both within what a job file may claim (a clock that jumped must not make the job's own file invalid)."""
+    declared, source = (steps, "--steps") if steps is not None else (
+        (entry.hints.get("steps"), "the script's @ecolaunch.job") if entry is not None else (None, ""))
+    expected = entry.expected_run() if entry is not None else None
+    if declared is None:
+        if expected is None:
+            return None, None
+        logger.info("history: %d completed run(s) of this job: expecting about %.0f s%s", expected.runs,
+                    expected.duration_s, f", {expected.iterations} steps" if expected.iterations else "")
+        return (min(expected.duration_s, MAX_EXPECTED_S),
+                min(expected.iterations, MAX_EXPECTED_ITERATIONS) if expected.iterations else None)
+    profile = entry.profile if entry is not None else None
+    if profile is not None and profile.iter_time_s:
+        seconds, how = declared * profile.iter_time_s, f"at its profile's {profile.iter_time_s:.3g} s per step"
+    elif expected is not None and expected.iterations:
+        seconds = expected.duration_s * declared / expected.iterations
+        how = (f"scaling the median of {expected.runs} completed run(s) ({expected.duration_s:.0f} s for "
+               f"{expected.iterations} steps)")
+    else:
+        seconds, how = None, ""
+    logger.info("length: %d steps declared (%s): %s", declared, source,
+                "seconds unknown until the run measures its pace" if seconds is None else
+                f"expecting about {seconds:.0f} s, {how}")
+    return (None if seconds is None else min(seconds, MAX_EXPECTED_S)), min(declared, MAX_EXPECTED_ITERATIONS)
 
 
 def _worker_args(args: TorchrunArgs, placement: Placement, request: JobRequest, **changes) -> TorchrunArgs:

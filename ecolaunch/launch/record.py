@@ -130,9 +130,10 @@ class RunRecorder:
               exit_code: int | None, iterations: int, iter_time_s: float | None, source: str,
               result: ProfileResult | None, findings: Sequence[str],
               profiling_energy_j: float | None, name_given: bool = False,
-              not_learned: str | None = None) -> JobRecord:
+              not_learned: str | None = None, predicted_s: float | None = None) -> JobRecord:
         """The run's record: the job's share of each GPU's energy, the caps it ran at, a short sample series; named
-        ``name`` when ``name_given`` (``--name``), else as the script declares, else ``name``."""
+        ``name`` when ``name_given`` (``--name``), else as the script declares, else ``name``; ``predicted_s``: its
+        length as the launch expected it."""
         job_j = gpu_j = 0.0
         caps, coloc, samples = {}, {}, {}  # per GPU: dominant cap, co-resident jobs, short series
         for uuid, (series, share_j, others) in self._shares(profile).items():
@@ -152,7 +153,8 @@ class RunRecorder:
             profile_action=source, recommended_cap_w=result.recommended_cap_w if result else None,
             recommendation=result.reason if result else None, findings=tuple(findings),
             samples=samples, history_match=self._match.how if self._match else None,
-            profile_from=self._match.profile_from if self._match else None, not_learned=not_learned)
+            profile_from=self._match.profile_from if self._match else None, not_learned=not_learned,
+            predicted_s=predicted_s)
 
     def so_far(self, profile: Profile | None, top_cap_w: float | None) -> tuple[float, float | None]:
         """The job's share of its GPUs' energy so far (J, as :meth:`build` attributes it), and the estimated saving

@@ -31,6 +31,7 @@ from msgspec import Meta
 from ecolaunch.errors import ConfigError, StateError, with_hint
 from ecolaunch.jobmodel import codec
 from ecolaunch.jobmodel.profile import Profile
+from ecolaunch.state.graph import MAX_EXPECTED_ITERATIONS
 from ecolaunch.state.userdirs import UserTree, account_name
 from ecolaunch.statedir import HISTORY_JOBS, HISTORY_PROFILES, StateLayout
 from ecolaunch.validate import is_integer
@@ -111,14 +112,18 @@ class ProfileEntry:
                            int(statistics.median_low(steps)) if steps else None, len(self.runs))
 
 
+#: a run's length in steps, as a script declares it
+Steps = Annotated[int, Meta(ge=1, le=MAX_EXPECTED_ITERATIONS)]
 _HINTS: dict[str, Any] = {"max_slowdown_pct": Annotated[float, Meta(ge=0, le=1000)],
                           "memory_mib": Annotated[int, Meta(ge=0, le=2 ** 31)],
-                          "key": Annotated[str, Meta(min_length=1, max_length=200)]}
+                          "key": Annotated[str, Meta(min_length=1, max_length=200)],
+                          "steps": Steps}
 
 
 def launch_hints(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     """The hints a launch can use, validated: ``max_slowdown_pct`` (a number in 0-1000), ``memory_mib`` (a whole
-    number >= 0) and ``key`` (a string of 1-200 characters) of ``@ecolaunch.job``; anything else, or a value of the
+    number >= 0), ``key`` (a string of 1-200 characters) and ``steps`` (a whole number from 1 to
+    :data:`~ecolaunch.state.graph.MAX_EXPECTED_ITERATIONS`) of ``@ecolaunch.job``; anything else, or a value of the
     wrong kind, is left out."""
     out: dict[str, Any] = {}
     raw = raw if isinstance(raw, Mapping) else {}
@@ -131,6 +136,20 @@ def launch_hints(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def declared_steps(raw: Mapping[str, Any] | None) -> int | None:
+    """The run's length in steps as the running script declares it in its hints: ``@ecolaunch.job(steps=...)``,
+    else the total its ``track()`` loops over sized iterables declared so far (``tracked_steps``: through the
+    current epoch only, in a loop per epoch); None when neither (or neither is a valid step count). The tracked
+    total is the running run's alone: it is never kept in the history (:func:`launch_hints`)."""
+    steps = launch_hints(raw).get("steps")
+    if steps is not None or not isinstance(raw, Mapping):
+        return steps
+    try:
+        return msgspec.convert(raw.get("tracked_steps"), Steps | None)
+    except msgspec.ValidationError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """One finished job. Times are unix seconds; energies joules; ``samples`` a short series per GPU UUID.
@@ -140,6 +159,8 @@ class JobRecord:
     pre-launch profiling run (not included in the other two). ``power_caps_w`` is the cap each GPU spent
     most of the run at; ``colocated_with`` lists, per GPU, the other jobs that shared it at any time.
     ``iterations`` counts step marks (``track()`` marks one per item it yields, as ``step()`` once per iteration).
+    ``predicted_s`` is the run's length as its launch expected it before it started (the request's ``expected_s``;
+    None: nothing was known), so that predictions can be checked against ``duration_s``.
     """
 
     job_id: JobId
@@ -170,6 +191,7 @@ class JobRecord:
     profile_from: JobId | None = None
     #: why the run updated nothing in the history (its iterations were not its profile's job undisturbed)
     not_learned: str | None = None
+    predicted_s: Seconds | None = None
 
 
 def implausible_energy(rec: JobRecord) -> str | None:
@@ -488,6 +510,28 @@ class History:
                 out.append(rec)
         out.sort(key=lambda r: (r.ended, r.started, r.job_id), reverse=True)
         return out
+
+    def length_predictions(self, limit: int = 100) -> builtins.list[tuple[float, float]]:
+        """``(predicted_s, duration_s)`` of this user's latest ``limit`` completed runs (exit code 0) whose launch
+        predicted their length (:attr:`JobRecord.predicted_s`), newest last: how far the queue's expected lengths
+        were off. Only this user's own files are read (another's are their word alone); the newest first, until
+        ``limit`` pairs are found."""
+        if not is_integer(limit) or limit < 0:
+            raise ConfigError(f"limit must be an integer >= 0, got {limit!r}", hint="e.g. length_predictions(100)")
+        if self.own_dir_problem() is not None:
+            return []
+        entries = [e for e in self._tree.entries(HISTORY_JOBS)
+                   if e.uid == self._tree.uid and e.user == self._tree.user and _SAFE_ID.match(e.name[: -len(".json")])]
+        entries.sort(key=lambda e: (e.mtime, e.name), reverse=True)
+        found: builtins.list[JobRecord] = []
+        for e in entries:
+            if len(found) >= limit:
+                break
+            rec = self._parse_record(e.user, e.uid, e.name)
+            if rec is not None and rec.exit_code == 0 and rec.predicted_s is not None:
+                found.append(rec)
+        found.sort(key=lambda r: (r.ended, r.started, r.job_id))
+        return [(float(r.predicted_s), float(r.duration_s)) for r in found]  # type: ignore[arg-type]
 
     def squatted(self) -> builtins.list[tuple[str, int, int]]:
         """``(directory name, its user's uid, the uid that owns it)`` of every user directory someone else made

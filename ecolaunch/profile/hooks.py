@@ -29,6 +29,8 @@ ENV_PROFILING = "ECOLAUNCH_PROFILING"
 ENV_RANK = "RANK"
 ENV_PROFILE_STEPS = "ECOLAUNCH_PROFILE_STEPS"
 _TRUE = frozenset({"1", "true", "yes", "on"})
+#: the most iterations a script may declare: ``ecolaunch.state.graph.MAX_EXPECTED_ITERATIONS``, repeated as above
+MAX_STEPS = 10 ** 12
 
 
 class JobHints:
@@ -38,15 +40,17 @@ class JobHints:
     must not pay in a script that is not launched by ecolaunch.
     """
 
-    __slots__ = ("name", "max_slowdown_pct", "memory_mib", "profile_safe", "key")
+    __slots__ = ("name", "max_slowdown_pct", "memory_mib", "profile_safe", "key", "steps")
     name: str | None
     max_slowdown_pct: float | None
     memory_mib: int | None
     profile_safe: bool
     key: str | None
+    steps: int | None
 
     def __init__(self, name: str | None = None, max_slowdown_pct: float | None = None,
-                 memory_mib: int | None = None, profile_safe: bool = False, key: str | None = None) -> None:
+                 memory_mib: int | None = None, profile_safe: bool = False, key: str | None = None,
+                 steps: int | None = None) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ConfigError(f"job name must be a non-empty string, got {name!r}")
         if max_slowdown_pct is not None and (not is_number(max_slowdown_pct) or max_slowdown_pct < 0):
@@ -59,7 +63,10 @@ class JobHints:
         if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 200):
             raise ConfigError(f"key must be a non-empty string of at most 200 characters, got {key!r}",
                               hint="e.g. key='bert-ft': launches with this key share one profile in the history")
-        for slot, value in zip(self.__slots__, (name, max_slowdown_pct, memory_mib, profile_safe, key)):
+        if steps is not None and (not is_integer(steps) or not 1 <= steps <= MAX_STEPS):
+            raise ConfigError(f"steps must be a whole number from 1 to {MAX_STEPS}, got {steps!r}",
+                              hint="e.g. steps=epochs * len(loader): the iterations the whole run marks")
+        for slot, value in zip(self.__slots__, (name, max_slowdown_pct, memory_mib, profile_safe, key, steps)):
             object.__setattr__(self, slot, value)
 
     def __setattr__(self, key: str, value: object) -> None:
@@ -81,13 +88,17 @@ class JobHints:
 class _State:
     """This process's hook configuration, read from its environment."""
 
-    __slots__ = ("hook_dir", "rank", "profiling", "hints", "stop_after", "steps")
+    __slots__ = ("hook_dir", "rank", "profiling", "hints", "stop_after", "steps", "tracked", "declaring")
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.hook_dir: str | None = env.get(ENV_HOOK_DIR) or None
         self.profiling: bool = env.get(ENV_PROFILING, "").strip().lower() in _TRUE
         self.hints: JobHints | None = None
+        #: the steps this process marked; the total its tracked loops declared (None: none), while ``declaring``
+        #: (a failed write of the hints turns it off)
         self.steps = 0
+        self.tracked: int | None = None
+        self.declaring = True
         self.stop_after: int | None = None
         raw_limit = env.get(ENV_PROFILE_STEPS, "").strip()
         if raw_limit and self.profiling and self.hook_dir:
@@ -161,10 +172,9 @@ def _stamp_or_disable(writer: StepWriter | _CountOnly) -> None:
         _writer = None if _state.stop_after is None else _CountOnly(writer.path)
         writer.close()
         _warn("ecolaunch step hooks turned off: cannot write %s (%s)", writer.path, e)
-    if _state.stop_after is not None:
-        _state.steps += 1
-        if _state.steps >= _state.stop_after:
-            _end_profiling_run()
+    _state.steps += 1
+    if _state.stop_after is not None and _state.steps >= _state.stop_after:
+        _end_profiling_run()
 
 
 def _end_profiling_run() -> None:
@@ -201,6 +211,7 @@ class _Tracked:
         self._iterable = iterable
 
     def __iter__(self) -> Iterator[Any]:
+        _declare_length(self._iterable)
         started = False
         for item in self._iterable:
             if started:
@@ -214,10 +225,45 @@ class _Tracked:
         return len(self._iterable)  # type: ignore[arg-type]
 
 
+def _declare_length(iterable: Iterable[Any]) -> None:
+    """A tracked loop starts over ``iterable``: when it has a length, the job's tracked total becomes the steps this
+    process marked before the loop plus that length (a loop per epoch declares only through this epoch)."""
+    if not _state.declaring:
+        return
+    try:
+        total = _state.steps + len(iterable)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - no length (a generator, an iterable-style loader): nothing declared
+        return
+    if 1 <= total <= MAX_STEPS and total != _state.tracked:
+        _state.tracked = total
+        _state.declaring = _write_hints()
+
+
+def _write_hints() -> bool:
+    """Pass this process's hints to the launcher (nothing outside a launch): those of ``@job``, and the tracked
+    total under its own key (``tracked_steps``); False, warned, when the channel refuses the write."""
+    if _state.hook_dir is None:
+        return True
+    doc = _state.hints.as_dict() if _state.hints is not None else {}
+    if _state.tracked is not None:
+        doc["tracked_steps"] = _state.tracked
+    try:
+        # lazy: `import ecolaunch` loads only the hooks; the channel loads only under a launch
+        from ecolaunch.profile.channel import write_hints
+
+        write_hints(_state.hook_dir, _state.rank, doc)
+    except OSError as e:
+        _warn("ecolaunch could not pass job hints to the launcher (%s)", e)
+        return False
+    return True
+
+
 def track(iterable: Iterable[Any]) -> Iterable[Any]:
     """``for batch in track(loader)``: marks each iteration. Outside ecolaunch, returns ``iterable`` itself.
 
-    Each interval between stamps is one full iteration (its compute plus fetching the next batch).
+    Each interval between stamps is one full iteration (its compute plus fetching the next batch). An iterable with
+    a length also declares the job's length (when no ``@job(steps=...)`` does): the steps marked before the loop
+    plus ``len(iterable)``.
     """
     if _writer is None:
         return iterable
@@ -250,7 +296,8 @@ def train_step(fn: F | None = None) -> Any:
 
 
 def job(name: str | Callable[..., Any] | None = None, max_slowdown_pct: float | None = None,
-        memory_mib: int | None = None, profile_safe: bool = False, key: str | None = None) -> Any:
+        memory_mib: int | None = None, profile_safe: bool = False, key: str | None = None,
+        steps: int | None = None) -> Any:
     """Decorator for a script's main function carrying hints for the launcher.
 
     ``name``: a readable job name; ``max_slowdown_pct``: the slowdown this job accepts (within the admin's
@@ -258,26 +305,21 @@ def job(name: str | Callable[..., Any] | None = None, max_slowdown_pct: float | 
     first iterations twice (a pre-launch profiling run, then the real run) has no harmful side effects;
     ``key``: the job's history key, for a user who knows better than its arguments which launches are the same work
     (every launch of this script then shares the key's profile, from its next launch on: the launcher learns the key
-    when the script runs; ``--job-key`` sets it on the command line, for this launch already).
+    when the script runs; ``--job-key`` sets it on the command line, for this launch already); ``steps``: the
+    iterations the whole run marks, from which the queue expects its end (it wins over what ``track()`` declares;
+    ``--steps`` on the command line wins over it; the next launch of the job knows it before it starts).
     Works bare (``@job``) or with arguments. The hints are stored for this process (:func:`job_hints`)
     and, under ecolaunch, written once to the channel. The function is returned unchanged.
     """
     if callable(name):  # bare @job
         return job()(name)
-    hints = JobHints(name, max_slowdown_pct, memory_mib, profile_safe, key)
+    hints = JobHints(name, max_slowdown_pct, memory_mib, profile_safe, key, steps)
 
     def decorate(f: F) -> F:
         if not callable(f):
             raise ConfigError(f"@ecolaunch.job decorates a function, got {f!r}")
         _state.hints = hints
-        if _state.hook_dir is not None:
-            try:
-                # lazy: `import ecolaunch` loads only the hooks; the channel loads only under a launch
-                from ecolaunch.profile.channel import write_hints
-
-                write_hints(_state.hook_dir, _state.rank, hints.as_dict())
-            except OSError as e:
-                _warn("ecolaunch could not pass job hints to the launcher (%s)", e)
+        _write_hints()
         try:
             f.__ecolaunch_job__ = hints  # type: ignore[attr-defined]
         except (AttributeError, TypeError):

@@ -189,13 +189,16 @@ class Job:
                    submitted_at=submitted_at, request=dict(request))
 
     def remaining_s(self, now: float) -> float | None:
-        """Seconds this running job is expected to run still, from what its history expected (the request's
-        ``expected_iterations`` and ``expected_s``: its latest completed runs) and its progress: the steps still to
-        mark at its measured pace, else the expected length less the time it has run. None when neither is known,
-        or the job has run past what was expected (then nothing says when it ends)."""
+        """Seconds this running job is expected to run still, from what was expected before it started (the
+        request's ``expected_iterations`` and ``expected_s``: its declared length, else its latest completed runs)
+        and its progress: the steps still to mark (of the total the running script declared,
+        :attr:`JobProgress.total_iterations`, else of the request's) at its measured pace, else the expected length
+        less the time it has run. None when neither is known, or the job has run past what was expected (then
+        nothing says when it ends)."""
         if self.state is not JobState.RUNNING or self.started_at is None:
             return None
-        steps, length, p = self.request.get("expected_iterations"), self.request.get("expected_s"), self.progress
+        length, p = self.request.get("expected_s"), self.progress
+        steps = p.total_iterations if p is not None and p.total_iterations else self.request.get("expected_iterations")
         if steps and p is not None and p.iter_time_s and p.iterations:
             left = (steps - p.iterations) * p.iter_time_s - max(0.0, now - p.at)
         elif length is not None:

@@ -42,6 +42,9 @@ def test_a_bad_nproc_per_node_is_a_usage_error_with_a_hint(value: str, sim_env, 
     (["--memory-mib", "-1"],
      ["ecolaunch: error: --memory-mib (or ECOLAUNCH_MEMORY_MIB) must be a finite number >= 0, got '-1'",
       "HINT: e.g. --memory-mib 20000 (one worker's peak GPU memory in MiB); leave it out when unknown"]),
+    (["--steps", "1.5"],
+     ["ecolaunch: error: --steps (or ECOLAUNCH_STEPS) must be a whole number from 1 to 1000000000000, got '1.5'",
+      "HINT: e.g. --steps 20000 (the iterations the whole run marks, as ecolaunch.step() counts them)"]),
 ])
 def test_a_bad_number_is_a_usage_error_with_a_hint(args: list[str], lines: list[str], sim_env,
                                                    state_dir: Path) -> None:

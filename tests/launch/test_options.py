@@ -47,3 +47,15 @@ def test_launch_refuses_an_option_it_does_not_take(tmp_path) -> None:
 def test_options_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         LaunchOptions().policy = "gnn"  # type: ignore[misc]
+
+
+def test_steps_is_a_whole_number_of_iterations_from_the_flag_the_variable_or_launch() -> None:
+    assert LaunchOptions.from_env({"ECOLAUNCH_STEPS": "20000"}).steps == 20000
+    assert LaunchOptions.from_env({"ECOLAUNCH_STEPS": "5"}, {"steps": "7"}).steps == 7
+    assert "steps" in api_keywords()
+    for bad in ("0", "-3", "2.5", "many", str(10 ** 12 + 1)):
+        with pytest.raises(ConfigError) as e:
+            LaunchOptions.from_env({"ECOLAUNCH_STEPS": bad})
+        assert str(e.value) == (f"--steps (or ECOLAUNCH_STEPS) must be a whole number from 1 to 1000000000000, "
+                                f"got {bad!r}")
+        assert e.value.hint.startswith("e.g. --steps 20000")

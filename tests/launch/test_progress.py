@@ -4,11 +4,13 @@ heartbeat that writes it into the job file for ``ecolaunch status`` and ``top``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,16 +20,19 @@ from ecolaunch.jobmodel.capcurve import profile_curve
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.launch import pipeline
+from ecolaunch.launch.argv import parse
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
+from ecolaunch.launch.pipeline import expected_length
 from ecolaunch.launch.record import saving_estimate_j
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.profile import channel
-from ecolaunch.profile.history import History
+from ecolaunch.profile.history import History, ProfileEntry, RunLength
 from ecolaunch.profile.modes import ProfileAction
 from ecolaunch.profile.sampler import GpuSample
 from ecolaunch.runtime import open_gpus, resolve
+from ecolaunch.state.graph import MAX_EXPECTED_S
 from ecolaunch.state.reconcile import process_start_time
 from ecolaunch.state.store import StateStore
 from tests.conftest import REPO, clean_env, ecolaunch_cmd
@@ -206,3 +211,93 @@ def test_the_placement_and_each_heartbeat_count_the_jobs_waiting_behind(state_di
     session.release("two00001")
     beat = session.heartbeat(placement.job)
     assert beat.waiting_share == 0.0 and set(beat.residents) == set(placement.job.gpus)
+
+
+# --- how long a job is expected to run ------------------------------------------------------------------------
+FP_LEN = "ab" * 32
+
+
+def _entry(profile: Profile | None = None, runs: tuple = (), **hints) -> ProfileEntry:
+    return ProfileEntry(FP_LEN, profile, hints=hints, runs=runs)
+
+
+def test_a_declared_length_is_its_steps_at_the_profiles_pace_else_the_history_scaled_else_unknown(
+        caplog: pytest.LogCaptureFixture) -> None:
+    runs = (RunLength(90.0, 30), RunLength(120.0, 40), RunLength(100.0, 50))  # medians: 100 s, 40 steps
+    with caplog.at_level(logging.INFO, logger="ecolaunch.launch.pipeline"):
+        assert expected_length(600, _entry(Profile(iter_time_s=0.5), runs)) == (300.0, 600)
+        assert caplog.messages[-1] == ("length: 600 steps declared (--steps): expecting about 300 s, at its "
+                                       "profile's 0.5 s per step")
+        # the option wins over the script's hint; without a profile, the median run scaled by the steps
+        assert expected_length(80, _entry(None, runs, steps=400)) == (200.0, 80)
+        assert expected_length(None, _entry(None, runs, steps=400)) == (1000.0, 400)
+        assert caplog.messages[-1] == ("length: 400 steps declared (the script's @ecolaunch.job): expecting about "
+                                       "1000 s, scaling the median of 3 completed run(s) (100 s for 40 steps)")
+        assert expected_length(600, None) == (None, 600)  # a first launch: its seconds unknown until it runs
+        assert caplog.messages[-1] == "length: 600 steps declared (--steps): seconds unknown until the run measures its pace"
+        # nothing declared: the medians of the completed runs, as before; nothing known: nothing
+        assert expected_length(None, _entry(Profile(iter_time_s=0.5), runs)) == (100.0, 40)
+        assert caplog.messages[-1] == "history: 3 completed run(s) of this job: expecting about 100 s, 40 steps"
+        assert expected_length(None, _entry(Profile(iter_time_s=0.5))) == (None, None)
+        assert expected_length(10 ** 12, _entry(Profile(iter_time_s=1.0)))[0] == MAX_EXPECTED_S  # within a job file
+
+
+def test_the_request_carries_the_declared_length(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    conf = parse(["--steps", "600", "--nproc-per-node", "1", str(tmp_path / "train.py")], {})
+    ctx = SimpleNamespace(rules=Rules(), user="u", groups=())
+    ui = pipeline.LaunchCallbacks(decision=lambda *a: None, no_gpus=lambda *a: None)
+    request = pipeline._request(conf, SimpleNamespace(host="h"), ctx, None,
+                                _entry(Profile(iter_time_s=0.25), (RunLength(100.0, 50),)), ui)
+    assert (request.expected_s, request.expected_iterations) == (150.0, 600)
+    assert pipeline._request_info(conf, request)["expected_iterations"] == 600
+
+
+def test_the_progress_says_the_total_the_run_declared(backend, vclock, tmp_path: Path) -> None:
+    """The script's steps win over its tracked total; --steps over both; nothing declared: None."""
+    for hints, steps, total in (({"steps": 900, "tracked_steps": 30}, None, 900), ({"tracked_steps": 30}, None, 30),
+                                ({"steps": None}, None, None), ({"steps": 900}, 1200, 1200)):
+        (tmp_path / f"{total}-{steps}").mkdir()
+        obs = observer(backend, vclock, tmp_path / f"{total}-{steps}", "off", steps=steps)
+        with obs:
+            workers = FakeWorkers(obs.worker_env()["ECOLAUNCH_HOOK_DIR"], vclock, backend, hints=hints)
+            workers.run(5, obs)
+            progress = obs.progress()
+            workers.close()
+        assert (progress.iterations, progress.total_iterations) == (5, total), hints
+
+
+def test_the_record_keeps_the_length_the_launch_predicted(backend, vclock, tmp_path: Path) -> None:
+    obs = observer(backend, vclock, tmp_path, "off", predicted_s=42.5)
+    with obs:
+        workers = FakeWorkers(obs.worker_env()["ECOLAUNCH_HOOK_DIR"], vclock, backend)
+        workers.run(5, obs)
+        workers.close()
+        obs.set_exit_code(0)
+    assert obs.record.predicted_s == 42.5
+    assert History(tmp_path).length_predictions() == [(42.5, obs.record.duration_s)]
+
+
+def test_a_declared_length_is_known_to_the_next_launch_and_its_prediction_recorded(tmp_path: Path, sim_env,
+                                                                                    state_dir: Path) -> None:
+    """``@ecolaunch.job(steps=...)`` is kept in the history: the next launch expects its length before it starts,
+    and its record keeps what was expected next to what it took."""
+    script = tmp_path / "declared.py"
+    script.write_text("import time\nimport ecolaunch\n\n@ecolaunch.job(steps=24)\ndef main():\n"
+                      "    for _ in range(12):\n        time.sleep(0.01)\n        ecolaunch.step()\n\nmain()\n")
+    cmd = ecolaunch_cmd("-v", "--profile", "off", "--nproc-per-node", "1", str(script))
+    first = subprocess.run(cmd, env=sim_env("1xA100-SXM4-80GB"), cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "steps declared" not in first.stderr  # nothing known before its first run
+    (entry_file,) = (state_dir / "history").rglob("profiles/*.json")
+    entry = History(state_dir).lookup(entry_file.stem)
+    assert entry.hints.get("steps") == 24 and entry.runs[0].iterations == 12
+    second = subprocess.run(cmd, env=sim_env("1xA100-SXM4-80GB"), cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert ("length: 24 steps declared (the script's @ecolaunch.job): expecting about" in second.stderr
+            and "scaling the median of 1 completed run(s)" in second.stderr), second.stderr
+    ((predicted_s, duration_s),) = History(state_dir).length_predictions()
+    # twice the first run's steps: twice its length
+    assert predicted_s == pytest.approx(2 * entry.runs[0].duration_s, rel=1e-9) and duration_s > 0.1

@@ -210,3 +210,40 @@ def test_a_profile_file_claiming_too_many_runs_is_treated_as_missing(tmp_path: P
     with caplog.at_level(logging.WARNING):
         assert history.lookup(FP) is None
     assert "ignoring history file" in caplog.text
+
+
+def test_a_record_keeps_its_predicted_length_and_old_records_read_without_one(tmp_path: Path) -> None:
+    history = History(tmp_path)
+    rec = make_record(predicted_s=90.0)
+    history.record(rec)
+    assert history.get("j1") == rec and history.get("j1").predicted_s == 90.0
+    old = json.loads(encode_record("ecolaunch-job", make_record()))
+    del old["predicted_s"]  # written before predictions were kept
+    assert decode_record(json.dumps(old).encode(), "ecolaunch-job", JobRecord, where="r").predicted_s is None
+    with pytest.raises(ConfigError, match="predicted_s = -1.0"):
+        decode_record(json.dumps({**old, "predicted_s": -1.0}).encode(), "ecolaunch-job", JobRecord, where="r")
+
+
+def test_length_predictions_pair_what_was_expected_with_what_it_took(tmp_path: Path) -> None:
+    history = History(tmp_path)
+    assert history.length_predictions() == []
+    t = 1_700_000_000.0
+    history.record(make_record("a", ended=t + 300, predicted_s=80.0, duration_s=100.0))
+    history.record(make_record("b", ended=t + 100, predicted_s=120.0, duration_s=110.0))
+    history.record(make_record("c", ended=t + 200, predicted_s=50.0, exit_code=1))  # failed: not its length
+    history.record(make_record("d", ended=t + 400))  # nothing was predicted
+    history.record(make_record("e", ended=t + 500, predicted_s=30.0, duration_s=40.0))
+    assert history.length_predictions() == [(120.0, 110.0), (80.0, 100.0), (30.0, 40.0)]  # newest last
+    assert history.length_predictions(limit=1) == [(30.0, 40.0)]
+    assert history.length_predictions(limit=0) == []
+    with pytest.raises(ConfigError, match="limit must be an integer >= 0, got -1"):
+        history.length_predictions(limit=-1)
+
+
+def test_a_declared_steps_hint_is_kept_for_the_next_launch(tmp_path: Path) -> None:
+    history = History(tmp_path)
+    history.store_profile(FP, None, hints={"steps": 600, "tracked_steps": 30})
+    assert history.lookup(FP).hints == {"steps": 600}  # the tracked total is the running run's alone
+    for bad in (0, 2.5, True, "600", 10 ** 13):
+        history.store_profile(FP, None, hints={"steps": bad, "key": "k"})
+        assert history.lookup(FP).hints == {"key": "k"}, bad

@@ -15,6 +15,8 @@ import pytest
 import ecolaunch
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile import channel, hooks
+from ecolaunch.profile.history import declared_steps
+from ecolaunch.state.graph import MAX_EXPECTED_ITERATIONS
 from tests.conftest import clean_env
 
 
@@ -81,7 +83,9 @@ def test_active_path_stamps_reach_the_reader(tmp_path: Path) -> None:
     assert stamps == sorted(stamps)
     assert len(channel.iteration_times(stamps, warmup=3)) == len(stamps) - 4
     hints = channel.read_hints(hook_dir)
-    assert hints == {"name": "tiny", "max_slowdown_pct": 10, "memory_mib": 512, "profile_safe": True, "key": None}
+    # the loop over a list of 3 after 5 steps declared 5 + 3
+    assert hints == {"name": "tiny", "max_slowdown_pct": 10, "memory_mib": 512, "profile_safe": True, "key": None,
+                     "steps": None, "tracked_steps": 8}
 
 
 def test_reader_drops_a_torn_trailing_record(tmp_path: Path) -> None:
@@ -167,6 +171,7 @@ def test_job_hints_bare_and_with_arguments(tmp_path: Path) -> None:
         pass
 
     assert main2.__ecolaunch_job__ == ecolaunch.JobHints("bert-ft", 5.5, 20_000, False)
+    assert json.loads(channel.hints_path(tmp_path, 0).read_text())["steps"] is None
     assert json.loads(channel.hints_path(tmp_path, 0).read_text())["max_slowdown_pct"] == 5.5
     with pytest.raises(AttributeError):
         ecolaunch.job_hints().name = "other"  # type: ignore[union-attr]
@@ -176,10 +181,84 @@ def test_job_hints_bare_and_with_arguments(tmp_path: Path) -> None:
     {"max_slowdown_pct": -1}, {"max_slowdown_pct": "10"}, {"max_slowdown_pct": float("nan")},
     {"memory_mib": 0}, {"memory_mib": 1.5}, {"memory_mib": True}, {"profile_safe": "yes"}, {"name": ""},
     {"key": ""}, {"key": "  "}, {"key": 7}, {"key": "k" * 201},
+    {"steps": 0}, {"steps": -3}, {"steps": 2.0}, {"steps": True}, {"steps": "100"}, {"steps": 10 ** 12 + 1},
 ])
 def test_job_rejects_bad_hints(kwargs: dict) -> None:
     with pytest.raises(ConfigError):
         ecolaunch.job(**kwargs)
+
+
+def test_a_bad_steps_hint_says_what_to_declare() -> None:
+    with pytest.raises(ConfigError) as e:
+        ecolaunch.JobHints(steps=0)
+    assert str(e.value) == "steps must be a whole number from 1 to 1000000000000, got 0"
+    assert e.value.hint == "e.g. steps=epochs * len(loader): the iterations the whole run marks"
+    assert ecolaunch.JobHints(steps=600).steps == 600
+    assert hooks.MAX_STEPS == MAX_EXPECTED_ITERATIONS  # repeated in the hooks so that they import nothing
+
+
+def _tracked(hook_dir: Path) -> object:
+    return json.loads(channel.hints_path(hook_dir, 0).read_text()).get("tracked_steps")
+
+
+def test_a_tracked_loop_over_a_sized_iterable_declares_the_steps_through_it(tmp_path: Path) -> None:
+    hooks.reconfigure({"ECOLAUNCH_HOOK_DIR": str(tmp_path), "RANK": "0"})
+    for _ in range(2):
+        ecolaunch.step()
+    for epoch in range(3):
+        for _ in ecolaunch.track(range(4)):
+            # declared when the loop starts: the steps before it plus its length (per epoch: through this one)
+            assert _tracked(tmp_path) == 2 + 4 * (epoch + 1)
+    assert len(channel.read_steps(tmp_path)[0]) == 14
+
+
+def test_a_tracked_loop_without_a_length_declares_nothing(tmp_path: Path) -> None:
+    hooks.reconfigure({"ECOLAUNCH_HOOK_DIR": str(tmp_path), "RANK": "0"})
+
+    class Broken:
+        def __iter__(self):
+            return iter([1, 2])
+
+        def __len__(self) -> int:
+            raise NotImplementedError("an iterable-style dataset")
+
+    assert list(ecolaunch.track([])) == []  # a total of 0 declares nothing
+    assert list(ecolaunch.track(x for x in range(3))) == [0, 1, 2]
+    seen = []
+    for item in ecolaunch.track(Broken()):  # a length that raises never reaches the loop
+        seen.append(item)
+    assert seen == [1, 2]
+    assert not channel.hints_path(tmp_path, 0).exists()
+    assert len(channel.read_steps(tmp_path)[0]) == 5
+
+
+def test_job_steps_and_a_tracked_total_share_the_hints_file(tmp_path: Path) -> None:
+    hooks.reconfigure({"ECOLAUNCH_HOOK_DIR": str(tmp_path), "RANK": "0"})
+
+    @ecolaunch.job(name="ft", steps=600)
+    def main() -> None:
+        for _ in ecolaunch.track(range(5)):
+            pass
+
+    main()
+    hints = channel.read_hints(tmp_path)
+    assert (hints["name"], hints["steps"], hints["tracked_steps"]) == ("ft", 600, 5)
+    assert declared_steps(hints) == 600  # the explicit steps win
+    assert declared_steps({"tracked_steps": 5}) == 5
+    assert declared_steps({"steps": None, "tracked_steps": 5}) == 5
+    assert declared_steps({"steps": 0, "tracked_steps": "5"}) is None
+    assert declared_steps({}) is None
+
+
+def test_a_failed_write_of_the_tracked_total_is_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    hooks.reconfigure({"ECOLAUNCH_HOOK_DIR": str(tmp_path), "RANK": "0"})
+    channel.hints_path(tmp_path, 0).mkdir()  # the hints file cannot be replaced
+    with caplog.at_level(logging.WARNING, logger="ecolaunch.profile.hooks"):
+        for n in (2, 3):
+            assert list(ecolaunch.track(range(n))) == list(range(n))
+    warned = [r.message for r in caplog.records]
+    assert len(warned) == 1 and warned[0].startswith("ecolaunch could not pass job hints to the launcher"), warned
+    assert len(channel.read_steps(tmp_path)[0]) == 5  # the steps are marked all the same
 
 
 def test_decorators_reject_non_functions() -> None:

@@ -118,6 +118,9 @@ def test_out_of_range_fields_are_refused(field: str, value: object) -> None:
     ({"at": 1.0, "iterations": True}, "progress: iterations = true"),
     ({"at": 1.0, "iter_time_s": 0}, "progress: iter_time_s = 0"),
     ({"at": 1.0, "saving_j": 1e300}, "progress: saving_j = 1e+300"),
+    ({"at": 1.0, "total_iterations": -1}, "progress: total_iterations = -1"),
+    ({"at": 1.0, "total_iterations": 2.5}, "progress: total_iterations = 2.5"),
+    ({"at": 1.0, "total_iterations": 2**60}, "progress: total_iterations = 1152921504606846976"),
     ({"iterations": 3}, "progress: Object missing required field `at`"),
     ("fast", 'progress = "fast": expected an object'),
 ])
@@ -130,8 +133,13 @@ def test_a_running_jobs_progress_survives_its_job_file() -> None:
     raw = {**BASE, "id": "a", **RUNNING, "gpus": ["G"],
            "progress": {"at": 5.0, "iterations": 7, "iter_time_s": 0.25, "energy_j": 40.0, "saving_j": -1.5}}
     job = job_from_dict("a", raw)
+    # a job file written before the declared total: it reads, the total unknown
     assert job.progress == JobProgress(at=5.0, iterations=7, iter_time_s=0.25, energy_j=40.0, saving_j=-1.5)
+    assert job.progress.total_iterations is None
     assert job_from_dict("a", json.loads(json.dumps(job_to_dict(job)))) == job
+    declared = job_from_dict("a", {**raw, "progress": {**raw["progress"], "total_iterations": 900}})
+    assert declared.progress.total_iterations == 900
+    assert job_from_dict("a", json.loads(json.dumps(job_to_dict(declared)))) == declared
 
 
 def test_a_running_jobs_time_left_comes_from_its_expected_length_and_progress() -> None:
@@ -151,6 +159,13 @@ def test_a_running_jobs_time_left_comes_from_its_expected_length_and_progress() 
                ).remaining_s(started + 25) is None
     queued = job_from_dict("a", {**BASE, "id": "a", "request": {"expected_s": 100.0}})
     assert queued.remaining_s(0.0) is None
+    # the total the running script declared wins over the request's
+    declared = job({"expected_s": 100.0, "expected_iterations": 1000},
+                   {"at": started + 20, "iterations": 400, "iter_time_s": 0.2, "total_iterations": 1500})
+    assert declared.remaining_s(started + 25) == pytest.approx(1100 * 0.2 - 5)
+    # a total declared with nothing expected before the start (a first launch) is enough
+    first = job({}, {"at": started + 20, "iterations": 100, "iter_time_s": 0.5, "total_iterations": 300})
+    assert first.remaining_s(started + 20) == pytest.approx(200 * 0.5)
 
 
 def test_a_queued_job_holds_nothing() -> None:
