@@ -190,8 +190,8 @@ class LaunchOptions:
     backfill: bool | None = option(
         None, "--backfill", env="ECOLAUNCH_BACKFILL", metavar="yes|no", check=yes_or_no,
         hint="e.g. --backfill no (the script comes after the value)",
-        help="start ahead of the queue's waiting head when that keeps its reservation "
-             "([docs/queue.md](docs/queue.md#backfill); default: yes, but for `--policy exclusive`)")
+        help="start ahead of the queue's head when that keeps its reservation "
+             "([docs/queue.md](docs/queue.md#backfill); default: yes, no for `exclusive`)")
     verbose: bool = option(False, "-v", "--verbose", env="ECOLAUNCH_VERBOSE", api=False,
                            help="log each step; show tracebacks of ecolaunch errors")
 
