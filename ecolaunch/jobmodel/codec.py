@@ -23,7 +23,7 @@ from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.validate import is_integer
 
-VERSION = 3
+VERSION = 4
 
 T = TypeVar("T")
 _PATH = re.compile(r"^(?P<why>.*) - at `\$(?P<path>[^`]*)`$")
@@ -67,10 +67,15 @@ def _v2(doc: Any) -> Any:
     return dict(doc, version=3) if isinstance(doc, dict) else doc
 
 
+def _v3(doc: Any) -> Any:
+    """A version-3 document at version 4: what version 4 adds (a record's ``predicted_s``) is unknown in it."""
+    return dict(doc, version=4) if isinstance(doc, dict) else doc
+
+
 #: version -> the function that lifts a document of that version to the next
 _MIGRATIONS: dict[str, dict[int, Callable[[Any], Any]]] = {
-    "record": {1: _record_v1, 2: _v2},
-    "profile": {1: _profile_v1, 2: _v2},
+    "record": {1: _record_v1, 2: _v2, 3: _v3},
+    "profile": {1: _profile_v1, 2: _v2, 3: _v3},
 }
 
 

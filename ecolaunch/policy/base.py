@@ -45,8 +45,8 @@ class JobRequest:
     #: how the decision's reasons name the curve of ``profile`` (a first launch told a prediction says so,
     #: :class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves`)
     curve_named: str = MEASURED_CURVE
-    #: how long the job is expected to run alone, from its latest completed runs (None: it never completed here),
-    #: and how many steps it marks (None: unknown)
+    #: how long the job is expected to run alone and how many steps it marks (each None: unknown), from its declared
+    #: length, else its latest completed runs (:func:`~ecolaunch.launch.pipeline.expected_length`)
     expected_s: float | None = None
     expected_iterations: int | None = None
     #: the sharing contract (:mod:`ecolaunch.policy.contract`): start now on a shared GPU when that finishes the job

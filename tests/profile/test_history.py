@@ -218,7 +218,8 @@ def test_a_record_keeps_its_predicted_length_and_old_records_read_without_one(tm
     history.record(rec)
     assert history.get("j1") == rec and history.get("j1").predicted_s == 90.0
     old = json.loads(encode_record("ecolaunch-job", make_record()))
-    del old["predicted_s"]  # written before predictions were kept
+    del old["predicted_s"]
+    old["version"] = 3  # written before predictions were kept
     assert decode_record(json.dumps(old).encode(), "ecolaunch-job", JobRecord, where="r").predicted_s is None
     with pytest.raises(ConfigError, match="predicted_s = -1.0"):
         decode_record(json.dumps({**old, "predicted_s": -1.0}).encode(), "ecolaunch-job", JobRecord, where="r")
