@@ -54,7 +54,8 @@ class WaitReason(str, enum.Enum):
     The waiting launcher judges it at each try (``ecolaunch.policy.waiting``) and records it with its job, so that
     ``ecolaunch status`` shows it; the first that applies wins, in this order::
 
-        Priority     other jobs are ahead of it in this host's queue (a strict FIFO: only the head is placed)
+        Priority     other jobs are ahead of it in this host's queue (a FIFO: a job behind the head starts only by
+                     backfill, ``ecolaunch.policy.backfill``)
         UserLimit    the user's running jobs already hold their ``[users] max_gpus``
         Reservation  enough GPUs are free, but some are reserved for others (``[reserve.*]``)
         Resources    not enough free GPUs (busy with jobs or processes outside ecolaunch), or no placement the
