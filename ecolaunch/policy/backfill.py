@@ -2,12 +2,13 @@
 behind the head may start now. The one rule the launcher (``launch.session.Session.try_place``) and the simulator
 (``sim.engine.Simulation``) both run.
 
-What lives here: :class:`Reservation` and :func:`reservation` (the head's promise), :func:`may_backfill` (a job behind the head may start
-now), :func:`overrun_margin` (how much to add to a predicted length, learned from how often predictions ran over) and
-:func:`backfill_default` (which policies backfill unless told). What does not: how long a job is expected to run (its
-request's ``expected_s`` and ``expected_iterations``, :meth:`~ecolaunch.state.graph.Job.remaining_s`), the placement
-itself (``policy.place``), when each waiting job is expected to start (``state.queue.expected_starts``, re-exported here).
-The rule and what it costs when a declared length lies: docs/queue.md#backfill.
+What lives here: :class:`Reservation` and :func:`reservation` (the head's promise), :func:`may_backfill` (a job
+behind the head may start now), :func:`place_behind` (it, placed), :func:`overrun_margin` (how much to add to a
+predicted length, learned from how often predictions ran over), :func:`late_by` and :func:`backfill_default` (which
+policies backfill unless told). What does not: how long a job is expected to run (its request's ``expected_s`` and
+``expected_iterations``, :meth:`~ecolaunch.state.graph.Job.remaining_s`), the placement itself (``policy.place``),
+when each waiting job is expected to start (``state.queue.expected_starts``, re-exported here). The rule and what it
+costs when a declared length lies: docs/queue.md#backfill.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from ecolaunch.policy.base import JobRequest, Policy
 from ecolaunch.policy.budgeted import over_budget
 from ecolaunch.policy.candidates import eligible_gpus, gpus_held_by, is_idle
 from ecolaunch.state.graph import MAX_DETAIL_CHARS, GpuNode, StateGraph, WaitReason
+from ecolaunch.state.queue import NOT_GPUS
 
 __all__ = ["Waiting", "bounded", "why_waiting"]
 
@@ -57,6 +58,8 @@ def why_waiting(state: StateGraph, request: JobRequest, policy: Policy, rules: R
                        bounded(f"{len(ahead)} job(s) ahead in this host's queue; the first is {head.id} "
                                f"({head.user}: {head.name}){waits}"), starts_at)
     reason, detail = _unplaced(state, request, policy, rules)
+    if reason in NOT_GPUS or (starts_at is not None and starts_at <= now):  # it waits for more than GPUs to free up
+        starts_at = None
     return Waiting(position, reason, bounded(detail), starts_at)
 
 

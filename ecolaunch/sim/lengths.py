@@ -32,7 +32,8 @@ __all__ = ["Declared", "LauncherLengths", "TrueLengths"]
 
 #: the latest predictions a margin is learned from (``History.length_predictions``' default)
 KEPT_PREDICTIONS = 100
-#: the simulator's step of progress (``sim.engine`` counts a job's progress in it): a job's length in steps is its solo run time in ms
+#: the simulator's step of progress (``sim.engine`` counts a job's progress in it): a job's length in steps is its
+#: solo run time in ms
 STEP_S = 1e-3
 
 

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ecolaunch.state.graph import Job, JobState, StateGraph
+from ecolaunch.state.graph import Job, JobState, StateGraph, WaitReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,10 @@ def _expected_length(job: Job) -> float | None:
     return float(length) if isinstance(length, (int, float)) and length > 0 else None
 
 
+#: why a job waits when more free GPUs alone would not start it (``Job.wait_reason``)
+NOT_GPUS = frozenset({WaitReason.USER_LIMIT, WaitReason.RESERVATION, WaitReason.MEMORY, WaitReason.POWER_BUDGET})
+
+
 def free_times(graph: StateGraph, host: str, now: float) -> tuple[dict[str, float], list[str]]:
     """Each GPU of ``host`` that is expected to free up: when (``now`` for an idle one); and the running jobs whose
     end is unknown (their GPUs, and a GPU with processes outside ecolaunch, never free up here)."""
@@ -94,17 +98,25 @@ def expected_starts(graph: StateGraph, host: str, now: float,
     :meth:`~ecolaunch.state.graph.Job.remaining_s`; each queued job then holds its GPUs for its request's expected
     length). None for a job the ends known never free enough GPUs for, and for every job behind it (a job with no
     expected end never gives its GPUs back). A job that backfills starts earlier than this. ``then``: jobs not queued
-    yet (id, GPUs, expected length) as if they joined the queue's end (``--dry-run``)."""
+    yet (id, GPUs, expected length) as if they joined the queue's end (``--dry-run``).
+
+    A job whose launcher found it waiting for something besides free GPUs (:data:`NOT_GPUS`: a user limit, a
+    reservation, memory, the power budget), or waiting although enough GPUs are expected free now (the policy's bound,
+    say), waits for what this does not play forward: its start, and every start behind it, is unknown."""
     times, _ = free_times(graph, host, now)
     free: list[float] | None = sorted(times.values())
     starts: dict[str, float | None] = {}
     after = now
-    queue = [(j.id, j.nproc, _expected_length(j)) for j in graph.queued_jobs(host)]
-    for job_id, nproc, length in [*queue, *then]:
-        if free is None or len(free) < nproc:
+    queue = [(j.id, j.nproc, _expected_length(j), j.wait_reason) for j in graph.queued_jobs(host)]
+    for job_id, nproc, length, why in [*queue, *((*t, None) for t in then)]:
+        if free is None or len(free) < nproc or why in NOT_GPUS:
             starts[job_id] = free = None
             continue
-        starts[job_id] = after = max(after, free[nproc - 1])
+        start = max(after, free[nproc - 1])
+        if start <= now and why is not None and why is not WaitReason.PRIORITY:
+            starts[job_id] = free = None
+            continue
+        starts[job_id] = after = start
         # it takes the earliest GPUs and gives them back at its expected end (never, when that is unknown)
         free = sorted(free[nproc:] + ([after + length] * nproc if length is not None else []))
     return starts

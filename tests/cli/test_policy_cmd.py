@@ -67,6 +67,7 @@ def test_show_prints_every_value_with_its_source(runner: CliRunner, policy_file:
         ("colocation.max_jobs_per_gpu", "2", "default"),
         ("colocation.memory_margin_mib", "1024", "default"),
         ("colocation.share_if_sooner", "false", "default"),
+        ("queue.backfill", "true", "default"),
         ("profiling.max_iterations", "none (a full profile takes 65 iterations)", "default"),
         ("profiling.max_time_s", "none (no time limit)", "default"),
         ("profiling.max_caps", "none (profiling tries at most 3 caps)", "default"),

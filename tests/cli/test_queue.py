@@ -39,10 +39,13 @@ def test_status_and_the_queue_lines_say_why_a_job_waits_and_cancel_stops_it(sim_
         # --explain says that, and why, a launch now would wait; --json carries it too
         dry = run(["--dry-run", "--explain", "--nproc-per-node", "1", SLEEPER, str(tmp_path), "1"], env)
         assert dry.returncode == 0, dry.stderr
-        assert dry.stdout.splitlines() == ["ecolaunch: no GPUs fit now: the job would wait in the queue",
+        # the hog's length is unknown (no history): so is the start
+        assert dry.stdout.splitlines() == ["ecolaunch: no GPUs fit now: the job would wait in the queue (start "
+                                           "unknown, at position 1 in the queue)",
                                            f"ecolaunch:   would wait at position 1 in the queue: Resources ({busy})"]
         doc = json.loads(run(["--dry-run", "--json", "--nproc-per-node", "1", SLEEPER, str(tmp_path), "1"], env).stdout)
-        assert doc["placed"] is False and doc["waiting"] == {"position": 1, "reason": "Resources", "detail": busy}
+        assert doc["placed"] is False and doc["waiting"] == {"position": 1, "reason": "Resources", "detail": busy,
+                                                             "starts_in_s": None}
         now = run(["--wait-timeout", "0", "--nproc-per-node", "1", SLEEPER, str(tmp_path), "1"], env)
         assert now.returncode == 75 and f"(queue position 1): Resources ({busy})" in now.stderr.splitlines()[0]
 
@@ -51,7 +54,7 @@ def test_status_and_the_queue_lines_say_why_a_job_waits_and_cancel_stops_it(sim_
         assert {k: row[k] for k in ("position", "name", "user", "nproc", "reason", "reason_detail")} == {
             "position": 1, "name": "second", "user": "root", "nproc": 1, "reason": "Resources", "reason_detail": busy}
         shown = run(["status"], env).stdout
-        assert re.search(rf"^  1\. {row['id']} root: second, 1 GPU\(s\), waiting \d+ s: Resources \({re.escape(busy)}\)$",
+        assert re.search(rf"^  1\. {row['id']} root: second, 1 GPU\(s\), waiting \d+ s, start unknown: Resources \({re.escape(busy)}\)$",
                          shown, re.M), shown
         # a job behind it waits for Priority, naming the head and what the head waits for
         behind = run(["--dry-run", "--explain", "--nproc-per-node", "1", SLEEPER, str(tmp_path), "1"], env)

@@ -88,11 +88,12 @@ def test_a_queue_row_shows_its_reason_and_member_text_is_not_markup() -> None:
 
     doc = {"host": "h", "simulate": None, "gpus": [], "jobs": [], "caps_left": [], "ignored": [],
            "queue": [{"position": 1, "id": "q1", "user": "eve", "name": "[bold]x\x1b[2J", "nproc": 2, "age_s": 75.0,
-                      "reason": "Resources", "reason_detail": "0 of the 2 GPU(s) the job needs are free"}]}
+                      "reason": "Resources", "reason_detail": "0 of the 2 GPU(s) the job needs are free",
+                      "starts_in_s": 45.0}]}
     console = Console(width=200, no_color=True, record=True, file=open(os.devnull, "w"))
     console.print(render(doc, live=False))
     text = console.export_text()
-    assert _cells(text, "1", "q1") == ["1", "q1", "eve", "[bold]x\\x1b[2J", "2", "1:15", "Resources"]
+    assert _cells(text, "1", "q1") == ["1", "q1", "eve", "[bold]x\\x1b[2J", "2", "1:15", "0:45", "Resources"]
 
 
 def test_long_names_wrap_on_an_80_column_terminal_and_are_never_cut() -> None:

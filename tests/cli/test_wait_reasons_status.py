@@ -39,7 +39,7 @@ def test_status_says_why_a_job_waits(reason: str, sim_env, tmp_path: Path) -> No
         assert (row["name"], row["position"], row["reason"]) == ("second", 1, reason), row
         assert words in row["reason_detail"], row
         shown = run(["status"], env).stdout
-        assert re.search(rf"^  1\. {row['id']} root: second, 1 GPU\(s\), waiting \d+ s: {reason} \(", shown, re.M), shown
+        assert re.search(rf"^  1\. {row['id']} root: second, 1 GPU\(s\), waiting \d+ s, start unknown: {reason} \(", shown, re.M), shown
     finally:
         for proc in (hog, waiter):
             if proc is not None and proc.poll() is None:

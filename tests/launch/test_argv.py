@@ -126,7 +126,8 @@ def test_bad_input_exits_2_with_message(argv, env, message, capsys) -> None:
 
 #: a bad value of every ecolaunch option that takes one (the registry below checks none is missing)
 BAD_VALUES = {"--wait-timeout": "abc", "--policy": "magic", "--allowed-slowdown": "-5", "--memory-mib": "-1",
-              "--profile": "sometimes", "--name": "a b", "--job-key": " ", "--share-if-sooner": "maybe"}
+              "--profile": "sometimes", "--name": "a b", "--job-key": " ", "--share-if-sooner": "maybe",
+              "--steps": "0", "--backfill": "maybe"}
 
 
 def test_every_option_that_takes_a_value_is_in_bad_values() -> None:

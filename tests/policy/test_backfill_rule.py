@@ -7,7 +7,7 @@ import pytest
 
 from ecolaunch.policy.backfill import (DEFAULT_MARGIN, Reservation, backfill_default, expected_starts, may_backfill,
                                        overrun_margin, reservation)
-from ecolaunch.state.graph import GpuNode, Host, Job, JobState, StateGraph
+from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
 NOW = 1000.0
 
