@@ -169,8 +169,28 @@ def test_a_short_run_prints_every_row_paired_against_fifo() -> None:
     run = json.loads(ran.stdout)["runs"]["workstation-measured"]["exclusive"]["zeus"]
     assert set(run["rows"]) == {"fifo", "backfill-true", "backfill-known-0", "backfill-known-100"}
     assert run["rows"]["fifo"]["out_of_order_pct"] == 0.0  # the strict FIFO starts no job past an earlier one
+    assert run["rows"]["fifo"]["reservations"] == 0 and set(run["share_of_true"]) <= {"backfill-known-0",
+                                                                                         "backfill-known-100"}
     assert set(run["vs_fifo"]["backfill-true"]) >= {"mean_jct_pct", "p95_jct_pct", "mean_wait_pct", "gpu_idle_h",
                                                     "idle_waiting_h", "node_energy_pct"}
     bad = subprocess.run([sys.executable, str(BENCHMARKS / "backfill_headroom.py"), "--seeds", "1"], env=clean_env(),
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--seeds must be at least 2" in bad.stderr
+
+
+def test_the_share_of_the_upper_bound_is_the_ratio_of_paired_means_with_a_bootstrap_interval(bench) -> None:
+    headroom = bench
+
+    def row(*per_seed):
+        return {"mean_jct_pct": {"per_seed": list(per_seed)}}
+
+    run = {"vs_fifo": {"backfill-true": row(-10.0, -6.0, -8.0, -4.0), "backfill-known-100": row(-5.0, -3.0, -4.0, -2.0),
+                       "backfill-known-0": row(-10.0, -6.0, -8.0, -4.0), "fifo": row(0.0, 0.0, 0.0, 0.0)}}
+    shares = headroom.share_of_true(run, draws=500)
+    assert set(shares) == {"backfill-known-100", "backfill-known-0"}
+    assert shares["backfill-known-100"] == {"mean": 50.0, "ci95_lo": 50.0, "ci95_hi": 50.0}  # half on every seed
+    assert shares["backfill-known-0"]["mean"] == 100.0
+    uneven = {"vs_fifo": {"backfill-true": row(-10.0, -2.0), "backfill-known-100": row(-2.0, -2.0)}}
+    share = headroom.share_of_true(uneven, draws=500)["backfill-known-100"]
+    assert share["mean"] == pytest.approx(100.0 * 2.0 / 6.0, abs=0.1) and share["ci95_lo"] < share["mean"] < \
+        share["ci95_hi"]

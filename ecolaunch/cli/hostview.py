@@ -98,10 +98,10 @@ def status_doc(graph: StateGraph, host: str, kind: str, environment: Environment
 
 def job_doc(job: Job, now: float) -> dict:
     """One job's row. Its progress (None until its launcher's first heartbeat, and for a queued job): ``iterations``,
-    ``iter_time_s``, ``energy_j`` (its share of its GPUs' energy), ``saving_j`` (an estimate against running
-    uncapped, ``JobProgress``), as of ``progress_age_s`` seconds ago; ``remaining_s``, how long it is expected to run
-    still (:meth:`~ecolaunch.state.graph.Job.remaining_s`: from its completed runs and its progress; None when
-    unknown)."""
+    ``total_iterations`` (what the script declared of its length), ``iter_time_s``, ``energy_j`` (its share of its
+    GPUs' energy), ``saving_j`` (an estimate against running uncapped, ``JobProgress``), as of ``progress_age_s``
+    seconds ago; ``remaining_s``, how long it is expected to run still (:meth:`~ecolaunch.state.graph.Job.remaining_s`:
+    from its declared length or its completed runs, and its progress; None when unknown)."""
     p = job.progress
     left = job.remaining_s(now)
     return {
@@ -115,6 +115,7 @@ def job_doc(job: Job, now: float) -> dict:
         "launcher_pid": job.launcher_pid,
         "age_s": round(now - (job.started_at or job.submitted_at), 1),
         "iterations": p.iterations if p else None,
+        "total_iterations": p.total_iterations if p else None,
         "iter_time_s": p.iter_time_s if p else None,
         "energy_j": p.energy_j if p else None,
         "saving_j": p.saving_j if p else None,

@@ -129,6 +129,7 @@ def test_the_heartbeat_writes_the_progress_that_status_shows(state_dir: Path, mo
     assert shown.returncode == 0, shown.stderr
     (row,) = json.loads(shown.stdout)["jobs"]
     assert (row["id"], row["iterations"], row["saving_j"]) == (job.id, 30, None)
+    assert row["total_iterations"] is None  # the script declared nothing (its request expects 100 steps)
     assert row["iter_time_s"] == pytest.approx(0.2) and row["energy_j"] == pytest.approx(progress.energy_j)
     assert 0.0 < row["remaining_s"] <= 70 * 0.2  # 70 steps to go at 0.2 s, less the time since the heartbeat
     session.release(job.id)
