@@ -327,10 +327,16 @@ class _ColleagueCurve:
 
 
 def _with_profile(request: JobRequest, profile) -> JobRequest:
-    """The request with a known profile (history or a profiling run): the policy places with full knowledge."""
+    """The request with a known profile (history or a profiling run): the policy places with full knowledge, and a
+    request that knows its steps but not yet their seconds (a declared length, :func:`expected_length`) expects them
+    at the profile's iteration time."""
     if profile is None:
         return request
-    return dataclasses.replace(request, profile=profile, memory_mib=request.memory_mib or profile.memory_mib)
+    seconds = request.expected_s
+    if seconds is None and request.expected_iterations and profile.iter_time_s:
+        seconds = min(request.expected_iterations * profile.iter_time_s, MAX_EXPECTED_S)
+    return dataclasses.replace(request, profile=profile, memory_mib=request.memory_mib or profile.memory_mib,
+                               expected_s=seconds)
 
 
 def _stop_workers() -> None:

@@ -151,3 +151,14 @@ def test_a_wait_timeout_shorter_than_the_expected_start_fails_at_once(session: S
         session.wait_for_placement("b", timeout_s=60.0)
     assert time.monotonic() - started < 5.0
     assert [j.id for j in session.snapshot().queued_jobs()] == []  # it left the queue
+
+
+def test_a_declared_length_gets_its_seconds_once_a_profiling_run_measures_the_pace() -> None:
+    from ecolaunch.jobmodel.profile import Profile
+    from ecolaunch.launch.pipeline import _with_profile
+
+    declared = JobRequest(id="d", user="u", host="h", nproc=1, expected_iterations=500)  # a first launch: no seconds
+    measured = Profile(iter_time_s=0.2, sm_util_pct=80.0, mem_bw_util_pct=40.0, memory_mib=1000)
+    assert _with_profile(declared, measured).expected_s == pytest.approx(100.0)
+    known = JobRequest(id="k", user="u", host="h", nproc=1, expected_iterations=500, expected_s=70.0)
+    assert _with_profile(known, measured).expected_s == 70.0  # what the history said stays
