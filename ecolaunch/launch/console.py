@@ -22,7 +22,7 @@ from ecolaunch.launch.torchrun import WorkerOutcome
 from ecolaunch.policy.base import Decision
 from ecolaunch.policy.waiting import Waiting
 from ecolaunch.state.graph import GpuNode, Job
-from ecolaunch.text import printable
+from ecolaunch.text import gist, printable
 
 #: the signals that stop a launch (the CLI raises :class:`Interrupted` for them)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -84,15 +84,17 @@ WAIT_REPORT_S = 10.0
 
 def _wait_reporter():
     """The waiting launcher's queue lines: one at once, then one each WAIT_REPORT_S, and one whenever the position
-    or the reason changes."""
+    or the reason changes (not its figures: the seconds to a reservation change at every try)."""
     last: dict = {"t": -1e9, "why": None}
 
     def report(job: Job, waiting: Waiting, waited_s: float) -> None:
-        why = (waiting.position, waiting.reason, waiting.detail)
+        why = (waiting.position, waiting.reason, gist(waiting.detail))
         if waited_s - last["t"] >= WAIT_REPORT_S or why != last["why"]:
             last["t"], last["why"] = waited_s, why
+            starts = "" if waiting.starts_at is None else \
+                f", expected to start in about {max(0.0, waiting.starts_at - time.time()):.0f} s"
             echo(printable(f"ecolaunch: job {job.id} ({job.name}) waiting: position {waiting.position} in the "
-                             f"queue, {waited_s:.0f} s so far: {waiting.text()}"), err=True)
+                             f"queue, {waited_s:.0f} s so far{starts}: {waiting.text()}"), err=True)
 
     return report
 

@@ -36,6 +36,7 @@ from ecolaunch.policy.waiting import Waiting, bounded, why_waiting
 from ecolaunch.state.graph import Job, JobState, StateGraph, WaitReason
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, reconcile
 from ecolaunch.state.store import StateStore
+from ecolaunch.text import gist
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ class Session:
                 head = graph.queued_jobs(self.host)[0]
                 decision, verdict = place_behind(graph, request, self.policy, self.rules, now, head.id, head.nproc,
                                                  self.backfill_margin)
-                if decision is None and self._verdicts.get(job_id) != (said := _gist(verdict.why)):
+                if decision is None and self._verdicts.get(job_id) != (said := gist(verdict.why)):
                     self._verdicts[job_id] = said
                     logger.info("job %s does not start ahead of the queue: %s", job_id, verdict.why)
             if decision is None:
@@ -490,11 +491,6 @@ def _kept(decision: Decision, promised: set[float], now: float) -> Decision:
             if late > 0.5 else f"{len(promised)} job(s) started ahead of it by backfill, keeping its reservation")
     return dataclasses.replace(decision, reasons=[*decision.reasons, said],
                                predicted={**decision.predicted, "reservation_late_s": round(late, 1)})
-
-
-def _gist(why: str) -> str:
-    """A verdict without its numbers: what changes it (not the seconds left, which change at every try)."""
-    return "".join(c for c in why if not c.isdigit())
 
 
 def _queued(graph: StateGraph, job_id: str) -> Job:

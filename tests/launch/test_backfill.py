@@ -162,3 +162,21 @@ def test_a_declared_length_gets_its_seconds_once_a_profiling_run_measures_the_pa
     assert _with_profile(declared, measured).expected_s == pytest.approx(100.0)
     known = JobRequest(id="k", user="u", host="h", nproc=1, expected_iterations=500, expected_s=70.0)
     assert _with_profile(known, measured).expected_s == 70.0  # what the history said stays
+
+
+def test_the_waiting_line_says_the_expected_start_and_is_not_repeated_as_the_seconds_tick(capsys) -> None:
+    from ecolaunch.launch.console import _wait_reporter
+    from ecolaunch.policy.waiting import Waiting
+    from ecolaunch.state.graph import Job
+
+    job = Job.queued("w1", user="u", host="h", nproc=1, seq=1, submitted_at=0.0, request={}, name="t.py")
+    report = _wait_reporter()
+    for left in (900.0, 899.8, 899.6):  # three tries 0.2 s apart: the reservation's seconds tick down
+        report(job, Waiting(2, WaitReason.PRIORITY, f"backfill: job big is reserved GPUs in {left:.0f} s",
+                            time.time() + left), 1.0)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"ecolaunch: job w1 \(t\.py\) waiting: position 2 in the queue, 1 s so far, "
+                                            r"expected to start in about (899|900) s: Priority \(backfill: job big is "
+                                            r"reserved GPUs in 900 s\)", lines[0]), lines
+    report(job, Waiting(2, WaitReason.PRIORITY, "backfill: its length is unknown"), 1.2)  # new words: a new line
+    assert capsys.readouterr().err.endswith("1 s so far: Priority (backfill: its length is unknown)\n")
