@@ -4,6 +4,7 @@ measured world, before anyone builds one.
     python benchmarks/backfill_headroom.py [--seeds 10] [--first-seed 0] [--trace NAME ...] [--policy NAME ...]
                                            [--share PCT ...] [--spread zeus|independent|S ...] [--jobs N]
                                            [--json] [--out benchmarks/results/issue40]
+    python benchmarks/backfill_headroom.py --pool RUN.json RUN.json ... [--out DIR]   # other seeds, pooled
 
 Each host's queue is a strict FIFO (docs/queue.md): only its head may be placed. Rows, each on the same trace, world
 and seed (paired by seed against ``fifo``):
@@ -266,6 +267,30 @@ def run_all(seeds: list[int], traces: list[str], policies: list[str], spreads: l
     return out
 
 
+def pooled(results: list[dict]) -> dict:
+    """Runs on other seeds pooled into one result, as if run together: every (trace, policy, spread) and row that
+    each result has, its per-seed figures in turn, and the statistics of :func:`run_all` computed again on them."""
+    shares = sorted(set.intersection(*(set(r["shares"]) for r in results)))
+    out: dict = {"seeds": [s for r in results for s in r["seeds"]], "shares": shares, "zeus": results[0]["zeus"],
+                 "runs": {}, "wall_s": {}}
+    for name, by_policy in results[0]["runs"].items():
+        for policy, by_spread in by_policy.items():
+            for label in by_spread:
+                parts = [r["runs"].get(name, {}).get(policy, {}).get(label) for r in results]
+                if any(part is None for part in parts):
+                    continue
+                rows = {}
+                for row in row_names(shares):
+                    runs = [{k: v[i] for k, v in part["rows"][row]["per_seed"].items()}
+                            for part in parts for i in range(len(part["rows"][row]["per_seed"]["mean_jct_s"]))]
+                    rows[row] = over_seeds(runs)
+                run = {"achieved_spread": rows["fifo"]["per_seed"]["key_spread"], "rows": rows,
+                       "vs_fifo": vs_fifo(rows)}
+                run["share_of_true"] = share_of_true(run)
+                out["runs"].setdefault(name, {}).setdefault(policy, {})[label] = run
+    return out
+
+
 def share_of_true(run: dict, draws: int = 10_000) -> dict:
     """Each ``backfill-known-P`` row's reduction of mean JCT against ``fifo`` as a share of ``backfill-true``'s (%):
     the ratio of the paired means over the seeds, with a bootstrap 95 % interval (seeds drawn with replacement; a draw
@@ -365,7 +390,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=None, help="jobs per trace (default: the trace's own)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, default=None, help="also write backfill_headroom.md and .json here")
+    parser.add_argument("--pool", nargs="+", type=Path, metavar="JSON",
+                        help="run nothing: pool earlier runs' backfill_headroom.json (other seeds) into one result")
     args = parser.parse_args()
+    if args.pool:
+        result = pooled([json.loads(path.read_text()) for path in args.pool])
+        _write(result, args.out)
+        emit(result, args.json, markdown(result))
+        return
     if args.seeds < 2:
         parser.error("--seeds must be at least 2 (the rows are paired by seed)")
     shares = args.share if args.share is not None else list(SHARES)
@@ -376,12 +408,16 @@ def main() -> None:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     result = run_all(seeds, args.trace or list(TRACES), args.policy or list(POLICIES), args.spread or [ZEUS],
                      shares, args.jobs)
-    table = markdown(result)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "backfill_headroom.md").write_text(report(result, " ".join(sys.argv[1:])))
-        (args.out / "backfill_headroom.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    emit(result, args.json, table)
+    _write(result, args.out)
+    emit(result, args.json, markdown(result))
+
+
+def _write(result: dict, out: Path | None) -> None:
+    """``--out``: the report and the JSON."""
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "backfill_headroom.md").write_text(report(result, " ".join(sys.argv[1:])))
+        (out / "backfill_headroom.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":
