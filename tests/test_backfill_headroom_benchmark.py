@@ -161,7 +161,7 @@ def test_the_zeus_repeat_spread_is_read_from_the_training_runs(bench) -> None:
 
 
 @pytest.mark.slow
-def test_a_short_run_prints_every_row_paired_against_fifo() -> None:
+def test_a_short_run_prints_every_row_paired_against_fifo(tmp_path) -> None:
     cmd = [sys.executable, str(BENCHMARKS / "backfill_headroom.py"), "--seeds", "2", "--trace", "workstation-measured",
            "--policy", "exclusive", "--share", "0", "--share", "100", "--jobs", "150", "--json"]
     ran = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=600)
@@ -176,6 +176,18 @@ def test_a_short_run_prints_every_row_paired_against_fifo() -> None:
     bad = subprocess.run([sys.executable, str(BENCHMARKS / "backfill_headroom.py"), "--seeds", "1"], env=clean_env(),
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--seeds must be at least 2" in bad.stderr
+    # two runs pooled: their seeds in turn, each row's figures recomputed over all of them
+    (tmp_path / "a.json").write_text(ran.stdout)
+    pool = subprocess.run([sys.executable, str(BENCHMARKS / "backfill_headroom.py"), "--pool", str(tmp_path / "a.json"),
+                           str(tmp_path / "a.json"), "--json"], env=clean_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert pool.returncode == 0, pool.stderr
+    both = json.loads(pool.stdout)
+    twice = both["runs"]["workstation-measured"]["exclusive"]["zeus"]
+    assert both["seeds"] == [0, 1, 0, 1]
+    assert twice["rows"]["fifo"]["per_seed"]["mean_jct_s"] == 2 * run["rows"]["fifo"]["per_seed"]["mean_jct_s"]
+    assert twice["vs_fifo"]["backfill-true"]["mean_jct_pct"]["mean"] == \
+        pytest.approx(run["vs_fifo"]["backfill-true"]["mean_jct_pct"]["mean"], abs=1e-3)
 
 
 def test_the_share_of_the_upper_bound_is_the_ratio_of_paired_means_with_a_bootstrap_interval(bench) -> None:
