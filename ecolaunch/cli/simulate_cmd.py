@@ -85,9 +85,11 @@ def _model_traces() -> list[str]:
               show_default=True)
 @click.option("--seed", default=0, show_default=True, help="seed of the trace's random draws")
 @click.option("--jobs", type=click.IntRange(1, 1_000_000), default=None, help="number of jobs (default: the trace's)")
+@click.option("--backfill", type=click.Choice(["yes", "no"]), default=None,
+              help="EASY backfill in the queue (default: as the launcher, every policy but exclusive)")
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], seed: int, jobs: int | None,
-             as_json: bool) -> None:
+             backfill: str | None, as_json: bool) -> None:
     """Run each policy on the same trace and machine, and print energy (node, GPU-only, job-attributed),
     mean and p95 job completion time, mean slowdown against running alone, QoS violations, makespan and GPU
     utilization. Deterministic: the same arguments give the same numbers."""
@@ -132,6 +134,8 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     rows = []
     for name, policy in zip(policies, chosen):
         sim = entry.simulation(machine, trace, name, policy, seed=seed)
+        if backfill is not None:
+            sim.backfill = backfill == "yes"
         show_bar = not as_json and len(trace.jobs) >= 2000 and sys.stderr.isatty()
         if show_bar:
             with click.progressbar(length=len(trace.jobs), label=f"{policy.name:>10}", file=sys.stderr) as bar:

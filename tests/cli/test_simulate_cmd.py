@@ -64,3 +64,16 @@ def test_the_measured_world_runs_from_an_installed_package_without_the_checkouts
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["policies"]["curve"]["jobs"] == 3
+
+
+def test_the_queue_backfills_as_the_launchers_unless_told() -> None:
+    """Under the budget the default's queue lets jobs start ahead of a waiting head (issue 40); `--backfill no` is the
+    strict FIFO, which `exclusive` keeps unless told yes."""
+    default = _run("--trace", "power-budget", "--jobs", "60", "--policy", "curve")["policies"]["curve"]
+    fifo = _run("--trace", "power-budget", "--jobs", "60", "--policy", "curve", "--backfill", "no")["policies"]["curve"]
+    assert default["mean_jct_s"] < fifo["mean_jct_s"]
+    told = _run("--trace", "power-budget", "--jobs", "60", "--policy", "exclusive", "--backfill", "no")
+    assert told["policies"]["exclusive"] == _run("--trace", "power-budget", "--jobs", "60", "--policy",
+                                                 "exclusive")["policies"]["exclusive"]
+    bad = CliRunner().invoke(simulate, ["--backfill", "maybe"])
+    assert bad.exit_code == 2 and "'maybe' is not one of 'yes', 'no'" in bad.output
