@@ -515,7 +515,8 @@ class History:
         """``(predicted_s, duration_s)`` of this user's latest ``limit`` completed runs (exit code 0) whose launch
         predicted their length (:attr:`JobRecord.predicted_s`), newest last: how far the queue's expected lengths
         were off. Only this user's own files are read (another's are their word alone); the newest first, until
-        ``limit`` pairs are found."""
+        ``limit`` pairs are found, and no more than ``4 * limit`` files (every launch asks: a long history of runs
+        without a prediction must not slow it down)."""
         if not is_integer(limit) or limit < 0:
             raise ConfigError(f"limit must be an integer >= 0, got {limit!r}", hint="e.g. length_predictions(100)")
         if self.own_dir_problem() is not None:
@@ -524,7 +525,7 @@ class History:
                    if e.uid == self._tree.uid and e.user == self._tree.user and _SAFE_ID.match(e.name[: -len(".json")])]
         entries.sort(key=lambda e: (e.mtime, e.name), reverse=True)
         found: builtins.list[JobRecord] = []
-        for e in entries:
+        for e in entries[: 4 * limit]:
             if len(found) >= limit:
                 break
             rec = self._parse_record(e.user, e.uid, e.name)
