@@ -91,8 +91,8 @@ def _wait_reporter():
         why = (waiting.position, waiting.reason, gist(waiting.detail))
         if waited_s - last["t"] >= WAIT_REPORT_S or why != last["why"]:
             last["t"], last["why"] = waited_s, why
-            starts = "" if waiting.starts_at is None else \
-                f", expected to start in about {max(0.0, waiting.starts_at - time.time()):.0f} s"
+            starts_in = waiting.starts_in(time.time())
+            starts = "" if starts_in is None else f", expected to start in about {starts_in:.0f} s"
             echo(printable(f"ecolaunch: job {job.id} ({job.name}) waiting: position {waiting.position} in the "
                              f"queue, {waited_s:.0f} s so far{starts}: {waiting.text()}"), err=True)
 
@@ -125,7 +125,7 @@ def _print_decision(
     else:
         doc = {"placed": True, **decision.to_dict(",".join(str(gpus[u].index) for u in decision.gpus))}
     if dry_run:
-        starts_in = None if waiting is None or waiting.starts_at is None else max(0.0, waiting.starts_at - time.time())
+        starts_in = None if waiting is None else waiting.starts_in(time.time())
         doc["waiting"] = None if waiting is None else {"position": waiting.position, "reason": waiting.reason.value,
                                                        "detail": waiting.detail,
                                                        "starts_in_s": None if starts_in is None else round(starts_in, 1)}

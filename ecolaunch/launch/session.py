@@ -326,8 +326,8 @@ class Session:
                     f"{outcome.text()}",
                     hint="raise --wait-timeout, or see 'ecolaunch status' for who uses the GPUs",
                 )
-            if timeout_s is not None and outcome.starts_at is not None \
-                    and (expected := outcome.starts_at - time.time()) > timeout_s - waited:
+            if timeout_s is not None and (expected := outcome.starts_in(time.time())) is not None \
+                    and expected > timeout_s - waited:
                 self.release(job_id)
                 raise WaitTimeout(
                     f"job {job_id} is expected to start in {expected:.0f} s, later than --wait-timeout {timeout_s:g} "

@@ -30,9 +30,10 @@ __all__ = ["DEFAULT_MARGIN", "MIN_PREDICTIONS", "OVERRUN_QUANTILE", "Reservation
 OVERRUN_QUANTILE = 0.9
 #: predictions a lab's history needs before its own margin replaces :data:`DEFAULT_MARGIN`
 MIN_PREDICTIONS = 5
-#: the margin before a lab has its own: Zeus's reruns of one configuration (61 configurations run 4-10 times,
-#: ``../shared/data/zeus-nsdi23/summary_train.csv``) miss a leave-one-out median by 0.129 in log(run time), so 90 %
-#: of reruns end within exp(1.2816 x 0.129) - 1 = 18 % over the median (``benchmarks/backfill_headroom.py``)
+#: the margin before a lab has its own: in Zeus's training runs (You et al., NSDI '23; 61 configurations run 4-10
+#: times) a rerun misses the median of the others by 0.129 in log(run time), so 90 % of reruns end within
+#: exp(1.2816 x 0.129) - 1 = 18 % over the median (the data and its measurement: docs/benchmarks.md, "Backfill: the
+#: headroom before anyone builds it")
 DEFAULT_MARGIN = 0.18
 
 

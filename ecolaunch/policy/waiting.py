@@ -21,7 +21,7 @@ from ecolaunch.policy.base import JobRequest, Policy
 from ecolaunch.policy.budgeted import over_budget
 from ecolaunch.policy.candidates import eligible_gpus, gpus_held_by, is_idle
 from ecolaunch.state.graph import MAX_DETAIL_CHARS, GpuNode, StateGraph, WaitReason
-from ecolaunch.state.queue import NOT_GPUS
+from ecolaunch.state.queue import waits_beyond_gpus
 
 __all__ = ["Waiting", "bounded", "why_waiting"]
 
@@ -39,6 +39,10 @@ class Waiting:
 
     def text(self) -> str:
         return f"{self.reason.value} ({self.detail})"
+
+    def starts_in(self, now: float) -> float | None:
+        """Seconds from ``now`` until it is expected to start (0 when that is past), None when unknown."""
+        return None if self.starts_at is None else max(0.0, self.starts_at - now)
 
 
 def why_waiting(state: StateGraph, request: JobRequest, policy: Policy, rules: Rules) -> Waiting:
@@ -58,7 +62,7 @@ def why_waiting(state: StateGraph, request: JobRequest, policy: Policy, rules: R
                        bounded(f"{len(ahead)} job(s) ahead in this host's queue; the first is {head.id} "
                                f"({head.user}: {head.name}){waits}"), starts_at)
     reason, detail = _unplaced(state, request, policy, rules)
-    if reason in NOT_GPUS or (starts_at is not None and starts_at <= now):  # it waits for more than GPUs to free up
+    if starts_at is not None and waits_beyond_gpus(reason, starts_at, now):
         starts_at = None
     return Waiting(position, reason, bounded(detail), starts_at)
 

@@ -27,9 +27,8 @@ class QueueRow:
     position: int
     job: Job
     waited_s: float
-    #: when it is expected to start (unix seconds, :func:`expected_starts`), None: unknown; ``now``: as of when
-    starts_at: float | None = None
-    now: float = 0.0
+    #: in how many seconds it is expected to start (:func:`expected_starts`), None: unknown
+    starts_in_s: float | None = None
 
     @property
     def reason(self) -> str | None:
@@ -45,14 +44,15 @@ class QueueRow:
         return {"position": self.position, "id": job.id, "user": job.user, "name": job.name, "state": job.state.value,
                 "nproc": job.nproc, "launcher_pid": job.launcher_pid, "age_s": round(self.waited_s, 1),
                 "reason": self.reason, "reason_detail": self.detail,
-                "starts_in_s": None if self.starts_at is None else round(max(0.0, self.starts_at - self.now), 1)}
+                "starts_in_s": None if self.starts_in_s is None else round(self.starts_in_s, 1)}
 
 
 def queue_rows(graph: StateGraph, host: str, now: float) -> list[QueueRow]:
     """The waiting jobs of ``host`` in queue order (the FIFO the launchers wait in), each with its reason and when it
     is expected to start (:func:`expected_starts`)."""
     starts = expected_starts(graph, host, now)
-    return [QueueRow(pos, job, max(0.0, now - job.submitted_at), starts.get(job.id), now)
+    return [QueueRow(pos, job, max(0.0, now - job.submitted_at), None if (at := starts.get(job.id)) is None else
+                     max(0.0, at - now))
             for pos, job in enumerate(graph.queued_jobs(host), start=1)]
 
 
@@ -64,6 +64,14 @@ def _expected_length(job: Job) -> float | None:
 
 #: why a job waits when more free GPUs alone would not start it (``Job.wait_reason``)
 NOT_GPUS = frozenset({WaitReason.USER_LIMIT, WaitReason.RESERVATION, WaitReason.MEMORY, WaitReason.POWER_BUDGET})
+
+
+def waits_beyond_gpus(reason: WaitReason | None, start: float, now: float) -> bool:
+    """Whether a job that waits for ``reason`` (None: not judged yet), expected to get enough GPUs at ``start``, waits
+    for what :func:`expected_starts` does not play forward: something besides free GPUs (:data:`NOT_GPUS`: a user
+    limit, a reservation, memory, the power budget), or, though enough GPUs are expected free now, anything but the
+    jobs ahead of it (the policy's bound, say). Its start is then unknown."""
+    return reason in NOT_GPUS or (start <= now and reason not in (None, WaitReason.PRIORITY))
 
 
 def free_times(graph: StateGraph, host: str, now: float) -> tuple[dict[str, float], list[str]]:
@@ -100,20 +108,15 @@ def expected_starts(graph: StateGraph, host: str, now: float,
     expected end never gives its GPUs back). A job that backfills starts earlier than this. ``then``: jobs not queued
     yet (id, GPUs, expected length) as if they joined the queue's end (``--dry-run``).
 
-    A job whose launcher found it waiting for something besides free GPUs (:data:`NOT_GPUS`: a user limit, a
-    reservation, memory, the power budget), or waiting although enough GPUs are expected free now (the policy's bound,
-    say), waits for what this does not play forward: its start, and every start behind it, is unknown."""
+    A job whose launcher found it waiting for what this does not play forward (:func:`waits_beyond_gpus`, from the
+    reason its job file records) has no expected start, and neither has any job behind it."""
     times, _ = free_times(graph, host, now)
     free: list[float] | None = sorted(times.values())
     starts: dict[str, float | None] = {}
     after = now
     queue = [(j.id, j.nproc, _expected_length(j), j.wait_reason) for j in graph.queued_jobs(host)]
     for job_id, nproc, length, why in [*queue, *((*t, None) for t in then)]:
-        if free is None or len(free) < nproc or why in NOT_GPUS:
-            starts[job_id] = free = None
-            continue
-        start = max(after, free[nproc - 1])
-        if start <= now and why is not None and why is not WaitReason.PRIORITY:
+        if free is None or len(free) < nproc or waits_beyond_gpus(why, start := max(after, free[nproc - 1]), now):
             starts[job_id] = free = None
             continue
         starts[job_id] = after = start
