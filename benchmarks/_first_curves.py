@@ -27,7 +27,7 @@ import numpy as np
 from ecolaunch.devices.catalogue import CATALOGUE
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import JobRequest
-from ecolaunch.profile.powercap import cap_grid
+from ecolaunch.jobmodel.powercap import cap_grid
 from ecolaunch.sim.first_curves import job_board
 from ecolaunch.sim.measured import MeasuredWorld
 from ecolaunch.sim.truth import TruthCurve

@@ -12,16 +12,16 @@ job's own choice gives it and its board's idle power), :class:`WaitPower` (what 
 and a one-line reason). Pure: no torch, no I/O, no clock.
 
 What does not: the job's curve (:class:`ecolaunch.jobmodel.capcurve.CapCurve`, fitted from each board's profile), the
-job's own cap choice (:func:`ecolaunch.profile.capchoice.job_cap_choice`: this module starts from it), the cap grid
-(:func:`ecolaunch.profile.powercap.cap_grid`), applying caps (the launcher paces by feedback instead,
+job's own cap choice (:func:`ecolaunch.jobmodel.capchoice.job_cap_choice`: this module starts from it), the cap grid
+(:func:`ecolaunch.jobmodel.powercap.cap_grid`), applying caps (the launcher paces by feedback instead,
 :mod:`ecolaunch.profile.pacing`: it does not call this), and the figures (``pace_matching.py`` beside this module and
 ``docs/pace-matching.md``). It lives beside the benchmark because only the benchmark runs it.
 
 **The rule.** The pace is the slowest predicted compute time over the ranks, each at its own starting cap (the
-job's choice, within its bounds). A rank is given the cap on the grid (:data:`~ecolaunch.profile.capchoice.
+job's choice, within its bounds). A rank is given the cap on the grid (:data:`~ecolaunch.jobmodel.capchoice.
 CHOICE_STEP_W` steps within its bounds, never above its starting cap) with the least predicted energy per iteration
 whose predicted compute time *plus the margin the cap choice keeps back there*
-(:func:`~ecolaunch.profile.capchoice.cap_margin_pct`, in points of the rank's uncapped time) stays at or under the
+(:func:`~ecolaunch.jobmodel.capchoice.cap_margin_pct`, in points of the rank's uncapped time) stays at or under the
 pace. The margin is the project's one margin of "what a curve does not know" (its measurement noise, the model's
 held-out error, more below the lowest measured cap); with it a capped rank stays off the critical path within what
 was measured, so the job's iteration time does not move within noise. A rank where no lower cap keeps the pace
@@ -46,8 +46,8 @@ from enum import Enum
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.capcurve import CapCurve
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, MARGIN_Z, cap_margin_pct
-from ecolaunch.profile.powercap import cap_grid
+from ecolaunch.jobmodel.capchoice import CHOICE_STEP_W, MARGIN_Z, cap_margin_pct
+from ecolaunch.jobmodel.powercap import cap_grid
 
 __all__ = ["PacePlan", "RankCap", "RankCurve", "WaitPower", "pace_caps", "rank_energy_j"]
 

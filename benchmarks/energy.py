@@ -91,7 +91,7 @@ at the cap it settled at stayed within its curve's prediction plus the cap margi
 fewer wait: ``Simulation(lift_caps_waiting=N)``; not under a power budget): what lifting caps could buy in completion
 time, and what it would cost in energy. The launcher does neither. ``--wait-weight W`` is not an ablation: it runs
 every trace under the admin's ``[energy] wait_weight = W`` (caps that weigh the queue, as the launcher does:
-:func:`ecolaunch.profile.capchoice.queue_eta`, at placement and in each running job's closed loop). ``--share-if-sooner``: every job asks
+:func:`ecolaunch.jobmodel.capchoice.queue_eta`, at placement and in each running job's closed loop). ``--share-if-sooner``: every job asks
 for the sharing contract (:mod:`ecolaunch.policy.contract`: start now on a shared GPU when that finishes it sooner
 than waiting, every running job within its bound) and knows its length exactly, as a history of runs just like it
 would tell (``Simulation(share_if_sooner=True)``): an upper bound on what the launcher's history knows. With it,
@@ -719,12 +719,12 @@ def learned_first_goal(traces: dict) -> dict:
 
 
 def scale_margins(scale: float) -> None:
-    """The margin ablation (``--margin-scale``): :func:`~ecolaunch.profile.capchoice.cap_margin_pct` times ``scale``
+    """The margin ablation (``--margin-scale``): :func:`~ecolaunch.jobmodel.capchoice.cap_margin_pct` times ``scale``
     wherever a cap is chosen on a curve or a budget floor is read from one (the cap choice of every policy, the
-    profiler's and the closed loop's choice, :mod:`ecolaunch.admin.budget`'s floors). The closed loop's own guard
-    on what it measures at its cap (:mod:`ecolaunch.profile.control`) is not scaled. For this process only."""
-    import ecolaunch.admin.budget as budget
-    import ecolaunch.profile.capchoice as capchoice
+    profiler's and the closed loop's choice, :mod:`ecolaunch.caps.limits`'s floors). The closed loop's own guard
+    on what it measures at its cap (:mod:`ecolaunch.caps.control`) is not scaled. For this process only."""
+    import ecolaunch.caps.limits as budget
+    import ecolaunch.jobmodel.capchoice as capchoice
 
     shipped = capchoice.cap_margin_pct
 

@@ -1,4 +1,4 @@
-"""What :data:`ecolaunch.admin.budget.NO_CURVE_FLOOR_SHARE` costs a job without a curve, on measured cap sweeps.
+"""What :data:`ecolaunch.caps.limits.NO_CURVE_FLOOR_SHARE` costs a job without a curve, on measured cap sweeps.
 
 For each board in the shipped traces (the Zeus NSDI '23 sweeps of an A40, a V100, a P100 and an RTX 6000, and the
 H200 sweep of 2026-11-30 without its noisy ``mlp`` rows), every workload's slowdown at the lowest measured cap at
@@ -18,7 +18,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from ecolaunch.admin.budget import NO_CURVE_FLOOR_SHARE
+from ecolaunch.caps.limits import NO_CURVE_FLOOR_SHARE
 
 DATA = Path(__file__).resolve().parent.parent / "ecolaunch" / "sim" / "data"
 ZEUS = ("a40", "v100", "p100", "rtx6000")

@@ -25,7 +25,7 @@ through their decisions; the truth that scores them is deterministic.
 cap):
 
 - ``uncapped``: every GPU at its board's maximum.
-- ``job-cap``: every GPU at the job's own cap (:func:`~ecolaunch.profile.capchoice.job_cap_choice` on the slowest
+- ``job-cap``: every GPU at the job's own cap (:func:`~ecolaunch.jobmodel.capchoice.job_cap_choice` on the slowest
   board's profile, within the caps every GPU allows, at ``--bound`` % slowdown: the one cap the launcher sets today).
 - ``pace``: ``job-cap``, then :func:`~_pace.pace_caps` (each fast rank down to the slowest rank's
   pace, with the cap choice's margin), deciding under the same waiting-power bound it is scored under.
@@ -89,11 +89,12 @@ import numpy as np
 from _common import emit, mean_ci95
 from _pace import RankCurve, WaitPower, pace_caps, rank_energy_j
 
-from ecolaunch.admin.rules import Rules, cap_bounds_w, job_cap_bounds
+from ecolaunch.admin.rules import Rules, cap_bounds_w
+from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.profile.pacing import WINDOW_ITERS, PaceController
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, job_cap_choice
-from ecolaunch.profile.powercap import cap_grid
+from ecolaunch.jobmodel.capchoice import CHOICE_STEP_W, job_cap_choice
+from ecolaunch.jobmodel.powercap import cap_grid
 from ecolaunch.sim.measured import BOARDS, MeasuredWorld, held_out_prior, job_kinds
 from ecolaunch.state.graph import GpuNode
 

@@ -50,9 +50,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ecolaunch.jobmodel.profile import CapPoint  # noqa: E402
-from ecolaunch.profile import capchoice as cc  # noqa: E402
+from ecolaunch.jobmodel import capchoice as cc  # noqa: E402
 from ecolaunch.jobmodel import capcurve as jc  # noqa: E402
-from ecolaunch.profile import powercap as pc  # noqa: E402
+from ecolaunch.jobmodel import powercap as pc  # noqa: E402
 from ecolaunch.profile import zeus_data as zd  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "zeus-nsdi23"

@@ -7,7 +7,7 @@ the rule a skeptic would try first.
 Runs ``curve`` (the default policy) and ``exclusive`` on the busy traces of the measured world
 (``workstation-mixed``, ``workstation-measured``: :mod:`ecolaunch.sim.measured_traces`) once as shipped
 (``wait_weight = 0``) and once per weight (``benchmarks/energy.py``'s ``run_all`` with ``wait_weight``: the admin's
-``[energy] wait_weight``, at placement and in every running job's closed loop, :func:`ecolaunch.profile.capchoice.queue_eta`),
+``[energy] wait_weight``, at placement and in every running job's closed loop, :func:`ecolaunch.jobmodel.capchoice.queue_eta`),
 and once per ``--lift N``: the one-line rule, "while at least N jobs wait, every running job runs uncapped"
 (``Simulation(lift_caps_waiting=N)``, an ablation the launcher does not do). Each row is paired by seed against
 ``curve`` as shipped on the same seed: node energy and mean JCT (``100 * (row / shipped - 1)``) and violations

@@ -109,12 +109,12 @@ class StateLayout:
     @property
     def ledger(self) -> Path:
         """Each GPU's cap before ecolaunch changed it; written by root: the cap agent or a root launcher
-        (``admin.capkeeper``)."""
+        (``caps.keeper``)."""
         return self.root / LEDGER_FILE
 
     @property
     def agent_file(self) -> Path:
-        """The cap agent's heartbeat (pid, start time, host); written by the agent, as root (``admin.agent``)."""
+        """The cap agent's heartbeat (pid, start time, host); written by the agent, as root (``caps.agent``)."""
         return self.root / AGENT_FILE
 
     @property

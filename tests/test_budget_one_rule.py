@@ -1,5 +1,5 @@
 """The launcher and the simulator follow one rule for running jobs under a power budget
-(:func:`ecolaunch.admin.budget.wish_under_ceiling`): the same arrivals and departures, played once by the simulator
+(:func:`ecolaunch.caps.limits.wish_under_ceiling`): the same arrivals and departures, played once by the simulator
 and once by real launcher objects (a real state store, simulated GPUs whose caps are really set, real processes
 standing in for the launchers), leave every job with the same cap on every GPU after every event.
 
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.admin.budget import wish_under_ceiling
+from ecolaunch.caps.limits import wish_under_ceiling
 from ecolaunch.admin.rules import Rules
 from ecolaunch.clock import VirtualClock
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.jobmodel.profile import CapPoint, Profile
-from ecolaunch.launch.jobcaps import JobCaps
+from ecolaunch.caps.job import JobCaps
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.registry import get_policy

@@ -203,8 +203,8 @@ def test_each_folds_sd_z_is_fitted_on_the_other_folds_pairs_only(energy) -> None
 
 
 def test_the_margin_ablation_scales_every_cap_margin_and_refuses_a_negative_scale(energy, monkeypatch) -> None:
-    import ecolaunch.admin.budget as budget
-    import ecolaunch.profile.capchoice as capchoice
+    import ecolaunch.caps.limits as budget
+    import ecolaunch.jobmodel.capchoice as capchoice
     from ecolaunch.jobmodel.capcurve import fit_curve
     from ecolaunch.jobmodel.profile import CapPoint
 

@@ -12,7 +12,7 @@ from benchmarks._pace import RankCurve, WaitPower, pace_caps, rank_energy_j
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.jobmodel.profile import CapPoint
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
+from ecolaunch.jobmodel.capchoice import CHOICE_STEP_W, cap_margin_pct
 
 BOUNDS = (100.0, 250.0)
 

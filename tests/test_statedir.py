@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ecolaunch.admin.capkeeper import CapKeeper
+from ecolaunch.caps.keeper import CapKeeper
 from ecolaunch.admin.rules import Rules
 from ecolaunch.calibrate.results import file_name
 from ecolaunch.config import Environment

@@ -3,10 +3,10 @@
 What lives here: :class:`Rules` (defaults = behaviour without a policy file), :func:`load_rules` /
 :func:`parse_rules` (TOML file or text → rules + the source of each value), and the helpers that apply
 the policy over a user's request: :func:`clip_slowdown`, :func:`job_bound_pct` (the one resolution of a job's
-slowdown bound), :func:`cap_bounds_w`, :func:`job_cap_bounds` (one job's GPUs together), :func:`profiler_settings`,
-:func:`may_use_gpu` (:func:`reservation`), :func:`user_gpu_limit`, :func:`clip_cap_w` (a cap inside what the policy
-allows on one GPU). What does not: key checking and line finding (:mod:`ecolaunch.admin.schema`), the one clamp of a
-cap (:func:`ecolaunch.jobmodel.gpu.clip_w`), what the policy *means* for a placement (``ecolaunch.policy``).
+slowdown bound), :func:`cap_bounds_w` (the caps the policy allows on one GPU), :func:`profiler_settings`, :func:`may_use_gpu`
+(:func:`reservation`), :func:`user_gpu_limit`. What does not: key checking and line finding
+(:mod:`ecolaunch.admin.schema`), clipping a cap to those bounds, for one GPU or a job's GPUs together
+(:mod:`ecolaunch.caps.limits`), what the policy *means* for a placement (``ecolaunch.policy``).
 Every key, its range and default: docs/admin.md#every-key-of-the-policy-file.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,6 @@ __all__ = [
     "cap_bounds_w",
     "clip_slowdown",
     "job_bound_pct",
-    "job_cap_bounds",
     "load_rules",
     "may_manage_gpu",
     "may_use_gpu",
@@ -104,7 +103,7 @@ class Rules:
     #: weight of energy against time when choosing a cap (Zeus's eta: 1 = energy only, 0 = time only); 1 is
     #: the one objective (least energy per unit of work within the bound); below 1 the admin's alternative
     eta: float = 1.0
-    #: caps that weigh the queue (:func:`~ecolaunch.profile.capchoice.queue_eta`): a second of delay a cap imposes
+    #: caps that weigh the queue (:func:`~ecolaunch.jobmodel.capchoice.queue_eta`): a second of delay a cap imposes
     #: on a waiting job costs this many seconds of the GPU at its maximum power; 0: the queue is not counted
     wait_weight: float = 0.0
     #: reserved GPUs (NVML index as a string, or UUID) → the users who may get them; see ``may_use_gpu``
@@ -128,7 +127,7 @@ class Rules:
     #: GPUs (NVML index as a string, or UUID) whose power caps ecolaunch may change (None: every GPU of the host)
     agent_gpus: tuple[str, ...] | None = None
     #: the host's power budget (W): the sum of its GPUs' power limits, a GPU without a job counted at its minimum
-    #: limit (:mod:`ecolaunch.admin.budget`); None: no budget
+    #: limit (:mod:`ecolaunch.caps.limits`); None: no budget
     power_max_total_w: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -276,29 +275,6 @@ def cap_bounds_w(
     return bounds.resolve_w(float(board_min_w), float(board_max_w))
 
 
-def clip_cap_w(rules: Rules, gpu: Any, watts: float) -> tuple[float, tuple[float, float]]:
-    """``watts`` inside what the admin policy allows on ``gpu`` (a GpuNode or a snapshot with a power-limit range),
-    and those bounds. The one place a cap is clipped on one GPU: admission, the agent, root launchers, the guard,
-    :class:`~ecolaunch.launch.jobcaps.JobCaps` (the profiler, the closed loop, calibration) and the advice of an
-    unprivileged launcher all go through it (:func:`~ecolaunch.jobmodel.gpu.clip_w`, the clamp itself)."""
-    bounds = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
-    return clip_w(watts, bounds), bounds
-
-
-def job_cap_bounds(rules: Rules, gpus: Sequence[Any]) -> tuple[float, float] | None:
-    """The caps (W) every one of the job's GPUs may run at under the admin policy; None if there are none.
-
-    One cap for the whole job (data-parallel ranks wait for the slowest GPU), so the bounds intersect.
-    """
-    lo, hi = 0.0, math.inf
-    for g in gpus:
-        if g.power_limit_min_w is None or g.power_limit_max_w is None:
-            return None
-        a, b = cap_bounds_w(rules, g.name, g.index, g.power_limit_min_w, g.power_limit_max_w)
-        lo, hi = max(lo, a), min(hi, b)
-    return (lo, hi) if gpus and lo <= hi else None
-
-
 def profiler_settings(rules: Rules, **overrides: object) -> ProfilerSettings:
     """How long to profile: the defaults (or ``overrides``) within the admin's ``[profiling]`` budget."""
     s = ProfilerSettings(**overrides)  # type: ignore[arg-type]
@@ -319,7 +295,7 @@ def budget_range_w(gpus: Iterable[Any]) -> tuple[float, float, int]:
     boards' minimum power limits (every GPU idle, or capped as low as its board allows), the sum of their maximum
     limits (what the boards can draw), and how many GPUs report no usable limit range (left out of both sums).
 
-    A GPU without a job counts at its minimum limit (see :mod:`ecolaunch.admin.budget`), so a budget below the
+    A GPU without a job counts at its minimum limit (see :mod:`ecolaunch.caps.limits`), so a budget below the
     first sum could never be met, and one above the second never binds.
     """
     lo = hi = 0.0

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ecolaunch.admin.agent import agent_alive
+from ecolaunch.caps.agent import agent_alive
 from ecolaunch.admin.rules import Rules, may_use_gpu, reservation
 from ecolaunch.calibrate.booking import Occupant
 from ecolaunch.errors import ConfigError

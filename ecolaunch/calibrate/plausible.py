@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ecolaunch.profile.capchoice import MARGIN_Z
+from ecolaunch.jobmodel.capchoice import MARGIN_Z
 from ecolaunch.validate import number_or_none
 
 __all__ = ["MARGIN_Z", "MIN_TOLERANCE", "SAME_CAP_W", "check_pair", "reference", "tolerance"]

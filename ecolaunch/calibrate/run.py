@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ecolaunch._version import __version__
-from ecolaunch.admin.rules import clip_cap_w
+from ecolaunch.caps.limits import clip_cap_w
 from ecolaunch.admin.rules import may_manage_gpu
 from ecolaunch.calibrate.booking import GpuBusy, Occupant, book, still_alone
 from ecolaunch.calibrate.mps import CONTROL, private_daemon, why_not_mps
@@ -29,9 +29,9 @@ from ecolaunch.calibrate.results import FORMAT, VERSION
 from ecolaunch.calibrate.readings import GpuSampler, HostLoad, host_busy, mean
 from ecolaunch.calibrate.worker import ANSWER_SLACK_S, Worker, WorkerError
 from ecolaunch.errors import DeviceError, PermissionDenied
-from ecolaunch.launch.jobcaps import JobCaps
+from ecolaunch.caps.job import JobCaps
 from ecolaunch.launch.session import Launcher, Session
-from ecolaunch.profile.powercap import profile_caps
+from ecolaunch.jobmodel.powercap import profile_caps
 from ecolaunch.state.graph import GpuNode
 
 __all__ = ["SIMULATED_NOTE", "calibrate_gpu"]

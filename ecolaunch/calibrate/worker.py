@@ -28,7 +28,7 @@ from ecolaunch.admin.interpreter import (HELPER_CWD, add_settings_options, helpe
                                          settings_env)
 from ecolaunch.config import ENV_STATE_DIR
 from ecolaunch.errors import EcolaunchError
-from ecolaunch.profile.capchoice import iteration_stats
+from ecolaunch.jobmodel.capchoice import iteration_stats
 
 __all__ = ["Worker", "WorkerError", "main"]
 

@@ -52,7 +52,7 @@ def agent(ctx: click.Context, once: bool, restore: bool, interval_s: float, ledg
     the exporter do.
     """
     # lazy: registering the subcommands loads every cli module; the agent's load only when `ecolaunch agent` runs
-    from ecolaunch.admin.agent import CapAgent
+    from ecolaunch.caps.agent import CapAgent
     from ecolaunch.admin.safety import require_cap_privilege, warn_unsafe_interpreter  # lazy: as above
     from ecolaunch.runtime import open_gpus, resolve  # lazy: as above
     from ecolaunch.cli.logs import stderr_logging  # lazy: as above

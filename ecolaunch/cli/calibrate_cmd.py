@@ -154,7 +154,7 @@ def _run(environment, rules, settings, selectors: tuple[str, ...]) -> tuple[list
     from ecolaunch.calibrate.plan import cap_access, choose_gpus, closed_gpus  # lazy: as above
     from ecolaunch.calibrate.run import SIMULATED_NOTE, calibrate_gpu  # lazy: as above
     from ecolaunch.runtime import current_groups, current_user, open_gpus  # lazy: as above
-    from ecolaunch.launch.jobcaps import orphan_keeper  # lazy: as above
+    from ecolaunch.caps.job import orphan_keeper  # lazy: as above
     from ecolaunch.launch.session import Launcher, Session  # lazy: as above
     from ecolaunch.policy.baselines import ExclusivePolicy  # lazy: as above
     from ecolaunch.state.reconcile import process_start_time  # lazy: as above

@@ -1,8 +1,8 @@
 """``python -I ... ecolaunch.cli.guard_cmd --launcher-pid PID [--state-dir D] [--simulate S] [--policy F]``: the cap
 guard of one root launcher (not a user command).
 
-Started by the launcher (:func:`ecolaunch.launch.guard.start_guard`), isolated, with the launcher's settings on
-its command line and the read end of a pipe on stdin; see :mod:`ecolaunch.launch.guard`. It reads no setting from
+Started by the launcher (:func:`ecolaunch.caps.guard.start_guard`), isolated, with the launcher's settings on
+its command line and the read end of a pipe on stdin; see :mod:`ecolaunch.caps.guard`. It reads no setting from
 its environment: what root's helper does is what root's launcher said. Exit status 0 when the launcher ended cleanly or its
 caps were restored, 1 when the guard could not restore (it says which GPU and how to fix it).
 """
@@ -15,9 +15,9 @@ import signal
 import sys
 
 from ecolaunch.admin.interpreter import add_settings_options, settings_env
-from ecolaunch.admin.ledger import load_ledger
+from ecolaunch.caps.ledger import load_ledger
 from ecolaunch.errors import EcolaunchError, with_hint
-from ecolaunch.launch.guard import LOCK_TIMEOUT_S, READY, restore_after, wait_for_launcher, wait_gone
+from ecolaunch.caps.guard import LOCK_TIMEOUT_S, READY, restore_after, wait_for_launcher, wait_gone
 from ecolaunch.runtime import open_gpus, resolve
 from ecolaunch.state.store import StateStore
 from ecolaunch.statedir import StateLayout

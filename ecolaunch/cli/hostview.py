@@ -35,7 +35,7 @@ class HostView:
         """The environment and policy as the launcher resolves them, their GPUs, and a session on the state store."""
         # lazy: the store, session and caps load when a viewer runs, not when the subcommands are registered
         from ecolaunch.runtime import open_gpus, resolve
-        from ecolaunch.launch.jobcaps import orphan_keeper  # lazy: as above
+        from ecolaunch.caps.job import orphan_keeper  # lazy: as above
         from ecolaunch.launch.session import Session  # lazy: as above
         from ecolaunch.policy.baselines import ExclusivePolicy  # lazy: as above
         from ecolaunch.state.store import StateStore  # lazy: as above
@@ -48,7 +48,7 @@ class HostView:
 
     def read(self) -> dict:
         """One reconciling read of the state: the document ``status --json`` prints."""
-        from ecolaunch.launch.jobcaps import orphaned_caps  # lazy: as in open()
+        from ecolaunch.caps.job import orphaned_caps  # lazy: as in open()
 
         session = self.session
         graph = session.snapshot()

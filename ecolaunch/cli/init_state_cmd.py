@@ -75,10 +75,10 @@ def init_state(group: str | None, directory: Path | None) -> None:
 
 
 def _empty_ledger(environment, open_gpus) -> bytes:
-    """An empty cap ledger for this host (``ecolaunch.admin.ledger`` owns the format): the simulated machine's host
+    """An empty cap ledger for this host (``ecolaunch.caps.ledger`` owns the format): the simulated machine's host
     name with ECOLAUNCH_SIMULATE, else this host's (NVML's backend names the host so; it is not probed here)."""
     # lazy: only a new state directory needs an empty ledger
-    from ecolaunch.admin.ledger import empty_ledger
+    from ecolaunch.caps.ledger import empty_ledger
 
     host = socket.gethostname()
     if environment.simulate:

@@ -5,7 +5,7 @@ What lives here: :class:`CapPrior` (the normalized shape of cap curves learned f
 :class:`CapCurve`, one job alone on a board at any cap, fitted by :func:`fit_curve` from its measured cap points
 (:func:`profile_curve` from a profile);
 :func:`merge_points` (points at one cap pooled). What does not: which caps to measure and the cap grid
-(:mod:`ecolaunch.profile.powercap`), the cap choice on a curve (:mod:`ecolaunch.profile.capchoice`), the simulator's
+(:mod:`ecolaunch.jobmodel.powercap`), the cap choice on a curve (:mod:`ecolaunch.jobmodel.capchoice`), the simulator's
 truth (:class:`ecolaunch.sim.truth.TruthCurve`). The model, its data and why this reading:
 docs/profiling.md#the-cap-curve.
 """

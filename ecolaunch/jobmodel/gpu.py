@@ -54,7 +54,7 @@ class GpuModel:
 
 def clip_w(watts: float, bounds_w: tuple[float, float]) -> float:
     """``watts`` inside ``bounds_w`` (min, max): the one clamp of a power cap. Callers with one GPU use
-    :func:`ecolaunch.admin.rules.clip_cap_w` (the GPU's bounds under the policy, then this); the budget and the
-    closed loop clip to a job's bounds (every one of its GPUs', :func:`ecolaunch.admin.rules.job_cap_bounds`)."""
+    :func:`ecolaunch.caps.limits.clip_cap_w` (the GPU's bounds under the policy, then this); the budget and the
+    closed loop clip to a job's bounds (every one of its GPUs', :func:`ecolaunch.caps.limits.job_cap_bounds`)."""
     lo, hi = bounds_w
     return min(max(float(watts), lo), hi)

@@ -2,7 +2,7 @@
 its bound at the cap it runs at?
 
 What lives here: :class:`EarlyCheck` (it only reports). What does not: the tests it applies
-(:func:`~ecolaunch.profile.capchoice.off_profile`, :func:`~ecolaunch.profile.profiler.check_early`), what the run
+(:func:`~ecolaunch.jobmodel.capchoice.off_profile`, :func:`~ecolaunch.profile.profiler.check_early`), what the run
 does with its findings (:mod:`ecolaunch.launch.observe`). What it reads, and when: docs/profiling.md, "The early
 check".
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ecolaunch.jobmodel.capcurve import profile_curve
 from ecolaunch.profile import channel
-from ecolaunch.profile.capchoice import iteration_stats, off_profile
+from ecolaunch.jobmodel.capchoice import iteration_stats, off_profile
 from ecolaunch.profile.history import Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.profiler import SlowdownFinding, check_early

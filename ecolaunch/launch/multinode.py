@@ -16,11 +16,10 @@ import dataclasses
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
-from ecolaunch.errors import EcolaunchError
 from ecolaunch.launch import exitcodes
-from ecolaunch.launch.jobcaps import JobCaps
+from ecolaunch.caps.job import CapFollower, JobCaps, PublishedCaps
 from ecolaunch.launch.nodes import POLL_S, Meeting, meet
 from ecolaunch.launch.observe import RunObserver
 from ecolaunch.launch.session import Placement, Session
@@ -211,7 +210,7 @@ def follow_leader(meeting: Meeting, caps: JobCaps, placement: Placement, message
         target = watts if watts is not None else (gpu.power_limit_default_w or gpu.power_limit_max_w)
         return None if target is None else caps.set_cap(gpu.uuid, target)
 
-    return CapFollower(meeting, apply, message)
+    return CapFollower(meeting, apply, message, poll_s=POLL_S)
 
 
 def leave_stuck(session: Session, job: Job, caps: JobCaps | None, message: Message) -> Callable[[int], None]:
@@ -235,99 +234,3 @@ def leave_stuck(session: Session, job: Job, caps: JobCaps | None, message: Messa
 def exit_stuck(signum: int) -> None:
     """A launch that booked nothing, stopped while torch's rendezvous waits: end as the CLI's handler would."""
     os._exit(exitcodes.from_signal(signum))
-
-
-class PublishedCaps:
-    """The leader's ``set_cap(uuid, watts)``: sets the cap through ``set_cap`` (the node's own ``JobCaps``: clipped to
-    its admin policy) and publishes the job's caps by GPU position; ``gpus``: the leader's GPUs in order,
-    ``initial``: their caps at the start (None: the default limit), published at once. :meth:`follow` publishes
-    what the leader's power budget changed (``JobCaps.on_follow``): a node the budget slows paces the whole job, so
-    the other nodes follow it down, and back up."""
-
-    def __init__(self, meeting: Meeting, set_cap: Callable[[str, float], float], gpus: Sequence[str],
-                 initial: Mapping[str, float | None]) -> None:
-        import threading
-
-        self.meeting, self.set_cap, self.gpus = meeting, set_cap, tuple(gpus)
-        self.caps_w = [initial.get(u) for u in self.gpus]
-        self._lock = threading.Lock()  # the run observer's thread sets caps, the budget's follower changes them
-        self._publish()
-
-    def __call__(self, uuid: str, watts: float) -> float:
-        applied = self.set_cap(uuid, watts)
-        self.follow({uuid: applied})
-        return applied
-
-    def follow(self, changes: Mapping[str, float | None]) -> None:
-        """Publish the caps ``changes`` says this node's GPUs now run at (uuid -> W, None: the default limit), when
-        that changes the job's caps (the other nodes have nothing to do otherwise)."""
-        with self._lock:
-            before = list(self.caps_w)
-            for uuid, watts in changes.items():
-                if uuid in self.gpus:
-                    self.caps_w[self.gpus.index(uuid)] = watts
-            if self.caps_w != before:
-                self._publish()
-
-    def _publish(self) -> None:
-        try:
-            self.meeting.publish_caps(self.caps_w)
-        except Exception as e:  # noqa: BLE001 - the store is gone (a peer hosted it): the leader's own run goes on
-            logger.warning("the job's caps could not be sent to its other nodes: %s", e)
-
-
-class CapFollower:
-    """A follower node's thread (a context manager around the run): each caps vector the leader publishes is
-    applied through ``apply(position, watts)`` (watts None: the GPU's default limit), which returns the cap applied
-    (the node's own admin policy may clip it); ``on_line`` gets a line when a cap is clipped or refused. Stops at
-    the first refusal, or when the store is gone (the leader ended)."""
-
-    def __init__(self, meeting: Meeting, apply: Callable[[int, float | None], float | None],
-                 on_line: Callable[[str], None], *, poll_s: float = POLL_S) -> None:
-        self.meeting, self.apply, self.on_line, self.poll_s = meeting, apply, on_line, poll_s
-        self._stop = None
-        self._thread = None
-        #: every vector applied, in order (what the node followed)
-        self.applied: list[list[float | None]] = []
-
-    def __enter__(self) -> CapFollower:
-        import threading
-
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ecolaunch-capfollower", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5 * self.poll_s + 5)
-
-    def _run(self) -> None:
-        seen = 0
-        clipped_said: set[tuple[float | None, float | None]] = set()
-        while not self._stop.is_set():
-            try:
-                got = self.meeting.leader_caps()
-            except Exception as e:  # noqa: BLE001 - the store went away: the leader ended, the run ends too
-                logger.debug("the leader's caps can no longer be read: %s", e)
-                return
-            if got is not None and got[0] != seen:
-                seen, caps_w = got
-                applied = []
-                for position, watts in enumerate(caps_w):
-                    try:
-                        done = self.apply(position, watts)
-                    except EcolaunchError as e:
-                        self.on_line(f"the leader's caps cannot be applied on this node ({e}); it runs at the caps it "
-                                     "has")
-                        return
-                    applied.append(done)
-                    if watts is not None and done is not None and abs(done - watts) > 0.5 \
-                            and (watts, done) not in clipped_said:
-                        clipped_said.add((watts, done))
-                        self.on_line(f"the leader's {watts:g} W cap is {done:g} W here: this node's admin policy "
-                                     "clips it")
-                logger.info("caps %s W, as the job's leader set them", ", ".join(
-                    "default" if w is None else f"{w:g}" for w in applied))
-                self.applied.append(applied)
-            self._stop.wait(self.poll_s)

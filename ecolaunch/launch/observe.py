@@ -4,8 +4,8 @@ What lives here: :class:`ObserveConfig` (what one run is observed with, as data;
 ``allowed_slowdown_pct``), :class:`RunObserver` (the context manager the launcher wraps around ``run_workers``; its
 constructor touches no device or file), and :class:`RunSummary` / :func:`format_summary` (what the CLI prints when the
 job ends). What does not: the parts it composes, one job each (:class:`~ecolaunch.launch.monitor.RunMonitor`,
-:class:`~ecolaunch.profile.profiler.Profiler`, :class:`~ecolaunch.profile.control.ClosedLoop`,
-:class:`~ecolaunch.launch.earlycheck.EarlyCheck`, :class:`~ecolaunch.profile.runcaps.RunCaps`,
+:class:`~ecolaunch.profile.profiler.Profiler`, :class:`~ecolaunch.caps.control.ClosedLoop`,
+:class:`~ecolaunch.launch.earlycheck.EarlyCheck`, :class:`~ecolaunch.caps.job.RunCaps`,
 :class:`~ecolaunch.launch.record.RunRecorder`). How a run is observed: docs/profiling.md, "The run's observer".
 """
 
@@ -21,11 +21,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ecolaunch.admin.rules import Rules, job_cap_bounds, profiler_settings
+from ecolaunch.admin.rules import Rules, profiler_settings
+from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.clock import Clock
 from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import EcolaunchError
-from ecolaunch.profile.control import ClosedLoop, ControlSettings, start_loop
+from ecolaunch.caps.control import ClosedLoop, ControlSettings, Feeds, start_loop
+from ecolaunch.caps.job import RunCaps
 from ecolaunch.profile.ddpwait import RankWaits, rank_waits
 from ecolaunch.profile.pacing import WINDOW_ITERS, PaceController, WaitReader, pace_summary
 from ecolaunch.launch.earlycheck import EarlyCheck
@@ -38,7 +40,6 @@ from ecolaunch.profile.history import History, JobMatch, JobRecord, declared_ste
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings, pre_run_env
 from ecolaunch.jobmodel.capcurve import merge_points
 from ecolaunch.profile.profiler import Phase, Profiler, ProfileResult
-from ecolaunch.profile.runcaps import RunCaps
 from ecolaunch.profile.sampler import DEFAULT_INTERVAL_S
 from ecolaunch.statedir import StateLayout
 
@@ -210,9 +211,9 @@ class RunObserver:
     Args:
         history: where the profile and the record go.
         set_cap: ``set_cap(uuid, watts)`` to change caps (profiling, live adjustment; in a launch
-            :meth:`~ecolaunch.launch.jobcaps.JobCaps.set_cap`); None: never change caps.
+            :meth:`~ecolaunch.caps.job.JobCaps.set_cap`); None: never change caps.
         ceiling_w: the most the closed loop may raise the job's cap to now (a power budget's,
-            :meth:`~ecolaunch.launch.jobcaps.JobCaps.ceiling_w`); None: no ceiling.
+            :meth:`~ecolaunch.caps.job.JobCaps.ceiling_w`); None: no ceiling.
         on_profile_done: called once when a time-window profile (an uninstrumented script) ends, so that a
             pre-launch run can stop its workers; instrumented workers stop at ``ECOLAUNCH_PROFILE_STEPS``.
         wall_clock: the wall time of the record (the run's own clock is ``clock``).
@@ -353,7 +354,7 @@ class RunObserver:
 
     def not_learned(self) -> str | None:
         """Why this run updates nothing in the history: its iterations cannot be its profile's job undisturbed
-        (:func:`~ecolaunch.profile.capchoice.off_profile`, seen by the early check or the closed loop); None when
+        (:func:`~ecolaunch.jobmodel.capchoice.off_profile`, seen by the early check or the closed loop); None when
         it learns as usual, and for a run that shared a GPU (the others slow it: its profile is the job alone; no
         cap point is learned there anyway)."""
         why = self.early.off_profile or (self.loop.controller.off_profile if self.loop is not None else None)
@@ -509,11 +510,10 @@ class RunObserver:
         if not (self.config.closed_loop and self.profile is not None and self.caps.can_set
                 and self._bounds is not None) or self.recorder.shared():
             return False
-        self.loop = start_loop(self.profile, self._bounds, self.allowed_slowdown_pct, cap_w, eta=self.config.rules.eta,
-                               control=self.config.control, reader=self.monitor.reader, sampler=self.monitor.sampler,
-                               gpu_uuids=self._uuids, clock=self._clock, apply=self.caps.apply,
-                               from_index=stamp_index, ceiling_w=self._ceiling_w,
-                               wait_weight=self.config.rules.wait_weight, waiting=self._waiting)
+        feeds = Feeds(self.monitor.reader, self.monitor.sampler, self._uuids, self._clock, self.caps.apply,
+                      self._ceiling_w)
+        self.loop = start_loop(self.profile, self.config.rules, self._bounds, self.allowed_slowdown_pct, cap_w, feeds,
+                               stamp_index, waiting=self._waiting, control=self.config.control)
         return self.loop is not None
 
     def _early_check(self, stamps: Sequence[float]) -> None:

@@ -28,7 +28,7 @@ from ecolaunch.errors import DriverNotFound, EcolaunchError, StateError
 from ecolaunch.launch import exitcodes
 from ecolaunch.launch.argv import CPU_NPROC, ELASTIC_NPROC
 from ecolaunch.launch.options import LaunchConfig
-from ecolaunch.launch.jobcaps import JobCaps, orphan_keeper
+from ecolaunch.caps.job import JobCaps, orphan_keeper
 from ecolaunch.launch.multinode import MultiNode, SingleNode, at_default, exit_stuck, multi_node
 from ecolaunch.launch.observe import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session

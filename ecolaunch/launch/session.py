@@ -3,8 +3,8 @@
 What lives here: :class:`Session` (each step one transaction of the file-locked store, starting with a reconcile),
 :class:`Launcher`, :class:`Placement` and :class:`Beat`. What does not: deciding (the policy, through
 :func:`ecolaunch.policy.place.place`, the simulator's too; why a job waits:
-:func:`~ecolaunch.policy.waiting.why_waiting`), the budget's arithmetic (:mod:`ecolaunch.admin.budget`), applying
-caps (``ecolaunch.launch.jobcaps.JobCaps``), printing (the CLI, through ``on_wait``). The queue's rules, a request
+:func:`~ecolaunch.policy.waiting.why_waiting`), the budget's arithmetic (:mod:`ecolaunch.caps.limits`), applying
+caps (``ecolaunch.caps.job.JobCaps``), printing (the CLI, through ``on_wait``). The queue's rules, a request
 that can never fit and why a job waits: docs/queue.md; the budget's caps at placement and release:
 docs/admin.md#a-power-budget-for-the-whole-machine.
 """
@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ecolaunch.admin.budget import least_total_w, rebalance
-from ecolaunch.admin.capkeeper import CapKeeper
+from ecolaunch.caps.limits import least_total_w, rebalance
+from ecolaunch.caps.keeper import CapKeeper
 from ecolaunch.admin.rules import Rules, budget_range_w, user_gpu_limit
 from ecolaunch.clock import Clock, SystemClock
 from ecolaunch.devices.backend import GpuBackend
@@ -124,7 +124,7 @@ class Session:
         """Reconcile ``graph`` with the live GPUs and processes; returns the jobs released as dead.
 
         With a ``cap_keeper`` (a root process and no cap agent) the transaction is privileged: it also restores the
-        caps a dead launcher left lowered (:meth:`~ecolaunch.admin.capkeeper.CapKeeper.restore_orphans`). Under a power
+        caps a dead launcher left lowered (:meth:`~ecolaunch.caps.keeper.CapKeeper.restore_orphans`). Under a power
         budget, the budget is allocated afresh when a job left (``job_left``, or a dead launcher's job released).
         """
         if self._topology is None:

@@ -4,7 +4,7 @@ What lives here: :func:`admit` (a decision that breaks a rule is refused, its ca
 :func:`unadmitted_bookings` (the running bookings the same rules would refuse, judged under the name and groups of
 the uid that owns the file: ``state.reconcile.account_name``; ``StateGraph.set_aside`` sets them aside). The user
 and groups come from ``runtime.current_user``, never from the environment. What does not: how a policy chooses
-(``policy.*``), the cap agent's own checks at apply time (``admin.capkeeper``), the sharing contract's lift
+(``policy.*``), the cap agent's own checks at apply time (``caps.keeper``), the sharing contract's lift
 (``policy.contract``). The rules: docs/queue.md#the-admin-rules-after-every-policy.
 """
 
@@ -15,8 +15,8 @@ import logging
 
 from collections.abc import Collection
 
-from ecolaunch.admin.capkeeper import has_cap_range
-from ecolaunch.admin.rules import clip_cap_w
+from ecolaunch.caps.keeper import has_cap_range
+from ecolaunch.caps.limits import clip_cap_w
 from ecolaunch.admin.rules import Rules, may_use_gpu, user_gpu_limit
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.candidates import user_quota_left

@@ -55,7 +55,7 @@ class JobRequest:
     #: when the decision is made (seconds since the epoch, the state's clock): what remaining times count from
     decided_at: float | None = None
     #: the waiting jobs this job's slowdown would delay (:meth:`~ecolaunch.state.graph.StateGraph.waiting_share`),
-    #: which its cap choice weighs under ``[energy] wait_weight`` (:func:`~ecolaunch.profile.capchoice.queue_eta`)
+    #: which its cap choice weighs under ``[energy] wait_weight`` (:func:`~ecolaunch.jobmodel.capchoice.queue_eta`)
     waiting_share: float = 0.0
 
 

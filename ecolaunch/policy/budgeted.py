@@ -3,7 +3,7 @@
 What lives here: :class:`BudgetedPolicy`, the wrapper ``get_policy`` puts around every placement policy, so that
 the launcher and the simulator meet the budget alike; :func:`fit_budget` (one decision's caps, jointly with the
 running jobs') and :func:`book_budget` (what the state graph records once a decision is booked). What does not:
-the arithmetic, what the budget bounds and how it is allocated (:mod:`ecolaunch.admin.budget`, module docstring).
+the arithmetic, what the budget bounds and how it is allocated (:mod:`ecolaunch.caps.limits`, module docstring).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ecolaunch.admin.budget import (EPS_W, GpuDemand, Newcomer, allocate, bounds_or_none, budgeted_on_host,
+from ecolaunch.caps.limits import (EPS_W, GpuDemand, Newcomer, allocate, bounds_or_none, budgeted_on_host,
                                     curve_at, host_demands, may_cap, rebalance)
 from ecolaunch.admin.rules import Rules
 from ecolaunch.jobmodel.capcurve import Priors, default_prior
@@ -43,7 +43,7 @@ def book_budget(state: StateGraph, decision: Decision) -> dict[str, float]:
 
 # --- the policy wrapper -----------------------------------------------------------------------------------------
 class BudgetedPolicy:
-    """Any placement policy under the host's power budget (:mod:`ecolaunch.admin.budget`); without a budget, the
+    """Any placement policy under the host's power budget (:mod:`ecolaunch.caps.limits`); without a budget, the
     inner policy.
 
     ``decide`` returns the inner decision with its own GPUs' budget caps and ``recaps_w`` (new budget caps for GPUs

@@ -4,7 +4,7 @@ What lives here: :class:`AloneOnCandidate` (the new job alone on a candidate's G
 speed and power there; shared with the GNN's scorer, :mod:`ecolaunch.policy.gnn`, which takes these answers where
 they decide), :class:`CurvePredictor` and :func:`curve_policy`. It imports neither torch nor the GNN. What does not:
 the decision procedure (:class:`~ecolaunch.policy.energy.EnergyAwarePolicy`), the cap choice
-(:mod:`ecolaunch.profile.capchoice`). Why it never shares and is the default: docs/gnn.md.
+(:mod:`ecolaunch.jobmodel.capchoice`). Why it never shares and is the default: docs/gnn.md.
 """
 
 from __future__ import annotations

@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ecolaunch.admin.rules import Rules, job_cap_bounds
+from ecolaunch.admin.rules import Rules
+from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior, Priors, default_prior
 from ecolaunch.policy import contract
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
 from ecolaunch.policy.candidates import best_set, eligible_gpus, worst_link
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, CapChoice, job_cap_choice, queue_eta
+from ecolaunch.jobmodel.capchoice import CHOICE_STEP_W, CapChoice, job_cap_choice, queue_eta
 from ecolaunch.state.graph import GpuNode, StateGraph
 
 OBJECTIVES = ("node", "gpu", "job")
@@ -113,7 +114,7 @@ def usable_gpus(state: StateGraph, job: JobRequest, rules: Rules) -> list[GpuNod
 def alone_choice(job: JobRequest, gpus: Sequence[GpuNode], rules: Rules,
                  prior: CapPrior = DEFAULT_PRIOR) -> CapChoice | None:
     """The one objective's choice for the job alone on ``gpus`` from its measured curve read with ``prior``
-    (:func:`~ecolaunch.profile.capchoice.job_cap_choice`, as the profiler and the closed loop choose); None without
+    (:func:`~ecolaunch.jobmodel.capchoice.job_cap_choice`, as the profiler and the closed loop choose); None without
     a curve or cap bounds."""
     bounds = job_cap_bounds(rules, gpus)  # one cap for the job: every GPU's admin bounds intersected
     if bounds is None:
@@ -229,7 +230,7 @@ class EnergyAwarePolicy:
         """No candidate keeps the job's bound: under the sharing contract (:mod:`ecolaunch.policy.contract`), the
         shared candidates that finish it sooner than waiting would, every running job within its bound. Each shared
         set is weighed at its GPUs' caps as found and uncapped: a running job capped up to its bound has no room to
-        share, and a GPU's cap is the highest its jobs want (``admin.capkeeper``), so the newcomer lifts it."""
+        share, and a GPU's cap is the highest its jobs want (``caps.keeper``), so the newcomer lifts it."""
         if rules.power_max_total_w is not None:
             return None  # under a power budget a lift would take watts from the budget's other jobs
         terms = contract.terms(state, job, rules)

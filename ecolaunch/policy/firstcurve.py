@@ -5,7 +5,7 @@ decides). Who supplies it: the launcher, from a colleague's profile of the same 
 (:meth:`ecolaunch.profile.history.History.colleague_profile`, wired in :mod:`ecolaunch.launch.pipeline`); the
 ``gnn`` policy, from the GNN's prediction (:class:`ecolaunch.policy.gnn.GnnFirstCurve`, inside the colleague's);
 the benchmarks' bounds (``benchmarks/_first_curves.py``). What does not: the budget that reads the curve
-(:mod:`ecolaunch.admin.budget`), the profiler that measures the job's own. Why:
+(:mod:`ecolaunch.caps.limits`), the profiler that measures the job's own. Why:
 docs/profiling.md#how-a-launch-finds-its-job-in-the-history and docs/gnn.md.
 """
 

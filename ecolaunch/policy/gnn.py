@@ -19,8 +19,8 @@ from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.curve import AloneOnCandidate
 from ecolaunch.policy.energy import SD_Z, Candidate, EnergyAwarePolicy, Outcome
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, MARGIN_Z
-from ecolaunch.profile.powercap import cap_grid
+from ecolaunch.jobmodel.capchoice import CHOICE_STEP_W, MARGIN_Z
+from ecolaunch.jobmodel.powercap import cap_grid
 from ecolaunch.state.graph import StateGraph
 
 

@@ -5,7 +5,7 @@ What lives here: :func:`place` (decide, :func:`~ecolaunch.policy.admission.admit
 :func:`~ecolaunch.policy.budgeted.book_budget`), which the launcher's transaction
 (``launch.session.Session.try_place``) and the simulator (``sim.engine.Simulation``) both run, and
 :func:`admitted_decision`, its first two steps alone (``--dry-run`` books nothing). What does not: how a policy
-chooses (``policy.*``), the rules (``policy.admission``), applying the caps to the GPUs (``launch.jobcaps.JobCaps``,
+chooses (``policy.*``), the rules (``policy.admission``), applying the caps to the GPUs (``caps.job.JobCaps``,
 the simulator's machine). The steps in a launch: docs/architecture.md#the-flow-of-one-launch.
 """
 

@@ -13,8 +13,8 @@ from ecolaunch.admin.rules import Rules, cap_bounds_w
 from ecolaunch.jobmodel.capcurve import Priors, default_prior, profile_curve
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy
-from ecolaunch.profile.capchoice import choose_cap
-from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid
+from ecolaunch.jobmodel.capchoice import choose_cap
+from ecolaunch.jobmodel.powercap import DEFAULT_CAP_STEP_W, cap_grid
 from ecolaunch.state.graph import StateGraph
 
 

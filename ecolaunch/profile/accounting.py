@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.jobmodel.profile import Profile
-from ecolaunch.profile.capchoice import MARGIN_Z, MIN_MARGIN_PP, reference_se_pct
+from ecolaunch.jobmodel.capchoice import MARGIN_Z, MIN_MARGIN_PP, reference_se_pct
 from ecolaunch.profile.history import JobRecord
 
 __all__ = ["BY", "ESTIMATE", "JobUsage", "Usage", "ran_uncapped", "saving_error_pct", "summarize"]
@@ -164,7 +164,7 @@ def ran_uncapped(rec: JobRecord) -> bool:
 
 def saving_error_pct(profile: Profile) -> float:
     """The error of a saving estimated from ``profile`` (% of its energy alone and uncapped): ``MARGIN_Z`` standard
-    errors of its uncapped reference time (:func:`~ecolaunch.profile.capchoice.reference_se_pct`), at least
+    errors of its uncapped reference time (:func:`~ecolaunch.jobmodel.capchoice.reference_se_pct`), at least
     ``MIN_MARGIN_PP`` (also when its cap points, and so their spread, are not known)."""
     if not profile.cap_points:
         return MIN_MARGIN_PP

@@ -342,7 +342,7 @@ class JobMatch:
 
 def _contradiction(profile: Profile) -> str | None:
     # lazy: the cap choice (and its curve) load only for a launch that matches a stored profile
-    from ecolaunch.profile.capchoice import contradiction
+    from ecolaunch.jobmodel.capchoice import contradiction
 
     return contradiction(profile.cap_points)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile.channel import ENV_PROFILE_STEPS, ENV_PROFILING
-from ecolaunch.profile.powercap import DEFAULT_MEASURED_ITERS_PER_CAP, DEFAULT_WARMUP_ITERS_PER_CAP
+from ecolaunch.jobmodel.powercap import DEFAULT_MEASURED_ITERS_PER_CAP, DEFAULT_WARMUP_ITERS_PER_CAP
 from ecolaunch.validate import integer, is_integer, is_number
 
 if TYPE_CHECKING:  # kept out of the import: the launch's argument parser imports this module

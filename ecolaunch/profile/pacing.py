@@ -3,7 +3,7 @@ while the job's iteration time does not move.
 
 What lives here: :class:`PaceController` (the decisions, from what the ranks waited and how long the steps took)
 and :class:`WaitReader` (the ranks' waits as the workers append them). What does not: measuring the waits
-(:mod:`ecolaunch.profile.ddpwait`), setting a cap (the run's :class:`~ecolaunch.profile.runcaps.RunCaps`, through the
+(:mod:`ecolaunch.profile.ddpwait`), setting a cap (the run's :class:`~ecolaunch.caps.job.RunCaps`, through the
 job's one cap owner), sharing the waits across nodes (:meth:`ecolaunch.launch.nodes.Meeting.share_waits`), the
 model-based rule the pace-matching benchmark scores (``benchmarks/_pace.py``). Why feedback, and the rule:
 docs/pace-matching.md#in-the-launcher-feedback-from-the-measured-waits.
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ecolaunch.profile import channel
-from ecolaunch.profile.capchoice import MARGIN_Z
+from ecolaunch.jobmodel.capchoice import MARGIN_Z
 from ecolaunch.profile.ddpwait import waste_shares
 
 logger = logging.getLogger(__name__)

@@ -3,8 +3,8 @@
 What lives here: :class:`Phase` (its docstring draws the states), :class:`Profiler`, :class:`ProfileResult` (the
 profile and the cap choice), and the early-stage check of a real run, :func:`check_early` ->
 :class:`SlowdownFinding`. What does not: which lower caps can bind the job
-(:func:`~ecolaunch.profile.powercap.profile_caps`), how long and within which caps (``modes``; the defaults'
-reasons: :mod:`ecolaunch.profile.powercap`), reading stamps (``channel``) or GPUs (``sampler``), storing
+(:func:`~ecolaunch.jobmodel.powercap.profile_caps`), how long and within which caps (``modes``; the defaults'
+reasons: :mod:`ecolaunch.jobmodel.powercap`), reading stamps (``channel``) or GPUs (``sampler``), storing
 (``history``). How a job is profiled, and a profile that contradicts itself: docs/profiling.md.
 """
 
@@ -23,10 +23,9 @@ from ecolaunch.errors import ConfigError, PermissionDenied
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.channel import iteration_times
-from ecolaunch.profile.capchoice import CapChoice, contradicted_cap, contradiction, iteration_stats, job_cap_choice
+from ecolaunch.jobmodel.capchoice import CapChoice, contradicted_cap, contradiction, iteration_stats, job_cap_choice
 from ecolaunch.jobmodel.capcurve import NON_BINDING_RATIO, fit_curve
-from ecolaunch.profile.powercap import DEFAULT_CAP_STEP_W, cap_grid, profile_caps
-from ecolaunch.profile.runcaps import RunCaps
+from ecolaunch.jobmodel.powercap import DEFAULT_CAP_STEP_W, cap_grid, profile_caps
 from ecolaunch.profile.sampler import GpuSample, WindowStats, cap_seen_s
 
 logger = logging.getLogger(__name__)
@@ -63,6 +62,22 @@ class Readings(Protocol):
     def sample_once(self) -> object: ...
 
 
+class PowerLimits(Protocol):
+    """What the profiler needs of the run's power limits (:class:`~ecolaunch.caps.job.RunCaps`): each GPU's limit
+    when the run began, whether limits may be changed, set one, read one, and restore them."""
+
+    found: dict[str, float | None]
+
+    @property
+    def can_set(self) -> bool: ...
+
+    def set(self, uuid: str, watts: float) -> float: ...
+
+    def current(self, uuid: str) -> float | None: ...
+
+    def restore(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ProfileResult:
     """What profiling learned. ``choice`` is None without an iteration time (uninstrumented, or nothing
@@ -83,15 +98,15 @@ class Profiler:
         gpu_uuids: the job's GPUs.
         readings: the sampler (windows of power, utilization, memory per GPU).
         clock: the same clock as the step stamps and the sampler.
-        bounds_w: ``(min, max)`` caps allowed for the job (:func:`~ecolaunch.admin.rules.job_cap_bounds`);
+        bounds_w: ``(min, max)`` caps allowed for the job (:func:`~ecolaunch.caps.limits.job_cap_bounds`);
             None: never set caps.
         caps: the run's caps: each GPU's cap before profiling (``caps.found``, restored on DONE), and the setter
             (none, no privilege: measure at the found caps only).
-        allowed_slowdown_pct, eta: for :func:`~ecolaunch.profile.capchoice.choose_cap`.
+        allowed_slowdown_pct, eta: for :func:`~ecolaunch.jobmodel.capchoice.choose_cap`.
     """
 
     def __init__(self, gpu_uuids: Sequence[str], readings: Readings, *, clock: Clock,
-                 bounds_w: tuple[float, float] | None, caps: RunCaps, allowed_slowdown_pct: float | None, eta: float,
+                 bounds_w: tuple[float, float] | None, caps: PowerLimits, allowed_slowdown_pct: float | None, eta: float,
                  settings: ProfilerSettings | None = None, cap_step_w: float = DEFAULT_CAP_STEP_W) -> None:
         if not gpu_uuids:
             raise ConfigError("the profiler needs at least one GPU")

@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 from dataclasses import dataclass, field, replace
 
-from ecolaunch.admin.budget import asked_caps, budget_ceilings, job_floor_w, wish_under_ceiling
-from ecolaunch.admin.rules import Rules, job_cap_bounds
+from ecolaunch.caps.limits import asked_caps, budget_ceilings, job_floor_w, wish_under_ceiling
+from ecolaunch.admin.rules import Rules
+from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.devices.spec import MachineSpec
 from ecolaunch.jobmodel.capcurve import default_prior
@@ -30,7 +31,7 @@ from ecolaunch.policy.backfill import backfill_default, late_by, place_behind
 from ecolaunch.policy.base import Decision, JobRequest, Policy
 from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.place import place
-from ecolaunch.profile.powercap import profile_caps
+from ecolaunch.jobmodel.powercap import profile_caps
 from ecolaunch.sim.lengths import STEP_S, LauncherLengths, TrueLengths, steps_of
 from ecolaunch.sim.power import default_power_model
 from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, reproduce_eaco, shared_gpu
@@ -423,7 +424,7 @@ class Simulation:
     def _weigh_queue(self, waiting: int) -> set[str]:
         """Caps that weigh the queue (``[energy] wait_weight``): each running job whose closed loop runs (alone on its
         GPUs, in the measured world) moves to the cap its loop chooses with the jobs waiting now counted
-        (:meth:`~ecolaunch.sim.measured.MeasuredWorld.loop_cap`, :func:`~ecolaunch.profile.capchoice.queue_eta`), never
+        (:meth:`~ecolaunch.sim.measured.MeasuredWorld.loop_cap`, :func:`~ecolaunch.jobmodel.capchoice.queue_eta`), never
         below its own, and back to its own once nobody waits; as the launcher's loop does at its next look. Returns the
         GPUs whose cap changed."""
         changed: set[str] = set()
@@ -584,7 +585,7 @@ class Simulation:
 
     def _ask_budget(self, jid: str) -> None:
         """Under a power budget, what a job just placed asks of it, read as its launcher's
-        :class:`~ecolaunch.launch.jobcaps.JobCaps` reads it from the placement: its asks, its floor, each GPU's limit
+        :class:`~ecolaunch.caps.job.JobCaps` reads it from the placement: its asks, its floor, each GPU's limit
         as found."""
         if self.rules.power_max_total_w is None:
             return
@@ -605,7 +606,7 @@ class Simulation:
 
     def _follow_budget(self) -> set[str]:
         """Every running job's caps under the power budget, by the launcher's own rule
-        (:func:`~ecolaunch.admin.budget.wish_under_ceiling`, as ``JobCaps`` follows it at each look): the lower of
+        (:func:`~ecolaunch.caps.limits.wish_under_ceiling`, as ``JobCaps`` follows it at each look): the lower of
         what the job asks (its closed loop's own cap once it settled) and its GPUs' ceilings now, so a ceiling that
         rises gives a job back at most what it asked. Returns the GPUs whose cap changed."""
         if self.rules.power_max_total_w is None:

@@ -5,7 +5,7 @@ job on this machine; else nothing, or a fallback's curve), :class:`SimFirstLaunc
 :class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves` to the simulation's world), :func:`as_launched` (wraps a
 policy with it: ``ecolaunch simulate --policy curve`` on a measured trace) and :func:`job_board`. What does not:
 why a first launch is told a curve (:mod:`ecolaunch.policy.firstcurve`), the world's truth
-(:mod:`ecolaunch.sim.measured`), the budget that reads the curve (:mod:`ecolaunch.admin.budget`), and the bounds
+(:mod:`ecolaunch.sim.measured`), the budget that reads the curve (:mod:`ecolaunch.caps.limits`), and the bounds
 and scoring of a learned predictor, which only the benchmarks run (``benchmarks/_first_curves.py``). The history's
 curve: docs/simulator.md#the-measured-world.
 """

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ecolaunch.admin.rules import Rules, job_cap_bounds
+from ecolaunch.admin.rules import Rules
+from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import GpuModel
@@ -28,10 +29,10 @@ from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, cap_margin_pct, job_cap_choice, queue_eta
-from ecolaunch.profile.control import CapController
+from ecolaunch.jobmodel.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, cap_margin_pct, job_cap_choice, queue_eta
+from ecolaunch.caps.control import CapController
 from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve, merge_points
-from ecolaunch.profile.powercap import cap_grid, profile_caps
+from ecolaunch.jobmodel.powercap import cap_grid, profile_caps
 from ecolaunch.sim.interference import fit_gavel, gavel_set, impute_held_type
 from ecolaunch.sim.models import gavel_solo, read_data_csv
 from ecolaunch.sim.truth import TruthCurve, vendored_zeus_curves, zeus_truths, zeus_window_truths
@@ -438,7 +439,7 @@ class MeasuredWorld:
             if cap_w is None:
                 return None
         j = self._board(board)[1][kind]
-        ctl = CapController(known.points, bounds, bound_pct, cap_w, eta=rules.eta, prior=prior)
+        ctl = CapController(known.points, bounds, bound_pct, cap_w, rules=rules, prior=prior)
         done, batch = 0, 10
         t0 = j.iter_time_s
         while done < CONTROL_ITERS:
@@ -456,7 +457,7 @@ class MeasuredWorld:
                  board: str | None = None, *, waiting: float = 0.0) -> float | None:
         """The cap a running job's closed loop chooses on what its history knows of it (profiled points and what its
         loops learned) with ``waiting`` jobs delayed by its slowdown counted (``[energy] wait_weight``,
-        :func:`~ecolaunch.profile.capchoice.queue_eta`); None: uncapped, or nothing known."""
+        :func:`~ecolaunch.jobmodel.capchoice.queue_eta`); None: uncapped, or nothing known."""
         known = self._history.get((user, kind, board or self.board))
         bounds = job_cap_bounds(rules, gpus)
         if known is None or bounds is None:
@@ -469,7 +470,7 @@ class MeasuredWorld:
                         board: str | None = None) -> bool | None:
         """Whether the type's true slowdown at ``cap_w`` stays within what the job's history (the curve its launcher
         reads: profiled points and what the closed loop learned) predicts there plus the margin the cap choice keeps
-        back (:func:`~ecolaunch.profile.capchoice.cap_margin_pct`); kept in :attr:`coverage` as ``(kind, covered,
+        back (:func:`~ecolaunch.jobmodel.capchoice.cap_margin_pct`); kept in :attr:`coverage` as ``(kind, covered,
         measured)``, ``measured``: the history holds a point measured at ``cap_w`` (where the margin is measurement
         error alone, no curve between caps). None (nothing kept): no history, or ``cap_w`` at the top of ``bounds``
         (uncapped: nothing predicted)."""

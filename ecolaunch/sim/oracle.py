@@ -12,13 +12,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from ecolaunch.admin.rules import Rules, job_cap_bounds
+from ecolaunch.admin.rules import Rules
+from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT
-from ecolaunch.profile.powercap import cap_grid
+from ecolaunch.jobmodel.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT
+from ecolaunch.jobmodel.powercap import cap_grid
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.node import shared_gpu
 from ecolaunch.state.graph import GpuNode, StateGraph

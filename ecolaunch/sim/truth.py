@@ -19,7 +19,7 @@ from ecolaunch.devices.catalogue import lookup
 from ecolaunch.errors import ConfigError
 from ecolaunch.profile import zeus_data
 from ecolaunch.jobmodel.profile import CapPoint
-from ecolaunch.profile.powercap import cap_grid
+from ecolaunch.jobmodel.powercap import cap_grid
 from ecolaunch.sim.models import DATA_DIR, read_data_csv, zeus_rows
 
 __all__ = ["OracleCap", "TruthCurve", "h200_truths", "oracle_cap", "true_energy_per_iter", "true_slowdown_pct",

@@ -275,7 +275,7 @@ class StateGraph:
 
     def waiting_share(self, job: Job) -> float:
         """The waiting jobs a slowdown of ``job`` delays, as a cap that weighs the queue counts them
-        (:func:`~ecolaunch.profile.capchoice.queue_eta`): the jobs queued on its host other than itself, times its
+        (:func:`~ecolaunch.jobmodel.capchoice.queue_eta`): the jobs queued on its host other than itself, times its
         share of the host's GPUs (a job on 1 of 4 GPUs frees a quarter of what the queue waits for). 0.0 when nobody
         waits or the host's GPUs are not known."""
         host = self.hosts.get(job.host)

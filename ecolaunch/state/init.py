@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 ADMIN_DIRS = (GNN_DIR, CALIBRATION_DIR)
 ADMIN_DIR_MODE = OWN_DIR_MODE
 USER_DIR_MODE = OWN_DIR_MODE
-#: the cap ledger's mode (its format is ``ecolaunch.admin.ledger``'s, which this layer may not import: the CLI passes
+#: the cap ledger's mode (its format is ``ecolaunch.caps.ledger``'s, which this layer may not import: the CLI passes
 #: the empty document in)
 LEDGER_MODE = RECORD_MODE
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -127,7 +127,7 @@ def repair_extras(top: int, directory: Path, uid: int, gid: int, done: list[str]
                   empty_ledger: bytes | None = None) -> None:
     """Pre-create and repair ``history/<user>/``, ``gnn/``, ``calibration/`` and ``caps.json`` under ``top``
     (docs/threat-model.md#for-lab-admins-installing-the-agent); one line per change goes to ``done``. ``empty_ledger``: the document written when there
-    is no ledger (``ecolaunch.admin.ledger`` owns its format; None: a missing ledger is left for the agent)."""
+    is no ledger (``ecolaunch.caps.ledger`` owns its format; None: a missing ledger is left for the agent)."""
     directory = Path(directory)
     history = os.open(HISTORY_DIR, _DIR_FLAGS, dir_fd=top)  # layout.init_state made it a root directory just now
     try:

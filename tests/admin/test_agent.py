@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from ecolaunch.admin.agent import CapAgent, agent_alive
+from ecolaunch.caps.agent import CapAgent, agent_alive
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.select import open_backend
 from ecolaunch.state.store import StateStore

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ecolaunch.admin.capkeeper import (
+from ecolaunch.caps.keeper import (
     CapKeeper,
     apply_caps_as_launcher,
     cap_recommendation,
     desired_caps,
 )
-from ecolaunch.admin.ledger import load_ledger
+from ecolaunch.caps.ledger import load_ledger
 from ecolaunch.admin.rules import Rules, parse_rules
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
@@ -270,7 +270,7 @@ def test_fuzzed_requests_never_set_an_out_of_policy_cap(tmp_path: Path, graph: S
 
 
 def test_the_ledger_records_what_ecolaunch_set_and_a_gpu_changed_since_is_left_as_found(tmp_path: Path, caplog) -> None:
-    from ecolaunch.admin.ledger import load_ledger_entries
+    from ecolaunch.caps.ledger import load_ledger_entries
 
     b = backend(tmp_path)
     u = [g.uuid for g in b.gpus()]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ecolaunch.admin.agent import CapAgent
+from ecolaunch.caps.agent import CapAgent
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec

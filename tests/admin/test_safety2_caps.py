@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.admin.agent import CapAgent
-from ecolaunch.admin.capkeeper import CapKeeper, apply_caps_as_launcher
+from ecolaunch.caps.agent import CapAgent
+from ecolaunch.caps.keeper import CapKeeper, apply_caps_as_launcher
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.select import open_backend
 from ecolaunch.policy.registry import get_policy
-from ecolaunch.admin.budget import budget_ceilings, job_floor_w
+from ecolaunch.caps.limits import budget_ceilings, job_floor_w
 from ecolaunch.launch.session import Session
 from ecolaunch.state.graph import Job, JobState
 from ecolaunch.state.layout import init_state
@@ -148,7 +148,7 @@ def test_a_forged_budget_cap_throttles_no_colleague_and_a_first_launch_has_a_flo
         print(json.dumps({"ceilings": budget_ceilings(g, rules), "floor": job_floor_w(job, nodes, rules)}))
         """, {"d": str(d), "policy": "[power]\nmax_total_w = 1000\n"}, imports=IMPORTS + """
 from ecolaunch.admin.rules import parse_rules
-from ecolaunch.admin.budget import budget_ceilings, job_floor_w
+from ecolaunch.caps.limits import budget_ceilings, job_floor_w
 """))
     assert seen["ceilings"][u[0]] >= 400.0 and seen["floor"] == 320.0
     # the next lock holder writes the caps it computed, not the forgery

@@ -93,8 +93,8 @@ from click.testing import CliRunner
 from ecolaunch.cli.calibrate_cmd import calibrate
 import ecolaunch.calibrate.run, ecolaunch.calibrate.plan, ecolaunch.calibrate.booking, ecolaunch.calibrate.results
 import ecolaunch.runtime
-import ecolaunch.launch.jobcaps, ecolaunch.launch.session, ecolaunch.policy.baselines, ecolaunch.state.store
-import ecolaunch.state.reconcile, ecolaunch.devices.select, ecolaunch.sim.reading, ecolaunch.admin.agent
+import ecolaunch.caps.job, ecolaunch.launch.session, ecolaunch.policy.baselines, ecolaunch.state.store
+import ecolaunch.state.reconcile, ecolaunch.devices.select, ecolaunch.sim.reading, ecolaunch.caps.agent
 ecolaunch.policy.baselines.ExclusivePolicy()
 """
 

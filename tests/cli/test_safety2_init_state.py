@@ -18,7 +18,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from ecolaunch.admin.ledger import load_ledger_entries
+from ecolaunch.caps.ledger import load_ledger_entries
 from ecolaunch.cli.history_cmd import history as history_cmd
 from ecolaunch.cli.init_state_cmd import init_state
 from ecolaunch.cli.policy_cmd import policy
@@ -262,7 +262,7 @@ except SystemExit as e:
 LAUNCH_IMPORTS = """
 import ecolaunch.cli.main, ecolaunch.cli.launch_cmd, ecolaunch.launch.pipeline, ecolaunch.launch.torchrun
 import ecolaunch.runtime, ecolaunch.sim.reading, ecolaunch.devices.select, ecolaunch.policy.curve
-import ecolaunch.launch.jobcaps, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.launch.observe
+import ecolaunch.caps.job, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.launch.observe
 import ecolaunch.policy.registry, ecolaunch.policy.gnn, ecolaunch.admin.rules, ecolaunch.launch.argv
 import torch.distributed.run
 """

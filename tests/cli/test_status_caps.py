@@ -9,12 +9,12 @@ import subprocess
 
 import pytest
 
-from ecolaunch.admin.capkeeper import CapKeeper
-from ecolaunch.admin.ledger import load_ledger
+from ecolaunch.caps.keeper import CapKeeper
+from ecolaunch.caps.ledger import load_ledger
 from ecolaunch.statedir import LEDGER_FILE
 from ecolaunch.runtime import open_gpus, resolve
 from ecolaunch.cli.status_cmd import _render
-from ecolaunch.launch.jobcaps import orphaned_caps
+from ecolaunch.caps.job import orphaned_caps
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import PsutilProcessTable
 from tests.conftest import REPO, ecolaunch_cmd

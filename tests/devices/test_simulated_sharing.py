@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.admin.agent import CapAgent
-from ecolaunch.admin.ledger import load_ledger
+from ecolaunch.caps.agent import CapAgent
+from ecolaunch.caps.ledger import load_ledger
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.select import open_backend, simulated_privilege
 from ecolaunch.errors import DeviceError
@@ -25,7 +25,7 @@ from tests.multiuser import ALICE, GID, MALLORY, last_json, remove, require_root
 SPEC = "4xA100-SXM4-80GB"
 POLICY = '[caps."A100-SXM4-80GB"]\nmin_w = 250\nmax_w = 350\n[agent]\ngpus = [0, 1]\n'
 IMPORTS = """
-from ecolaunch.admin.capkeeper import apply_caps_as_launcher
+from ecolaunch.caps.keeper import apply_caps_as_launcher
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.select import open_backend, simulated_privilege
 from ecolaunch.errors import PermissionDenied

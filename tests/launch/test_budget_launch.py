@@ -19,11 +19,11 @@ from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.errors import NeverFits
 from ecolaunch.jobmodel.profile import CapPoint, Profile
-from ecolaunch.launch.jobcaps import JobCaps
+from ecolaunch.caps.job import JobCaps
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.registry import get_policy
-from ecolaunch.profile.control import CapMove, ClosedLoop
+from ecolaunch.caps.control import CapMove, ClosedLoop, Feeds
 from ecolaunch.profile.sampler import GpuSample
 from ecolaunch.state.graph import WaitReason
 from ecolaunch.state.reconcile import process_start_time
@@ -261,8 +261,8 @@ def loop_with(ceiling: list[float | None], cap_w: float = 300.0, limit_w: float 
         applied.append(cap)
         return True
 
-    loop = ClosedLoop(controller, reader, sampler, ["GPU-0"], clock, apply, 0,
-                      ceiling_w=(lambda: ceiling[0]) if ceiling else None)
+    feeds = Feeds(reader, sampler, ("GPU-0",), clock, apply, (lambda: ceiling[0]) if ceiling else None)
+    loop = ClosedLoop(controller, feeds, 0)
     return loop, clock, reader, sampler, controller, applied
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.admin.ledger import load_ledger
+from ecolaunch.caps.ledger import load_ledger
 from ecolaunch.statedir import LEDGER_FILE
 from ecolaunch.runtime import open_gpus, resolve
 from tests.conftest import BIN, REPO, ecolaunch_cmd

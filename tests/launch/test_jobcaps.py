@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.admin.ledger import load_ledger
+from ecolaunch.caps.ledger import load_ledger
 from ecolaunch.admin.rules import parse_rules
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.errors import PermissionDenied
-from ecolaunch.launch.jobcaps import JobCaps
+from ecolaunch.caps.job import JobCaps
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import Decision, JobRequest
 from ecolaunch.state.reconcile import process_start_time
@@ -130,7 +130,7 @@ def test_with_a_cap_agent_the_wish_is_recorded_and_left_to_it(state_dir: Path) -
 
 
 def test_a_privileged_session_restores_what_a_dead_launcher_left(state_dir: Path) -> None:
-    from ecolaunch.admin.capkeeper import CapKeeper
+    from ecolaunch.caps.keeper import CapKeeper
 
     session, placement = placed(state_dir, 250.0)
     owner(session, placement, state_dir, [], []).begin()

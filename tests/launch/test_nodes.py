@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ecolaunch.launch.multinode import CapFollower, PublishedCaps
+from ecolaunch.caps.job import CapFollower, PublishedCaps
 from ecolaunch.launch.nodes import PROTOCOL, Meeting, NodeInfo, Plan, meet, total_lines
 from ecolaunch.launch.torchrun import Rendezvous
 

@@ -16,11 +16,11 @@ from ecolaunch.launch.monitor import RunMonitor
 from ecolaunch.launch.observe import ObserveConfig
 from ecolaunch.launch.record import RunRecorder, RunSpan
 from ecolaunch.profile import channel
-from ecolaunch.profile.control import start_loop
+from ecolaunch.caps.control import Feeds, start_loop
 from ecolaunch.profile.history import History, Profile
 from ecolaunch.profile.modes import ProfileAction, ProfilerSettings
 from ecolaunch.jobmodel.profile import CapPoint
-from ecolaunch.profile.runcaps import RunCaps
+from ecolaunch.caps.job import RunCaps
 from ecolaunch.profile.sampler import Sampler
 
 FP = "ab" * 32
@@ -129,14 +129,13 @@ def test_the_early_check_runs_once_after_the_skipped_iterations(backend, vclock)
 def test_the_closed_loop_starts_only_with_a_curve_and_at_a_cap_within_the_bounds(backend, vclock, tmp_path) -> None:
     sampler = Sampler(backend, UUIDS, clock=vclock)
     reader = channel.StepReader(tmp_path)
-    kw = {"eta": 1.0, "control": None, "reader": reader, "sampler": sampler, "gpu_uuids": UUIDS, "clock": vclock,
-          "apply": lambda cap, why: True, "from_index": 0}
-    assert start_loop(Profile(None, None, None, None, None), (100.0, 400.0), 10.0, None, **kw) is None
-    uncapped = start_loop(Profile(0.1, None, None, None, 300.0), (100.0, 400.0), 10.0, 500.0, **kw)
+    feeds = Feeds(reader, sampler, UUIDS, vclock, lambda cap, why: True)
+    assert start_loop(Profile(None, None, None, None, None), Rules(), (100.0, 400.0), 10.0, None, feeds, 0) is None
+    uncapped = start_loop(Profile(0.1, None, None, None, 300.0), Rules(), (100.0, 400.0), 10.0, 500.0, feeds, 0)
     assert uncapped is not None and uncapped.controller.cap_w == 400.0  # clipped to the bounds
     assert uncapped.controller.allowed_slowdown_pct == 10.0
     curve = Profile(0.1, None, None, None, 300.0, cap_points=(CapPoint(400.0, 0.1, 300.0), CapPoint(200.0, 0.12, 200.0)))
-    loop = start_loop(curve, (150.0, 400.0), 5.0, None, **kw)
+    loop = start_loop(curve, Rules(), (150.0, 400.0), 5.0, None, feeds, 0)
     assert loop is not None and loop.controller.cap_w == 400.0  # None: the top of the bounds
 
 

@@ -8,12 +8,12 @@ import pytest
 
 from ecolaunch.admin.rules import Rules, parse_rules
 from ecolaunch.policy.base import Decision, JobRequest
-from ecolaunch.admin.budget import (GRID_W, GpuDemand, allocate, budget_ceilings, budgeted_gpus, host_demands,
+from ecolaunch.caps.limits import (GRID_W, GpuDemand, allocate, budget_ceilings, budgeted_gpus, host_demands,
                                     rebalance)
 from ecolaunch.policy.budgeted import BudgetedPolicy, book_budget
 from ecolaunch.policy.registry import get_policy, policy_names
 from ecolaunch.jobmodel.codec import profile_from_json
-from ecolaunch.profile.capchoice import cap_margin_pct
+from ecolaunch.jobmodel.capchoice import cap_margin_pct
 from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 
@@ -209,7 +209,7 @@ def test_floors_over_the_budget_are_said_once_and_only_while_jobs_run(caplog) ->
     (admission refuses such a budget itself)."""
     import logging
 
-    from ecolaunch.admin import budget
+    from ecolaunch.caps import limits as budget
 
     budget._OVER_BUDGET_SAID.clear()  # once per process: start this test's process-wide record afresh
     graph, policy = machine(), get_policy("exclusive")

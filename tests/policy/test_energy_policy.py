@@ -11,7 +11,7 @@ from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.energy import DECISION_CAP_STEP_W, enumerate_candidates
 from ecolaunch.policy.gnn import gnn_policy
 from ecolaunch.jobmodel.codec import profile_from_json
-from ecolaunch.profile.capchoice import job_cap_choice
+from ecolaunch.jobmodel.capchoice import job_cap_choice
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob
 from ecolaunch.sim.metrics import summarize
 from ecolaunch.jobmodel.profile import Profile

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks._first_curves import FirstCurveError, first_curve_errors, first_curve_z
-from ecolaunch.admin.budget import profile_floor_w
+from ecolaunch.caps.limits import profile_floor_w
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.jobmodel.capcurve import fit_curve
@@ -15,7 +15,7 @@ from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.gnn import FIRST_CURVE_Z, GnnFirstCurve
 from ecolaunch.policy.registry import GNN_FIRST_CURVE_WHY, get_policy
-from ecolaunch.profile.capchoice import MARGIN_Z, cap_margin_pct
+from ecolaunch.jobmodel.capchoice import MARGIN_Z, cap_margin_pct
 from ecolaunch.sim.truth import h200_truths
 from ecolaunch.state.graph import GpuNode, Host, StateGraph
 

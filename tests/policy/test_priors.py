@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from ecolaunch.admin.budget import cap_table, host_demands
+from ecolaunch.caps.limits import cap_table, host_demands
 from ecolaunch.admin.rules import Rules
 from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior, default_prior

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ecolaunch.admin.budget import least_total_w
+from ecolaunch.caps.limits import least_total_w
 from ecolaunch.admin.rules import Rules, parse_rules
 from ecolaunch.jobmodel.codec import profile_from_json
 from ecolaunch.policy.base import JobRequest

@@ -7,9 +7,10 @@ import random
 
 import pytest
 
+from ecolaunch.admin.rules import Rules
 from ecolaunch.errors import ConfigError
-from ecolaunch.profile.control import CapController, ControlSettings
-from ecolaunch.profile.capchoice import job_cap_choice, queue_eta
+from ecolaunch.caps.control import CapController, ControlSettings
+from ecolaunch.jobmodel.capchoice import job_cap_choice, queue_eta
 from ecolaunch.jobmodel.profile import CapPoint
 
 BOUNDS = (100.0, 400.0)
@@ -168,7 +169,7 @@ def test_jobs_waiting_raise_the_cap_and_it_comes_back_down_once_nobody_waits() -
     # goes up (not a floor); once nobody waits it comes back down, and that move is not one of max_down_moves
     points = profiled()
     own = job_cap_choice(points, BOUNDS, 10.0, 1.0).cap_w
-    ctl = CapController(points, BOUNDS, 10.0, own, wait_weight=1.0, settings=ControlSettings(max_down_moves=0))
+    ctl = CapController(points, BOUNDS, 10.0, own, rules=Rules(wait_weight=1.0), settings=ControlSettings(max_down_moves=0))
     assert run(ctl, 300) == []  # nobody waits: it stays at the energy's choice
     ctl.set_waiting(2.0)
     raised = run(ctl, 300)

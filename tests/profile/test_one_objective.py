@@ -9,13 +9,14 @@ import random
 
 import pytest
 
-from ecolaunch.admin.rules import Rules, job_cap_bounds
+from ecolaunch.admin.rules import Rules
+from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.errors import ConfigError
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.gnn import gnn_policy
-from ecolaunch.profile.capchoice import MAX_WAITING, job_cap_choice, queue_eta
+from ecolaunch.jobmodel.capchoice import MAX_WAITING, job_cap_choice, queue_eta
 from ecolaunch.profile.profiler import Profiler
-from ecolaunch.profile.runcaps import RunCaps
+from ecolaunch.caps.job import RunCaps
 from ecolaunch.profile.sampler import Sampler
 from ecolaunch.state.graph import GpuNode, Host, StateGraph
 from tests.profile.conftest import iter_time_at

@@ -9,9 +9,9 @@ import pytest
 
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.profile import CapPoint
-from ecolaunch.profile import capchoice as cc
+from ecolaunch.jobmodel import capchoice as cc
 from ecolaunch.jobmodel import capcurve as jc
-from ecolaunch.profile import powercap as pc
+from ecolaunch.jobmodel import powercap as pc
 from ecolaunch.sim.truth import vendored_zeus_curves
 
 

@@ -8,13 +8,14 @@ import logging
 
 import pytest
 
-from ecolaunch.admin.rules import CapBounds, Rules, job_cap_bounds, profiler_settings
+from ecolaunch.admin.rules import CapBounds, Rules, profiler_settings
+from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.devices.backend import GpuSnapshot
 from ecolaunch.errors import ConfigError, DeviceError, PermissionDenied
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.profile.profiler import Phase, Profiler, check_early
-from ecolaunch.profile.runcaps import RunCaps
+from ecolaunch.caps.job import RunCaps
 from ecolaunch.profile.sampler import Sampler
 from tests.profile.conftest import SyntheticJob, iter_time_at
 

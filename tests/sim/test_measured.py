@@ -12,7 +12,7 @@ from ecolaunch.sim.measured import (BOARD, BOARDS, FOLDS, PROFILE_ITERS, HeldOut
                                     held_out_prior, holdout_key, job_kinds, measured_oracle, network_of)
 from ecolaunch.jobmodel.capcurve import fit_curve
 from ecolaunch.jobmodel.profile import Profile
-from ecolaunch.profile.capchoice import WINDOW_ERROR_PCT, reference_se_pct
+from ecolaunch.jobmodel.capchoice import WINDOW_ERROR_PCT, reference_se_pct
 from ecolaunch.sim.measured_traces import measured_trace
 from ecolaunch.sim.models import gavel_pairs, gavel_solo, read_data_csv
 from ecolaunch.sim.policies import FoldedPolicy, get_sim_policy

@@ -5,10 +5,10 @@ What lives here: :class:`GpuDemand` (one GPU as the budget sees it), :func:`allo
 budget), :func:`host_demands`, :func:`rebalance` and :func:`budget_ceilings` (what the state graph records, and
 what a running launcher may raise its cap to), :func:`trusted_budget_caps`, :func:`job_floor_w` and
 :func:`no_curve_floor_w` (the lowest cap a job may get), :func:`least_total_w` (the least a request can ever count).
-Here, below the policies, because the cap keepers (:mod:`ecolaunch.admin.capkeeper`) hold caps to the budget too.
+Here, below the policies, because the cap keepers (:mod:`ecolaunch.caps.keeper`) hold caps to the budget too.
 What does not: the wrapper around every placement policy and the booking of a decision
 (``ecolaunch.policy.budgeted``), validating the budget against the host (:func:`ecolaunch.admin.lint.check_power_budget`),
-applying caps (``ecolaunch.launch.jobcaps``). How the budget works: docs/admin.md#a-power-budget-for-the-whole-machine
+applying caps (``ecolaunch.caps.job``). How the budget works: docs/admin.md#a-power-budget-for-the-whole-machine
 and #how-the-budget-chooses-the-caps; the no-curve floor's share and its data: docs/threat-model.md.
 """
 
@@ -24,19 +24,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ecolaunch.admin.rules import Rules, clip_cap_w, job_cap_bounds, may_manage_gpu
+from ecolaunch.admin.rules import Rules, cap_bounds_w, may_manage_gpu
 from ecolaunch.errors import EcolaunchError
 from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.jobmodel.profile import CapPoint, Profile
-from ecolaunch.profile.capchoice import CHOICE_STEP_W, cap_margin_pct
+from ecolaunch.jobmodel.capchoice import CHOICE_STEP_W, cap_margin_pct
 from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, CapPrior, Priors, default_prior, fit_curve
-from ecolaunch.profile.powercap import cap_grid
+from ecolaunch.jobmodel.powercap import cap_grid
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 from ecolaunch.validate import is_number, number_or_none
 
 __all__ = ["AT_CEILING_W", "EPS_W", "GRID_W", "NO_CURVE_FLOOR_SHARE", "GpuDemand", "Newcomer", "allocate", "asked_caps",
-           "bounds_or_none", "budget_ceilings", "budgeted_gpus", "budgeted_on_host", "curve_at", "held_ceiling_w",
-           "host_demands", "job_floor_w", "least_total_w", "may_cap", "no_curve_floor_w", "rebalance",
+           "bounds_or_none", "budget_ceilings", "budgeted_gpus", "budgeted_on_host", "clip_cap_w", "curve_at",
+           "held_ceiling_w", "host_demands", "job_cap_bounds", "job_floor_w", "least_total_w", "may_cap", "no_curve_floor_w", "rebalance",
            "trusted_budget_caps", "wish_under_ceiling"]
 
 logger = logging.getLogger(__name__)
@@ -80,6 +80,30 @@ class _Unit:
     cap_w: float
     floor_w: float
     curve: tuple[tuple[float, float, float], ...]
+
+
+
+def clip_cap_w(rules: Rules, gpu: Any, watts: float) -> tuple[float, tuple[float, float]]:
+    """``watts`` inside what the admin policy allows on ``gpu`` (a GpuNode or a snapshot with a power-limit range),
+    and those bounds. The one place a cap is clipped on one GPU: admission, the agent, root launchers, the guard,
+    :class:`~ecolaunch.caps.job.JobCaps` (the profiler, the closed loop, calibration) and the advice of an
+    unprivileged launcher all go through it (:func:`~ecolaunch.jobmodel.gpu.clip_w`, the clamp itself)."""
+    bounds = cap_bounds_w(rules, gpu.name, gpu.index, gpu.power_limit_min_w, gpu.power_limit_max_w)
+    return clip_w(watts, bounds), bounds
+
+
+def job_cap_bounds(rules: Rules, gpus: Sequence[Any]) -> tuple[float, float] | None:
+    """The caps (W) every one of the job's GPUs may run at under the admin policy; None if there are none.
+
+    One cap for the whole job (data-parallel ranks wait for the slowest GPU), so the bounds intersect.
+    """
+    lo, hi = 0.0, math.inf
+    for g in gpus:
+        if g.power_limit_min_w is None or g.power_limit_max_w is None:
+            return None
+        a, b = cap_bounds_w(rules, g.name, g.index, g.power_limit_min_w, g.power_limit_max_w)
+        lo, hi = max(lo, a), min(hi, b)
+    return (lo, hi) if gpus and lo <= hi else None
 
 
 def allocate(gpus: Sequence[GpuDemand], budget_w: float, *, step_w: float = GRID_W) -> dict[str, float] | None:
@@ -408,7 +432,7 @@ def wish_under_ceiling(ask_w: float | None, ceiling_w: float | None, *, floor_w:
     the limit the GPU had when the job was placed (``found_w``) is above it. Never above the job's own ask: a
     budget's room raises a job back to what it asked, not past it.
 
-    The one rule for a running job under a budget: the launcher's :class:`~ecolaunch.launch.jobcaps.JobCaps` at
+    The one rule for a running job under a budget: the launcher's :class:`~ecolaunch.caps.job.JobCaps` at
     every look and cap change, and the simulator (:class:`~ecolaunch.sim.engine.Simulation`) at every arrival,
     departure and closed-loop settling, both call it."""
     if ceiling_w is None:

@@ -1,11 +1,11 @@
 """Closed-loop power-cap control for the whole run: the cap follows the job along its measured curve.
 
 What lives here: the decisions, :class:`ControlSettings`, :class:`CapMove` and :class:`CapController`; and their
-plumbing in a run, :class:`ClosedLoop` (step marks and GPU readings in, cap moves out; nothing here prints) and
-:func:`start_loop` (one from a job's profile and bounds). What does not: when a run has a loop (the run observer,
-``ecolaunch.launch.observe``), setting caps (the run's :class:`~ecolaunch.profile.runcaps.RunCaps` over the job's
-cap owner), the curve itself (:mod:`ecolaunch.profile.powercap`), the cap choice
-(:mod:`ecolaunch.profile.capchoice`). Why a loop, and its rules: docs/profiling.md#the-closed-loop.
+plumbing in a run, :class:`Feeds` (what a loop follows and moves), :class:`ClosedLoop` (step marks and GPU readings
+in, cap moves out; nothing here prints) and :func:`start_loop` (one from a job's profile, the admin policy and bounds). What does not: when a run has a loop (the run observer,
+``ecolaunch.launch.observe``), setting caps (the run's :class:`~ecolaunch.caps.job.RunCaps` over the job's
+cap owner), the curve itself (:mod:`ecolaunch.jobmodel.powercap`), the cap choice
+(:mod:`ecolaunch.jobmodel.capchoice`). Why a loop, and its rules: docs/profiling.md#the-closed-loop.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ecolaunch.admin.rules import Rules
 from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import clip_w
-from ecolaunch.profile.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, iteration_stats,
+from ecolaunch.jobmodel.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, iteration_stats,
                                          model_cap_choice, off_profile, queue_eta, reference_se_pct)
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.channel import StepReader, iteration_times
@@ -74,15 +75,15 @@ class CapController:
         bounds_w: the caps the job may run at under the admin policy; the max is "uncapped".
         allowed_slowdown_pct: the job's bound (against alone and uncapped).
         cap_w: the cap the job runs at now (the decision's, or the profiler's choice).
-        eta: the admin's objective weight (1 = energy only).
-        wait_weight: how much the delay of a waiting job weighs (``[energy] wait_weight``; 0: the queue is not
-            counted); the waiting jobs come in through :meth:`set_waiting`.
+        rules: the admin policy: its objective weight (``eta``, 1 = energy only) and how much the delay of a waiting
+            job weighs (``wait_weight``; 0: the queue is not counted); the waiting jobs come in through
+            :meth:`set_waiting`.
         settings: loop parameters.
         prior: the curve prior (default: the one fitted on the Zeus traces).
     """
 
     def __init__(self, points: Sequence[CapPoint], bounds_w: tuple[float, float], allowed_slowdown_pct: float,
-                 cap_w: float, *, eta: float = 1.0, wait_weight: float = 0.0, settings: ControlSettings | None = None,
+                 cap_w: float, *, rules: Rules = Rules(), settings: ControlSettings | None = None,
                  prior: CapPrior | None = None) -> None:
         if not points:
             raise ConfigError("cap control needs the job's measured cap points", hint="profile the job first")
@@ -95,9 +96,8 @@ class CapController:
         self.off_profile: str | None = None
         self._bounds = (float(bounds_w[0]), float(bounds_w[1]))
         self.allowed_slowdown_pct = float(allowed_slowdown_pct)
-        self._eta = eta
-        queue_eta(eta, wait_weight, 0.0)  # checks both
-        self._wait_weight = wait_weight
+        self._eta, self._wait_weight = rules.eta, rules.wait_weight
+        queue_eta(self._eta, self._wait_weight, 0.0)  # checks both
         self.waiting = 0.0  # the waiting jobs this job's slowdown delays (set_waiting)
         self._queue_lifted = False  # the cap is where the queue raised it: the way back down is not a down move
         self.settings = settings or ControlSettings()
@@ -231,27 +231,38 @@ MOVE_SEEN_TIMEOUT_S = 60.0
 HELD_TOLERANCE_W = 1.0
 
 
-class ClosedLoop:
-    """Follows one run from stamp ``from_index`` on.
+@dataclass(frozen=True, slots=True)
+class Feeds:
+    """What a closed loop follows and moves in one run.
 
     Args:
-        controller: the decisions.
-        reader, sampler: the run's step marks and GPU readings.
+        reader, sampler: the run's step marks and its GPUs' readings.
         gpu_uuids: the job's GPUs (one cap for all of them).
         clock: the clock of the stamps and the readings.
-        apply: ``apply(cap_w, why) -> bool`` sets the cap on every GPU of the job; False when it could not.
-        from_index: the first stamp that belongs to the controller's current cap.
-        ceiling_w: the most the job's cap may be now (a power budget's ceiling), None for no ceiling; without it
-            the loop still pauses when the GPUs' readings show a limit below its cap.
+        apply: ``apply(cap_w, why) -> bool`` sets the cap on every GPU of the job
+            (:meth:`~ecolaunch.caps.job.RunCaps.apply`); False when it could not.
+        ceiling_w: the most the job's cap may be now (a power budget's ceiling,
+            :meth:`~ecolaunch.caps.job.JobCaps.ceiling_w`), None for no ceiling; without it the loop still pauses
+            when the GPUs' readings show a limit below its cap.
     """
 
-    def __init__(self, controller: CapController, reader: StepReader, sampler: Sampler, gpu_uuids: Sequence[str],
-                 clock: Clock, apply: Callable[[float, str], bool], from_index: int, *,
-                 ceiling_w: Callable[[], float | None] | None = None) -> None:
+    reader: StepReader
+    sampler: Sampler
+    gpu_uuids: tuple[str, ...]
+    clock: Clock
+    apply: Callable[[float, str], bool]
+    ceiling_w: Callable[[], float | None] | None = None
+
+
+class ClosedLoop:
+    """Follows one run (``feeds``) from stamp ``from_index`` on, with ``controller``'s decisions; ``from_index``: the
+    first stamp that belongs to the controller's current cap."""
+
+    def __init__(self, controller: CapController, feeds: Feeds, from_index: int) -> None:
         self.controller = controller
-        self._reader, self._sampler, self._uuids, self._clock = reader, sampler, tuple(gpu_uuids), clock
-        self._apply = apply
-        self._ceiling = ceiling_w
+        self._reader, self._sampler, self._uuids, self._clock = feeds.reader, feeds.sampler, feeds.gpu_uuids, feeds.clock
+        self._apply = feeds.apply
+        self._ceiling = feeds.ceiling_w
         self._from = max(0, from_index)
         self._pending: tuple[float, float] | None = None  # (cap, when asked) until the readings show it
         self.stopped = False
@@ -322,20 +333,17 @@ class ClosedLoop:
                 or cap_seen_s(self._sampler.latest, self._uuids, cap_w, asked_s) is not None)
 
 
-def start_loop(profile: Profile, bounds_w: tuple[float, float], allowed_slowdown_pct: float, cap_w: float | None, *,
-               eta: float, control: ControlSettings | None, reader: StepReader, sampler: Sampler,
-               gpu_uuids: Sequence[str], clock: Clock, apply: Callable[[float, str], bool], from_index: int,
-               ceiling_w: Callable[[], float | None] | None = None, wait_weight: float = 0.0,
-               waiting: float = 0.0) -> ClosedLoop | None:
-    """A closed loop that starts at ``cap_w`` (None: the top of ``bounds_w``) from stamp ``from_index`` on, with the
-    curve of ``profile`` (``wait_weight``, ``waiting``: the queue it weighs, :meth:`CapController.set_waiting`); None
-    when the profile has no curve to follow."""
+def start_loop(profile: Profile, rules: Rules, bounds_w: tuple[float, float], allowed_slowdown_pct: float,
+               cap_w: float | None, feeds: Feeds, from_index: int, *, waiting: float = 0.0,
+               control: ControlSettings | None = None) -> ClosedLoop | None:
+    """A closed loop over ``feeds`` that starts at ``cap_w`` (None: the top of ``bounds_w``) from stamp ``from_index``
+    on, with the curve of ``profile`` and the admin policy ``rules`` (``waiting``: the jobs its slowdown delays now,
+    :meth:`CapController.set_waiting`); None when the profile has no curve to follow."""
     hi = bounds_w[1]
     points = profile.curve_points(hi)  # uncapped only: one point, the prior's shape
     if not points:
         return None
     cap = hi if cap_w is None else clip_w(cap_w, bounds_w)
-    controller = CapController(points, bounds_w, allowed_slowdown_pct, cap, eta=eta, wait_weight=wait_weight,
-                               settings=control)
+    controller = CapController(points, bounds_w, allowed_slowdown_pct, cap, rules=rules, settings=control)
     controller.set_waiting(waiting)
-    return ClosedLoop(controller, reader, sampler, gpu_uuids, clock, apply, from_index, ceiling_w=ceiling_w)
+    return ClosedLoop(controller, feeds, from_index)

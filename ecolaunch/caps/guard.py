@@ -4,7 +4,7 @@ What lives here: :func:`start_guard` (the launcher's side: one guard before its 
 and the guard's own steps, :func:`wait_for_launcher`, :func:`wait_gone` and :func:`restore_after` (one privileged
 cap pass, the agent's). What does not: the guard's entry point (``ecolaunch.cli.guard_cmd``, started as root's
 helpers are: :func:`~ecolaunch.admin.interpreter.helper_argv`), the pass itself
-(:class:`~ecolaunch.admin.capkeeper.CapKeeper`). Nothing here prints. How the guard works, and why:
+(:class:`~ecolaunch.caps.keeper.CapKeeper`). Nothing here prints. How the guard works, and why:
 docs/admin.md#the-cap-agent.
 """
 
@@ -22,7 +22,7 @@ import select
 
 import psutil
 
-from ecolaunch.admin.capkeeper import CapKeeper, CapReport
+from ecolaunch.caps.keeper import CapKeeper, CapReport
 from ecolaunch.admin.interpreter import HELPER_CWD, helper_argv, helper_env, settings_argv
 from ecolaunch.admin.rules import Rules
 from ecolaunch.devices.backend import GpuBackend

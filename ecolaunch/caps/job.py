@@ -1,13 +1,15 @@
-"""The one owner of every power cap a job sets: record, apply within the admin's rules, restore, guard.
+"""The one owner of every power cap a job sets: record, clip and hold under the budget, apply, restore, guard.
 
 What lives here: :class:`JobCaps` (made once per placed job; the pipeline's caps at placement and the restore at
-release, and through :meth:`JobCaps.set_cap` every cap the run's :class:`~ecolaunch.profile.runcaps.RunCaps` sets;
-under a power budget, the follower that holds each cap under its GPU's ceiling), :func:`orphan_keeper` and
-:func:`orphaned_caps`. What does not: the clip (:func:`ecolaunch.admin.rules.clip_cap_w`), the keeper pass
-(:class:`~ecolaunch.admin.capkeeper.CapKeeper`), the budget's arithmetic (:mod:`ecolaunch.admin.budget`), the guard
-(:mod:`ecolaunch.launch.guard`). Nothing here prints: messages go to ``on_message``. How a cap is clipped, recorded,
-applied and restored, and how a budget's ceiling is followed: docs/admin.md, "One writer of a job's caps" and
-"A power budget for the whole machine".
+release, and through :meth:`JobCaps.set_cap` every cap the run sets; under a power budget, the follower that holds each
+cap under its GPU's ceiling), :class:`RunCaps` (the caps one run changes, the profiler's, the closed loop's and
+pace-matching's, and their one way back to the caps the run found), a job over several nodes' caps
+(:class:`PublishedCaps`, the leader's setter that publishes each cap; :class:`CapFollower`, a follower node's thread
+that applies them), :func:`orphan_keeper` and :func:`orphaned_caps`. What does not: the decisions (the closed loop,
+:mod:`ecolaunch.caps.control`), the clip and the budget's arithmetic (:mod:`ecolaunch.caps.limits`), the keeper pass
+that writes caps (:class:`~ecolaunch.caps.keeper.CapKeeper`), the guard (:mod:`ecolaunch.caps.guard`). Nothing here
+prints: messages go to ``on_message``. How a cap is clipped, recorded, applied and restored, and how a budget's ceiling
+is followed: docs/admin.md, "One writer of a job's caps" and "A power budget for the whole machine".
 """
 
 from __future__ import annotations
@@ -15,19 +17,25 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
-from ecolaunch.admin.agent import agent_alive
-from ecolaunch.admin.capkeeper import CapKeeper, apply_caps_as_launcher, cap_recommendation, desired_caps
-from ecolaunch.admin.rules import clip_cap_w
-from ecolaunch.admin.ledger import load_ledger
+from ecolaunch.admin.rules import Rules
+from ecolaunch.caps.agent import agent_alive
+from ecolaunch.caps.guard import Guard, start_guard
+from ecolaunch.caps.keeper import CapKeeper, apply_caps_as_launcher, cap_recommendation, desired_caps
+from ecolaunch.caps.ledger import load_ledger
+from ecolaunch.caps.limits import (AT_CEILING_W, asked_caps, budget_ceilings, clip_cap_w, held_ceiling_w, job_floor_w,
+                                   wish_under_ceiling)
+from ecolaunch.clock import Clock
+from ecolaunch.devices.backend import GpuBackend
 from ecolaunch.errors import EcolaunchError, PermissionDenied, StateError
-from ecolaunch.launch.guard import Guard, start_guard
-from ecolaunch.launch.session import Placement, Session
-from ecolaunch.admin.budget import (AT_CEILING_W, asked_caps, budget_ceilings, held_ceiling_w, job_floor_w,
-                                    wish_under_ceiling)
+from ecolaunch.state.graph import GpuNode, Job, StateGraph
+from ecolaunch.state.reconcile import ProcessTable
+from ecolaunch.state.store import StateStore
 from ecolaunch.statedir import StateLayout
+from ecolaunch.validate import is_number
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +44,34 @@ BUDGET_FOLLOW_S = 1.0
 #: the most a newcomer waits for the GPUs its placement lowered to show their new limits (the running launchers'
 #: follow period plus a cap agent's pass, with room to spare)
 BUDGET_WAIT_S = 5.0
+
+
+class Booking(Protocol):
+    """What a job's caps need of the launcher that booked it (:class:`~ecolaunch.launch.session.Session`)."""
+
+    store: StateStore
+    backend: GpuBackend
+    rules: Rules
+    processes: ProcessTable
+    clock: Clock
+    host: str
+
+    def look(self) -> StateGraph: ...
+
+
+class Decided(Protocol):
+    """What a placement's decision tells the caps: the GPUs of other jobs it lowered (uuid -> W)."""
+
+    recaps_w: Mapping[str, float]
+
+
+class Placed(Protocol):
+    """A placed job (:class:`~ecolaunch.launch.session.Placement`): the job, its decision, its GPUs (uuid ->
+    :class:`~ecolaunch.state.graph.GpuNode` at placement time)."""
+
+    job: Job
+    decision: Decided
+    gpus: dict[str, GpuNode]
 
 
 class JobCaps:
@@ -53,7 +89,7 @@ class JobCaps:
         budget_wait_s: the most :meth:`begin` waits for the GPUs the placement lowered.
     """
 
-    def __init__(self, session: Session, placement: Placement, state_dir: Path, env: Mapping[str, str], *,
+    def __init__(self, session: Booking, placement: Placed, state_dir: Path, env: Mapping[str, str], *,
                  on_message: Callable[[str], None] = lambda line: None,
                  guard_factory: Callable[[Mapping[str, str]], Guard] = start_guard,
                  follow_s: float = BUDGET_FOLLOW_S, budget_wait_s: float = BUDGET_WAIT_S) -> None:
@@ -76,7 +112,7 @@ class JobCaps:
         self._stop = threading.Event()
         self._follower: threading.Thread | None = None
         #: called with the wishes a look at the budget changed (uuid -> W, None: no wish), after they were applied:
-        #: the leader of a job over several nodes publishes them (``multinode.PublishedCaps.follow``)
+        #: the leader of a job over several nodes publishes them (:meth:`PublishedCaps.follow`)
         self.on_follow: Callable[[Mapping[str, float | None]], None] | None = None
 
     @property
@@ -152,7 +188,7 @@ class JobCaps:
 
     def _under_ceiling(self, uuid: str, target: float | None) -> float | None:
         """The wish for ``target`` (None: no wish) under the GPU's ceiling: the budget's one rule
-        (:func:`~ecolaunch.admin.budget.wish_under_ceiling`, which the simulator follows too)."""
+        (:func:`~ecolaunch.caps.limits.wish_under_ceiling`, which the simulator follows too)."""
         gpu = self._gpus[uuid]
         return wish_under_ceiling(target, self._ceilings.get(uuid), floor_w=self._floor_w, found_w=gpu.power_limit_w,
                                   rules=self._session.rules, gpu=gpu)
@@ -303,6 +339,175 @@ class JobCaps:
             self._guard = None
         self._say(line or "power caps cannot be set here (not root, and no cap agent serves this state directory): "
                   "the job runs at its GPUs' current caps; run `ecolaunch agent` as root to apply them")
+
+
+class RunCaps:
+    """The caps one run of job ``job_id`` sets on ``gpu_uuids`` through ``set_cap(uuid, watts)`` (None: caps may
+    not be changed), and their restore to :attr:`found`."""
+
+    def __init__(self, job_id: str, gpu_uuids: Sequence[str], set_cap: Callable[[str, float], Any] | None,
+                 found: dict[str, float | None] | None = None) -> None:
+        self._job_id, self._uuids, self._setter = job_id, tuple(gpu_uuids), set_cap
+        #: each GPU's cap when the run began (None: not known)
+        self.found: dict[str, float | None] = dict(found or {})
+        self._set: dict[str, float] = {}  # what this run set since the last restore
+        self._refused = False  # the setter said caps may not be changed here
+
+    @property
+    def can_set(self) -> bool:
+        """Whether caps may be changed: a setter, which has not refused with PermissionDenied."""
+        return self._setter is not None and not self._refused
+
+    def set(self, uuid: str, watts: float) -> float:
+        """Set ``watts`` on GPU ``uuid``; returns the cap applied (the setter's, which may clip it to the admin
+        policy, when it says). The setter's exception passes (the cap stays as it was). After a PermissionDenied
+        (caps may not be changed here, which the job's cap owner has told the user once) the run asks no more:
+        :attr:`can_set` is False."""
+        try:
+            applied = self._setter(uuid, watts)  # type: ignore[misc]
+        except PermissionDenied:
+            self._refused = True
+            raise
+        value = float(applied) if is_number(applied) else watts
+        self._set[uuid] = value
+        return value
+
+    def apply(self, cap_w: float, why: str) -> bool:
+        """Set ``cap_w`` on every GPU of the job (``why``: logged); False (logged) at the first that fails, whose cap
+        stays as it was. A refusal the cap owner already said (PermissionDenied) is logged for ``-v`` only."""
+        for uuid in self._uuids:
+            try:
+                self.set(uuid, cap_w)
+            except Exception as e:  # noqa: BLE001 - a failed live change leaves the cap as it was
+                log = logger.info if isinstance(e, PermissionDenied) else logger.warning
+                log("could not set GPU %s to %.0f W (%s): %s", uuid, cap_w, why, e)
+                return False
+        logger.info("job %s: %s", self._job_id, why)
+        return True
+
+    def current(self, uuid: str) -> float | None:
+        """The cap GPU ``uuid`` runs at as far as this run knows: what it set, else what it found."""
+        return self._set.get(uuid, self.found.get(uuid))
+
+    def restore(self) -> None:
+        """Give every GPU this run changed the cap it found. A failure is logged and tried again at the next restore
+        (the launcher's release restores the job's caps in any case)."""
+        for uuid, watts in list(self._set.items()):
+            found = self.found.get(uuid)
+            if found is None:
+                continue
+            if found != watts:
+                try:
+                    self._setter(uuid, found)  # type: ignore[misc]
+                except Exception as e:  # noqa: BLE001 - an injected setter may fail in any way; caps stay safe
+                    logger.warning("could not restore the power cap of GPU %s to %.0f W: %s", uuid, found, e)
+                    continue
+            del self._set[uuid]
+
+
+class Publisher(Protocol):
+    """Where the leader of a job over several nodes publishes its caps (:class:`~ecolaunch.launch.nodes.Meeting`)."""
+
+    def publish_caps(self, caps_w: Sequence[float | None]) -> None: ...
+
+
+class LeaderCaps(Protocol):
+    """Where a follower node reads the leader's caps (:class:`~ecolaunch.launch.nodes.Meeting`): the last caps
+    vector published and its sequence number, None before any."""
+
+    def leader_caps(self) -> tuple[int, list[float | None]] | None: ...
+
+
+class PublishedCaps:
+    """The leader's ``set_cap(uuid, watts)``: sets the cap through ``set_cap`` (the node's own ``JobCaps``: clipped to
+    its admin policy) and publishes the job's caps by GPU position; ``gpus``: the leader's GPUs in order,
+    ``initial``: their caps at the start (None: the default limit), published at once. :meth:`follow` publishes
+    what the leader's power budget changed (``JobCaps.on_follow``): a node the budget slows paces the whole job, so
+    the other nodes follow it down, and back up."""
+
+    def __init__(self, meeting: Publisher, set_cap: Callable[[str, float], float], gpus: Sequence[str],
+                 initial: Mapping[str, float | None]) -> None:
+        self.meeting, self.set_cap, self.gpus = meeting, set_cap, tuple(gpus)
+        self.caps_w = [initial.get(u) for u in self.gpus]
+        self._lock = threading.Lock()  # the run observer's thread sets caps, the budget's follower changes them
+        self._publish()
+
+    def __call__(self, uuid: str, watts: float) -> float:
+        applied = self.set_cap(uuid, watts)
+        self.follow({uuid: applied})
+        return applied
+
+    def follow(self, changes: Mapping[str, float | None]) -> None:
+        """Publish the caps ``changes`` says this node's GPUs now run at (uuid -> W, None: the default limit), when
+        that changes the job's caps (the other nodes have nothing to do otherwise)."""
+        with self._lock:
+            before = list(self.caps_w)
+            for uuid, watts in changes.items():
+                if uuid in self.gpus:
+                    self.caps_w[self.gpus.index(uuid)] = watts
+            if self.caps_w != before:
+                self._publish()
+
+    def _publish(self) -> None:
+        try:
+            self.meeting.publish_caps(self.caps_w)
+        except Exception as e:  # noqa: BLE001 - the store is gone (a peer hosted it): the leader's own run goes on
+            logger.warning("the job's caps could not be sent to its other nodes: %s", e)
+
+
+class CapFollower:
+    """A follower node's thread (a context manager around the run): each caps vector the leader publishes is
+    applied through ``apply(position, watts)`` (watts None: the GPU's default limit), which returns the cap applied
+    (the node's own admin policy may clip it); ``on_line`` gets a line when a cap is clipped or refused. Stops at
+    the first refusal, or when the store is gone (the leader ended)."""
+
+    def __init__(self, meeting: LeaderCaps, apply: Callable[[int, float | None], float | None],
+                 on_line: Callable[[str], None], *, poll_s: float) -> None:
+        self.meeting, self.apply, self.on_line, self.poll_s = meeting, apply, on_line, poll_s
+        self._stop = None
+        self._thread = None
+        #: every vector applied, in order (what the node followed)
+        self.applied: list[list[float | None]] = []
+
+    def __enter__(self) -> CapFollower:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ecolaunch-capfollower", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5 * self.poll_s + 5)
+
+    def _run(self) -> None:
+        seen = 0
+        clipped_said: set[tuple[float | None, float | None]] = set()
+        while not self._stop.is_set():
+            try:
+                got = self.meeting.leader_caps()
+            except Exception as e:  # noqa: BLE001 - the store went away: the leader ended, the run ends too
+                logger.debug("the leader's caps can no longer be read: %s", e)
+                return
+            if got is not None and got[0] != seen:
+                seen, caps_w = got
+                applied = []
+                for position, watts in enumerate(caps_w):
+                    try:
+                        done = self.apply(position, watts)
+                    except EcolaunchError as e:
+                        self.on_line(f"the leader's caps cannot be applied on this node ({e}); it runs at the caps it "
+                                     "has")
+                        return
+                    applied.append(done)
+                    if watts is not None and done is not None and abs(done - watts) > 0.5 \
+                            and (watts, done) not in clipped_said:
+                        clipped_said.add((watts, done))
+                        self.on_line(f"the leader's {watts:g} W cap is {done:g} W here: this node's admin policy "
+                                     "clips it")
+                logger.info("caps %s W, as the job's leader set them", ", ".join(
+                    "default" if w is None else f"{w:g}" for w in applied))
+                self.applied.append(applied)
+            self._stop.wait(self.poll_s)
 
 
 def orphan_keeper(backend, rules, state_dir: Path) -> CapKeeper | None:

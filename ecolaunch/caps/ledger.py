@@ -2,7 +2,7 @@
 
 What lives here: the file's format (schema, version, one entry per GPU UUID: the original cap and the last one
 ecolaunch set), reading it only when root alone may have written it, and validating it. What does not: deciding
-and applying caps (``ecolaunch.admin.capkeeper.CapKeeper``, which writes the file before it changes any hardware), and
+and applying caps (``ecolaunch.caps.keeper.CapKeeper``, which writes the file before it changes any hardware), and
 creating an empty one (``ecolaunch init-state``, from :func:`empty_ledger`).
 """
 

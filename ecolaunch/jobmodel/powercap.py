@@ -3,7 +3,7 @@
 What lives here: :func:`profile_caps` (which caps to measure), :func:`cap_grid` (candidate caps on a grid), and the
 profiling constants (the grid step, iterations per cap). What does not: the job's curve read from the measured caps
 (:class:`ecolaunch.jobmodel.capcurve.CapCurve`, with the Zeus prior), the cap choice on such a curve
-(:mod:`ecolaunch.profile.capchoice`), measuring, setting caps (the job's cap owner, ``ecolaunch.launch.jobcaps``),
+(:mod:`ecolaunch.jobmodel.capchoice`), measuring, setting caps (the job's cap owner, ``ecolaunch.caps.job``),
 history. Which caps, and why fractions of the job's own power: docs/profiling.md.
 """
 

@@ -1,9 +1,9 @@
 """The privileged cap agent: one loop that keeps every managed GPU at the cap its jobs want.
 
 What lives here: :class:`CapAgent` (each pass: lock the state, reconcile it, run :meth:`CapKeeper.reconcile
-<ecolaunch.admin.capkeeper.CapKeeper.reconcile>` in the same transaction, unlock, sleep; a lock-free snapshot of the
+<ecolaunch.caps.keeper.CapKeeper.reconcile>` in the same transaction, unlock, sleep; a lock-free snapshot of the
 job files when a member holds the lock), its announcement in ``<state dir>/agent.json`` (:func:`agent_alive`), and
-the metrics textfile it writes after every pass. What does not: deciding caps (:mod:`ecolaunch.admin.capkeeper`),
+the metrics textfile it writes after every pass. What does not: deciding caps (:mod:`ecolaunch.caps.keeper`),
 the command line (``ecolaunch.cli.agent_cmd``); nothing here prints or exits. What the agent guarantees:
 docs/admin.md#the-cap-agent and docs/threat-model.md#power-caps-the-agent-root-launchers-unprivileged-launchers.
 """
@@ -19,8 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from ecolaunch.admin.capkeeper import CapKeeper, CapReport
-from ecolaunch.admin.ledger import LedgerWriteError
+from ecolaunch.caps.keeper import CapKeeper, CapReport
+from ecolaunch.caps.ledger import LedgerWriteError
 from ecolaunch.admin.rules import Rules
 from ecolaunch.admin.safety import trusted_by_root
 from ecolaunch.devices.backend import GpuBackend

@@ -4,8 +4,8 @@ What lives here: :class:`CapKeeper`, which turns the caps launchers record in th
 hardware settings, inside the root cap agent or a root launcher; callers hold the state lock around
 :meth:`CapKeeper.reconcile`, which serializes ledger updates between them. Without the agent:
 :func:`apply_caps_as_launcher` (a root launcher, same guarantees) and :func:`cap_recommendation` (the one line an
-unprivileged launcher prints). What does not: the ledger's file (:mod:`ecolaunch.admin.ledger`), the budget's
-arithmetic (:mod:`ecolaunch.admin.budget`). Which wishes count and what is refused: docs/admin.md#the-cap-agent and
+unprivileged launcher prints). What does not: the ledger's file (:mod:`ecolaunch.caps.ledger`), the budget's
+arithmetic (:mod:`ecolaunch.caps.limits`). Which wishes count and what is refused: docs/admin.md#the-cap-agent and
 docs/threat-model.md ("What a lab member can and cannot do", round two).
 """
 
@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ecolaunch.admin.ledger import (LEDGER_SCHEMA, LEDGER_VERSION, LedgerEntry, LedgerWriteError,
+from ecolaunch.caps.ledger import (LEDGER_SCHEMA, LEDGER_VERSION, LedgerEntry, LedgerWriteError,
                                     load_ledger_entries)
-from ecolaunch.admin.rules import Rules, clip_cap_w, may_manage_gpu, may_use_gpu
+from ecolaunch.admin.rules import Rules, may_manage_gpu, may_use_gpu
+from ecolaunch.caps.limits import clip_cap_w
 from ecolaunch.admin.safety import identity_of_uid, require_launcher_privilege
 from ecolaunch.devices.backend import GpuBackend, GpuSnapshot
 from ecolaunch.errors import DeviceError, PermissionDenied, StateError
-from ecolaunch.admin.budget import budget_ceilings, job_floor_w, wish_under_ceiling
+from ecolaunch.caps.limits import budget_ceilings, job_floor_w, wish_under_ceiling
 from ecolaunch.state.graph import Job, JobState, StateGraph
 from ecolaunch.state.reconcile import ProcessTable, PsutilProcessTable, launcher_alive, reconcile
 from ecolaunch.safefs import RECORD_MODE, write_file
@@ -153,7 +154,7 @@ def _slows_a_co_runner(job: Job, uuid: str, watts: float, gpu: GpuSnapshot, rule
     """Why ``watts`` on a shared GPU would slow another job there past its bound, or None.
 
     A co-runner's floor is the lowest cap its own curve keeps within its bound, else the floor of a job without a
-    curve (:func:`~ecolaunch.admin.budget.job_floor_w`), on all of its GPUs (one cap per job). A co-runner that
+    curve (:func:`~ecolaunch.caps.limits.job_floor_w`), on all of its GPUs (one cap per job). A co-runner that
     itself wants a cap at or below ``watts`` there is not slowed by it (the highest wish wins).
     """
     clipped, _ = clip_cap_w(rules, gpu, watts)
@@ -185,7 +186,7 @@ def hold_to_budget(graph: StateGraph, host: str, gpus: Sequence[GpuSnapshot], ru
     Every wish is held under its GPU's ceiling, computed from the validated job files (never ``state.json``'s
     copy). With ``enforce`` (the agent, which is there to restore what it sets): a budgeted GPU without a wish whose
     limit as found (``found_w``: its original, or its limit now) is above its ceiling is brought down to it, and if
-    the sum, counted as :mod:`ecolaunch.admin.budget` counts it, is still over the budget (floors that no longer
+    the sum, counted as :mod:`ecolaunch.caps.limits` counts it, is still over the budget (floors that no longer
     fit: a job file changed under the budget), the GPUs of the most recently started launchers go down toward the
     admin's minimum until it fits.
     """

@@ -5,7 +5,7 @@ What lives here: :func:`job_cap_choice`, the call every path makes, :func:`choos
 :func:`cap_margin_pct` (the part of a bound kept back for what is not known), :func:`iteration_stats` (a robust mean
 of iteration times and their spread) and :func:`off_profile` (whether iterations can be the profiled job's,
 undisturbed). What does not: the curve model (:class:`ecolaunch.jobmodel.capcurve.CapCurve`), which caps to profile
-(:mod:`ecolaunch.profile.powercap`), measuring, setting caps. The objective and its margin:
+(:mod:`ecolaunch.jobmodel.powercap`), measuring, setting caps. The objective and its margin:
 docs/profiling.md#one-objective-on-every-path.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.jobmodel.capcurve import DEFAULT_PRIOR, NON_BINDING_RATIO, CapCurve, CapPrior, fit_curve
-from ecolaunch.profile.powercap import cap_grid
+from ecolaunch.jobmodel.powercap import cap_grid
 
 _EPS = 1e-9
 
