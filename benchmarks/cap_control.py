@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ecolaunch.admin.rules import Rules  # noqa: E402
 from ecolaunch.clock import VirtualClock  # noqa: E402
-from ecolaunch.launch.observe import ObserveConfig, RunObserver  # noqa: E402
+from ecolaunch.run.observer import ObserveConfig, RunObserver  # noqa: E402
 from ecolaunch.policy.base import JobRequest  # noqa: E402
 from ecolaunch.policy.gnn import gnn_policy  # noqa: E402
 from ecolaunch.profile import channel  # noqa: E402

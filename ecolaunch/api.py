@@ -41,7 +41,7 @@ class LaunchResult(Mapping):
     ``time_s``: how long the workers ran (the whole call when the job ran without GPU placement); ``energy_j``: the
     job's energy on its GPUs (its share on shared GPUs), ``gpu_energy_j``: what those GPUs used in all, both None
     without GPUs; ``job_id``: the job's id in ``ecolaunch status``/``history``; ``summary``: the end-of-job record
-    (:class:`ecolaunch.launch.observe.RunSummary`; None without GPU placement)."""
+    (:class:`ecolaunch.run.observer.RunSummary`; None without GPU placement)."""
 
     return_values: dict[int, Any]
     time_s: float

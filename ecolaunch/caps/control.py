@@ -3,7 +3,7 @@
 What lives here: the decisions, :class:`ControlSettings`, :class:`CapMove` and :class:`CapController`; and their
 plumbing in a run, :class:`Feeds` (what a loop follows and moves), :class:`ClosedLoop` (step marks and GPU readings
 in, cap moves out; nothing here prints) and :func:`start_loop` (one from a job's profile, the admin policy and bounds). What does not: when a run has a loop (the run observer,
-``ecolaunch.launch.observe``), setting caps (the run's :class:`~ecolaunch.caps.job.RunCaps` over the job's
+``ecolaunch.run.observer``), setting caps (the run's :class:`~ecolaunch.caps.job.RunCaps` over the job's
 cap owner), the curve itself (:mod:`ecolaunch.jobmodel.powercap`), the cap choice
 (:mod:`ecolaunch.jobmodel.capchoice`). Why a loop, and its rules: docs/profiling.md#the-closed-loop.
 """

@@ -3,7 +3,7 @@
 The launcher writes one into its job file at every heartbeat, so that readers of the state graph (``ecolaunch
 status --json``, ``ecolaunch top``) see how far a job is without the launcher's private channels. Every field
 carries the bounds a job file may claim, checked by :mod:`ecolaunch.jobmodel.codec` on read. What does not live
-here: how the figures are measured (``ecolaunch.launch.observe``, ``ecolaunch.launch.record``), the job file
+here: how the figures are measured (``ecolaunch.run.observer``, ``ecolaunch.profile.record``), the job file
 (``ecolaunch.state.graph``).
 """
 
@@ -32,7 +32,7 @@ class JobProgress:
     ``iter_time_s``: the mean seconds per step after the warm-up, as the end-of-job summary computes it (None until
     there are enough steps); ``energy_j``: the job's share of its GPUs' energy since it started (the attribution of
     the history record); ``saving_j``: an *estimate* of the energy saved so far against running uncapped (None
-    without a known cap curve, see ``ecolaunch.launch.record.saving_estimate_j``), negative where the caps cost energy;
+    without a known cap curve, see ``ecolaunch.profile.record.saving_estimate_j``), negative where the caps cost energy;
     ``total_iterations``: the steps the whole run is declared to mark (``--steps``, else the script's
     ``@ecolaunch.job(steps=...)``, else the total its ``track()`` loops declared so far; None: not declared), from
     which the job's end is expected (``ecolaunch.state.graph.Job.remaining_s``).

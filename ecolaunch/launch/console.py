@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from ecolaunch.launch import exitcodes
-from ecolaunch.launch.observe import RunObserver, RunSummary, format_summary
+from ecolaunch.run.observer import RunObserver, RunSummary, format_summary
 from ecolaunch.launch.options import LaunchConfig
 from ecolaunch.launch.pipeline import LaunchCallbacks
 from ecolaunch.launch.torchrun import WorkerOutcome

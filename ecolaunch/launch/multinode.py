@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from ecolaunch.launch import exitcodes
 from ecolaunch.caps.job import CapFollower, JobCaps, PublishedCaps
 from ecolaunch.launch.nodes import POLL_S, Meeting, meet
-from ecolaunch.launch.observe import RunObserver
+from ecolaunch.run.observer import RunObserver
 from ecolaunch.launch.session import Placement, Session
 from ecolaunch.launch.torchrun import Rendezvous, TorchrunArgs, WorkerOutcome, rendezvous_of
 from ecolaunch.policy.waiting import Waiting

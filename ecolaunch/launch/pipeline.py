@@ -30,7 +30,7 @@ from ecolaunch.launch.argv import CPU_NPROC, ELASTIC_NPROC
 from ecolaunch.launch.options import LaunchConfig
 from ecolaunch.caps.job import JobCaps, orphan_keeper
 from ecolaunch.launch.multinode import MultiNode, SingleNode, at_default, exit_stuck, multi_node
-from ecolaunch.launch.observe import ObserveConfig, RunObserver
+from ecolaunch.run.observer import ObserveConfig, RunObserver
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.launch.torchrun import Rendezvous, TorchrunArgs, WorkerOutcome, run_workers
 from ecolaunch.launch.workerenv import allowed_by_slurm, allowed_by_visible_devices, worker_env

@@ -156,7 +156,7 @@ import click, psutil
 import ecolaunch.cli.main, ecolaunch.cli.group, ecolaunch.cli.launch_cmd, ecolaunch.cli.cancel_cmd
 import ecolaunch.launch.pipeline, ecolaunch.launch.torchrun, ecolaunch.launch.cancel, ecolaunch.launch.session
 import ecolaunch.runtime, ecolaunch.sim.reading, ecolaunch.devices.select, ecolaunch.policy.curve
-import ecolaunch.caps.job, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.launch.observe
+import ecolaunch.caps.job, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.run.observer
 import ecolaunch.policy.registry, ecolaunch.policy.gnn, ecolaunch.policy.baselines, ecolaunch.admin.rules
 import ecolaunch.launch.argv, ecolaunch.state.queue, ecolaunch.state.store, ecolaunch.policy.waiting
 import torch.distributed.run

@@ -262,7 +262,7 @@ except SystemExit as e:
 LAUNCH_IMPORTS = """
 import ecolaunch.cli.main, ecolaunch.cli.launch_cmd, ecolaunch.launch.pipeline, ecolaunch.launch.torchrun
 import ecolaunch.runtime, ecolaunch.sim.reading, ecolaunch.devices.select, ecolaunch.policy.curve
-import ecolaunch.caps.job, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.launch.observe
+import ecolaunch.caps.job, ecolaunch.profile.history, ecolaunch.profile.modes, ecolaunch.run.observer
 import ecolaunch.policy.registry, ecolaunch.policy.gnn, ecolaunch.admin.rules, ecolaunch.launch.argv
 import torch.distributed.run
 """

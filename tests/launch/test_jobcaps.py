@@ -152,7 +152,7 @@ def test_an_unprivileged_inline_profile_says_the_refused_cap_once(state_dir: Pat
     import sys
 
     from ecolaunch.clock import SystemClock
-    from ecolaunch.launch.observe import ObserveConfig, RunObserver
+    from ecolaunch.run.observer import ObserveConfig, RunObserver
     from ecolaunch.profile.history import History
     from ecolaunch.profile.modes import ProfilerSettings
     from tests.conftest import BIN, clean_env

@@ -1,4 +1,4 @@
-"""RunObserver (ecolaunch.launch.observe) on a scripted backend and virtual time, with fake workers writing through
+"""RunObserver (ecolaunch.run.observer) on a scripted backend and virtual time, with fake workers writing through
 the real channel; its parts have their own tests (test_observe_parts.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.rules import Rules
-from ecolaunch.launch.observe import ObserveConfig, RunObserver, RunSummary, format_summary
+from ecolaunch.run.observer import ObserveConfig, RunObserver, RunSummary, format_summary
 from ecolaunch.profile import channel
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.history import History

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from ecolaunch.admin.rules import Rules, profiler_settings
-from ecolaunch.launch.earlycheck import EarlyCheck
-from ecolaunch.launch.monitor import RunMonitor
-from ecolaunch.launch.observe import ObserveConfig
-from ecolaunch.launch.record import RunRecorder, RunSpan
+from ecolaunch.profile.earlycheck import EarlyCheck
+from ecolaunch.profile.monitor import RunMonitor
+from ecolaunch.run.observer import ObserveConfig
+from ecolaunch.profile.record import RunRecorder, RunSpan
 from ecolaunch.profile import channel
 from ecolaunch.caps.control import Feeds, start_loop
 from ecolaunch.profile.history import History, Profile

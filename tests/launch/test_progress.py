@@ -21,9 +21,9 @@ from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.jobmodel.progress import JobProgress
 from ecolaunch.launch import pipeline
 from ecolaunch.launch.argv import parse
-from ecolaunch.launch.observe import ObserveConfig, RunObserver
+from ecolaunch.run.observer import ObserveConfig, RunObserver
 from ecolaunch.launch.pipeline import expected_length
-from ecolaunch.launch.record import saving_estimate_j
+from ecolaunch.profile.record import saving_estimate_j
 from ecolaunch.launch.session import Launcher, Placement, Session
 from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.baselines import ExclusivePolicy

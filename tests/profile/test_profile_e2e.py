@@ -20,7 +20,7 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.clock import SystemClock
 from ecolaunch.devices.simulated import SimulatedBackend
 from ecolaunch.devices.spec import parse_spec
-from ecolaunch.launch.observe import ObserveConfig, RunObserver
+from ecolaunch.run.observer import ObserveConfig, RunObserver
 from ecolaunch.profile.history import History, fingerprint
 from ecolaunch.profile.modes import ProfilerSettings
 from tests.conftest import REPO, clean_env

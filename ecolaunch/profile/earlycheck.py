@@ -3,7 +3,7 @@ its bound at the cap it runs at?
 
 What lives here: :class:`EarlyCheck` (it only reports). What does not: the tests it applies
 (:func:`~ecolaunch.jobmodel.capchoice.off_profile`, :func:`~ecolaunch.profile.profiler.check_early`), what the run
-does with its findings (:mod:`ecolaunch.launch.observe`). What it reads, and when: docs/profiling.md, "The early
+does with its findings (:mod:`ecolaunch.run.earlycheck`). What it reads, and when: docs/profiling.md, "The early
 check".
 """
 

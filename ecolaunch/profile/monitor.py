@@ -3,7 +3,7 @@
 :class:`RunMonitor` owns the run's :class:`~ecolaunch.profile.sampler.Sampler`, its hook directory (the channel the
 workers' step marks and hints come through, :mod:`ecolaunch.profile.channel`) with its
 :class:`~ecolaunch.profile.channel.StepReader`, and the monitor thread that calls the observer's poll every
-``poll_s``. It decides nothing: the run observer (:mod:`ecolaunch.launch.observe`) reads what it gathered.
+``poll_s``. It decides nothing: the run observer (:mod:`ecolaunch.run.observer`) reads what it gathered.
 """
 
 from __future__ import annotations
