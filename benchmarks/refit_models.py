@@ -20,12 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ecolaunch.sim.fitted import FITTED_PATH, FORMAT, VERSION  # noqa: E402
 from ecolaunch.sim.interference import fit_gavel  # noqa: E402
-from ecolaunch.sim.power import PowerCapModel  # noqa: E402
+from ecolaunch.sim.power import BoardPowerModel  # noqa: E402
 
 
 def fit() -> dict[str, Any]:
     """Fit both models from the vendored data (what ``data/fitted_models.json`` holds)."""
-    power = PowerCapModel.fit()
+    power = BoardPowerModel.fit()
     inter = fit_gavel().model
     return {
         "format": FORMAT,

@@ -20,10 +20,10 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ecolaunch.admin.schema import ANY_USER, CAP_KEYS, normalize_model, validate
+from ecolaunch.admin.schema import ANY_USER, normalize_model, validate
 from ecolaunch.config import DEFAULT_POLICY_FILE, ENV_ALLOWED_SLOWDOWN, ENV_POLICY_FILE
 from ecolaunch.errors import ConfigError, DeviceError
-from ecolaunch.jobmodel.gpu import clip_w
+from ecolaunch.jobmodel.gpu import CapBounds
 from ecolaunch.profile.modes import ProfilerSettings
 from ecolaunch.validate import is_number
 
@@ -33,7 +33,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = [
-    "CapBounds",
     "Rules",
     "budget_range_w",
     "cap_bounds_w",
@@ -49,36 +48,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class CapBounds:
-    """Power-cap bounds for one GPU model or index: watts, or fractions of the board's maximum limit.
-
-    The file uses one unit per table; an unset side falls back to the board's own limit.
-    """
-
-    min_w: float | None = None
-    max_w: float | None = None
-    min_fraction: float | None = None
-    max_fraction: float | None = None
-
-    def resolve_w(self, board_min_w: float, board_max_w: float) -> tuple[float, float]:
-        """The bounds in watts on a board whose limits span ``[board_min_w, board_max_w]``, inside that span."""
-        lo = self.min_w if self.min_w is not None else _times(self.min_fraction, board_max_w, board_min_w)
-        hi = self.max_w if self.max_w is not None else _times(self.max_fraction, board_max_w, board_max_w)
-        board = (board_min_w, board_max_w)
-        lo, hi = clip_w(lo, board), clip_w(hi, board)
-        # the upper bound is the admin's power limit: it wins if a hand-built record mixes units badly
-        return min(lo, hi), hi
-
-    def describe(self) -> str:
-        """``min_w=150.0 max_w=250.0``: the bounds that are set, in TOML spelling."""
-        return " ".join(f"{k}={getattr(self, k)!r}" for k in CAP_KEYS if getattr(self, k) is not None)
-
-
-def _times(fraction: float | None, board_max_w: float, fallback_w: float) -> float:
-    return fallback_w if fraction is None else fraction * board_max_w
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""The static description of a GPU model: :class:`GpuModel`, one board as its datasheet and NVML describe it.
+"""The static description of a GPU model: :class:`GpuModel`, one board as its datasheet and NVML describe it; the one
+clamp of a power cap (:func:`clip_w`) and the admin's cap bounds for a board (:class:`CapBounds`).
 
 A GPU model is what does not change while a machine runs: name, memory, power-limit range, idle power,
 architecture, links; the catalogue's boards and a machine spec's custom boards are :class:`GpuModel` records. What
@@ -8,7 +9,7 @@ lives elsewhere: a GPU at one instant (``ecolaunch.devices.backend.GpuSnapshot``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ecolaunch.errors import ConfigError
 
@@ -58,3 +59,35 @@ def clip_w(watts: float, bounds_w: tuple[float, float]) -> float:
     closed loop clip to a job's bounds (every one of its GPUs', :func:`ecolaunch.caps.limits.job_cap_bounds`)."""
     lo, hi = bounds_w
     return min(max(float(watts), lo), hi)
+
+
+@dataclass(frozen=True, slots=True)
+class CapBounds:
+    """Power-cap bounds for one GPU model or index: watts, or fractions of the board's maximum limit (the admin
+    policy's ``[caps]`` tables, :class:`~ecolaunch.admin.rules.Rules`); :meth:`resolve_w` clamps them to a board.
+
+    The file uses one unit per table; an unset side falls back to the board's own limit.
+    """
+
+    min_w: float | None = None
+    max_w: float | None = None
+    min_fraction: float | None = None
+    max_fraction: float | None = None
+
+    def resolve_w(self, board_min_w: float, board_max_w: float) -> tuple[float, float]:
+        """The bounds in watts on a board whose limits span ``[board_min_w, board_max_w]``, inside that span."""
+        lo = self.min_w if self.min_w is not None else _times(self.min_fraction, board_max_w, board_min_w)
+        hi = self.max_w if self.max_w is not None else _times(self.max_fraction, board_max_w, board_max_w)
+        board = (board_min_w, board_max_w)
+        lo, hi = clip_w(lo, board), clip_w(hi, board)
+        # the upper bound is the admin's power limit: it wins if a hand-built record mixes units badly
+        return min(lo, hi), hi
+
+    def describe(self) -> str:
+        """``min_w=150.0 max_w=250.0``: the bounds that are set, in TOML spelling (the policy file's ``[caps]`` keys are
+        these fields' names)."""
+        return " ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if getattr(self, f.name) is not None)
+
+
+def _times(fraction: float | None, board_max_w: float, fallback_w: float) -> float:
+    return fallback_w if fraction is None else fraction * board_max_w

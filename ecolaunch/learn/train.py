@@ -33,7 +33,7 @@ from ecolaunch.policy.infer import ModelConfig, write_weights
 from ecolaunch.sim.interference import GavelFit, InterferenceModel, impute_held_type, fit_gavel, gavel_set
 from ecolaunch.sim.models import ZEUS_GPUS, zeus_rows
 from ecolaunch.sim.node import shared_gpu
-from ecolaunch.sim.power import ZeusRows, PowerCapModel, default_power_model, fit_shape
+from ecolaunch.sim.power import ZeusRows, BoardPowerModel, default_power_model, fit_shape
 from ecolaunch.state.graph import GpuNode, Host, Job, StateGraph
 from ecolaunch.statedir import GNN_MANIFEST_FILE
 
@@ -203,9 +203,9 @@ def _zeus_samples(rng: np.random.Generator, held: Callable[[str, str, int], bool
     return out
 
 
-def _power_model(held: Callable[[str, str, int], bool], holding: bool) -> PowerCapModel:
+def _power_model(held: Callable[[str, str, int], bool], holding: bool) -> BoardPowerModel:
     """The cap model that labels synthetic states: the default one, or refitted without the held-out curves
-    (the same fit as :meth:`~ecolaunch.sim.power.PowerCapModel.fit`, on the kept rows)."""
+    (the same fit as :meth:`~ecolaunch.sim.power.BoardPowerModel.fit`, on the kept rows)."""
     if not holding:
         return default_power_model()
     shapes, idle = {}, {}
@@ -221,7 +221,7 @@ def _power_model(held: Callable[[str, str, int], bool], holding: bool) -> PowerC
                 p.append(r.power_w / p_max)
         shapes[gpu] = fit_shape([ZeusRows(gpu, tuple(wl), np.array(u), np.array(c), np.array(t), np.array(p))])
         idle[gpu] = min(p) if p else default_power_model().active_idle_frac[gpu]
-    return PowerCapModel(shapes, idle)
+    return BoardPowerModel(shapes, idle)
 
 
 # --- synthetic machines --------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def _profile(rng: np.random.Generator, model: GpuModel, floor_w: float) -> dict[
     return prof
 
 
-def _cap_points(rng: np.random.Generator, prof: dict[str, Any], model: GpuModel, power: PowerCapModel
+def _cap_points(rng: np.random.Generator, prof: dict[str, Any], model: GpuModel, power: BoardPowerModel
                 ) -> tuple[CapPoint, ...]:
     caps = sorted({float(model.power_limit_max_w), *rng.uniform(model.power_limit_min_w, model.power_limit_max_w, 2)})
     points = [power.predict(prof["power_w"], c, model, prof["iter_time_s"]) for c in caps]
@@ -248,7 +248,7 @@ def _cap_points(rng: np.random.Generator, prof: dict[str, Any], model: GpuModel,
 
 
 def synthetic_state(rng: np.random.Generator, interference: InterferenceModel,
-                    power: PowerCapModel | None = None) -> LabelledState:
+                    power: BoardPowerModel | None = None) -> LabelledState:
     """One random machine state labelled by the analytic models (docs/gnn.md#training-data, 3); ``power``: the
     cap model (None: fitted on every Zeus sweep)."""
     power = power or default_power_model()
@@ -350,7 +350,7 @@ class Dataset:
     data: dict[str, Any]
     gavel_fit: GavelFit
     gavel_train: np.ndarray  # per Gavel pair: used for training
-    power: PowerCapModel
+    power: BoardPowerModel
 
 
 def build_dataset(seed: int, synthetic: int, extra: Sequence[LabelledState] = (), gavel_weight: float = 3.0, *,

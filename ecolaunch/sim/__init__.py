@@ -18,20 +18,20 @@ from ecolaunch.sim.interference import (
 )
 from ecolaunch.sim.node import EnergyMeter, EnergyReport, GpuLoad, SharedGpu, reproduce_eaco, shared_gpu
 from ecolaunch.sim.power import (
-    CapPrediction,
-    PowerCapModel,
+    BoardPrediction,
+    BoardPowerModel,
     default_power_model,
     energy_optimal_cap,
 )
 
 __all__ = [
-    "CapPrediction",
+    "BoardPrediction",
     "Colocation",
     "EnergyMeter",
     "EnergyReport",
     "GpuLoad",
     "InterferenceModel",
-    "PowerCapModel",
+    "BoardPowerModel",
     "SharedGpu",
     "colocate",
     "default_interference_model",

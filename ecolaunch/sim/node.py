@@ -21,7 +21,7 @@ from ecolaunch.jobmodel.gpu import GpuModel
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.sim.interference import InterferenceModel, default_interference_model
 from ecolaunch.sim.models import eaco_tables, least_squares
-from ecolaunch.sim.power import PowerCapModel, default_power_model
+from ecolaunch.sim.power import BoardPowerModel, default_power_model
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class SharedGpu:
 
 
 def shared_gpu(profiles: Sequence[Profile], gpu: GpuModel, power_cap_w: float | None = None,
-               *, interference: InterferenceModel | None = None, power: PowerCapModel | None = None) -> SharedGpu:
+               *, interference: InterferenceModel | None = None, power: BoardPowerModel | None = None) -> SharedGpu:
     """Throughputs and board power of 1..N jobs on ``gpu`` at ``power_cap_w``.
 
     A job without ``power_w`` is assumed to draw active idle + its demand x (max limit - active idle)

@@ -1,7 +1,7 @@
 """GPU power cap -> iteration time and board power, fitted to the Zeus power-limit sweeps.
 
-What lives here: :class:`CapShape` (one GPU's fitted, normalized curve), :class:`PowerCapModel` (the per-GPU
-shapes, active-idle power, :meth:`~PowerCapModel.predict`), :func:`default_power_model` and
+What lives here: :class:`BoardShape` (one GPU's fitted, normalized curve), :class:`BoardPowerModel` (the per-GPU
+shapes, active-idle power, :meth:`~BoardPowerModel.predict`), :func:`default_power_model` and
 :func:`energy_optimal_cap`. What does not: co-location and node power (:mod:`ecolaunch.sim.interference`,
 :mod:`ecolaunch.sim.node`). The data, the model, the boards Zeus did not sweep and idle power:
 docs/simulator.md#the-power-cap-model.
@@ -58,7 +58,7 @@ def shape_family(name: str, architecture: str | None = None, power_limit_max_w: 
 
 
 @dataclass(frozen=True, slots=True)
-class CapShape:
+class BoardShape:
     """One GPU's fitted cap curve, in units of the board's maximum power limit."""
 
     gpu: str
@@ -117,7 +117,7 @@ def _ratios_array(p: np.ndarray, u: np.ndarray, c: np.ndarray) -> tuple[np.ndarr
 
 
 @dataclass(frozen=True, slots=True)
-class CapPrediction:
+class BoardPrediction:
     """A job's iteration time and board power at one power cap."""
 
     power_cap_w: float
@@ -164,8 +164,8 @@ def zeus_curves(gpu: str) -> ZeusRows:
     return ZeusRows(gpu, tuple(wl), np.array(u), np.array(c), np.array(t), np.array(p))
 
 
-def fit_shape(curves: Sequence[ZeusRows], keep: Sequence[np.ndarray] | None = None, name: str = "") -> CapShape:
-    """Fit one :class:`CapShape` to the rows of ``curves`` (only rows where ``keep`` is True, when given),
+def fit_shape(curves: Sequence[ZeusRows], keep: Sequence[np.ndarray] | None = None, name: str = "") -> BoardShape:
+    """Fit one :class:`BoardShape` to the rows of ``curves`` (only rows where ``keep`` is True, when given),
     minimizing the squared relative errors of time and power."""
     keep = keep or [np.ones(cs.u.size, dtype=bool) for cs in curves]
     u, c, t, p = (np.concatenate([getattr(cs, f)[k] for cs, k in zip(curves, keep)])
@@ -176,21 +176,21 @@ def fit_shape(curves: Sequence[ZeusRows], keep: Sequence[np.ndarray] | None = No
         return np.concatenate([(tm - t) / t, (pm - p) / p])
 
     x = least_squares(residuals, _START, _LOWER, _UPPER)
-    return CapShape(name or curves[0].gpu, *map(float, x), min_cap_frac=float(c.min()))
+    return BoardShape(name or curves[0].gpu, *map(float, x), min_cap_frac=float(c.min()))
 
 
-class PowerCapModel:
+class BoardPowerModel:
     """Per-GPU fitted cap shapes plus active-idle power fractions; see docs/simulator.md#the-power-cap-model."""
 
-    def __init__(self, shapes: Mapping[str, CapShape], active_idle_frac: Mapping[str, float]) -> None:
+    def __init__(self, shapes: Mapping[str, BoardShape], active_idle_frac: Mapping[str, float]) -> None:
         self.shapes = dict(shapes)
         self.active_idle_frac = dict(active_idle_frac)
 
     def __repr__(self) -> str:
-        return f"PowerCapModel(shapes={sorted(self.shapes)})"
+        return f"BoardPowerModel(shapes={sorted(self.shapes)})"
 
     @classmethod
-    def fit(cls, gpus: Sequence[str] = tuple(ZEUS_GPUS), exclude_workload: str | None = None) -> PowerCapModel:
+    def fit(cls, gpus: Sequence[str] = tuple(ZEUS_GPUS), exclude_workload: str | None = None) -> BoardPowerModel:
         """Fit every GPU's shape; ``exclude_workload`` ("dataset/network") leaves one workload out."""
         shapes, idle = {}, {}
         for gpu in gpus:
@@ -200,13 +200,13 @@ class PowerCapModel:
             idle[gpu] = min(r.power_w for r in zeus_rows(gpu)) / ZEUS_GPUS[gpu]
         return cls(shapes, idle)
 
-    def shape_for(self, gpu: GpuModel) -> tuple[CapShape, bool]:
+    def shape_for(self, gpu: GpuModel) -> tuple[BoardShape, bool]:
         """The shape used for ``gpu`` and whether it is extrapolated."""
         family, extrapolated = shape_family(gpu.name, gpu.architecture, gpu.power_limit_max_w)
         return self.shapes[family], extrapolated
 
     def predict(self, power_w: float, power_cap_w: float, gpu: GpuModel, iter_time_s: float | None = None
-                ) -> CapPrediction:
+                ) -> BoardPrediction:
         """Time ratio and board power of a job whose uncapped board power is ``power_w`` at ``power_cap_w``."""
         shape, extrapolated = self.shape_for(gpu)
         if power_w <= 0 or power_cap_w <= 0:
@@ -215,7 +215,7 @@ class PowerCapModel:
         p_max = gpu.power_limit_max_w
         ratio, power = shape.ratios(power_w / p_max, power_cap_w / p_max)
         extrapolated = extrapolated or power_cap_w / p_max < shape.min_cap_frac - 1e-9
-        return CapPrediction(
+        return BoardPrediction(
             power_cap_w=float(power_cap_w), time_ratio=ratio, power_w=power * p_max,
             iter_time_s=None if iter_time_s is None else iter_time_s * ratio,
             extrapolated=extrapolated, shape_gpu=shape.gpu,
@@ -229,20 +229,20 @@ class PowerCapModel:
 
 
 @functools.lru_cache(maxsize=1)
-def default_power_model() -> PowerCapModel:
+def default_power_model() -> BoardPowerModel:
     """The model fitted on all Zeus sweeps: the shipped fit (:mod:`ecolaunch.sim.fitted`), else fitted now."""
     shipped = fitted.load()
     if shipped is not None:
         p = shipped["power"]
-        return PowerCapModel({g: CapShape(**s) for g, s in p["shapes"].items()}, p["active_idle_frac"])
-    model = PowerCapModel.fit()
+        return BoardPowerModel({g: BoardShape(**s) for g, s in p["shapes"].items()}, p["active_idle_frac"])
+    model = BoardPowerModel.fit()
     logger.debug("fitted power-cap shapes: %s", model.shapes)
     return model
 
 
 def energy_optimal_cap(power_w: float, gpu: GpuModel, *, allowed_slowdown_pct: float | None = None,
                        static_power_w: float = 0.0, step_w: float = 25.0,
-                       model: PowerCapModel | None = None) -> CapPrediction:
+                       model: BoardPowerModel | None = None) -> BoardPrediction:
     """The cap on a ``step_w`` grid from the board's max down to its min that minimizes energy per iteration
     ``(board power + static_power_w) x time``, among caps whose slowdown is within ``allowed_slowdown_pct``.
 
@@ -254,7 +254,7 @@ def energy_optimal_cap(power_w: float, gpu: GpuModel, *, allowed_slowdown_pct: f
     while cap >= gpu.power_limit_min_w - 1e-9:
         caps.append(cap)
         cap -= step_w
-    best: CapPrediction | None = None
+    best: BoardPrediction | None = None
     best_cost = float("inf")
     for cap in caps:
         pred = model.predict(power_w, cap, gpu)

@@ -22,7 +22,7 @@ from ecolaunch.jobmodel.profile import CapPoint
 from ecolaunch.jobmodel.powercap import cap_grid
 from ecolaunch.sim.models import DATA_DIR, read_data_csv, zeus_rows
 
-__all__ = ["OracleCap", "TruthCurve", "h200_truths", "oracle_cap", "true_energy_per_iter", "true_slowdown_pct",
+__all__ = ["OracleChoice", "TruthCurve", "h200_truths", "oracle_cap", "true_energy_per_iter", "true_slowdown_pct",
            "vendored_zeus_curves", "zeus_truths", "zeus_window_truths"]
 
 H200_SWEEP_CSV = "h200_cap_sweep.csv"
@@ -187,7 +187,7 @@ def zeus_window_truths() -> list[TruthCurve]:
 # --- the hindsight oracle --------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
-class OracleCap:
+class OracleChoice:
     """The hindsight-best fixed cap: true slowdown and energy saving against uncapped there (%)."""
 
     cap_w: float
@@ -205,7 +205,7 @@ def true_energy_per_iter(truth: TruthCurve, cap_w: float) -> float:
     return truth.power_w(cap_w) * truth.iter_time_s(cap_w)
 
 
-def oracle_cap(truth: TruthCurve, bound_pct: float, step_w: float = 5.0) -> OracleCap:
+def oracle_cap(truth: TruthCurve, bound_pct: float, step_w: float = 5.0) -> OracleChoice:
     """The fixed cap (range bounds and multiples of ``step_w``) with the least true energy per iteration whose true
     slowdown is within ``bound_pct``; ties go to the higher cap. The uncapped cap always qualifies.
 
@@ -215,10 +215,10 @@ def oracle_cap(truth: TruthCurve, bound_pct: float, step_w: float = 5.0) -> Orac
     if not (math.isfinite(bound_pct) and bound_pct >= 0):
         raise ConfigError(f"slowdown bound must be >= 0 %, got {bound_pct!r}")
     base = true_energy_per_iter(truth, truth.uncapped_cap_w)
-    best = OracleCap(truth.uncapped_cap_w, 0.0, 0.0)
+    best = OracleChoice(truth.uncapped_cap_w, 0.0, 0.0)
     for cap in reversed(cap_grid(truth.min_cap_w, truth.max_cap_w, step_w)):  # high to low: ties keep the higher
         slowdown = true_slowdown_pct(truth, cap)
         saving = 100.0 * (1.0 - true_energy_per_iter(truth, cap) / base)
         if slowdown <= bound_pct + 1e-9 and saving > best.saving_pct + 1e-12:
-            best = OracleCap(cap, slowdown, saving)
+            best = OracleChoice(cap, slowdown, saving)
     return best

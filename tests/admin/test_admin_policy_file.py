@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ecolaunch.admin.rules import CapBounds, Rules, load_rules, parse_rules
+from ecolaunch.admin.rules import Rules, load_rules, parse_rules
+from ecolaunch.jobmodel.gpu import CapBounds
 from ecolaunch.admin.schema import Locator
 from ecolaunch.config import DEFAULT_POLICY_FILE
 from ecolaunch.errors import ConfigError
@@ -335,3 +336,14 @@ def test_pathological_text_is_a_config_error(text: str, start: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_rules(text, "p.toml")
     assert str(info.value).startswith(start)
+
+
+def test_the_cap_tables_keys_are_the_bounds_fields() -> None:
+    """The policy file's ``[caps]`` keys (the schema's) are :class:`CapBounds`' fields, which ``describe`` spells."""
+    from dataclasses import fields
+
+    from ecolaunch.admin.schema import CAP_KEYS
+
+    assert tuple(f.name for f in fields(CapBounds)) == CAP_KEYS
+    assert CapBounds(min_w=150.0, max_fraction=0.5).describe() == "min_w=150.0 max_fraction=0.5"
+

@@ -9,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ecolaunch.admin.rules import (
-    CapBounds,
     Rules,
     cap_bounds_w,
     clip_slowdown,
@@ -18,6 +17,7 @@ from ecolaunch.admin.rules import (
     parse_rules,
     user_gpu_limit,
 )
+from ecolaunch.jobmodel.gpu import CapBounds
 from ecolaunch.errors import ConfigError, DeviceError
 
 RULES = Rules(default_slowdown_pct=8.0, max_slowdown_pct=20.0)

@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from ecolaunch.admin.rules import CapBounds, Rules, profiler_settings
+from ecolaunch.admin.rules import Rules, profiler_settings
+from ecolaunch.jobmodel.gpu import CapBounds
 from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.devices.backend import GpuSnapshot
 from ecolaunch.errors import ConfigError, DeviceError, PermissionDenied

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from ecolaunch.admin.rules import CapBounds, Rules
+from ecolaunch.admin.rules import Rules
+from ecolaunch.jobmodel.gpu import CapBounds
 from ecolaunch.devices.spec import parse_spec
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.sim.engine import Simulation, Trace, TraceJob

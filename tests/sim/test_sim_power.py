@@ -19,7 +19,7 @@ H200 = lookup("H200-SXM-141GB")
 
 
 @pytest.fixture(scope="module")
-def model() -> pw.PowerCapModel:
+def model() -> pw.BoardPowerModel:
     return pw.default_power_model()
 
 
@@ -43,14 +43,14 @@ def test_hungrier_job_is_slowed_at_least_as_much(gpu: str, u1: float, u2: float,
 
 
 @pytest.mark.parametrize("gpu", sorted(ZEUS_GPUS))
-def test_max_cap_reproduces_the_uncapped_measurement(model: pw.PowerCapModel, gpu: str) -> None:
+def test_max_cap_reproduces_the_uncapped_measurement(model: pw.BoardPowerModel, gpu: str) -> None:
     pred = model.predict(180.0, ZEUS_GPUS[gpu], lookup(ZEUS_MODELS[gpu.upper()]), iter_time_s=0.2)
     assert pred.time_ratio == pytest.approx(1.0, abs=1e-12)
     assert pred.power_w == pytest.approx(180.0, rel=1e-9)
     assert pred.iter_time_s == pytest.approx(0.2)
 
 
-def test_a_binding_cap_slows_a_hungry_job_and_not_an_idle_one(model: pw.PowerCapModel) -> None:
+def test_a_binding_cap_slows_a_hungry_job_and_not_an_idle_one(model: pw.BoardPowerModel) -> None:
     hungry = model.predict(225.0, 100.0, V100_PCIE)  # Zeus V100 BERT/ResNet-50: ~1.9-2.0x at 100 W
     idle = model.predict(38.0, 100.0, V100_PCIE)  # input-bound NCF: flat
     assert 1.6 < hungry.time_ratio < 2.4
@@ -59,7 +59,7 @@ def test_a_binding_cap_slows_a_hungry_job_and_not_an_idle_one(model: pw.PowerCap
     assert idle.power_w == pytest.approx(38.0, rel=0.02)
 
 
-def test_swept_board_is_measured_and_modern_boards_are_extrapolated(model: pw.PowerCapModel) -> None:
+def test_swept_board_is_measured_and_modern_boards_are_extrapolated(model: pw.BoardPowerModel) -> None:
     assert model.predict(200.0, 150.0, V100_PCIE).extrapolated is False
     assert model.predict(200.0, 150.0, V100_PCIE).shape_gpu == "v100"
     for gpu in (A100, H200):
@@ -73,7 +73,7 @@ def test_swept_board_is_measured_and_modern_boards_are_extrapolated(model: pw.Po
     assert pw.shape_family("NVIDIA RTX A4000", "Ampere") == ("a40", True)  # "A40" inside "A4000" is not an A40
 
 
-def test_below_the_swept_range_energy_per_iteration_is_held(model: pw.PowerCapModel) -> None:
+def test_below_the_swept_range_energy_per_iteration_is_held(model: pw.BoardPowerModel) -> None:
     # A100's 100 W minimum is 0.25 of its max, below the A40 sweep's lowest 0.333: extrapolated, continuous
     at_edge = model.predict(300.0, 400.0 / 3.0, A100)
     below = model.predict(300.0, 100.0, A100)
@@ -82,7 +82,7 @@ def test_below_the_swept_range_energy_per_iteration_is_held(model: pw.PowerCapMo
     assert below.time_ratio > at_edge.time_ratio
 
 
-def test_active_idle_power_is_the_lowest_zeus_reading(model: pw.PowerCapModel) -> None:
+def test_active_idle_power_is_the_lowest_zeus_reading(model: pw.BoardPowerModel) -> None:
     watts, extrapolated = model.active_idle_power_w(V100_PCIE)
     assert watts == pytest.approx(34.75, abs=0.1)  # NCF batch 16384 at 150 W, the lowest V100 row
     assert not extrapolated
@@ -107,7 +107,7 @@ def test_leave_one_workload_out_error_is_bounded(gpu: str) -> None:
     assert np.concatenate(p_err).mean() < 0.042
 
 
-def test_energy_optimal_cap_respects_the_slowdown_bound(model: pw.PowerCapModel) -> None:
+def test_energy_optimal_cap_respects_the_slowdown_bound(model: pw.BoardPowerModel) -> None:
     free = pw.energy_optimal_cap(225.0, V100_PCIE, model=model)
     bounded = pw.energy_optimal_cap(225.0, V100_PCIE, allowed_slowdown_pct=10.0, model=model)
     with_host = pw.energy_optimal_cap(225.0, V100_PCIE, allowed_slowdown_pct=10.0, static_power_w=300.0, model=model)
@@ -117,12 +117,12 @@ def test_energy_optimal_cap_respects_the_slowdown_bound(model: pw.PowerCapModel)
     assert free.power_cap_w <= 0.7 * V100_PCIE.power_limit_max_w
 
 
-def test_bad_inputs_raise_typed_errors(model: pw.PowerCapModel) -> None:
+def test_bad_inputs_raise_typed_errors(model: pw.BoardPowerModel) -> None:
     with pytest.raises(ConfigError):
         model.predict(0.0, 100.0, V100_PCIE)
 
 
-def test_the_catalogue_rows_of_the_zeus_boards_are_the_swept_boards(model: pw.PowerCapModel) -> None:
+def test_the_catalogue_rows_of_the_zeus_boards_are_the_swept_boards(model: pw.BoardPowerModel) -> None:
     for gpu, name in ZEUS_MODELS.items():
         board = lookup(name)
         assert model.shape_for(board) == (model.shapes[gpu.lower()], False)
@@ -130,7 +130,7 @@ def test_the_catalogue_rows_of_the_zeus_boards_are_the_swept_boards(model: pw.Po
 
 
 def test_fit_is_deterministic() -> None:
-    a = pw.PowerCapModel.fit()
-    b = pw.PowerCapModel.fit()
+    a = pw.BoardPowerModel.fit()
+    b = pw.BoardPowerModel.fit()
     assert a.shapes == b.shapes
     assert a.active_idle_frac == b.active_idle_frac

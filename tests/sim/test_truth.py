@@ -172,7 +172,7 @@ def test_oracle_respects_the_bound_and_a_zero_bound_means_uncapped() -> None:
             assert best.slowdown_pct <= bound + 1e-9 and best.saving_pct >= 0.0
             assert best.slowdown_pct == pytest.approx(tr.true_slowdown_pct(t, best.cap_w))
             assert t.min_cap_w <= best.cap_w <= t.max_cap_w
-    assert tr.oracle_cap(truth("H200 mm"), 0.0) == tr.OracleCap(700.0, 0.0, 0.0)
+    assert tr.oracle_cap(truth("H200 mm"), 0.0) == tr.OracleChoice(700.0, 0.0, 0.0)
     loose = [tr.oracle_cap(truth("H200 mm"), b).saving_pct for b in (5.0, 10.0, 20.0, 50.0)]
     assert loose == sorted(loose)  # a looser bound never saves less
     with pytest.raises(ConfigError):
