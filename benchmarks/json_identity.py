@@ -107,7 +107,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("no_curve_floor", ("no_curve_floor.py", "--json")),
     Benchmark("pace_matching", ("pace_matching.py", "--seeds", "2", "--kind", "ResNet-50 (batch size 64)",
                                 "--size", "1+1", "--json"),
-              {"multinode.wall_s": "wall-clock time of the two real launchers"}),
+              {"multinode.wall_s": "wall-clock time of the two real launchers",
+               "multinode.plan": "the plan lists the nodes in the order they reached torch's rendezvous, a race "
+                                 "between the two launchers (same_plan says whether they agreed)"}),
     Benchmark("pair_prediction", ("pair_prediction.py", "--fast", "--folds", "2", "--epochs", "2",
                                   "--synthetic", "100", "--json"),
               {"train_s": "wall-clock time of a training"}),
