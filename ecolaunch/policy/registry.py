@@ -15,6 +15,7 @@ from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.curve import curve_policy
 from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.policy.gnn import FIRST_CURVE_Z, GnnFirstCurve, gnn_policy
+from ecolaunch.policy.linkwait import LinkWait
 from ecolaunch.policy.packing import EacoPolicy, FirstFitPolicy, LucidPolicy
 from ecolaunch.policy.zeus import ZeusPolicy
 
@@ -25,7 +26,13 @@ def _registry() -> dict:
     registry = {p.name: p for p in (ExclusivePolicy, FirstFitPolicy, LucidPolicy, EacoPolicy, ZeusPolicy)}
     registry["gnn"] = gnn_policy
     registry["curve"] = curve_policy
+    registry["curve-link"] = curve_link_policy
     return registry
+
+
+def curve_link_policy(**kwargs) -> LinkWait:
+    """``curve`` with the link rule (:class:`~ecolaunch.policy.linkwait.LinkWait`): ``--policy curve-link``."""
+    return LinkWait(curve_policy(name="curve-link", **kwargs))
 
 
 def policy_names() -> list[str]:
@@ -43,6 +50,11 @@ _SUMMARIES = {
              "where the job's measured curve says it spends the least energy within its bound (the profiler's and "
              "the closed loop's one cap choice, with its margin); never shares a GPU; imports neither torch nor the "
              "GNN (`ecolaunch/policy/curve.py`)",
+    "curve-link": "`curve`, plus: a multi-GPU job whose best free GPUs are linked worse than the best set of its "
+                  "size waits for a best-linked set the running jobs' expected ends free within its slowdown bound's "
+                  "share of its own expected length ([docs/queue.md](docs/queue.md#waiting-for-a-best-linked-set)). "
+                  "Not the default: [docs/benchmarks.md](docs/benchmarks.md#waiting-for-a-best-linked-set-issue-39) "
+                  "says where it wins",
     "gnn": "the same, plus sharing a GPU where the GNN predicts, sure enough, that every job stays within its bound, "
            "and capping a first launch nobody has measured from the GNN's predicted curve, its uncertainty kept back "
            "([docs/gnn.md](docs/gnn.md)). Not the default: [docs/benchmarks.md](docs/benchmarks.md) says when it "
@@ -61,7 +73,7 @@ _SUMMARIES = {
 
 
 #: the registered policies that read a job's cap curve (they take ``priors``; the budget wrapper always does)
-CURVE_READERS = ("curve", "gnn", "zeus")
+CURVE_READERS = ("curve", "curve-link", "gnn", "zeus")
 
 
 def get_policy(name: str, *, gnn_weights=None, priors: Priors = default_prior):
