@@ -48,17 +48,12 @@ def policy_summaries() -> dict[str, str]:
 _SUMMARIES = {
     "curve": "energy-aware placement from the job's own measurements: the best-linked GPUs nobody uses, each capped "
              "where the job's measured curve says it spends the least energy within its bound (the profiler's and "
-             "the closed loop's one cap choice, with its margin); never shares a GPU; imports neither torch nor the "
-             "GNN (`ecolaunch/policy/curve.py`)",
-    "curve-link": "`curve`, plus: a multi-GPU job whose best free GPUs are linked worse than the best set of its "
-                  "size waits for a best-linked set the running jobs' expected ends free within its slowdown bound's "
-                  "share of its own expected length ([docs/queue.md](docs/queue.md#waiting-for-a-best-linked-set)). "
-                  "Not the default: [docs/benchmarks.md](docs/benchmarks.md#waiting-for-a-best-linked-set-issue-39) "
-                  "says where it wins",
+             "the closed loop's one cap choice, with its margin); never shares a GPU",
+    "curve-link": "`curve`, and a multi-GPU job may wait for a best-linked set "
+                  "([queue.md](docs/queue.md#waiting-for-a-best-linked-set))",
     "gnn": "the same, plus sharing a GPU where the GNN predicts, sure enough, that every job stays within its bound, "
            "and capping a first launch nobody has measured from the GNN's predicted curve, its uncertainty kept back "
-           "([docs/gnn.md](docs/gnn.md)). Not the default: [docs/benchmarks.md](docs/benchmarks.md) says when it "
-           "shares and what its first launches are worth",
+           "([docs/gnn.md](docs/gnn.md)). Not the default: [docs/benchmarks.md](docs/benchmarks.md) says why",
     "exclusive": "what a careful person does by hand: GPUs nobody else uses (no ecolaunch job, no foreign process), "
                  "least loaded first; a multi-GPU job gets the set with the fastest links (an NVLink island before "
                  "PCIe pairs); default power",
