@@ -313,6 +313,12 @@ def _policy(name: str, trace, weights):
 
         zeus = ZeusPolicy(cap_step_w=5.0, name=name, priors=priors)
         return BudgetedPolicy(zeus if name == "zeus-5w" else WithMargin(zeus, name), priors)
+    if name == "curve-link" and trace is not None:  # the default row with the link rule (policy.linkwait)
+        from ecolaunch.policy.budgeted import BudgetedPolicy
+        from ecolaunch.policy.registry import curve_link_policy
+        from ecolaunch.sim.first_curves import as_launched
+
+        return as_launched(BudgetedPolicy(curve_link_policy(priors=priors), priors), trace, name)
     if (name in FIRST_CURVE_ROWS or name == "curve") and trace is not None:
         from _first_curves import ExactFirstCurve, PessimisticFirstCurve
 

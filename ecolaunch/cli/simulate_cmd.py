@@ -127,10 +127,10 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
 
         priors = HeldOutPriors({j.id: j.kind for j in trace.jobs})
     chosen = [get_sim_policy(p, gnn_weights=weights, priors=priors) for p in policies]
-    if entry.brings_machine:  # the measured world: `curve` as the launcher runs it, told a colleague's profile
-        from ecolaunch.sim.first_curves import as_launched  # lazy: as above
+    if entry.brings_machine:  # the measured world: `curve` (and `curve-link`) as the launcher runs it, told a
+        from ecolaunch.sim.first_curves import as_launched  # colleague's profile; lazy: as above
 
-        chosen = [as_launched(c, trace) if p == "curve" else c for p, c in zip(policies, chosen)]
+        chosen = [as_launched(c, trace, p) if p in ("curve", "curve-link") else c for p, c in zip(policies, chosen)]
     rows = []
     for name, policy in zip(policies, chosen):
         sim = entry.simulation(machine, trace, name, policy, seed=seed)

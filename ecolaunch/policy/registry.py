@@ -15,6 +15,7 @@ from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.curve import curve_policy
 from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.policy.gnn import FIRST_CURVE_Z, GnnFirstCurve, gnn_policy
+from ecolaunch.policy.linkwait import LinkWait
 from ecolaunch.policy.packing import EacoPolicy, FirstFitPolicy, LucidPolicy
 from ecolaunch.policy.zeus import ZeusPolicy
 
@@ -25,7 +26,13 @@ def _registry() -> dict:
     registry = {p.name: p for p in (ExclusivePolicy, FirstFitPolicy, LucidPolicy, EacoPolicy, ZeusPolicy)}
     registry["gnn"] = gnn_policy
     registry["curve"] = curve_policy
+    registry["curve-link"] = curve_link_policy
     return registry
+
+
+def curve_link_policy(**kwargs) -> LinkWait:
+    """``curve`` with the link rule (:class:`~ecolaunch.policy.linkwait.LinkWait`): ``--policy curve-link``."""
+    return LinkWait(curve_policy(name="curve-link", **kwargs))
 
 
 def policy_names() -> list[str]:
@@ -41,12 +48,12 @@ def policy_summaries() -> dict[str, str]:
 _SUMMARIES = {
     "curve": "energy-aware placement from the job's own measurements: the best-linked GPUs nobody uses, each capped "
              "where the job's measured curve says it spends the least energy within its bound (the profiler's and "
-             "the closed loop's one cap choice, with its margin); never shares a GPU; imports neither torch nor the "
-             "GNN (`ecolaunch/policy/curve.py`)",
+             "the closed loop's one cap choice, with its margin); never shares a GPU",
+    "curve-link": "`curve`, and a multi-GPU job may wait for a best-linked set "
+                  "([queue.md](docs/queue.md#waiting-for-a-best-linked-set))",
     "gnn": "the same, plus sharing a GPU where the GNN predicts, sure enough, that every job stays within its bound, "
            "and capping a first launch nobody has measured from the GNN's predicted curve, its uncertainty kept back "
-           "([docs/gnn.md](docs/gnn.md)). Not the default: [docs/benchmarks.md](docs/benchmarks.md) says when it "
-           "shares and what its first launches are worth",
+           "([docs/gnn.md](docs/gnn.md)). Not the default: [docs/benchmarks.md](docs/benchmarks.md) says why",
     "exclusive": "what a careful person does by hand: GPUs nobody else uses (no ecolaunch job, no foreign process), "
                  "least loaded first; a multi-GPU job gets the set with the fastest links (an NVLink island before "
                  "PCIe pairs); default power",
@@ -61,7 +68,7 @@ _SUMMARIES = {
 
 
 #: the registered policies that read a job's cap curve (they take ``priors``; the budget wrapper always does)
-CURVE_READERS = ("curve", "gnn", "zeus")
+CURVE_READERS = ("curve", "curve-link", "gnn", "zeus")
 
 
 def get_policy(name: str, *, gnn_weights=None, priors: Priors = default_prior):

@@ -61,13 +61,23 @@ def why_waiting(state: StateGraph, request: JobRequest, policy: Policy, rules: R
         return Waiting(position, WaitReason.PRIORITY,
                        bounded(f"{len(ahead)} job(s) ahead in this host's queue; the first is {head.id} "
                                f"({head.user}: {head.name}){waits}"), starts_at)
-    reason, detail = _unplaced(state, request, policy, rules)
-    if starts_at is not None and waits_beyond_gpus(reason, starts_at, now):
+    reason, detail, held_until = _unplaced(state, request, policy, rules)
+    if held_until is not None:  # it holds out for a best-linked set (policy.linkwait): it starts by then
+        starts_at = held_until
+    elif starts_at is not None and waits_beyond_gpus(reason, starts_at, now):
         starts_at = None
     return Waiting(position, reason, bounded(detail), starts_at)
 
 
-def _unplaced(state: StateGraph, request: JobRequest, policy: Policy, rules: Rules) -> tuple[WaitReason, str]:
+def _unplaced(state: StateGraph, request: JobRequest, policy: Policy,
+              rules: Rules) -> tuple[WaitReason, str, float | None]:
+    """Why the job waits, the particulars, and by when a job that holds out for a best-linked set starts (None: it
+    does not hold out; :attr:`~ecolaunch.policy.linkwait.LinkHold.retry_at`)."""
+    early = _before_policy(state, request, rules)
+    return (*early, None) if early is not None else _refused(state, request, policy, rules)
+
+
+def _before_policy(state: StateGraph, request: JobRequest, rules: Rules) -> tuple[WaitReason, str] | None:
     host = state.hosts.get(request.host)
     if host is None:
         return WaitReason.RESOURCES, f"host {request.host!r} has no GPUs in the state yet"
@@ -96,18 +106,27 @@ def _unplaced(state: StateGraph, request: JobRequest, policy: Policy, rules: Rul
         short = ", ".join(f"GPU {g.index} {g.memory_free_mib}" for g in free if g.memory_free_mib < need)
         return WaitReason.MEMORY, (f"the job needs {need} MiB per GPU; free MiB on the free GPUs too small for it: "
                                    f"{short}")
+    return None
+
+
+def _refused(state: StateGraph, request: JobRequest, policy: Policy,
+             rules: Rules) -> tuple[WaitReason, str, float | None]:
+    """Enough free GPUs: what the policy, the power budget or the admin rules said."""
     inner = getattr(policy, "inner", policy)  # the budget's wrapper (policy.budgeted) is judged on its own below
-    decision = inner.decide(state, request, rules)
+    hold = getattr(inner, "hold", None)  # the link rule (policy.linkwait.LinkWait) says whether the job holds out
+    decision, held = hold(state, request, rules) if hold is not None else (inner.decide(state, request, rules), None)
+    if held is not None:
+        return WaitReason.RESOURCES, held.why, held.retry_at
     if decision is None:
         return WaitReason.RESOURCES, (f"policy {policy.name} finds no placement on the free GPUs that keeps every "
-                                      "job within its slowdown bound")
+                                      "job within its slowdown bound"), None
     budget = over_budget(state, request, rules, decision, getattr(policy, "priors", default_prior))
     if budget is not None:
-        return WaitReason.POWER_BUDGET, budget
+        return WaitReason.POWER_BUDGET, budget, None
     why = refusal(state, request, rules, decision)
     if why is not None:
-        return WaitReason.RESOURCES, f"the admin rules refuse policy {policy.name}'s choice: {why}"
-    return WaitReason.RESOURCES, "the GPUs were taken by another launch meanwhile; trying again"
+        return WaitReason.RESOURCES, f"the admin rules refuse policy {policy.name}'s choice: {why}", None
+    return WaitReason.RESOURCES, "the GPUs were taken by another launch meanwhile; trying again", None
 
 
 def _contract_note(state: StateGraph, request: JobRequest, rules: Rules) -> str:

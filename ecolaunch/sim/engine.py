@@ -286,7 +286,8 @@ class Simulation:
             t_arrival = arrivals[nxt].arrival_s if nxt < len(arrivals) else math.inf
             t_done = self._next_completion(completions, running, now)
             t_check = checks[0][0] if checks else math.inf
-            t = min(t_arrival, t_done, t_check)
+            t_held = self._held_until(queue, now)
+            t = min(t_arrival, t_done, t_check, t_held)
             if t == math.inf:  # waiting jobs that no policy will ever place
                 for job in queue:
                     outcomes[job.id].rejected = "never placed"
@@ -336,7 +337,7 @@ class Simulation:
             while nxt < len(arrivals) and arrivals[nxt].arrival_s <= now:
                 queue.append(arrivals[nxt])
                 nxt += 1
-            if changed:
+            if changed or t_held <= now:  # a hold's expected time came: the launcher's next try would see it
                 blocked = False
                 self._unplaced.clear()
                 # the machine answers first (freed GPUs back to their default limit, memory and power): the
@@ -451,6 +452,16 @@ class Simulation:
                 rec.power_caps_w = want
                 changed |= set(r.gpus)
         return changed
+
+    def _held_until(self, queue: deque[TraceJob], now: float) -> float:
+        """When the earliest job of the queue that holds out for a best-linked set expects it
+        (:class:`~ecolaunch.policy.linkwait.LinkWait`): then the machine is looked at again even if nothing changed,
+        as the waiting launcher's next try would (the set's job may have run past its expected end); inf: none."""
+        holds = getattr(self.policy, "holds", None)
+        if not holds:
+            return math.inf
+        waiting = {j.id for j in queue}
+        return min((h.retry_at for jid, h in holds.items() if jid in waiting and h.retry_at > now), default=math.inf)
 
     def _backfill(self, queue: deque[TraceJob], now: float) -> tuple[TraceJob | None, tuple[str, Decision] | None,
                                                                        int]:

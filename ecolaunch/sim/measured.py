@@ -29,6 +29,7 @@ from ecolaunch.policy.base import JobRequest
 from ecolaunch.policy.budgeted import BudgetedPolicy
 from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
+from ecolaunch.policy.linkwait import LinkWait
 from ecolaunch.jobmodel.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, cap_margin_pct, job_cap_choice, queue_eta
 from ecolaunch.caps.control import CapController
 from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve, merge_points
@@ -589,8 +590,9 @@ class _TruthScorer:
 
 
 def measured_oracle(world: MeasuredWorld, kind_of: Mapping[str, str]):
-    """The oracle of the measured world: energy-aware placement predicting with the truth, no margin (under the
-    admin's power budget, when there is one, like every policy, which reads the jobs' curves with
-    :class:`HeldOutPriors`)."""
-    return BudgetedPolicy(EnergyAwarePolicy(MeasuredTruthPredictor(world, kind_of), name="oracle", margin_pct=0.0),
-                          HeldOutPriors(kind_of))
+    """The oracle of the measured world: energy-aware placement predicting with the truth, no margin, with every
+    lever a launcher's policy has: a multi-GPU job holds out for a best-linked set as ``curve-link``'s does
+    (:class:`~ecolaunch.policy.linkwait.LinkWait`, on the true lengths the oracle knows), under the admin's power
+    budget, when there is one, like every policy, which reads the jobs' curves with :class:`HeldOutPriors`."""
+    return BudgetedPolicy(LinkWait(EnergyAwarePolicy(MeasuredTruthPredictor(world, kind_of), name="oracle",
+                                                     margin_pct=0.0)), HeldOutPriors(kind_of))

@@ -66,7 +66,7 @@ def measured_rules(name: str, rules: Rules) -> Rules:
 
 
 #: the policies whose jobs run under ecolaunch's own profiler and closed loop (``Simulation(closed_loop=True)``)
-ECOLAUNCH_POLICIES = ("curve", "curve-untold", "gnn", "no-gnn", "pessimistic-curve", "exact-first-curve",
+ECOLAUNCH_POLICIES = ("curve", "curve-link", "curve-untold", "gnn", "no-gnn", "pessimistic-curve", "exact-first-curve",
                       "history-pessimistic-curve", "analytic-share", "util-share")
 
 
