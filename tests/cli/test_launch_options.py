@@ -21,10 +21,10 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     ("args", "env", "message"),
     [
         (["--policy", "magic"], {}, "--policy (or ECOLAUNCH_PLACEMENT_POLICY) must be a placement policy, got 'magic'\n"
-                                    "HINT: use one of: curve, eaco, exclusive, first-fit, gnn, lucid, zeus"),
+                                    "HINT: use one of: curve, curve-link, eaco, exclusive, first-fit, gnn, lucid, zeus"),
         ([], {"ECOLAUNCH_PLACEMENT_POLICY": "magic"}, "--policy (or ECOLAUNCH_PLACEMENT_POLICY) must be a placement "
-                                                      "policy, got 'magic'\nHINT: use one of: curve, eaco, exclusive, "
-                                                      "first-fit, gnn, lucid, zeus"),
+                                                      "policy, got 'magic'\nHINT: use one of: curve, curve-link, eaco, "
+                                                      "exclusive, first-fit, gnn, lucid, zeus"),
         (["--profile", "sometimes"], {}, "--profile 'sometimes' is not a profiling mode\nHINT: use one of: auto, pre, "
                                          "inline, off"),
         (["--allowed-slowdown", "lots"], {}, "--allowed-slowdown (or ECOLAUNCH_ALLOWED_SLOWDOWN) must be a number, "

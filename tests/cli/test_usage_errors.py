@@ -110,7 +110,7 @@ def test_an_allocation_too_small_for_the_job_blames_cuda_visible_devices(sim_env
 
 
 SIM_USAGE = "Usage: ecolaunch simulate [OPTIONS]\nTry 'ecolaunch simulate --help' for help.\n\n"
-SIM_POLICIES = "curve, eaco, exclusive, first-fit, gnn, lucid, oracle, zeus, no-gnn, analytic-share, util-share"
+SIM_POLICIES = "curve, curve-link, eaco, exclusive, first-fit, gnn, lucid, oracle, zeus, no-gnn, analytic-share, util-share"
 MODEL_TRACES = "workstation-light, workstation-heavy, cluster-light, cluster-heavy, alibaba-share"
 
 

@@ -103,7 +103,7 @@ def test_share_if_sooner_is_yes_no_or_the_admins_default() -> None:
         (["t.py"], {"ECOLAUNCH_DRY_RUN": "maybe"}, "ECOLAUNCH_DRY_RUN='maybe' is not a boolean"),
         (["--nproc", "2", "t.py"], {}, "ambiguous option: --nproc"),
         (["python", "-u", "t.py"], {}, "interpreter option '-u' is not supported"),
-        (["--policy", "magic", "t.py"], {}, "--policy (or ECOLAUNCH_PLACEMENT_POLICY) must be a placement policy, got 'magic'\nHINT: use one of: curve, eaco, exclusive, first-fit, gnn, lucid, zeus"),
+        (["--policy", "magic", "t.py"], {}, "--policy (or ECOLAUNCH_PLACEMENT_POLICY) must be a placement policy, got 'magic'\nHINT: use one of: curve, curve-link, eaco, exclusive, first-fit, gnn, lucid, zeus"),
         (["t.py"], {"ECOLAUNCH_PLACEMENT_POLICY": "magic"}, "must be a placement policy, got 'magic'"),
         (["--profile", "sometimes", "t.py"], {}, "--profile 'sometimes' is not a profiling mode\nHINT: use one of: auto, pre, inline, off"),
         (["--memory-mib", "lots", "t.py"], {}, "--memory-mib (or ECOLAUNCH_MEMORY_MIB) must be a number, got 'lots'"),
