@@ -47,10 +47,8 @@ def with_points(profile: Profile, points: Sequence[CapPoint], top_cap_w: float) 
 
 
 class Following(Part):
-    """Steps the run's closed loop (:attr:`Run.loop <ecolaunch.run.state.Run.loop>`) once one was started."""
-
-    def start(self, run: Run) -> None:
-        pass  # the loop starts from the observer's start (a known profile) or from profiling (:func:`follow`)
+    """Steps the run's closed loop (:attr:`Run.loop <ecolaunch.run.state.Run.loop>`) once :func:`follow` started it,
+    from the observer's start (a known profile) or from profiling."""
 
     def step(self, run: Run, stamps: Sequence[float], final: bool) -> None:
         loop = run.loop

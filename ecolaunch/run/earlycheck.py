@@ -17,10 +17,8 @@ logger = logging.getLogger(__name__)
 
 
 class Checking(Part):
-    """Runs the run's early check when it is armed, and says what it found (it changes no cap)."""
-
-    def start(self, run: Run) -> None:
-        pass  # armed by the observer's start (a known profile) or by profiling
+    """Runs the run's early check once the observer's start (a known profile) or profiling armed it, and says what it
+    found (it changes no cap)."""
 
     def step(self, run: Run, stamps: Sequence[float], final: bool) -> None:
         if not run.early.armed or final:
@@ -35,6 +33,3 @@ class Checking(Part):
         # without the closed loop (caps may not be changed, or the GPU is shared) the check only reports
         logger.warning("job %s: %s", run.job_id, finding.message)
         run.findings.append(finding.message)
-
-    def finish(self, run: Run) -> None:
-        pass

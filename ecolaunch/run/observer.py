@@ -28,7 +28,7 @@ from ecolaunch.profile.earlycheck import EarlyCheck
 from ecolaunch.profile.history import History, JobRecord, declared_steps, launch_hints
 from ecolaunch.profile.modes import ProfileAction, pre_run_env
 from ecolaunch.profile.monitor import RunMonitor
-from ecolaunch.profile.profiler import Profiler, ProfileResult
+from ecolaunch.profile.profiler import ProfileResult
 from ecolaunch.profile.record import RunRecorder
 from ecolaunch.run.closedloop import Following, follow
 from ecolaunch.run.earlycheck import Checking
@@ -162,24 +162,8 @@ class RunObserver:
 
     # --- what the run holds, for the launcher and the tests -----------------------------------------------
     @property
-    def state(self) -> RunState:
-        return self.run.state
-
-    @property
     def monitor(self) -> RunMonitor:
         return self.run.monitor
-
-    @property
-    def caps(self) -> RunCaps:
-        return self.run.caps
-
-    @property
-    def profile(self) -> Profile | None:
-        return self.run.profile
-
-    @property
-    def profiler(self) -> Profiler | None:
-        return self.profiling.profiler
 
     @property
     def result(self) -> ProfileResult | None:
@@ -196,11 +180,6 @@ class RunObserver:
     @property
     def record(self) -> JobRecord | None:
         return self.run.record
-
-    @property
-    def allowed_slowdown_pct(self) -> float:
-        """The job's bound; tightened once when the script declares a tighter one (:meth:`_adopt_hints`)."""
-        return self.run.allowed_slowdown_pct
 
     # --- the launcher's side ----------------------------------------------------------------------
     def worker_env(self) -> dict[str, str]:

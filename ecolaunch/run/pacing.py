@@ -34,17 +34,11 @@ class Pacing(Part):
         self._fresh = True  # the next window also waits out the warm-up (first iterations, or a new round's)
         self._lock = threading.Lock()  # a new rendezvous round (torch's thread) against the polls
 
-    def start(self, run: Run) -> None:
-        pass
-
     def step(self, run: Run, stamps: Sequence[float], final: bool) -> None:
         if final:
             return
         with self._lock:
             self._window(run)
-
-    def finish(self, run: Run) -> None:
-        pass
 
     def lines(self) -> tuple[str, ...]:
         """What pacing did, one line each (for the summary)."""

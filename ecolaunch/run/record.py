@@ -10,7 +10,6 @@ holds as :attr:`Run.recorder <ecolaunch.run.state.Run.recorder>`), what the hist
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 from ecolaunch.profile import channel
 from ecolaunch.profile.ddpwait import RankWaits, rank_waits
@@ -28,12 +27,6 @@ class Recording(Part):
     def __init__(self) -> None:
         #: what the ranks waited at the all-reduce for the slowest, read at the end
         self.waits: RankWaits | None = None
-
-    def start(self, run: Run) -> None:
-        pass
-
-    def step(self, run: Run, stamps: Sequence[float], final: bool) -> None:
-        pass
 
     def finish(self, run: Run) -> None:
         hints = run.monitor.hints()

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ecolaunch.admin.rules import Rules, profiler_settings
 from ecolaunch.caps.control import ClosedLoop, ControlSettings
@@ -201,16 +201,20 @@ class Run:
                                     or (self.result.profile if self.result else None), hints)
 
 
-class Part(Protocol):
+class Part:
     """A plug-in of the run: the observer calls :meth:`start` once, when observation begins, :meth:`step` at every
     poll of the step marks (``stamps``: the marks read so far; ``final``: the last poll, after the workers ended),
-    and :meth:`finish` once, when observation ends, in the order of the observer's list."""
+    and :meth:`finish` once, when observation ends, in the order of the observer's list. Each does nothing unless a
+    plug-in says otherwise."""
 
-    def start(self, run: Run) -> None: ...
+    def start(self, run: Run) -> None:
+        """Observation begins (the run's bounds and found caps are read)."""
 
-    def step(self, run: Run, stamps: Sequence[float], final: bool) -> None: ...
+    def step(self, run: Run, stamps: Sequence[float], final: bool) -> None:
+        """One poll of the step marks."""
 
-    def finish(self, run: Run) -> None: ...
+    def finish(self, run: Run) -> None:
+        """Observation ends (the workers ended, their last marks read)."""
 
 
 def guard(job_id: str, what: str, fn: Callable[..., Any], *args: Any) -> bool:
