@@ -274,11 +274,11 @@ class _Calibration:
         load = HostLoad(self.started_pids)
         load.start()
         sampler.start()
-        start_j, t0 = self._energy(), time.monotonic()
+        start_j, t0, read0_s = self._energy()
         for w in workers:
             w.send({"cmd": "measure", "seconds": self.s.seconds})
         answers = [w.receive(self.s.seconds + ANSWER_SLACK_S) for w in workers]
-        end_j, t1 = self._energy(), time.monotonic()
+        end_j, t1, read1_s = self._energy()
         samples = sampler.stop()
         others_cpu_cores = load.stop()
         after = self._others()
@@ -286,7 +286,7 @@ class _Calibration:
         energy_j = None if start_j is None or end_j is None else end_j - start_j
         power = [s.power_w for s in samples if s.power_w is not None]
         figures = {
-            "window_s": t1 - t0, "energy_j": energy_j,
+            "window_s": t1 - t0, "read_s": read0_s + read1_s, "energy_j": energy_j,
             "power_w": energy_j / (t1 - t0) if energy_j is not None and t1 > t0 else mean(power),
             "sm_util_pct": mean([s.util_gpu_pct for s in samples]),
             "mem_util_pct": mean([s.util_mem_pct for s in samples]),
@@ -303,12 +303,21 @@ class _Calibration:
             raise GpuBusy(self.gpu, found, started=True)
         return found
 
-    def _energy(self) -> float | None:
+    def _energy(self) -> tuple[float | None, float, float]:
+        """The GPU's energy counter, the middle of the read on the monotonic clock, and how long the read took.
+
+        A read takes time (a driver call; the simulated board's file lock), and a loaded host may delay one read
+        more than the other: timed by its middle, a window is off by at most half the two reads' durations
+        (``read_s``), where a time taken after each read is off by their difference, unbounded.
+        """
+        before = time.monotonic()
         try:
-            return self.backend.energy_j(self.gpu.uuid)
+            joules = self.backend.energy_j(self.gpu.uuid)
         except DeviceError as e:
             logger.warning("no energy reading of GPU %s: %s", self.gpu.uuid, e)
-            return None
+            joules = None
+        after = time.monotonic()
+        return joules, (before + after) / 2, after - before
 
     def _snapshot(self):
         return next(g for g in self.backend.gpus() if g.uuid == self.gpu.uuid)

@@ -79,9 +79,12 @@ def test_a_calibration_writes_alone_and_pair_entries_and_puts_the_cap_back(sim_e
     assert ("mm", 400.0) in alone and ("bw", 400.0) in alone and len(alone) == 6  # 3 caps each, highest first
     for e in doc["alone"]:
         assert e["power_limit_w"] == e["power_cap_w"] and e["iters"] >= 1 and e["power_w"] > 0
-        # the cap binds; a window's power is its energy over its clock time, two reads a loaded host may delay
-        # unevenly, so a short window may read a little above its cap (0.8 % seen under load)
-        assert e["power_w"] <= e["power_cap_w"] * 1.03 and e["disturbed_by"] == []
+        # the cap binds: the energy is at most the cap over the longest the window can have been (its ends are
+        # the middles of two reads, which a loaded host may delay unevenly: 3.9 % above the cap seen in CI when
+        # each end was timed after its read)
+        assert 0 <= e["read_s"] < e["window_s"] and e["power_w"] == e["energy_j"] / e["window_s"]
+        assert e["energy_j"] <= e["power_cap_w"] * (e["window_s"] + e["read_s"] / 2) + 1e-6
+        assert e["disturbed_by"] == []
     assert [p["workloads"] for p in doc["pairs"]] == [["mm", "mm"], ["mm", "bw"], ["bw", "bw"]]
     for p in doc["pairs"]:
         assert p["sharing"] == "time-slicing" and p["power_cap_w"] == 400.0
