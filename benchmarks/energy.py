@@ -62,10 +62,12 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
                                     "learned_pct", "met": bool}},
      "folds": {FOLD: {"types", "weights", "sd_z", "first_curve_z"}} | null, "first_curve_z_pooled": z | null,
      "coverage": {TRACE: {POLICY: {"jobs", "covered_pct", "at_measured_cap_pct",
-                                   "by_fold": {FOLD: {"jobs", "covered_pct"}}}}},
+                                   "by_fold": {FOLD: {"jobs", "covered_pct"}},
+                                   "by_run": {"1" | "2" | "3-4" | "5-9" | "10+": {"jobs", "covered_pct"}}}}},
      "contract_vs_curve": {TRACE: {POLICY: {"contract_jobs", "later_than_curve_pct"}}} (with --share-if-sooner),
      "busy_goal": {TRACE: {ROW: {FIGURE: {"mean", "ci95"}}, "met": bool}} (with --share-if-sooner: busy_goal),
-     "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool, "wait_weight": W}
+     "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool, "wait_weight": W,
+     "reference_window": bool, "repeating_error_pct": PCT | null}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``gpu_dynamic_energy_kwh`` (the GPUs' energy above their idle
 power: what caps and placements move; node energy is about half fixed host power), ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
@@ -83,10 +85,13 @@ energy (:func:`oracle_share`: the ratio of the paired means, a bootstrap 95 % in
 each seed's node energy saved by ``curve``, each first-curve row and the oracle against ``curve-untold``, by the
 history and exact against pessimistic and by exact against the history, with the violations' difference. ``coverage`` (measured world, rows
 whose jobs the closed loop caps): of every job capped alone on its GPUs, over all seeds, the share whose true slowdown
-at the cap it settled at stayed within its curve's prediction plus the cap margin, in all and per fold of job types
-(what the margin is for: its ``z`` of 2.33 aims at 99 %).
+at the cap it settled at stayed within its curve's prediction plus the cap margin, in all, per fold of job types and
+by the job's run index (its launches of the same job on the same board; what the margin is for: its ``z`` of 2.33
+aims at 99 %).
 
-**Ablations of the whole run**: ``--margin-scale S`` (every cap margin times S, :func:`scale_margins`) and
+**Ablations of the whole run**: ``--no-reference-window`` and ``--repeating-error PCT`` (pooled windows of repeated
+runs without their two parts, :func:`pooling_ablation`), ``--margin-scale S`` (every cap margin times S,
+:func:`scale_margins`) and
 ``--lift-caps-waiting N`` (while at least N jobs wait, every running job runs uncapped and its caps come back when
 fewer wait: ``Simulation(lift_caps_waiting=N)``; not under a power budget): what lifting caps could buy in completion
 time, and what it would cost in energy. The launcher does neither. ``--wait-weight W`` is not an ablation: it runs
@@ -215,8 +220,8 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
         world = sim.world
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
                  "oom_failures": world.oom_failures,
-                 "_coverage": [(world.fold_of(kind), covered, measured)
-                               for kind, covered, measured in world.coverage]}
+                 "_coverage": [(world.fold_of(kind), covered, measured, run)
+                               for kind, covered, measured, run in world.coverage]}
     summary = summarize(result)
     extra["_ends"] = {j.id: (j.end_s, j.contract_deadline_s is not None) for j in result.jobs}
     return {k: round(getattr(summary, k), 4) for k in KEYS} | {
@@ -244,19 +249,27 @@ def contract_vs_curve(ends: dict[str, list[dict]]) -> dict:
     return out
 
 
-def coverage(covered: list[tuple[int, bool, bool]]) -> dict:
-    """The margins' coverage from ``(fold, covered, measured)`` of every capped job alone on its GPUs, over all seeds
-    (:meth:`~ecolaunch.sim.measured.MeasuredWorld.record_coverage`): the share whose true slowdown at the cap it
-    settled at stayed within its curve's prediction plus the cap margin, in all and per fold of job types, and the
-    share whose cap its history had measured (``at_measured_cap_pct``: there the margin is measurement error alone)."""
+#: the run indices coverage is reported by: (label, first index, last index)
+RUN_BINS = (("1", 1, 1), ("2", 2, 2), ("3-4", 3, 4), ("5-9", 5, 9), ("10+", 10, 10**9))
+
+
+def coverage(covered: list[tuple[int, bool, bool, int]]) -> dict:
+    """The margins' coverage from ``(fold, covered, measured, run index)`` of every capped job alone on its GPUs, over
+    all seeds (:meth:`~ecolaunch.sim.measured.MeasuredWorld.record_coverage`): the share whose true slowdown at the cap
+    it settled at stayed within its curve's prediction plus the cap margin, in all, per fold of job types and by the
+    job's run index (:data:`RUN_BINS`: its 1st launch, 2nd, 3rd-4th, 5th-9th, 10th and later), and the share whose cap
+    its history had measured (``at_measured_cap_pct``: there the margin is measurement error alone)."""
     def pct(flags: list[bool]) -> float:
         return round(100.0 * sum(flags) / len(flags), 2)
 
-    folds = sorted({f for f, _, _ in covered})
-    return {"jobs": len(covered), "covered_pct": pct([c for _, c, _ in covered]),
-            "at_measured_cap_pct": pct([m for _, _, m in covered]),
-            "by_fold": {str(f): {"jobs": sum(1 for g, _, _ in covered if g == f),
-                                 "covered_pct": pct([c for g, c, _ in covered if g == f])} for f in folds}}
+    folds = sorted({f for f, _, _, _ in covered})
+    by_run = {label: [c for _, c, _, r in covered if lo <= r <= hi] for label, lo, hi in RUN_BINS}
+    return {"jobs": len(covered), "covered_pct": pct([c for _, c, _, _ in covered]),
+            "at_measured_cap_pct": pct([m for _, _, m, _ in covered]),
+            "by_fold": {str(f): {"jobs": sum(1 for g, _, _, _ in covered if g == f),
+                                 "covered_pct": pct([c for g, c, _, _ in covered if g == f])} for f in folds},
+            "by_run": {label: {"jobs": len(flags), "covered_pct": pct(flags)} for label, flags in by_run.items()
+                       if flags}}
 
 
 def _stat(values: list[float]) -> dict:
@@ -660,17 +673,24 @@ def first_launch_table(result: dict) -> str:
 
 
 def coverage_table(result: dict) -> str:
-    """The ``coverage`` figures as one markdown table: per trace and policy, all folds and each fold."""
+    """The ``coverage`` figures as markdown tables: per trace and policy, all folds and each fold; then by run index."""
     folds = sorted({f for rows in result["coverage"].values() for r in rows.values() for f in r["by_fold"]})
     lines = ["| trace | policy | jobs | at a measured cap % | covered % | " + " | ".join(f"fold {f} %" for f in folds)
              + " |", "|---|---|---|---|---|" + "---|" * len(folds)]
+    runs = ["| trace | policy | " + " | ".join(f"run {label} %" for label, _, _ in RUN_BINS) + " |",
+            "|---|---|" + "---|" * len(RUN_BINS)]
     for name, rows in result["coverage"].items():
         for policy, r in rows.items():
             cells = [f"{r['by_fold'][f]['covered_pct']:.1f} ({r['by_fold'][f]['jobs']})" if f in r["by_fold"] else "-"
                      for f in folds]
             lines.append(f"| {name} | {policy} | {r['jobs']} | {r['at_measured_cap_pct']:.1f} | {r['covered_pct']:.1f} | "
                          + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+            by_run = r.get("by_run", {})
+            runs.append(f"| {name} | {policy} | " + " | ".join(
+                f"{by_run[label]['covered_pct']:.1f} ({by_run[label]['jobs']})" if label in by_run else "-"
+                for label, _, _ in RUN_BINS) + " |")
+    return ("\n".join(lines) + "\n\nBy the job's run index (1: its first launch on that board; jobs in brackets):\n\n"
+            + "\n".join(runs) + "\n")
 
 
 def plot(result: dict, path: Path) -> bool:
@@ -740,6 +760,18 @@ def scale_margins(scale: float) -> None:
     capchoice.cap_margin_pct = budget.cap_margin_pct = scaled
 
 
+def pooling_ablation(no_reference_window: bool, repeating_error_pct: float | None) -> None:
+    """The ablations of pooled windows (``--no-reference-window``, ``--repeating-error``): closed loops that never
+    measure the reference inside a run, and margins that take another part of a profiling window's error as
+    repeating (:func:`~ecolaunch.jobmodel.capchoice.window_error_pct`). For this process only."""
+    import ecolaunch.jobmodel.capchoice as capchoice
+
+    if no_reference_window:
+        capchoice.REFERENCE_RUN_ITERS = 0
+    if repeating_error_pct is not None:
+        capchoice.REPEATING_WINDOW_ERROR_PCT = float(repeating_error_pct)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=5, help="how many seeds every trace and policy runs on")
@@ -756,6 +788,13 @@ def main() -> None:
     parser.add_argument("--margin-scale", type=float, default=1.0, metavar="S",
                         help="ablation: every cap margin (the cap choice's and the budget's floor, "
                              "capchoice.cap_margin_pct) times S; 0 removes them (default 1: as shipped)")
+    parser.add_argument("--no-reference-window", action="store_true",
+                        help="ablation: closed loops never measure the uncapped reference inside a run "
+                             "(capchoice.REFERENCE_RUN_ITERS = 0); as shipped they do until runs measured 120 "
+                             "iterations of it")
+    parser.add_argument("--repeating-error", type=float, default=None, metavar="PCT",
+                        help="ablation: the part of a profiling window's error the launcher's margins take as "
+                             "repeating from run to run (capchoice.REPEATING_WINDOW_ERROR_PCT, shipped 2.2; 0: none)")
     parser.add_argument("--lift-caps-waiting", type=int, default=None, metavar="N",
                         help="ablation: while at least N jobs wait, every running job runs uncapped (its caps come "
                              "back when fewer wait); not under a power budget. The launcher does not do this")
@@ -776,6 +815,9 @@ def main() -> None:
         parser.error(f"--margin-scale must be a number >= 0, got {args.margin_scale}")
     if args.margin_scale != 1.0:
         scale_margins(args.margin_scale)
+    if args.repeating_error is not None and not args.repeating_error >= 0:
+        parser.error(f"--repeating-error must be a number >= 0, got {args.repeating_error}")
+    pooling_ablation(args.no_reference_window, args.repeating_error)
 
     from ecolaunch.sim.policies import sim_policy_names
 
@@ -785,6 +827,8 @@ def main() -> None:
     result = run_all(seeds, policies, worlds, args.trace, args.folds, args.cache, args.lift_caps_waiting,
                      args.share_if_sooner, args.wait_weight)
     result["margin_scale"], result["lift_caps_waiting"] = args.margin_scale, args.lift_caps_waiting
+    result["reference_window"], result["repeating_error_pct"] = (not args.no_reference_window,
+                                                                 args.repeating_error)
     result["share_if_sooner"], result["wait_weight"] = args.share_if_sooner, args.wait_weight
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)

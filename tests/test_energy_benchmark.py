@@ -141,9 +141,11 @@ def test_the_curve_row_is_what_the_launcher_does_and_its_ablation_is_told_nothin
 
 
 def test_coverage_counts_covered_jobs_per_fold_and_those_at_a_measured_cap(energy) -> None:
-    got = energy.coverage([(0, True, True), (0, False, True), (1, True, False), (1, True, True)])
+    got = energy.coverage([(0, True, True, 1), (0, False, True, 2), (1, True, False, 1), (1, True, True, 12)])
     assert got == {"jobs": 4, "covered_pct": 75.0, "at_measured_cap_pct": 75.0,
-                   "by_fold": {"0": {"jobs": 2, "covered_pct": 50.0}, "1": {"jobs": 2, "covered_pct": 100.0}}}
+                   "by_fold": {"0": {"jobs": 2, "covered_pct": 50.0}, "1": {"jobs": 2, "covered_pct": 100.0}},
+                   "by_run": {"1": {"jobs": 2, "covered_pct": 100.0}, "2": {"jobs": 1, "covered_pct": 0.0},
+                              "10+": {"jobs": 1, "covered_pct": 100.0}}}
 
 
 def test_goals_are_paired_by_seed(energy) -> None:

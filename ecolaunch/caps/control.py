@@ -20,15 +20,18 @@ from ecolaunch.admin.rules import Rules
 from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import clip_w
-from ecolaunch.jobmodel.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, iteration_stats,
-                                         model_cap_choice, off_profile, queue_eta, reference_se_pct)
+from ecolaunch.jobmodel.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, REFERENCE_RUN_ITERS,
+                                         iteration_stats, model_cap_choice, off_profile, queue_eta,
+                                         reference_se_pct, reference_window_due)
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.channel import StepReader, iteration_times
-from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve
+from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve, merge_points
 from ecolaunch.profile.sampler import Sampler, cap_seen_s
 from ecolaunch.validate import integer
 
 logger = logging.getLogger(__name__)
+
+_EPS_W = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,9 @@ class ControlSettings:
     deadband_pp: float = 1.0
     step_w: float = CHOICE_STEP_W
     z: float = MARGIN_Z
+    #: measure the uncapped reference for a window inside the run while the job's history holds too little of it
+    #: measured inside runs (:func:`~ecolaunch.jobmodel.capchoice.reference_window_due`)
+    reference_window: bool = True
 
     def __post_init__(self) -> None:
         for name in ("settle_iters", "window_iters", "recent_iters", "max_down_moves"):
@@ -115,6 +121,12 @@ class CapController:
         self._skip = self.settings.settle_iters
         self._since_look = 0
         self._down_moves = 0
+        #: a window at the top cap is due to measure the reference inside this run (once a run)
+        self._reference_due = self.settings.reference_window and reference_window_due(self._profiled, self._bounds[1])
+        #: while that window runs: the cap the run was at before it
+        self._reference_back: float | None = None
+        #: whether the cap may go to the top now for that window (False: a power budget's ceiling holds it lower)
+        self.reference_allowed = True
 
     # --- feeding -------------------------------------------------------------------------------------
     def observe(self, iter_times_s: Sequence[float], power_w: float | None = None) -> CapMove | None:
@@ -145,6 +157,11 @@ class CapController:
         """The job's curve as the run now knows it: profiled points and what it measured."""
         return (*self._profiled, *self.learned())
 
+    @property
+    def top_w(self) -> float:
+        """The job's top cap: "uncapped", where its reference is measured."""
+        return self._bounds[1]
+
     def set_waiting(self, share: float) -> None:
         """From now on ``share`` waiting jobs are delayed by this job's slowdown
         (:meth:`~ecolaunch.state.graph.StateGraph.waiting_share`); the next look weighs them."""
@@ -159,9 +176,9 @@ class CapController:
             return None
         cap = self.cap_w
         off = off_profile(self._profile_curve, cap, stats)
-        if off is None:
+        if off is None:  # one window inside a run: no error that repeats from run to run
             self._observed[cap] = CapPoint(cap, stats.mean_s, self._energy_j / self._power_s, stats.count,
-                                           stats.cv_pct)
+                                           stats.cv_pct, 1, stats.count)
         else:  # disturbed (or another job): what these iterations measured teaches the curve nothing
             self._observed.pop(cap, None)
             if self.off_profile is None:
@@ -179,6 +196,16 @@ class CapController:
         limit = bound - max(MIN_MARGIN_PP if self.settings.z > 0 else 0.0, self.settings.z * se)
         eta = queue_eta(self._eta, self._wait_weight, self.waiting)
         choice = model_cap_choice(model, self._bounds, bound, eta, step_w=self.settings.step_w, z=self.settings.z)
+        floor = max(self._floors, default=-math.inf)
+        if self._reference_back is not None:  # this window measured the reference: back below it
+            back, self._reference_back = self._reference_back, None
+            target = choice.cap_w if choice.cap_w > floor else back
+            if target >= hi - _EPS_W:
+                return None
+            why = (f"measured the uncapped reference inside the run, {stats.mean_s * 1e3:.4g} ms per iteration at "
+                   f"{hi:.0f} W: back to {target:.0f} W, predicted "
+                   f"{100.0 * (model.predict(target).iter_time_s / ref - 1.0):.1f} % slower")
+            return self._move(target, slow, why)
         if slow > limit + 1e-9 and cap < hi:
             self._floors.append(cap)
             target = max(choice.cap_w, min(hi, cap + self.settings.step_w))
@@ -193,7 +220,14 @@ class CapController:
                    f"{self._wait_weight:g}): raising the cap to {choice.cap_w:.0f} W, "
                    + ("uncapped" if choice.cap_w >= hi else f"predicted {choice.slowdown_pct:.1f} % slower"))
             return self._move(choice.cap_w, slow, why)
-        floor = max(self._floors, default=-math.inf)
+        if self._reference_due and self.reference_allowed and cap < hi:
+            self._reference_due = False
+            self._reference_back = cap
+            top = merge_points([p for p in points if abs(p.power_cap_w - hi) < _EPS_W])
+            done = top[0].run_iterations if top else 0
+            why = (f"measuring the uncapped reference for a window inside the run (runs measured {done} of its "
+                   f"iterations, {REFERENCE_RUN_ITERS} wanted): the cap to {hi:.0f} W, then back")
+            return self._move(hi, slow, why)
         back = self._queue_lifted and eta >= self._eta  # nobody waits now: back to the energy's choice
         if (off is None and choice.cap_w < cap - self.settings.step_w / 2 and choice.cap_w > floor and cap > lo
                 and (back or self._down_moves < self.settings.max_down_moves)
@@ -299,10 +333,11 @@ class ClosedLoop:
         windows = [self._sampler.window(u, stamps[0], stamps[-1]) for u in self._uuids]
         powers = [w.power_w for w in windows if w is not None and w.power_w is not None]
         power = sum(powers) / len(powers) if len(powers) == len(self._uuids) else None
+        ceiling = self._ceiling() if self._ceiling is not None else None
+        self.controller.reference_allowed = ceiling is None or ceiling >= self.controller.top_w - HELD_TOLERANCE_W
         move = self.controller.observe(iteration_times(stamps, 0), power)
         if move is None:
             return None
-        ceiling = self._ceiling() if self._ceiling is not None else None
         cap = move.cap_w if ceiling is None else min(move.cap_w, ceiling)  # never past the budget's ceiling
         if self._apply(cap, move.reason):
             self._pending = (cap, self._clock.now())

@@ -291,7 +291,7 @@ def _clean(points: Sequence[CapPoint], strict: bool = False) -> list[CapPoint]:
 
 def _pool(cap_w: float, points: Sequence[CapPoint]) -> CapPoint:
     """Points measured at the same cap as one: means weighted by their iterations when every point knows its
-    count (equal weights otherwise); the spread pooled the same way."""
+    count (equal weights otherwise); the spread pooled the same way; their windows and in-run iterations added."""
     if len(points) == 1:
         return points[0]
     counts = [p.iterations for p in points]
@@ -301,4 +301,5 @@ def _pool(cap_w: float, points: Sequence[CapPoint]) -> CapPoint:
     power = sum(w * p.power_w for w, p in zip(weights, points)) / total
     cvs = [p.iter_time_cv_pct for p in points]
     cv = None if any(c is None for c in cvs) else math.sqrt(sum(w * c * c for w, c in zip(weights, cvs)) / total)  # type: ignore[operator]
-    return CapPoint(cap_w, t, power, sum(counts), cv)
+    return CapPoint(cap_w, t, power, sum(counts), cv, sum(p.window_count for p in points),
+                    sum(p.run_iterations for p in points))

@@ -41,6 +41,9 @@ class CapPoint:
 
     ``iterations`` and ``iter_time_cv_pct`` say how well it was measured: how many iterations the mean is over
     and their spread (robust coefficient of variation, %); 0 and None when not known (a trace, a simulation).
+    ``windows`` is how many separate windows (runs) the mean pools, 0 when not known (one, if it was measured);
+    ``run_iterations`` how many of its iterations a closed loop measured inside a run, the rest in profiling windows
+    at a run's start, whose error repeats from run to run (docs/profiling.md#pooled-windows-of-repeated-runs).
     """
 
     power_cap_w: Measured
@@ -48,6 +51,8 @@ class CapPoint:
     power_w: Measured
     iterations: Count = 0
     iter_time_cv_pct: CvPct | None = None
+    windows: Count = 0
+    run_iterations: Count = 0
 
     @property
     def se_pct(self) -> float:
@@ -55,6 +60,18 @@ class CapPoint:
         if self.iter_time_cv_pct is None or self.iterations <= 0:
             return 0.0
         return self.iter_time_cv_pct / math.sqrt(self.iterations)
+
+    @property
+    def window_count(self) -> int:
+        """The windows its mean pools: ``windows``, or one when that is not known but iterations were measured."""
+        return self.windows or (1 if self.iterations > 0 else 0)
+
+    @property
+    def profiled_share(self) -> float:
+        """The share of its iterations measured in profiling windows (1 when not known): what repeats."""
+        if self.iterations <= 0:
+            return 1.0
+        return max(0.0, 1.0 - min(self.run_iterations, self.iterations) / self.iterations)
 
 
 @dataclass(frozen=True, slots=True)

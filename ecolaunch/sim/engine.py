@@ -566,14 +566,16 @@ class Simulation:
         if first:
             self.graph.jobs[job.id].profile = world.profile_inline(job.user, job.kind, board)
         else:
-            world.repeat_launches += 1
+            world.note_repeat(job.user, job.kind, board)
         if not self.closed_loop or any(len(gpu_jobs[u]) > 1 for u in decision.gpus):
             return set(), False
         host = self.graph.hosts[self._host_of[decision.gpus[0]]]
         gpus = [host.gpus[u] for u in decision.gpus]
         caps = [decision.power_caps_w.get(u) for u in decision.gpus]
+        # under a power budget its ceiling may hold the cap below the top, where the launcher's loop measures no
+        # reference window (the world plays no ceiling inside the loop, so it plays none there)
         cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct, board,
-                               first=first)
+                               first=first, reference=job.id not in self._asks)
         self._own_caps[job.id] = cap
         self._weighed.pop(job.id, None)
         ask = self._asks.get(job.id)

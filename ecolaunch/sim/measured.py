@@ -31,7 +31,7 @@ from ecolaunch.policy.candidates import best_link, worst_link
 from ecolaunch.policy.energy import Candidate, EnergyAwarePolicy, Outcome
 from ecolaunch.policy.linkwait import LinkWait
 from ecolaunch.jobmodel.capchoice import CHOICE_STEP_W, MIN_SAVING_PCT, cap_margin_pct, job_cap_choice, queue_eta
-from ecolaunch.caps.control import CapController
+from ecolaunch.caps.control import CapController, ControlSettings
 from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve, merge_points
 from ecolaunch.jobmodel.powercap import cap_grid, profile_caps
 from ecolaunch.sim.interference import fit_gavel, gavel_set, impute_held_type
@@ -214,6 +214,7 @@ class _Known:
     util_pct: float
     power_w: float
     iter_time_s: float
+    runs: int = 1  # launches of it so far, this one included
 
 
 @dataclass
@@ -241,8 +242,9 @@ class MeasuredWorld:
         self.first_launches = 0
         self.repeat_launches = 0
         self.oom_failures = 0
-        #: (job type, covered, at a measured cap) of every capped job alone on its GPUs: :meth:`record_coverage`
-        self.coverage: list[tuple[str, bool, bool]] = []
+        #: (job type, covered, at a measured cap, run index) of every capped job alone on its GPUs:
+        #: :meth:`record_coverage`
+        self.coverage: list[tuple[str, bool, bool, int]] = []
 
     # --- folds ---------------------------------------------------------------------------------------
     def _deal_folds(self) -> dict[str, int]:
@@ -393,6 +395,11 @@ class MeasuredWorld:
     def is_first(self, user: str, kind: str, board: str | None = None) -> bool:
         return (user, kind, board or self.board) not in self._history
 
+    def note_repeat(self, user: str, kind: str, board: str | None = None) -> None:
+        """A launch of a job history knows (``user``, ``kind`` on ``board``): counted, its run index one more."""
+        self.repeat_launches += 1
+        self._history[(user, kind, board or self.board)].runs += 1
+
     def _noisy(self, value: float, sd: float) -> float:
         return value * (1.0 + sd * float(self._rng.standard_normal())) if sd > 0 else value
 
@@ -424,12 +431,15 @@ class MeasuredWorld:
         return self.request_profile(user, kind, board)
 
     def settle_cap(self, user: str, kind: str, cap_w: float | None, rules: Rules, gpus: Sequence[GpuNode],
-                   bound_pct: float, board: str | None = None, *, first: bool = False) -> float | None:
+                   bound_pct: float, board: str | None = None, *, first: bool = False,
+                   reference: bool = True) -> float | None:
         """The cap a job alone on ``gpus`` ends at: a first launch's profiler choice, then the real closed loop fed
         noisy iterations of the truth; what the loop measured goes to history. ``cap_w``: the decision's cap (None:
         uncapped); ``first``: the job was profiled inline at this start, so its profiler's choice from its own
         measurement sets the cap its closed loop starts from, whatever cap a curve it was told (a colleague's, a
-        prediction) had it placed at, as the launcher's profiler does when it finishes."""
+        prediction) had it placed at, as the launcher's profiler does when it finishes. ``reference``: the loop may
+        measure the uncapped reference for a window (the launcher's does when no budget's ceiling holds the cap
+        below the top); its iterations there, as all of the loop's, carry no window error that repeats."""
         known = self._history.get((user, kind, board or self.board))
         bounds = job_cap_bounds(rules, gpus)
         if known is None or bounds is None:
@@ -440,7 +450,8 @@ class MeasuredWorld:
             if cap_w is None:
                 return None
         j = self._board(board)[1][kind]
-        ctl = CapController(known.points, bounds, bound_pct, cap_w, rules=rules, prior=prior)
+        ctl = CapController(known.points, bounds, bound_pct, cap_w, rules=rules, prior=prior,
+                            settings=ControlSettings(reference_window=reference))
         done, batch = 0, 10
         t0 = j.iter_time_s
         while done < CONTROL_ITERS:
@@ -472,9 +483,10 @@ class MeasuredWorld:
         """Whether the type's true slowdown at ``cap_w`` stays within what the job's history (the curve its launcher
         reads: profiled points and what the closed loop learned) predicts there plus the margin the cap choice keeps
         back (:func:`~ecolaunch.jobmodel.capchoice.cap_margin_pct`); kept in :attr:`coverage` as ``(kind, covered,
-        measured)``, ``measured``: the history holds a point measured at ``cap_w`` (where the margin is measurement
-        error alone, no curve between caps). None (nothing kept): no history, or ``cap_w`` at the top of ``bounds``
-        (uncapped: nothing predicted)."""
+        measured, run)``, ``measured``: the history holds a point measured at ``cap_w`` (where the margin is measurement
+        error alone, no curve between caps), ``run`` the run index (1: the job's first launch on that board, 2: its
+        first repeat, ...). None (nothing kept): no history, or ``cap_w`` at the top of ``bounds`` (uncapped: nothing
+        predicted)."""
         known = self._history.get((user, kind, board or self.board))
         if known is None or cap_w >= bounds[1] - 1e-9:
             return None
@@ -484,7 +496,7 @@ class MeasuredWorld:
         true = 100.0 * (j.time_ratio(cap_w) / j.time_ratio(bounds[1]) - 1.0)
         covered = true <= predicted + cap_margin_pct(model, cap_w) + 1e-9
         measured = any(abs(p.power_cap_w - cap_w) < 1e-6 for p in model.points)
-        self.coverage.append((kind, covered, measured))
+        self.coverage.append((kind, covered, measured, known.runs))
         return covered
 
 

@@ -132,7 +132,8 @@ def test_an_older_record_reads_and_says_it_predates_matching(sim_env, state_dir)
     (rec,) = records(env)
     assert rec["history_match"] is None and rec["not_learned"] is None and rec["energy_j"] == 6000.0
     assert rec["profile"]["cap_points"][1] == {"power_cap_w": 250.0, "iter_time_s": 0.11, "power_w": 240.0,
-                                               "iterations": 0, "iter_time_cv_pct": None}
+                                               "iterations": 0, "iter_time_cv_pct": None, "windows": 0,
+                                               "run_iterations": 0}
     detail = run(["history", "0ld"], env)
     assert detail.returncode == 0, detail.stderr
     assert "  matched on  N/A (recorded before ecolaunch kept it" in detail.stdout

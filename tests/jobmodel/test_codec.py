@@ -46,7 +46,8 @@ def test_a_version_1_job_record_is_read_migrated_and_rewritten_at_the_current_ve
     written = json.loads(codec.encode_record("ecolaunch-job", rec))
     assert written["version"] == codec.VERSION > 1
     assert written["profile"]["cap_points"][0] == {"power_cap_w": 400.0, "iter_time_s": 0.05, "power_w": 290.0,
-                                                   "iterations": 0, "iter_time_cv_pct": None}
+                                                   "iterations": 0, "iter_time_cv_pct": None, "windows": 0,
+                                                   "run_iterations": 0}
     assert codec.decode_record(json.dumps(written).encode(), "ecolaunch-job", JobRecord, where="x") == rec
 
 

@@ -213,10 +213,13 @@ def test_a_budget_below_the_boards_minimum_limits_can_never_fit(session: Session
 class Controller:
     """Stands for the CapController: its cap, and the moves a test scripts."""
 
+    top_w = 400.0  # where a window to measure the reference would go (ClosedLoop says whether it may)
+
     def __init__(self, cap_w: float) -> None:
         self.cap_w = cap_w
         self.moves: list[CapMove] = []
         self.fed = 0
+        self.reference_allowed = True
 
     def observe(self, times, power):
         self.fed += len(times)
@@ -309,3 +312,17 @@ def test_without_a_ceiling_the_readings_show_a_held_cap() -> None:
     sampler.limit_w = 260.0  # someone else (the launcher's budget follower, an admin) holds it at 260 W
     run(loop, clock, reader, sampler, 5)
     assert loop.held_w == 260.0 and controller.fed == fed
+
+
+def test_no_window_at_the_top_while_a_ceiling_holds_the_cap_below_it() -> None:
+    # the reference is measured uncapped (issue 39): the loop tells its controller whether the budget lets it go there
+    ceiling = [350.0]
+    loop, clock, reader, sampler, controller, applied = loop_with(ceiling)
+    run(loop, clock, reader, sampler, 5)
+    assert controller.fed > 0 and controller.reference_allowed is False
+    ceiling[0] = 400.0  # room up to the top again
+    run(loop, clock, reader, sampler, 5)
+    assert controller.reference_allowed is True
+    unbounded = loop_with([])
+    run(unbounded[0], *unbounded[1:4], 5)
+    assert unbounded[4].reference_allowed is True

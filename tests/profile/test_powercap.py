@@ -290,13 +290,14 @@ def test_the_margin_comes_from_what_was_measured() -> None:
     assert cc.cap_margin_pct(exact, 150) >= cc.MARGIN_Z * cc.EXTRAPOLATION_ERROR_PP  # below the lowest measured
     noisy = jc.fit_curve([CapPoint(400, 0.1, 300, 15, 3.0), CapPoint(250, 0.114, 250, 15, 3.0),
                               CapPoint(200, 0.13, 200, 15, 3.0)])
-    # the two points' standard errors (3 % over 15 iterations each) and the reference window's own error
-    window = cc.WINDOW_ERROR_PCT ** 2
+    # the two points' standard errors (3 % over 15 iterations each) and the reference window's own error: one
+    # profiling window, its part that repeats from run to run and its part that does not
+    window = cc.REPEATING_WINDOW_ERROR_PCT ** 2 + cc.WINDOW_ERROR_PCT ** 2
     assert cc.cap_margin_pct(noisy, 250) == pytest.approx(cc.MARGIN_Z * (2 * 9.0 / 15 + window) ** 0.5)
     more = jc.fit_curve([CapPoint(400, 0.1, 300, 600, 3.0), CapPoint(250, 0.114, 250, 600, 3.0)])
     assert cc.cap_margin_pct(more, 250) == pytest.approx(cc.MARGIN_Z * (2 * 9.0 / 600 + window) ** 0.5)
     assert cc.cap_margin_pct(more, 250) < cc.cap_margin_pct(noisy, 250)  # more iterations, less margin ...
-    assert cc.cap_margin_pct(more, 250) > cc.MARGIN_Z * cc.WINDOW_ERROR_PCT  # ... but never less than one window's
+    assert cc.cap_margin_pct(more, 250) > cc.MARGIN_Z * window ** 0.5  # ... but never less than one window's
     # a second window at a cap that does not bind is a measurement of its own, not of the reference: the reference
     # is the top's window alone, with its whole window error
     twice = jc.fit_curve([CapPoint(400, 0.1, 300, 600, 3.0), CapPoint(395, 0.1, 300, 600, 3.0),
@@ -305,6 +306,44 @@ def test_the_margin_comes_from_what_was_measured() -> None:
     # the closed loop's live test leaves it out; a curve nobody measured (no spread) has none
     assert cc.reference_se_pct(more, window=False) == pytest.approx(3.0 / 600 ** 0.5)
     assert cc.reference_se_pct(exact) == 0.0
+
+
+def test_pooled_windows_shrink_the_reference_error_to_the_part_that_repeats() -> None:
+    """Issue 39: a reference pooled from windows of several runs; profiling windows' repeating part stays by the share
+    of the iterations they measured, the rest shrinks as the root of the windows; a closed loop's windows inside runs
+    repeat nothing."""
+    profiled = CapPoint(400, 0.1, 300, 30, 3.0)
+    assert cc.window_error_pct(profiled) == pytest.approx((cc.REPEATING_WINDOW_ERROR_PCT ** 2
+                                                           + cc.WINDOW_ERROR_PCT ** 2) ** 0.5)
+    in_run = [CapPoint(400, 0.1, 300, 30, 3.0, 1, 30) for _ in range(4)]
+    (pooled,) = jc.merge_points([profiled, *in_run])
+    assert (pooled.windows, pooled.iterations, pooled.run_iterations) == (5, 150, 120)
+    assert pooled.profiled_share == pytest.approx(0.2)
+    assert cc.window_error_pct(pooled) == pytest.approx(((0.2 * cc.REPEATING_WINDOW_ERROR_PCT) ** 2
+                                                         + cc.WINDOW_ERROR_PCT ** 2 / 5) ** 0.5)
+    errors = [cc.window_error_pct(jc.merge_points([profiled, *in_run[:k]])[0]) for k in range(5)]
+    assert errors == sorted(errors, reverse=True) and errors[-1] < errors[0] / 3  # each run's window helps
+    # many profiling windows alone (a job profiled again and again) never go below their repeating part
+    (reprofiled,) = jc.merge_points([profiled] * 25)
+    assert cc.window_error_pct(reprofiled) > cc.REPEATING_WINDOW_ERROR_PCT
+    # what history wrote before windows were counted: one window of it, all profiled
+    assert CapPoint(400, 0.1, 300, 30, 3.0).window_count == 1 and CapPoint(400, 0.1, 300).window_count == 0
+    # the margin follows: the same curve with a pooled reference keeps less back at a measured cap
+    low = CapPoint(250, 0.114, 250, 600, 3.0, 1, 600)
+    first = jc.fit_curve([profiled, low])
+    later = jc.fit_curve([profiled, *in_run, low])
+    assert cc.cap_margin_pct(later, 250) < cc.cap_margin_pct(first, 250) - 2.0
+
+
+def test_a_reference_window_is_due_until_runs_measured_enough_of_it() -> None:
+    profiled = CapPoint(400, 0.1, 300, 30, 3.0)
+    assert cc.reference_window_due([profiled, CapPoint(250, 0.114, 250, 30, 3.0)], 400)
+    assert not cc.reference_window_due([profiled], 350)  # nothing measured at that top
+    assert not cc.reference_window_due([CapPoint(400, 0.1, 300)], 400)  # nobody measured it: a table, a trace
+    window = CapPoint(400, 0.1, 300, 30, 3.0, 1, 30)
+    runs = cc.REFERENCE_RUN_ITERS // 30
+    assert cc.reference_window_due([profiled, *[window] * (runs - 1)], 400)
+    assert not cc.reference_window_due([profiled, *[window] * runs], 400)
 
 
 def test_the_choice_keeps_its_margin_and_noisier_profiles_choose_higher_caps() -> None:

@@ -108,7 +108,7 @@ def test_coverage_says_whether_the_truth_stayed_within_the_curve_and_its_margin(
     flat = [CapPoint(c, truth.iter_time_s, 100.0) for c in (100.0, 175.0, 250.0)]
     world._history[("v", kind, BOARD)] = dataclasses.replace(world._history[("u", kind, BOARD)], points=flat)
     assert truth.time_ratio(100.0) > 1.05 and world.record_coverage("v", kind, 100.0, bounds) is False
-    assert world.coverage[-1] == (kind, False, True)  # 100 W is a point its history measured
+    assert world.coverage[-1][:3] == (kind, False, True)  # 100 W is a point its history measured
     world.record_coverage("v", kind, 130.0, bounds)
     assert world.coverage[-1][2] is False  # 130 W lies between measured caps
 

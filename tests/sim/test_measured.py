@@ -342,7 +342,7 @@ def test_caps_that_weigh_the_queue_finish_the_running_job_sooner_while_another_w
         return Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"),
                           Rules(wait_weight=weight), world=world, closed_loop=True).run(trace).jobs
 
-    plain, light, heavy = run(0.0), run(0.1), run(4.0)
+    plain, light, heavy = run(0.0), run(1.5), run(4.0)
     assert plain[0].slowdown_pct > 1.0  # its cap binds
     assert heavy[0].end_s < light[0].end_s < plain[0].end_s
     assert heavy[1].start_s < plain[1].start_s
