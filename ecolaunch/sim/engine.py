@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from ecolaunch.caps.limits import asked_caps, budget_ceilings, job_floor_w, wish_under_ceiling
 from ecolaunch.admin.rules import Rules
+from ecolaunch.caps.control import HELD_TOLERANCE_W
 from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.devices.spec import MachineSpec
@@ -572,10 +573,8 @@ class Simulation:
         host = self.graph.hosts[self._host_of[decision.gpus[0]]]
         gpus = [host.gpus[u] for u in decision.gpus]
         caps = [decision.power_caps_w.get(u) for u in decision.gpus]
-        # under a power budget its ceiling may hold the cap below the top, where the launcher's loop measures no
-        # reference window (the world plays no ceiling inside the loop, so it plays none there)
         cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct, board,
-                               first=first, reference=job.id not in self._asks)
+                               first=first, reference=self._reference_allowed(job.id, gpus))
         self._own_caps[job.id] = cap
         self._weighed.pop(job.id, None)
         ask = self._asks.get(job.id)
@@ -588,6 +587,18 @@ class Simulation:
             return set(), False
         self.graph.jobs[job.id].power_caps_w = {u: cap for u in decision.gpus} if cap is not None else {}
         return set(decision.gpus), False
+
+    def _reference_allowed(self, jid: str, gpus: Sequence[GpuNode]) -> bool:
+        """Whether the job's closed loop may take its cap to the top for a reference window, as the launcher's
+        :class:`~ecolaunch.caps.control.ClosedLoop` decides it: no power budget's ceiling (the lowest of its GPUs',
+        :func:`~ecolaunch.caps.limits.budget_ceilings`, read once at its start: the world plays the loop as one
+        settle) holds the cap below the job's top cap."""
+        if jid not in self._asks:
+            return True
+        bounds = job_cap_bounds(self.rules, gpus)
+        ceilings = budget_ceilings(self.graph, self.rules, priors=self._priors)
+        held = [ceilings[g.uuid] for g in gpus if g.uuid in ceilings]
+        return bounds is None or not held or min(held) >= bounds[1] - HELD_TOLERANCE_W
 
     def _record_coverage(self, job: TraceJob, decision: Decision, cap: float | None) -> None:
         """Was the job's curve right at the cap its closed loop runs at, margin included? (the world's coverage)"""

@@ -236,6 +236,26 @@ def test_repeats_arrive_known_and_the_engine_counts_launches():
     assert (world.first_launches, world.repeat_launches) == (2, 1)
 
 
+def test_a_repeat_measures_its_reference_at_the_top_unless_a_budgets_ceiling_holds_it_below():
+    # as the launcher's ClosedLoop: a window at the top cap (250 W on this board) only where no ceiling is below it
+    def reference_iterations(world: MeasuredWorld) -> int:
+        return sum(p.run_iterations for p in world._history[("ann", HEAVY, BOARD)].points if p.power_cap_w == 250.0)
+
+    def repeat(budget_w: float | None) -> tuple[int, int]:
+        world = MeasuredWorld()
+        for jid, rules in (("j0", Rules()), ("j1", Rules(power_max_total_w=budget_w))):
+            Simulation(parse_spec(f"4x{BOARD}", hostname="node0"), get_sim_policy("curve"), rules, world=world,
+                       closed_loop=True).run(Trace("t", (_job(jid, 0.0, HEAVY),)))
+            if jid == "j0":
+                before = reference_iterations(world)
+        assert world.repeat_launches == 1
+        return before, reference_iterations(world)
+
+    unbudgeted, roomy, held = repeat(None), repeat(560.0), repeat(520.0)  # 3 idle GPUs at 100 W: 260 / 220 W left
+    assert unbudgeted[1] > unbudgeted[0] and roomy == unbudgeted
+    assert held[1] == held[0] == unbudgeted[0]
+
+
 def test_lifting_caps_while_jobs_wait_finishes_the_running_job_sooner():
     # one GPU: j0 runs (capped by its profile and closed loop), j1 arrives at 600 s and waits for it; the ablation
     # Simulation(lift_caps_waiting=1) runs j0 uncapped while j1 waits, so j0 ends sooner, and j1 (nobody behind
