@@ -41,6 +41,8 @@ class Summary:
     contract_violations_pct: float = 0.0
     #: the GPUs' energy above their idle power (what caps and placements move)
     gpu_dynamic_energy_kwh: float = 0.0
+    #: jobs that started ahead of the head of the queue (EASY backfill), of the finished jobs
+    backfilled_pct: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,6 +76,7 @@ def summarize(result: SimResult) -> Summary:
         shared_jobs_pct=100.0 * sum(1 for j in done if j.shared) / n,
         contract_jobs_pct=100.0 * len(contract) / n,
         contract_violations_pct=100.0 * broken / n,
+        backfilled_pct=100.0 * sum(1 for j in done if j.backfilled) / n,
     )
 
 
