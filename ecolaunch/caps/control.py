@@ -21,11 +21,11 @@ from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.jobmodel.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, REFERENCE_RUN_ITERS,
-                                         iteration_stats, model_cap_choice, off_profile, queue_eta,
+                                         iteration_stats, model_cap_choice, off_profile, pooled_at, queue_eta,
                                          reference_se_pct, reference_window_due)
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.channel import StepReader, iteration_times
-from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve, merge_points
+from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve
 from ecolaunch.profile.sampler import Sampler, cap_seen_s
 from ecolaunch.validate import integer
 
@@ -223,8 +223,8 @@ class CapController:
         if self._reference_due and self.reference_allowed and cap < hi:
             self._reference_due = False
             self._reference_back = cap
-            top = merge_points([p for p in points if abs(p.power_cap_w - hi) < _EPS_W])
-            done = top[0].run_iterations if top else 0
+            top = pooled_at(points, hi)
+            done = top.run_iterations if top is not None else 0
             why = (f"measuring the uncapped reference for a window inside the run (runs measured {done} of its "
                    f"iterations, {REFERENCE_RUN_ITERS} wanted): the cap to {hi:.0f} W, then back")
             return self._move(hi, slow, why)
@@ -263,6 +263,13 @@ class CapController:
 MOVE_SEEN_TIMEOUT_S = 60.0
 #: a limit this many watts below the controller's cap is someone else's (drivers round to whole watts or milliwatts)
 HELD_TOLERANCE_W = 1.0
+
+
+def reaches_top(ceiling_w: float | None, top_w: float) -> bool:
+    """Whether a power budget's ceiling on a job's cap (None: no ceiling) lets the cap go to the job's top cap
+    ``top_w``, where a run measures its uncapped reference: the launcher's :class:`ClosedLoop` and the simulator
+    both ask it."""
+    return ceiling_w is None or ceiling_w >= top_w - HELD_TOLERANCE_W
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +341,7 @@ class ClosedLoop:
         powers = [w.power_w for w in windows if w is not None and w.power_w is not None]
         power = sum(powers) / len(powers) if len(powers) == len(self._uuids) else None
         ceiling = self._ceiling() if self._ceiling is not None else None
-        self.controller.reference_allowed = ceiling is None or ceiling >= self.controller.top_w - HELD_TOLERANCE_W
+        self.controller.reference_allowed = reaches_top(ceiling, self.controller.top_w)
         move = self.controller.observe(iteration_times(stamps, 0), power)
         if move is None:
             return None

@@ -285,11 +285,15 @@ def reference_window_due(points: Sequence[CapPoint], top_cap_w: float) -> bool:
     run: the reference was measured (its spread known) by fewer than :data:`REFERENCE_RUN_ITERS` iterations of closed
     loops inside runs. Every slowdown is a ratio to that reference, and a profiled window's error repeats from run to
     run; a window inside a run does not repeat it."""
-    at_top = [p for p in points if abs(p.power_cap_w - top_cap_w) < 1e-6]
-    if not at_top:
-        return False
-    (top,) = merge_points(at_top)
-    return _spread_known(top) and top.run_iterations < REFERENCE_RUN_ITERS
+    top = pooled_at(points, top_cap_w)
+    return top is not None and _spread_known(top) and top.run_iterations < REFERENCE_RUN_ITERS
+
+
+def pooled_at(points: Sequence[CapPoint], cap_w: float) -> CapPoint | None:
+    """The points measured at ``cap_w`` pooled as one (:func:`~ecolaunch.jobmodel.capcurve.merge_points`), None
+    when none was."""
+    at = merge_points([p for p in points if abs(p.power_cap_w - cap_w) < 1e-6])
+    return at[0] if at else None
 
 
 def _spread_known(point: CapPoint) -> bool:

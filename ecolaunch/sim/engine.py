@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from ecolaunch.caps.limits import asked_caps, budget_ceilings, job_floor_w, wish_under_ceiling
 from ecolaunch.admin.rules import Rules
-from ecolaunch.caps.control import HELD_TOLERANCE_W
+from ecolaunch.caps.control import reaches_top
 from ecolaunch.caps.limits import job_cap_bounds
 from ecolaunch.devices.catalogue import lookup
 from ecolaunch.devices.spec import MachineSpec
@@ -597,8 +597,8 @@ class Simulation:
             return True
         bounds = job_cap_bounds(self.rules, gpus)
         ceilings = budget_ceilings(self.graph, self.rules, priors=self._priors)
-        held = [ceilings[g.uuid] for g in gpus if g.uuid in ceilings]
-        return bounds is None or not held or min(held) >= bounds[1] - HELD_TOLERANCE_W
+        held = min((ceilings[g.uuid] for g in gpus if g.uuid in ceilings), default=None)
+        return bounds is None or reaches_top(held, bounds[1])
 
     def _record_coverage(self, job: TraceJob, decision: Decision, cap: float | None) -> None:
         """Was the job's curve right at the cap its closed loop runs at, margin included? (the world's coverage)"""
