@@ -19,9 +19,10 @@ one deal of the types whatever the seed; trained on first use into ``--cache``, 
 uses the shipped weights, which saw every Gavel pair, and says so); every policy, the oracle's budget and the closed
 loop read a job's cap curve with a prior fitted without the Zeus curves of its type's networks
 (:func:`ecolaunch.sim.measured.held_out_prior`). The row ``curve`` is what the launcher does by default: the
-``curve`` policy, a first launch told the profile another user of the machine measured of the same job where there
-is one (:class:`~ecolaunch.sim.first_curves.HistoryFirstCurve`); the bare rule, told nothing, is the ablation
-``curve-untold``. Traces: the measured ones of
+``curve`` policy, a first launch starting from the profile another user of the machine measured of the same job where
+there is one (:class:`~ecolaunch.sim.first_curves.HistoryFirstCurve`, ``Simulation(colleague_profiles=True)``;
+``--no-colleague-profiles``: told it, but profiled inline, as before 2026-12-07); the bare rule, told nothing, is the
+ablation ``curve-untold``. Traces: the measured ones of
 :data:`ecolaunch.sim.trace_registry.TRACES`, on their own machines (4 V100 PCIe 16 GB for most; ``power-budget``
 under ``[power] max_total_w``). The oracle predicts with the truth.
 
@@ -67,7 +68,8 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "contract_vs_curve": {TRACE: {POLICY: {"contract_jobs", "later_than_curve_pct"}}} (with --share-if-sooner),
      "busy_goal": {TRACE: {ROW: {FIGURE: {"mean", "ci95"}}, "met": bool}} (with --share-if-sooner: busy_goal),
      "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool, "wait_weight": W,
-     "reference_window": bool, "repeating_error_pct": PCT | null}
+     "reference_window": bool, "repeating_error_pct": PCT | null, "colleague_profiles": bool,
+     "shared_history": bool}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``gpu_dynamic_energy_kwh`` (the GPUs' energy above their idle
 power: what caps and placements move; node energy is about half fixed host power), ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
@@ -76,7 +78,7 @@ power: what caps and placements move; node energy is about half fixed host power
 after its deadline: counted in ``qos_violations_pct`` instead of their run-time bound), ``peak_gpu_power_w``,
 ``peak_limit_sum_w`` (the most the GPUs' limits added up to at any instant, a GPU without a
 job at its minimum: what ``power-budget``'s budget bounds) and, in the measured world, ``first_launches``,
-``repeat_launches``, ``oom_failures``. ``vs_exclusive``: each seed's ``100 * (policy / exclusive - 1)``. ``goals``:
+``repeat_launches``, ``adopted_launches`` (first launches started from a colleague's profile), ``oom_failures``. ``vs_exclusive``: each seed's ``100 * (policy / exclusive - 1)``. ``goals``:
 each seed's saving of ``gnn`` against ``curve`` (``100 * (1 - gnn / curve)``), its violations minus ``curve``'s and
 its node energy over the oracle's. ``learned_first_goal``: the first-launch issue's goal (:func:`learned_first_goal`).
 ``oracle_share``: each policy's share of the oracle's saving against ``exclusive``, in node and in dynamic GPU
@@ -219,6 +221,7 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
     if world_name != "model":
         world = sim.world
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
+                 "adopted_launches": world.adopted_launches,
                  "oom_failures": world.oom_failures,
                  "_coverage": [(world.fold_of(kind), covered, measured, run)
                                for kind, covered, measured, run in world.coverage]}
@@ -772,6 +775,25 @@ def pooling_ablation(no_reference_window: bool, repeating_error_pct: float | Non
         capchoice.REPEATING_WINDOW_ERROR_PCT = float(repeating_error_pct)
 
 
+def shared_history() -> None:
+    """The headroom of pooling across users (``--shared-history``, not what the launcher does): the measured world
+    keeps one history per job type and board, whoever runs it, so every launch of a type after its first is a repeat
+    and every run's windows pool with everyone's. For this process only."""
+    import functools
+
+    from ecolaunch.sim.measured import MeasuredWorld
+
+    def anyone(method):
+        @functools.wraps(method)
+        def as_anyone(self, user, *args, **kwargs):
+            return method(self, "*", *args, **kwargs)
+        return as_anyone
+
+    for name in ("request_profile", "is_first", "note_repeat", "profile_inline", "settle_cap", "loop_cap",
+                 "record_coverage", "machine_history_profile", "adopt_colleague"):
+        setattr(MeasuredWorld, name, anyone(getattr(MeasuredWorld, name)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=5, help="how many seeds every trace and policy runs on")
@@ -795,6 +817,13 @@ def main() -> None:
     parser.add_argument("--repeating-error", type=float, default=None, metavar="PCT",
                         help="ablation: the part of a profiling window's error the launcher's margins take as "
                              "repeating from run to run (capchoice.REPEATING_WINDOW_ERROR_PCT, shipped 2.2; 0: none)")
+    parser.add_argument("--no-colleague-profiles", action="store_true",
+                        help="ablation: a first launch is profiled inline even where a colleague ran the same job "
+                             "(measured_traces.COLLEAGUE_PROFILES = False); as shipped it starts from the colleague's "
+                             "profile")
+    parser.add_argument("--shared-history", action="store_true",
+                        help="headroom, not what the launcher does: one history per job type and board in the "
+                             "measured world, whoever runs it (every run pools with every user's)")
     parser.add_argument("--lift-caps-waiting", type=int, default=None, metavar="N",
                         help="ablation: while at least N jobs wait, every running job runs uncapped (its caps come "
                              "back when fewer wait); not under a power budget. The launcher does not do this")
@@ -818,6 +847,12 @@ def main() -> None:
     if args.repeating_error is not None and not args.repeating_error >= 0:
         parser.error(f"--repeating-error must be a number >= 0, got {args.repeating_error}")
     pooling_ablation(args.no_reference_window, args.repeating_error)
+    if args.no_colleague_profiles:
+        import ecolaunch.sim.measured_traces as measured_traces
+
+        measured_traces.COLLEAGUE_PROFILES = False
+    if args.shared_history:
+        shared_history()
 
     from ecolaunch.sim.policies import sim_policy_names
 
@@ -830,6 +865,7 @@ def main() -> None:
     result["reference_window"], result["repeating_error_pct"] = (not args.no_reference_window,
                                                                  args.repeating_error)
     result["share_if_sooner"], result["wait_weight"] = args.share_if_sooner, args.wait_weight
+    result["colleague_profiles"], result["shared_history"] = not args.no_colleague_profiles, args.shared_history
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)
     folds = ("the GNN scoring a job was trained without its job type (k-fold by type)" if result["folds"] else

@@ -137,6 +137,7 @@ _SCALARS = {
     "profiling_max_iterations": _at_most,
     "profiling_max_time_s": _at_most,
     "profiling_max_caps": _at_most,
+    "profiling_colleagues": lambda u, a: a or not u,
     "state_group": lambda u, a: a is None or u == a,
 }
 #: what a user's file may set freely: a job's own default, and where the state lives (a location, not a rule:

@@ -89,6 +89,9 @@ class Rules:
     profiling_max_iterations: int | None = None
     profiling_max_time_s: float | None = None
     profiling_max_caps: int | None = None
+    #: may a first launch of a job another user ran here start from that user's profile of it (its closed loop
+    #: corrects it; docs/profiling.md#a-colleagues-profile-of-the-same-job); false: every user profiles their own
+    profiling_colleagues: bool = True
     #: the state directory for this host (None: ``$ECOLAUNCH_STATE_DIR`` or the built-in default)
     state_dir: Path | None = None
     #: the Unix group that shares the state directory (None: not checked)

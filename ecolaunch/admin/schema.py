@@ -70,6 +70,7 @@ SCALAR_KEYS: dict[str, dict[str, ScalarKey]] = {
         "max_iterations": ScalarKey("profiling_max_iterations", "int", 0, None, _COUNT_HINT),
         "max_time_s": ScalarKey("profiling_max_time_s", "float", 0, None, "write a number of seconds, 0 or more"),
         "max_caps": ScalarKey("profiling_max_caps", "int", 0, None, _COUNT_HINT),
+        "colleagues": ScalarKey("profiling_colleagues", "bool", hint="write true or false (no quotes)"),
     },
     "state": {
         "dir": ScalarKey("state_dir", "abspath", hint='write an absolute path, e.g. dir = "/var/lib/ecolaunch"'),

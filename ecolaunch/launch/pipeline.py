@@ -36,7 +36,6 @@ from ecolaunch.launch.torchrun import Rendezvous, TorchrunArgs, WorkerOutcome, r
 from ecolaunch.launch.workerenv import allowed_by_slurm, allowed_by_visible_devices, worker_env
 from ecolaunch.policy.backfill import backfill_default, overrun_margin
 from ecolaunch.policy.base import Decision, JobRequest
-from ecolaunch.policy.firstcurve import FirstLaunchCurves
 from ecolaunch.policy.registry import get_policy
 from ecolaunch.policy.waiting import Waiting
 from ecolaunch.profile.history import History, JobIdentity, JobMatch, ProfileEntry
@@ -146,8 +145,12 @@ def _run_launch(conf: LaunchConfig, env: Mapping[str, str], ctx: LaunchContext, 
     logger.info("profiling: %s", plan.reason)
     request = _request(conf, session, ctx, allowed, entry, ui)
     request = _with_profile(request, plan.profile)
-    if plan.action in (ProfileAction.INLINE, ProfileAction.PRE) and not opts.fresh_profile and rdzv is None:
-        _tell_first_curve(session, request, match, history)
+    if plan.action in (ProfileAction.INLINE, ProfileAction.PRE) and not opts.fresh_profile and rdzv is None \
+            and rules.profiling_colleagues and match is not None:
+        adopted = _from_colleague(request, match, history)
+        if adopted is not None:
+            request, match, plan = adopted
+            ui.message(plan.reason)
     if opts.dry_run:
         decision, waiting, graph = session.preview(request)
         ui.decision(decision, graph.hosts[session.host].gpus, "-", 0.0, True, waiting)
@@ -293,37 +296,34 @@ def _profile_plan(conf: LaunchConfig, user: str, allowed_gpus, history: History,
     return match, plan
 
 
-def _tell_first_curve(session: Session, request: JobRequest, match: JobMatch | None, history: History) -> None:
-    """A first launch (no profile of its own; one that will be profiled) whose job another user of this machine has
-    run: the session's policy decides it with the colleague's curve
-    (:class:`~ecolaunch.policy.firstcurve.FirstLaunchCurves`), so a power budget can admit it at a cap now rather
-    than hold it at its no-curve floor. The run still profiles its own, which its closed loop and its history then
-    use; ``--fresh-profile`` and ``--profile off`` read no stored profile, a colleague's neither."""
-    if match is None or request.profile is not None:
-        return
+def _from_colleague(request: JobRequest, match: JobMatch, history: History
+                    ) -> tuple[JobRequest, JobMatch, ProfilePlan] | None:
+    """A first launch (nothing of its own in the history: no profile, no run) of a job another user of this machine
+    has run starts from their profile of it, as a repeat starts from its own
+    (docs/profiling.md#a-colleagues-profile-of-the-same-job): the request carries it, nothing is profiled, the run's
+    closed loop corrects it with the run's own iterations, and the result is stored as this user's. A run whose
+    iterations contradict it stores an entry without a profile, so the user's next launch profiles its own.
+    Returns the request, the match (its entry's profile the colleague's, its ``how`` saying so) and the plan, or None
+    when no other user's profile of the job is usable (:meth:`~ecolaunch.profile.history.History.colleague_profile`).
+    The caller asks only where ``--fresh-profile``, ``--profile off``, ``[profiling] colleagues = false`` and a job over
+    several nodes do not rule it out."""
+    if match.entry is not None:  # this user ran it here before (or refused a colleague's): they measure their own
+        return None
     told = history.colleague_profile(match.identity, key=match.key)
     if told is None:
-        return
-    who, entry = told
-    logger.info("history: no profile of your own; %s's profile of the same job (job %s) tells its first decision",
-                who, entry.job_id)
+        return None
+    who, theirs = told
     # its curve only: what memory the job needs is its own to say (a colleague's figure would decide who shares)
-    curve = dataclasses.replace(entry.profile, memory_mib=request.memory_mib)
-    why = (f"first launch: decided with {who}'s profile of the same job"
-           + (f" (job {entry.job_id})" if entry.job_id else "") + "; its own is measured as it runs")
-    session.policy = FirstLaunchCurves(session.policy, _ColleagueCurve(request.id, curve), why=why)
-
-
-class _ColleagueCurve:
-    """The supplier of :func:`_tell_first_curve`: ``curve`` for job ``job_id``, nothing for any other."""
-
-    name = "colleague"
-
-    def __init__(self, job_id: str, curve) -> None:
-        self.job_id, self.curve = job_id, curve
-
-    def __call__(self, state, job: JobRequest):
-        return self.curve if job.id == self.job_id else None
+    profile = dataclasses.replace(theirs.profile, memory_mib=request.memory_mib)
+    why = (f"no profile of your own: starting from {who}'s profile of the same job"
+           + (f" (job {theirs.job_id})" if theirs.job_id else "")
+           + "; this run's closed loop corrects it and keeps it as yours (--fresh-profile: measure your own)")
+    own = match.entry
+    entry = ProfileEntry(match.fingerprint, profile, bool(own and own.profile_safe), theirs.job_id, theirs.updated_at,
+                         own.hints if own else {}, own.runs if own else ())
+    match = dataclasses.replace(match, how=f"{match.how}; {who}'s profile of the same job", entry=entry,
+                                colleague=who)
+    return _with_profile(request, profile), match, ProfilePlan(ProfileAction.HISTORY, profile, why)
 
 
 def _with_profile(request: JobRequest, profile) -> JobRequest:

@@ -1,10 +1,10 @@
 """A first launch decided with a curve it was told: what the launcher knows of a job before its own profile exists.
 
 What lives here: :class:`FirstLaunchCurves` (any policy, with a first launch's missing curve supplied before it
-decides). Who supplies it: the launcher, from a colleague's profile of the same job
-(:meth:`ecolaunch.profile.history.History.colleague_profile`, wired in :mod:`ecolaunch.launch.pipeline`); the
-``gnn`` policy, from the GNN's prediction (:class:`ecolaunch.policy.gnn.GnnFirstCurve`, inside the colleague's);
-the benchmarks' bounds (``benchmarks/_first_curves.py``). What does not: the budget that reads the curve
+decides). Who supplies it: the ``gnn`` policy, from the GNN's prediction (:class:`ecolaunch.policy.gnn.GnnFirstCurve`)
+for a job nobody on the machine has run (one a colleague ran starts from their profile as its own:
+``ecolaunch.launch.pipeline``, docs/profiling.md#a-colleagues-profile-of-the-same-job); the simulator, from the
+world's history (:mod:`ecolaunch.sim.first_curves`); the benchmarks' bounds (``benchmarks/_first_curves.py``). What does not: the budget that reads the curve
 (:mod:`ecolaunch.caps.limits`), the profiler that measures the job's own. Why:
 docs/profiling.md#how-a-launch-finds-its-job-in-the-history and docs/gnn.md.
 """

@@ -325,7 +325,7 @@ class JobMatch:
     """How the launch of ``identity`` was matched in the history: the fingerprint its profile is stored under, how
     (``how``, one phrase: ``ecolaunch history JOB`` shows it), the key it was matched by (None: its arguments) and
     whether that came from the command line (``--job-key``), and the stored entry (None: none; its profile None
-    with ``--fresh-profile``)."""
+    with ``--fresh-profile``; a colleague's profile when the launch starts from it, ``colleague`` then naming them)."""
 
     identity: JobIdentity
     fingerprint: str
@@ -333,6 +333,8 @@ class JobMatch:
     key: str | None
     key_from_cli: bool
     entry: ProfileEntry | None
+    #: the user whose profile of the same job a first launch starts from (docs/profiling.md#a-colleagues-profile-of-the-same-job)
+    colleague: str | None = None
 
     @property
     def profile_from(self) -> str | None:

@@ -91,9 +91,11 @@ class RunRecorder:
         entry = self._history.lookup(self.fingerprint)
         return hints.get("profile_safe") is True or launch_hints(hints) != (entry.hints if entry else {})
 
-    def store_profile(self, measured: Profile | None, hints: Mapping[str, Any]) -> None:
+    def store_profile(self, measured: Profile | None, hints: Mapping[str, Any], *, refused: bool = False) -> None:
         """Store ``measured`` (None: what history knew, kept when this run measured nothing) with what the script
-        declared in ``hints``."""
+        declared in ``hints``. ``refused``: the run contradicted the colleague's profile it started from; an entry
+        without a profile is stored all the same, so that the next launch profiles the job rather than start from
+        the colleague's again."""
         if self.fingerprint is None:
             return
         before = self._history.lookup(self.fingerprint)
@@ -105,7 +107,7 @@ class RunRecorder:
         if profile is not None and not profile.memory_mib and declared.get("memory_mib"):
             # a peak the GPUs could not show (a CPU job on simulated GPUs): what the script declared
             profile = replace(profile, memory_mib=declared["memory_mib"])
-        if profile is None and not safe and not declared:
+        if profile is None and not safe and not declared and not refused:
             return
         try:
             self._history.store_profile(self.fingerprint, profile, profile_safe=safe, job_id=self._job_id,

@@ -39,8 +39,13 @@ class Recording(Part):
             iterations=reader.count(), iter_time_s=reader.mean_iter_time_s(run.settings.warmup_iters),
             source=config.source, result=run.result, findings=run.findings,
             profiling_energy_j=config.profiling_energy_j, not_learned=not_learned, predicted_s=config.predicted_s)
+        adopted = config.match is not None and config.match.colleague is not None
         if not_learned is not None:
             logger.info("job %s: the history is not updated from this run: %s", run.job_id, not_learned)
+            if adopted:  # the colleague's profile is not this job's here: the user's next launch measures its own
+                run.recorder.store_profile(None, hints, refused=True)
+        elif adopted:  # started from a colleague's profile: it (corrected by the loop, if it learned) is now theirs
+            run.recorder.store_profile(run.profile, hints)
         elif run.learned and run.profile is not None or (run.result is None and run.recorder.hints_changed(hints)):
             # the corrected curve; or what the script declared, for the next launch (--profile auto, its bound)
             run.store_profile(hints)

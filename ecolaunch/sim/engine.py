@@ -192,6 +192,10 @@ class Simulation:
             FIFO.
         lengths: what each job's request knows of its length (:mod:`ecolaunch.sim.lengths`). None (default): the
             oracle's true lengths when ``omniscient``, else what a launcher could know, nothing declared.
+        colleague_profiles: a first launch whose job another user has run on its board starts from that user's
+            profile, as the launcher's does (:meth:`~ecolaunch.sim.measured.MeasuredWorld.adopt_colleague`): its
+            request carries it and nothing is profiled. False (default): a first launch is profiled inline (a policy
+            may still be told a colleague's curve, :mod:`ecolaunch.sim.first_curves`).
     """
 
     def __init__(self, machine: MachineSpec, policy: Policy, rules: Rules | None = None, *,
@@ -199,7 +203,7 @@ class Simulation:
                  early_check_fraction: float = 0.05, world: Any = None, closed_loop: bool = False,
                  omniscient: bool = False, lift_caps_waiting: int | None = None,
                  share_if_sooner: bool = False, backfill: bool | None = None,
-                 lengths: Lengths | None = None) -> None:
+                 lengths: Lengths | None = None, colleague_profiles: bool = False) -> None:
         self.machine = machine
         self.profile_caps = profile_caps and world is None
         self.early_check_fraction = early_check_fraction
@@ -212,6 +216,8 @@ class Simulation:
         self.closed_loop = closed_loop
         #: whether the policy reads the truth (the hindsight oracle; world only)
         self.omniscient = omniscient
+        #: whether a first launch starts from a colleague's profile of the same job, as the launcher's does (world only)
+        self.colleague_profiles = colleague_profiles
         if world is not None:
             self.rules = replace(self.rules, max_jobs_per_gpu=min(self.rules.max_jobs_per_gpu, world.max_jobs_per_gpu))
         self.host_static_w = default_host_static_w() if host_static_w is None else host_static_w
@@ -544,7 +550,10 @@ class Simulation:
             return self.world.true_profile(job.kind, self._board)
         if self._board is None:  # mixed GPU models: the launcher knows no profile before it knows the model
             return None
-        return self.world.request_profile(job.user, job.kind, self._board)
+        own = self.world.request_profile(job.user, job.kind, self._board)
+        if own is None and self.colleague_profiles:  # the launcher's first launch: a colleague's, as its own
+            return self.world.machine_history_profile(job.user, job.kind, self._board)
+        return own
 
     def _world_start(self, job: TraceJob, out: JobOutcome, decision: Decision, gpu_jobs: dict[str, list[str]],
                      checks: list[tuple[float, str]], now: float) -> tuple[set[str], bool]:
@@ -564,7 +573,9 @@ class Simulation:
         if self.omniscient:
             return set(), False
         first = world.is_first(job.user, job.kind, board)
-        if first:
+        if first and self.colleague_profiles and world.adopt_colleague(job.user, job.kind, board):
+            first = False  # started from a colleague's profile (the job's request already carried it)
+        elif first:
             self.graph.jobs[job.id].profile = world.profile_inline(job.user, job.kind, board)
         else:
             world.note_repeat(job.user, job.kind, board)

@@ -67,6 +67,12 @@ class SimFirstLaunchCurves(FirstLaunchCurves):
         if hasattr(self.supply, "bind_world"):
             self.supply.bind_world(world)
 
+    @property
+    def reads_history(self) -> bool:
+        """Whether the policy reads the machine's history as the launcher does (:class:`HistoryFirstCurve`): its
+        simulation then starts a first launch from a colleague's profile (``Simulation(colleague_profiles=True)``)."""
+        return isinstance(self.supply, HistoryFirstCurve)
+
 
 def as_launched(policy, trace, name: str = "curve") -> SimFirstLaunchCurves:
     """``policy`` as the launcher runs it by default in the measured world: a first launch told the profile another

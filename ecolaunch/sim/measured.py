@@ -215,6 +215,7 @@ class _Known:
     power_w: float
     iter_time_s: float
     runs: int = 1  # launches of it so far, this one included
+    updated: int = 0  # when history last stored it (the world's count of stores): first launches take the newest
 
 
 @dataclass
@@ -241,6 +242,9 @@ class MeasuredWorld:
         self._demand_cache: dict[int, Mapping[str, float]] = {}
         self.first_launches = 0
         self.repeat_launches = 0
+        #: first launches that started from a colleague's profile of the same job (:meth:`adopt_colleague`)
+        self.adopted_launches = 0
+        self._stores = 0  # history's stores so far (:attr:`_Known.updated`)
         self.oom_failures = 0
         #: (job type, covered, at a measured cap, run index) of every capped job alone on its GPUs:
         #: :meth:`record_coverage`
@@ -386,11 +390,37 @@ class MeasuredWorld:
 
     def machine_history_profile(self, user: str, kind: str, board: str | None = None) -> Profile | None:
         """What the history of this machine holds of the type on ``board`` from *other* users (the same script run the
-        same way by a colleague): the profile the most recent of them arrives with (as :meth:`request_profile` reads
+        same way by a colleague): the profile the one who stored last arrives with (as :meth:`request_profile` reads
         it), None when no other user has run it there."""
+        newest = self._colleague(user, kind, board)
+        return None if newest is None else self.request_profile(newest, kind, board)
+
+    def _colleague(self, user: str, kind: str, board: str | None) -> str | None:
+        """The other user whose history of the type on ``board`` was stored last (the launcher's
+        :meth:`~ecolaunch.profile.history.History.colleague_profile` takes the newest), None when none ran it."""
         board = board or self.board
-        others = [u for (u, k, b) in self._history if k == kind and b == board and u != user]
-        return self.request_profile(others[-1], kind, board) if others else None
+        others = [(known.updated, u) for (u, k, b), known in self._history.items()
+                  if k == kind and b == board and u != user]
+        return max(others)[1] if others else None
+
+    def adopt_colleague(self, user: str, kind: str, board: str | None = None) -> bool:
+        """A first launch of ``user`` whose job a colleague has run on ``board`` starts from the colleague's profile,
+        as the launcher does (docs/profiling.md#a-colleagues-profile-of-the-same-job): a copy of what the colleague's
+        history holds (every pooled window and what their loops measured) becomes the user's, which the run's closed
+        loop then corrects; nothing is profiled. Returns whether there was one to adopt."""
+        newest = self._colleague(user, kind, board)
+        if newest is None:
+            return False
+        board = board or self.board
+        theirs = self._history[(newest, kind, board)]
+        self._history[(user, kind, board)] = _Known(list(theirs.points), theirs.util_pct, theirs.power_w,
+                                                    theirs.iter_time_s, updated=self._stamp())
+        self.adopted_launches += 1
+        return True
+
+    def _stamp(self) -> int:
+        self._stores += 1
+        return self._stores
 
     def is_first(self, user: str, kind: str, board: str | None = None) -> bool:
         return (user, kind, board or self.board) not in self._history
@@ -426,7 +456,7 @@ class MeasuredWorld:
                                    PROFILE_ITERS, 100.0 * self.noise.iteration))
         util = min(100.0, max(1.0, 100.0 * self._demand(kind) + self.noise.util_pp * float(self._rng.standard_normal())))
         self._history[(user, kind, board or self.board)] = _Known(points, util, points[0].power_w,
-                                                                  points[0].iter_time_s)
+                                                                  points[0].iter_time_s, updated=self._stamp())
         self.first_launches += 1
         return self.request_profile(user, kind, board)
 
@@ -462,6 +492,7 @@ class MeasuredWorld:
             ctl.observe(times.tolist(), power)
             done += batch
         known.points = list(merge_points([*known.points, *ctl.learned()]))
+        known.updated = self._stamp()
         final = ctl.cap_w
         return None if final >= bounds[1] - 1e-9 else final
 

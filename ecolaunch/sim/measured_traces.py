@@ -70,18 +70,27 @@ ECOLAUNCH_POLICIES = ("curve", "curve-link", "curve-untold", "gnn", "no-gnn", "p
                       "history-pessimistic-curve", "analytic-share", "util-share")
 
 
+#: whether a first launch of a policy that reads the machine's history (:class:`~ecolaunch.sim.first_curves.
+#: HistoryFirstCurve`, as the launcher does) starts from a colleague's profile of the same job, as the launcher's does
+#: (``Simulation(colleague_profiles=True)``); ``benchmarks/energy.py --no-colleague-profiles`` sets it False: its ablation
+COLLEAGUE_PROFILES = True
+
+
 def measured_simulation(name: str, machine: MachineSpec, trace: Trace, policy_name: str, policy=None, *,
                         seed: int = 0):
     """A :class:`~ecolaunch.sim.engine.Simulation` of trace ``name`` in a fresh measured world (its own history
     and seeded noise) under the trace's rules. ``policy_name`` ``"oracle"`` builds the world's oracle (``policy``
-    is then ignored); ecolaunch's own policies (:data:`ECOLAUNCH_POLICIES`) run under its closed loop."""
+    is then ignored); ecolaunch's own policies (:data:`ECOLAUNCH_POLICIES`) run under its closed loop, and those told
+    the machine's history start a first launch from a colleague's profile (:data:`COLLEAGUE_PROFILES`)."""
     world = MeasuredWorld(seed=seed)
     if policy_name == "oracle":
         policy = measured_oracle(world, {j.id: j.kind for j in trace.jobs})
     elif "bind_world" in dir(type(policy)):  # a policy told what the machine's history holds (sim/first_curves.py)
         policy.bind_world(world)
-    return Simulation(machine, policy, measured_rules(name, Rules()), world=world,
-                      closed_loop=policy_name in ECOLAUNCH_POLICIES, omniscient=policy_name == "oracle")
+    closed_loop = policy_name in ECOLAUNCH_POLICIES
+    return Simulation(machine, policy, measured_rules(name, Rules()), world=world, closed_loop=closed_loop,
+                      omniscient=policy_name == "oracle",
+                      colleague_profiles=COLLEAGUE_PROFILES and closed_loop and getattr(policy, "reads_history", False))
 
 
 def measured_machine(name: str) -> MachineSpec:

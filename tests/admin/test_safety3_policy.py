@@ -139,3 +139,14 @@ def test_root_and_a_private_directory_take_the_named_file_as_it_is(tmp_path: Pat
     assert private_state_dir(tmp_path / "state", os.geteuid())  # missing: judged by the directory above
     os.chmod(tmp_path, 0o777)
     assert not private_state_dir(tmp_path / "state", os.geteuid())
+
+
+def test_a_member_may_turn_colleagues_profiles_off_but_not_back_on() -> None:
+    # [profiling] colleagues: whether a first launch starts from another user's profile of the same job
+    on, _ = parse_rules("", "admin.toml")
+    off, off_sources = parse_rules("[profiling]\ncolleagues = false\n", "mine.toml")
+    assert on.profiling_colleagues is True and off.profiling_colleagues is False
+    assert tightened(on, off, off_sources)[0].profiling_colleagues is False
+    back, back_sources = parse_rules("[profiling]\ncolleagues = true\n", "mine.toml")
+    rules, ignored = tightened(off, back, back_sources)
+    assert rules.profiling_colleagues is False and ignored == ["profiling_colleagues = True (mine.toml:2)"]

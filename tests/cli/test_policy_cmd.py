@@ -71,6 +71,7 @@ def test_show_prints_every_value_with_its_source(runner: CliRunner, policy_file:
         ("profiling.max_iterations", "none (a full profile takes 65 iterations)", "default"),
         ("profiling.max_time_s", "none (no time limit)", "default"),
         ("profiling.max_caps", "none (profiling tries at most 3 caps)", "default"),
+        ("profiling.colleagues", "true", "default"),
         ("state.dir", "none ($ECOLAUNCH_STATE_DIR, else /var/tmp/ecolaunch)", "default"),
         ("state.group", "none (the directory's group is not checked)", "default"),
         ("caps.A40", "max_w=250.0", f"{f}:4"),

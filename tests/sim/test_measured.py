@@ -236,6 +236,39 @@ def test_repeats_arrive_known_and_the_engine_counts_launches():
     assert (world.first_launches, world.repeat_launches) == (2, 1)
 
 
+def test_a_first_launch_starts_from_the_newest_colleagues_profile_as_the_launcher_does():
+    # ann runs HEAVY first (profiled inline); cy's first launch starts from ann's, bob's from cy's (stored last)
+    trace = Trace("t", (_job("j0", 0.0, HEAVY), _job("j1", 4000.0, HEAVY, user="cy"),
+                        _job("j2", 8000.0, HEAVY, user="bob")))
+    world = MeasuredWorld()
+    sim = Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"), world=world,
+                     closed_loop=True, colleague_profiles=True)
+    adopted = []
+    adopt = world.adopt_colleague
+
+    def watched(user, kind, board=None):
+        theirs = world._colleague(user, kind, board)
+        if theirs is not None:
+            adopted.append((user, theirs, list(world.request_profile(theirs, kind, board).cap_points)))
+        return adopt(user, kind, board)
+
+    world.adopt_colleague = watched
+    sim.run(trace)
+    assert (world.first_launches, world.adopted_launches, world.repeat_launches) == (1, 2, 0)
+    assert [(u, theirs) for u, theirs, _ in adopted] == [("cy", "ann"), ("bob", "cy")]
+    bob = world.request_profile("bob", HEAVY)
+    # cy's pooled windows, then what bob's own closed loop measured: a window more where it ran
+    cys = adopted[1][2]
+    assert {p.power_cap_w for p in cys} <= {p.power_cap_w for p in bob.cap_points}
+    assert sum(p.windows for p in bob.cap_points) > sum(p.windows for p in cys)
+    assert world.machine_history_profile("ann", HEAVY) == bob  # bob stored last: the newest, as the launcher reads
+    # without it (the ablation): every user's first launch is profiled inline
+    plain = MeasuredWorld()
+    Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"), world=plain,
+               closed_loop=True).run(trace)
+    assert (plain.first_launches, plain.adopted_launches) == (3, 0)
+
+
 def test_a_repeat_measures_its_reference_at_the_top_unless_a_budgets_ceiling_holds_it_below():
     # as the launcher's ClosedLoop: a window at the top cap (250 W on this board) only where no ceiling is below it
     def reference_iterations(world: MeasuredWorld) -> int:
@@ -380,3 +413,16 @@ def test_ecolaunchs_own_rows_run_under_its_closed_loop_and_the_others_do_not(nam
     assert measured_simulation("workstation-measured", machine, trace, name, get_sim_policy("exclusive")).closed_loop
     assert not measured_simulation("workstation-measured", machine, trace, "exclusive",
                                    get_sim_policy("exclusive")).closed_loop
+
+
+def test_the_rows_told_the_machines_history_start_first_launches_from_a_colleagues_profile():
+    # as the launcher reads its history: `curve` (as launched) does; the ablation told nothing and `exclusive` do not
+    from ecolaunch.sim.first_curves import as_launched
+    from ecolaunch.sim.measured_traces import measured_simulation
+
+    machine = parse_spec(f"1x{BOARD}", hostname="node0")
+    trace = Trace("t", (_job("j0", 0.0, HEAVY),))
+    sim = lambda name, policy: measured_simulation("workstation-measured", machine, trace, name, policy)  # noqa: E731
+    assert sim("curve", as_launched(get_sim_policy("curve"), trace)).colleague_profiles
+    assert not sim("curve-untold", get_sim_policy("curve")).colleague_profiles
+    assert not sim("exclusive", as_launched(get_sim_policy("exclusive"), trace)).colleague_profiles
