@@ -4,6 +4,8 @@ QoS, ablations, each as a mean with its 95 % interval.
     python benchmarks/energy.py [--seeds 5] [--first-seed 0] [--json] [--out benchmarks/results]
                                 [--world measured|model|both] [--trace NAME ...] [--policy NAME ...] [--no-folds]
                                 [--margin-scale S] [--lift-caps-waiting N] [--share-if-sooner] [--wait-weight W]
+                                [--no-reference-window] [--repeating-error PCT] [--no-colleague-profiles]
+                                [--shared-history] [--exact-first-start]
 
 **Seeds.** Every trace and policy runs on the seeds ``first_seed .. first_seed + seeds - 1``; a seed draws the
 trace (its window of arrivals, its run times, its job types and users) and the world's noise, so one seed measures
@@ -69,7 +71,7 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "busy_goal": {TRACE: {ROW: {FIGURE: {"mean", "ci95"}}, "met": bool}} (with --share-if-sooner: busy_goal),
      "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool, "wait_weight": W,
      "reference_window": bool, "repeating_error_pct": PCT | null, "colleague_profiles": bool,
-     "shared_history": bool}
+     "shared_history": bool, "exact_first_start": bool}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``gpu_dynamic_energy_kwh`` (the GPUs' energy above their idle
 power: what caps and placements move; node energy is about half fixed host power), ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
@@ -794,6 +796,42 @@ def shared_history() -> None:
         setattr(MeasuredWorld, name, anyone(getattr(MeasuredWorld, name)))
 
 
+def exact_first_start() -> None:
+    """The headroom of any first-launch prior (``--exact-first-start``, not what the launcher does): in the measured
+    world every first launch of a job type by a user (a colleague's run of it or not) starts from its true curve on
+    its board, measured without error at every 25 W as if by many runs (its margins at their floor), and nothing is
+    profiled; every row's (under a power budget ``exclusive``'s floors read it too). What a prior from a job's
+    neighbours could add beyond a colleague's profile is at most what this adds to it. For this process only."""
+    from ecolaunch.jobmodel.powercap import cap_grid
+    from ecolaunch.jobmodel.profile import CapPoint
+    from ecolaunch.sim.measured import MeasuredWorld, _Known
+
+    many = 10_000  # iterations, windows: a point measured as well as any history could
+    asked, first = MeasuredWorld.request_profile, MeasuredWorld.is_first
+
+    def known(self, user, kind, board):
+        key = (user, kind, board or self.board)
+        if key not in self._history:
+            m, table, _ = self._board(board)
+            j = table[kind]
+            points = sorted((CapPoint(c, j.iter_time_s * j.time_ratio(c), j.curve.power_w(min(c, j.curve.max_cap_w)),
+                                      many, 3.0, many, many)
+                             for c in cap_grid(m.power_limit_min_w, m.power_limit_max_w, 25.0)),
+                            key=lambda p: p.power_cap_w)
+            self._history[key] = _Known(points, min(100.0, 100.0 * self._demand(kind)), points[-1].power_w,
+                                        points[-1].iter_time_s, runs=0, updated=self._stamp())
+
+    def request_profile(self, user, kind, board=None):  # placement: on a host of one model
+        known(self, user, kind, board)
+        return asked(self, user, kind, board)
+
+    def is_first(self, user, kind, board=None):  # the start: the model is known on a host of several too
+        known(self, user, kind, board)
+        return first(self, user, kind, board)
+
+    MeasuredWorld.request_profile, MeasuredWorld.is_first = request_profile, is_first
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=5, help="how many seeds every trace and policy runs on")
@@ -824,6 +862,9 @@ def main() -> None:
     parser.add_argument("--shared-history", action="store_true",
                         help="headroom, not what the launcher does: one history per job type and board in the "
                              "measured world, whoever runs it (every run pools with every user's)")
+    parser.add_argument("--exact-first-start", action="store_true",
+                        help="headroom, not what the launcher does: every first launch starts from its true curve, "
+                             "measured without error (what any first-launch prior could add at most)")
     parser.add_argument("--lift-caps-waiting", type=int, default=None, metavar="N",
                         help="ablation: while at least N jobs wait, every running job runs uncapped (its caps come "
                              "back when fewer wait); not under a power budget. The launcher does not do this")
@@ -853,6 +894,8 @@ def main() -> None:
         measured_traces.COLLEAGUE_PROFILES = False
     if args.shared_history:
         shared_history()
+    if args.exact_first_start:
+        exact_first_start()
 
     from ecolaunch.sim.policies import sim_policy_names
 
@@ -866,6 +909,7 @@ def main() -> None:
                                                                  args.repeating_error)
     result["share_if_sooner"], result["wait_weight"] = args.share_if_sooner, args.wait_weight
     result["colleague_profiles"], result["shared_history"] = not args.no_colleague_profiles, args.shared_history
+    result["exact_first_start"] = args.exact_first_start
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)
     folds = ("the GNN scoring a job was trained without its job type (k-fold by type)" if result["folds"] else

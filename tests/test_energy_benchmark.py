@@ -337,3 +337,36 @@ def test_the_busy_machine_goal_pairs_gnn_with_curve_and_the_rows_whose_pairs_a_r
     rows["util-share"]["per_seed"]["mean_jct_s"] = [70.0, 150.0]
     assert energy.busy_goal({"t": rows})["t"]["met"] is False  # the rule finished jobs sooner
     assert energy.busy_goal({"t": {"curve": rows["curve"]}}) == {}
+
+
+def _three_launches_of_one_type(**world_patches):
+    """ann, then bob, then ann again run one job type on one V100 under the launcher's closed loop, a first launch
+    starting from a colleague's profile: the world's launch counts (first, adopted, repeat)."""
+    from ecolaunch.devices.spec import parse_spec
+    from ecolaunch.jobmodel.profile import Profile
+    from ecolaunch.sim.engine import Simulation, Trace, TraceJob
+    from ecolaunch.sim.measured import BOARD
+    from ecolaunch.sim.policies import get_sim_policy
+
+    kind = "ResNet-50 (batch size 64)"
+    jobs = tuple(TraceJob(f"j{i}", 4000.0 * i, 1, 3600.0, Profile(iter_time_s=0.1, memory_mib=1000), 10.0, user, kind)
+                 for i, user in enumerate(("ann", "bob", "ann")))
+    world = MeasuredWorld()
+    Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"), world=world, closed_loop=True,
+               colleague_profiles=True).run(Trace("t", jobs))
+    return world.first_launches, world.adopted_launches, world.repeat_launches
+
+
+def test_the_headroom_rows_change_what_a_first_launch_starts_from(energy, monkeypatch) -> None:
+    assert _three_launches_of_one_type() == (1, 1, 1)  # as shipped: bob starts from ann's profile
+    keep = ("request_profile", "is_first", "note_repeat", "profile_inline", "settle_cap", "loop_cap",
+            "record_coverage", "machine_history_profile", "adopt_colleague")
+    for name in keep:  # what each headroom replaces in the world, put back after the test
+        monkeypatch.setattr(MeasuredWorld, name, getattr(MeasuredWorld, name))
+    energy.exact_first_start()  # every first launch starts from its true curve: none is profiled, none adopts
+    assert _three_launches_of_one_type() == (0, 0, 3)
+    monkeypatch.undo()
+    for name in keep:
+        monkeypatch.setattr(MeasuredWorld, name, getattr(MeasuredWorld, name))
+    energy.shared_history()  # one history per type: bob's launch is a repeat of ann's
+    assert _three_launches_of_one_type() == (1, 0, 2)
