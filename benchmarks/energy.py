@@ -777,6 +777,12 @@ def pooling_ablation(no_reference_window: bool, repeating_error_pct: float | Non
         capchoice.REPEATING_WINDOW_ERROR_PCT = float(repeating_error_pct)
 
 
+#: the measured world's methods that read or write a user's history (their first argument the user):
+#: what ``--shared-history`` replaces (``--exact-first-start``: two of them)
+USER_KEYED = ("request_profile", "is_first", "note_repeat", "profile_inline", "settle_cap", "loop_cap",
+              "record_coverage", "machine_history_profile", "adopt_colleague")
+
+
 def shared_history() -> None:
     """The headroom of pooling across users (``--shared-history``, not what the launcher does): the measured world
     keeps one history per job type and board, whoever runs it, so every launch of a type after its first is a repeat
@@ -791,8 +797,7 @@ def shared_history() -> None:
             return method(self, "*", *args, **kwargs)
         return as_anyone
 
-    for name in ("request_profile", "is_first", "note_repeat", "profile_inline", "settle_cap", "loop_cap",
-                 "record_coverage", "machine_history_profile", "adopt_colleague"):
+    for name in USER_KEYED:
         setattr(MeasuredWorld, name, anyone(getattr(MeasuredWorld, name)))
 
 

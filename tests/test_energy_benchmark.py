@@ -359,8 +359,7 @@ def _three_launches_of_one_type(**world_patches):
 
 def test_the_headroom_rows_change_what_a_first_launch_starts_from(energy, monkeypatch) -> None:
     assert _three_launches_of_one_type() == (1, 1, 1)  # as shipped: bob starts from ann's profile
-    keep = ("request_profile", "is_first", "note_repeat", "profile_inline", "settle_cap", "loop_cap",
-            "record_coverage", "machine_history_profile", "adopt_colleague")
+    keep = energy.USER_KEYED
     for name in keep:  # what each headroom replaces in the world, put back after the test
         monkeypatch.setattr(MeasuredWorld, name, getattr(MeasuredWorld, name))
     energy.exact_first_start()  # every first launch starts from its true curve: none is profiled, none adopts

@@ -318,9 +318,8 @@ def _from_colleague(request: JobRequest, match: JobMatch, history: History
     why = (f"no profile of your own: starting from {who}'s profile of the same job"
            + (f" (job {theirs.job_id})" if theirs.job_id else "")
            + "; this run's closed loop corrects it and keeps it as yours (--fresh-profile: measure your own)")
-    own = match.entry
-    entry = ProfileEntry(match.fingerprint, profile, bool(own and own.profile_safe), theirs.job_id, theirs.updated_at,
-                         own.hints if own else {}, own.runs if own else ())
+    # the user has no entry of the job (above): nothing of theirs to keep beside the colleague's profile
+    entry = ProfileEntry(match.fingerprint, profile, job_id=theirs.job_id, updated_at=theirs.updated_at)
     match = dataclasses.replace(match, how=f"{match.how}; {who}'s profile of the same job", entry=entry,
                                 colleague=who)
     return _with_profile(request, profile), match, ProfilePlan(ProfileAction.HISTORY, profile, why)
