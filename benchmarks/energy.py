@@ -80,7 +80,8 @@ power: what caps and placements move; node energy is about half fixed host power
 after its deadline: counted in ``qos_violations_pct`` instead of their run-time bound), ``peak_gpu_power_w``,
 ``peak_limit_sum_w`` (the most the GPUs' limits added up to at any instant, a GPU without a
 job at its minimum: what ``power-budget``'s budget bounds) and, in the measured world, ``first_launches``,
-``repeat_launches``, ``adopted_launches`` (first launches started from a colleague's profile), ``oom_failures``. ``vs_exclusive``: each seed's ``100 * (policy / exclusive - 1)``. ``goals``:
+``repeat_launches``, ``adopted_launches`` (first launches started from a colleague's profile),
+``disowned_launches`` (of those, the runs whose own reference window contradicted it), ``oom_failures``. ``vs_exclusive``: each seed's ``100 * (policy / exclusive - 1)``. ``goals``:
 each seed's saving of ``gnn`` against ``curve`` (``100 * (1 - gnn / curve)``), its violations minus ``curve``'s and
 its node energy over the oracle's. ``learned_first_goal``: the first-launch issue's goal (:func:`learned_first_goal`).
 ``oracle_share``: each policy's share of the oracle's saving against ``exclusive``, in node and in dynamic GPU
@@ -223,7 +224,7 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
     if world_name != "model":
         world = sim.world
         extra = {"first_launches": world.first_launches, "repeat_launches": world.repeat_launches,
-                 "adopted_launches": world.adopted_launches,
+                 "adopted_launches": world.adopted_launches, "disowned_launches": world.disowned_launches,
                  "oom_failures": world.oom_failures,
                  "_coverage": [(world.fold_of(kind), covered, measured, run)
                                for kind, covered, measured, run in world.coverage]}

@@ -21,8 +21,8 @@ from ecolaunch.clock import Clock
 from ecolaunch.errors import ConfigError
 from ecolaunch.jobmodel.gpu import clip_w
 from ecolaunch.jobmodel.capchoice import (CHOICE_STEP_W, MARGIN_Z, MIN_MARGIN_PP, MIN_SAVING_PCT, REFERENCE_RUN_ITERS,
-                                         iteration_stats, model_cap_choice, off_profile, pooled_at, queue_eta,
-                                         reference_se_pct, reference_window_due)
+                                         WINDOW_ERROR_PCT, IterationStats, iteration_stats, model_cap_choice,
+                                         off_profile, pooled_at, queue_eta, reference_se_pct, reference_window_due)
 from ecolaunch.jobmodel.profile import CapPoint, Profile
 from ecolaunch.profile.channel import StepReader, iteration_times
 from ecolaunch.jobmodel.capcurve import CapPrior, fit_curve
@@ -86,11 +86,16 @@ class CapController:
             :meth:`set_waiting`.
         settings: loop parameters.
         prior: the curve prior (default: the one fitted on the Zeus traces).
+        borrowed: ``points`` are another user's profile of the job (a first launch that started from a colleague's,
+            docs/profiling.md#a-colleagues-profile-of-the-same-job): the run measures its own uncapped reference (its
+            first window at the top cap: the one it starts at, else one taken for it whatever the points hold), and
+            when it differs from theirs by more than the errors of both (:meth:`_test_borrowed`) the loop drops them
+            and follows its own measurements (:attr:`disowned`).
     """
 
     def __init__(self, points: Sequence[CapPoint], bounds_w: tuple[float, float], allowed_slowdown_pct: float,
                  cap_w: float, *, rules: Rules = Rules(), settings: ControlSettings | None = None,
-                 prior: CapPrior | None = None) -> None:
+                 prior: CapPrior | None = None, borrowed: bool = False) -> None:
         if not points:
             raise ConfigError("cap control needs the job's measured cap points", hint="profile the job first")
         if not (allowed_slowdown_pct >= 0 and math.isfinite(allowed_slowdown_pct)):
@@ -121,8 +126,14 @@ class CapController:
         self._skip = self.settings.settle_iters
         self._since_look = 0
         self._down_moves = 0
-        #: a window at the top cap is due to measure the reference inside this run (once a run)
-        self._reference_due = self.settings.reference_window and reference_window_due(self._profiled, self._bounds[1])
+        self.borrowed = borrowed
+        #: why the borrowed points were dropped (the run's own reference contradicts them), None while they stand
+        self.disowned: str | None = None
+        self._borrowed_tested = False  # whether the run measured its own reference (a window at the top cap) yet
+        #: a window at the top cap is due to measure the reference inside this run (once a run): always when the
+        #: points are borrowed, whatever runs they claim to have measured it in
+        self._reference_due = self.settings.reference_window and (
+            borrowed or reference_window_due(self._profiled, self._bounds[1]))
         #: while that window runs: the cap the run was at before it
         self._reference_back: float | None = None
         #: whether the cap may go to the top now for that window (False: a power budget's ceiling holds it lower)
@@ -175,6 +186,9 @@ class CapController:
         if stats is None or self._power_s <= 0:
             return None
         cap = self.cap_w
+        if self.borrowed and not self._borrowed_tested and cap >= self._bounds[1] - _EPS_W:
+            self._borrowed_tested, self._reference_due = True, False  # the run's own reference: measured now
+            self._test_borrowed(stats)
         off = off_profile(self._profile_curve, cap, stats)
         if off is None:  # one window inside a run: no error that repeats from run to run
             self._observed[cap] = CapPoint(cap, stats.mean_s, self._energy_j / self._power_s, stats.count,
@@ -242,6 +256,27 @@ class CapController:
                        "energy per iteration")
                 return self._move(choice.cap_w, slow, why)
         return None
+
+    def _test_borrowed(self, stats: IterationStats) -> None:
+        """The window just measured at the top cap against the borrowed profile's uncapped time there: beyond
+        ``MARGIN_Z`` standard errors of the two (this window's, :data:`WINDOW_ERROR_PCT` included, and the profile's
+        reference, :func:`reference_se_pct`), the borrowed points go and the run's own measurements are the curve. A
+        forged uncapped time, the one figure the loop's later looks are ratios to, then holds for one window."""
+        hi = self._bounds[1]
+        theirs = pooled_at(self._profiled, hi)
+        if theirs is None:
+            return
+        diff = 100.0 * (stats.mean_s / theirs.iter_time_s - 1.0)
+        tolerance = MARGIN_Z * math.hypot(stats.se_pct, WINDOW_ERROR_PCT, reference_se_pct(self._profile_curve))
+        if abs(diff) <= tolerance:
+            return
+        self.disowned = (f"the run's own uncapped reference, {stats.mean_s * 1e3:.4g} ms per iteration at {hi:.0f} W, "
+                         f"is {diff:+.1f} % from the borrowed profile's {theirs.iter_time_s * 1e3:.4g} ms (the errors "
+                         f"of both allow {tolerance:.1f} %): following the run's own measurements")
+        logger.info("cap control: %s", self.disowned)
+        own = CapPoint(hi, stats.mean_s, self._energy_j / self._power_s, stats.count, stats.cv_pct, 1, stats.count)
+        self._profiled = ()  # what the run measured itself (its windows below the top, this one) stays
+        self._profile_curve = fit_curve((own,), self._prior) if self._prior else fit_curve((own,))
 
     def _move(self, cap_w: float, slow: float, why: str) -> CapMove:
         move = CapMove(self.cap_w, cap_w, slow, why)
@@ -377,15 +412,17 @@ class ClosedLoop:
 
 def start_loop(profile: Profile, rules: Rules, bounds_w: tuple[float, float], allowed_slowdown_pct: float,
                cap_w: float | None, feeds: Feeds, from_index: int, *, waiting: float = 0.0,
-               control: ControlSettings | None = None) -> ClosedLoop | None:
+               control: ControlSettings | None = None, borrowed: bool = False) -> ClosedLoop | None:
     """A closed loop over ``feeds`` that starts at ``cap_w`` (None: the top of ``bounds_w``) from stamp ``from_index``
     on, with the curve of ``profile`` and the admin policy ``rules`` (``waiting``: the jobs its slowdown delays now,
-    :meth:`CapController.set_waiting`); None when the profile has no curve to follow."""
+    :meth:`CapController.set_waiting`; ``borrowed``: the profile is a colleague's, :class:`CapController`); None when
+    the profile has no curve to follow."""
     hi = bounds_w[1]
     points = profile.curve_points(hi)  # uncapped only: one point, the prior's shape
     if not points:
         return None
     cap = hi if cap_w is None else clip_w(cap_w, bounds_w)
-    controller = CapController(points, bounds_w, allowed_slowdown_pct, cap, rules=rules, settings=control)
+    controller = CapController(points, bounds_w, allowed_slowdown_pct, cap, rules=rules, settings=control,
+                               borrowed=borrowed)
     controller.set_waiting(waiting)
     return ClosedLoop(controller, feeds, from_index)

@@ -29,7 +29,7 @@ def follow(run: Run, cap_w: float | None, stamp_index: int) -> bool:
         return False
     feeds = Feeds(run.monitor.reader, run.monitor.sampler, run.uuids, run.clock, run.caps.apply, run.ceiling_w)
     run.loop = start_loop(run.profile, run.config.rules, run.bounds, run.allowed_slowdown_pct, cap_w, feeds,
-                          stamp_index, waiting=run.waiting, control=run.config.control)
+                          stamp_index, waiting=run.waiting, control=run.config.control, borrowed=run.adopted)
     if run.loop is not None:
         run.state = RunState.FOLLOWING
     return run.loop is not None
@@ -65,7 +65,9 @@ class Following(Part):
         learned = run.loop.controller.learned() if run.loop is not None and run.not_learned() is None else ()
         run.learned = learned
         if learned and run.profile is not None and run.bounds is not None:
-            run.profile = with_points(run.profile, (*run.profile.cap_points, *learned), run.bounds[1])
+            # a colleague's profile its own reference contradicted: the run's measurements alone
+            kept = () if run.disowned else run.profile.cap_points
+            run.profile = with_points(run.profile, (*kept, *learned), run.bounds[1])
 
     @staticmethod
     def set_waiting(run: Run, share: float) -> None:

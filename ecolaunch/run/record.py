@@ -39,7 +39,7 @@ class Recording(Part):
             iterations=reader.count(), iter_time_s=reader.mean_iter_time_s(run.settings.warmup_iters),
             source=config.source, result=run.result, findings=run.findings,
             profiling_energy_j=config.profiling_energy_j, not_learned=not_learned, predicted_s=config.predicted_s)
-        adopted = config.match is not None and config.match.colleague is not None
+        adopted = run.adopted
         if not_learned is not None:
             logger.info("job %s: the history is not updated from this run: %s", run.job_id, not_learned)
             if adopted:  # the colleague's profile is not this job's here: the user's next launch measures its own

@@ -180,6 +180,17 @@ class Run:
     def mode(self) -> ProfileAction:
         return self.config.mode
 
+    @property
+    def adopted(self) -> bool:
+        """Whether the run started from a colleague's profile of the job (docs/profiling.md#a-colleagues-profile-of-the-same-job)."""
+        return self.config.match is not None and self.config.match.colleague is not None
+
+    @property
+    def disowned(self) -> str | None:
+        """Why the closed loop dropped the colleague's profile it started from (its own reference contradicts it:
+        :class:`~ecolaunch.caps.control.CapController`), None when it did not."""
+        return self.loop.controller.disowned if self.loop is not None else None
+
     def shared(self) -> bool:
         """Whether another job shares one of this job's GPUs (its cap is everyone's there)."""
         return self.recorder.shared()

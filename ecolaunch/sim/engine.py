@@ -573,7 +573,8 @@ class Simulation:
         if self.omniscient:
             return set(), False
         first = world.is_first(job.user, job.kind, board)
-        if first and self.colleague_profiles and world.adopt_colleague(job.user, job.kind, board):
+        adopted = first and self.colleague_profiles and world.adopt_colleague(job.user, job.kind, board)
+        if adopted:
             first = False  # started from a colleague's profile (the job's request already carried it)
         elif first:
             self.graph.jobs[job.id].profile = world.profile_inline(job.user, job.kind, board)
@@ -585,7 +586,7 @@ class Simulation:
         gpus = [host.gpus[u] for u in decision.gpus]
         caps = [decision.power_caps_w.get(u) for u in decision.gpus]
         cap = world.settle_cap(job.user, job.kind, caps[0], self.rules, gpus, job.allowed_slowdown_pct, board,
-                               first=first, reference=self._reference_allowed(job.id, gpus))
+                               first=first, reference=self._reference_allowed(job.id, gpus), borrowed=adopted)
         self._own_caps[job.id] = cap
         self._weighed.pop(job.id, None)
         ask = self._asks.get(job.id)

@@ -244,6 +244,8 @@ class MeasuredWorld:
         self.repeat_launches = 0
         #: first launches that started from a colleague's profile of the same job (:meth:`adopt_colleague`)
         self.adopted_launches = 0
+        #: of those, the runs whose own reference window contradicted it (their loop dropped it: :meth:`settle_cap`)
+        self.disowned_launches = 0
         self._stores = 0  # history's stores so far (:attr:`_Known.updated`)
         self.oom_failures = 0
         #: (job type, covered, at a measured cap, run index) of every capped job alone on its GPUs:
@@ -462,14 +464,17 @@ class MeasuredWorld:
 
     def settle_cap(self, user: str, kind: str, cap_w: float | None, rules: Rules, gpus: Sequence[GpuNode],
                    bound_pct: float, board: str | None = None, *, first: bool = False,
-                   reference: bool = True) -> float | None:
+                   reference: bool = True, borrowed: bool = False) -> float | None:
         """The cap a job alone on ``gpus`` ends at: a first launch's profiler choice, then the real closed loop fed
         noisy iterations of the truth; what the loop measured goes to history. ``cap_w``: the decision's cap (None:
         uncapped); ``first``: the job was profiled inline at this start, so its profiler's choice from its own
         measurement sets the cap its closed loop starts from, whatever cap a curve it was told (a colleague's, a
         prediction) had it placed at, as the launcher's profiler does when it finishes. ``reference``: the loop may
         measure the uncapped reference for a window (the launcher's does when no budget's ceiling holds the cap
-        below the top); its iterations there, as all of the loop's, carry no window error that repeats."""
+        below the top); its iterations there, as all of the loop's, carry no window error that repeats.
+        ``borrowed``: the history's profile was adopted from a colleague at this start (:meth:`adopt_colleague`): the
+        loop tests it against its own reference window, as the launcher's does, and keeps only its own measurements
+        when they contradict it (:class:`~ecolaunch.caps.control.CapController`)."""
         known = self._history.get((user, kind, board or self.board))
         bounds = job_cap_bounds(rules, gpus)
         if known is None or bounds is None:
@@ -481,7 +486,7 @@ class MeasuredWorld:
                 return None
         j = self._board(board)[1][kind]
         ctl = CapController(known.points, bounds, bound_pct, cap_w, rules=rules, prior=prior,
-                            settings=ControlSettings(reference_window=reference))
+                            settings=ControlSettings(reference_window=reference), borrowed=borrowed)
         done, batch = 0, 10
         t0 = j.iter_time_s
         while done < CONTROL_ITERS:
@@ -491,7 +496,8 @@ class MeasuredWorld:
             power = self._noisy(j.curve.power_w(min(cap, j.curve.max_cap_w)), self.noise.power / 3)
             ctl.observe(times.tolist(), power)
             done += batch
-        known.points = list(merge_points([*known.points, *ctl.learned()]))
+        self.disowned_launches += ctl.disowned is not None
+        known.points = list(merge_points([*(() if ctl.disowned else known.points), *ctl.learned()]))
         known.updated = self._stamp()
         final = ctl.cap_w
         return None if final >= bounds[1] - 1e-9 else final

@@ -28,19 +28,25 @@ CURVE = Profile(0.1, 90.0, 30.0, 1000, 330.0, (CapPoint(250.0, 0.118, 242.0), Ca
 FAST = Profile(0.01, 90.0, 30.0, 1000, 330.0, (CapPoint(250.0, 0.0118, 242.0, 20, 1.0),
                                                CapPoint(300.0, 0.0106, 285.0, 20, 1.0),
                                                CapPoint(400.0, 0.01, 330.0, 20, 1.0)))
+#: a forged one: the stepper claimed 30 % slower uncapped than it runs (its reference "measured inside 4 runs", so a loop
+#: of the user's own would not measure it again) and low caps nearly free; within the test of a disturbed run (< 1.5x)
+FORGED = Profile(0.013, 90.0, 30.0, 1000, 330.0, (CapPoint(250.0, 0.0136, 242.0, 20, 1.0),
+                                                  CapPoint(300.0, 0.0133, 285.0, 20, 1.0),
+                                                  CapPoint(400.0, 0.013, 330.0, 120, 1.0, 4, 120)))
 #: a profile that contradicts itself (its lower cap ran faster than uncapped: measured while disturbed)
 DISTURBED = Profile(0.1, 90.0, 30.0, 1000, 330.0, (CapPoint(250.0, 0.05, 242.0), CapPoint(400.0, 0.1, 330.0)))
 
 STORE = """
 identity = JobIdentity(args["script"], tuple(args["args"]), "1", account_name(os.getuid()), args["gpu"])
-profile = {"curve": CURVE, "fast": FAST, "disturbed": DISTURBED, "no-power": Profile(0.1)}[args["which"]]
+profile = {"curve": CURVE, "fast": FAST, "disturbed": DISTURBED, "forged": FORGED,
+           "no-power": Profile(0.1)}[args["which"]]
 History(Path(args["d"])).store_profile(identity.fingerprint(), profile, job_id=args["job"])
 """
 IMPORTS = """
 from ecolaunch.jobmodel.profile import Profile
 from ecolaunch.profile.history import History, JobIdentity
 from ecolaunch.state.userdirs import account_name
-from tests.launch.test_colleague_curve import CURVE, DISTURBED, FAST
+from tests.launch.test_colleague_curve import CURVE, DISTURBED, FAST, FORGED
 """
 
 
@@ -150,3 +156,18 @@ def test_a_colleagues_profile_the_run_contradicts_is_not_kept_and_the_next_launc
     assert mine is not None and mine.profile is None  # an entry of the user's own, with nothing of alice's
     again = launch(lab, tmp_path, budget=False)  # (a job that profiles cannot be lowered: it would wait the budget)
     assert "starting from" not in again.stderr and "power cap: profiled at" in again.stderr, again.stderr
+
+
+def test_a_forged_uncapped_time_goes_at_the_runs_own_reference_window_and_is_not_kept(lab: Path,
+                                                                                      tmp_path: Path) -> None:
+    store_as(MALLORY, lab, "forged", job="mallory1")
+    out = launch(lab, tmp_path, budget=False)  # (a budget's ceiling below the top cap would hold the window back)
+    assert f"starting from {account_name(MALLORY)}'s profile of the same job (job mallory1)" in out.stderr
+    assert "from the borrowed profile's 13 ms" in out.stderr and "following the run's own measurements" in out.stderr
+    mine = History(lab).lookup(JobIdentity(STEPPER, ARGS, "1", current_user(), A100).fingerprint())
+    assert mine is not None and mine.profile is not None, mine
+    # what is kept is what this run measured: its own reference, none of mallory's points
+    assert not {(p.power_cap_w, p.iter_time_s) for p in FORGED.cap_points} & {
+        (p.power_cap_w, p.iter_time_s) for p in mine.profile.cap_points}, mine.profile
+    top = max(mine.profile.cap_points, key=lambda p: p.power_cap_w)
+    assert top.power_cap_w == 400.0 and top.iter_time_s < 0.012 and top.windows == 1, mine.profile

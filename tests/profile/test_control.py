@@ -226,3 +226,32 @@ def test_a_run_measures_the_uncapped_reference_for_one_window_and_goes_back() ->
     held.reference_allowed = False
     run(held, 3000, noise=0.01)
     assert all(m.cap_w < 400.0 for m in held.moves)
+
+
+
+def test_a_borrowed_profile_is_tested_against_the_runs_own_reference_and_dropped_when_it_lies() -> None:
+    """Issue 39: a colleague's profile claims its reference well measured inside runs, so a loop of its own would not
+    measure it again; borrowed, the run measures it anyway. A forged one (the job claimed 30 % slower uncapped than it
+    is, and low caps nearly free) has the run capped where it is truly ~35 % slower while it reads within the bound
+    against the forged reference (and within the loop's test of a disturbed run); against the run's own reference
+    window the forgery goes, and the loop keeps the bound."""
+    t0 = 1.3 * truth_time(400.0)
+    forged = [CapPoint(400.0, t0, 300.0, REFERENCE_RUN_ITERS, 1.0, 4, REFERENCE_RUN_ITERS),
+              CapPoint(250.0, 1.02 * t0, 250.0, 15, 1.0), CapPoint(200.0, 1.06 * t0, 200.0, 15, 1.0)]
+    start = job_cap_choice(forged, BOUNDS, 10.0).cap_w
+    assert truth_time(start) / truth_time(400.0) - 1.0 > 0.3
+    trusting = CapController(forged, BOUNDS, 10.0, start)
+    run(trusting, 3000, noise=0.01)
+    assert trusting.disowned is None and all(m.cap_w < 400.0 for m in trusting.moves)
+    assert truth_time(trusting.cap_w) / 0.1 - 1.0 > 0.3  # the forgery holds: no reference window, no correction
+    ctl = CapController(forged, BOUNDS, 10.0, start, borrowed=True)
+    run(ctl, 3000, noise=0.01)
+    assert ctl.disowned is not None and "from the borrowed profile's 130 ms" in ctl.disowned
+    assert ctl.points() == ctl.learned() and 400.0 in [p.power_cap_w for p in ctl.learned()]
+    assert truth_time(ctl.cap_w) / 0.1 - 1.0 <= 0.10
+    # an honest colleague's profile: measured again, within both errors, kept and pooled as a repeat's
+    honest = [*profiled(1.0), CapPoint(400.0, 0.1, 300.0, REFERENCE_RUN_ITERS, 1.0, 4, REFERENCE_RUN_ITERS)]
+    kept = CapController(honest, BOUNDS, 10.0, job_cap_choice(honest, BOUNDS, 10.0).cap_w, borrowed=True)
+    run(kept, 3000, noise=0.01)
+    assert kept.disowned is None and any(m.cap_w == 400.0 for m in kept.moves)
+    assert kept.points()[:len(honest)] == tuple(honest)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ecolaunch.admin.rules import Rules
@@ -268,6 +270,25 @@ def test_a_first_launch_starts_from_the_newest_colleagues_profile_as_the_launche
                closed_loop=True).run(trace)
     assert (plain.first_launches, plain.adopted_launches) == (3, 0)
 
+
+
+def test_an_adopted_profile_whose_reference_the_run_contradicts_is_dropped_as_the_launcher_drops_it():
+    # ann's history claims HEAVY 30 % slower at every cap, its reference measured inside runs; cy adopts it, and cy's
+    # loop measures its own reference (CapController(borrowed=True)): ann's points go, cy keeps only what cy measured
+    trace = Trace("t", (_job("j1", 0.0, HEAVY, user="cy"),))
+    world = MeasuredWorld()
+    world.profile_inline("ann", HEAVY)
+    known = world._history[("ann", HEAVY, BOARD)]
+    known.points = [replace(p, iter_time_s=1.3 * p.iter_time_s, run_iterations=p.iterations) for p in known.points]
+    claimed = {(p.power_cap_w, p.iter_time_s) for p in known.points}
+    Simulation(parse_spec(f"1x{BOARD}", hostname="node0"), get_sim_policy("no-gnn"), world=world, closed_loop=True,
+               colleague_profiles=True).run(trace)
+    assert (world.adopted_launches, world.disowned_launches) == (1, 1)
+    cys = world.request_profile("cy", HEAVY).cap_points
+    assert cys and not claimed & {(p.power_cap_w, p.iter_time_s) for p in cys}
+    assert all(p.windows == 1 and p.run_iterations == p.iterations for p in cys)  # the run's own windows only
+    top = max(cys, key=lambda p: p.power_cap_w)
+    assert top.iter_time_s == pytest.approx(job_kinds()[HEAVY].iter_time_s, rel=0.03)
 
 def test_a_repeat_measures_its_reference_at_the_top_unless_a_budgets_ceiling_holds_it_below():
     # as the launcher's ClosedLoop: a window at the top cap (250 W on this board) only where no ceiling is below it
