@@ -808,8 +808,6 @@ def exact_first_start() -> None:
     its board, measured without error at every 25 W as if by many runs (its margins at their floor), and nothing is
     profiled; every row's (under a power budget ``exclusive``'s floors read it too). What a prior from a job's
     neighbours could add beyond a colleague's profile is at most what this adds to it. For this process only."""
-    from ecolaunch.jobmodel.powercap import cap_grid
-    from ecolaunch.jobmodel.profile import CapPoint
     from ecolaunch.sim.measured import MeasuredWorld, _Known
 
     many = 10_000  # iterations, windows: a point measured as well as any history could
@@ -818,12 +816,8 @@ def exact_first_start() -> None:
     def known(self, user, kind, board):
         key = (user, kind, board or self.board)
         if key not in self._history:
-            m, table, _ = self._board(board)
-            j = table[kind]
-            points = sorted((CapPoint(c, j.iter_time_s * j.time_ratio(c), j.curve.power_w(min(c, j.curve.max_cap_w)),
-                                      many, 3.0, many, many)
-                             for c in cap_grid(m.power_limit_min_w, m.power_limit_max_w, 25.0)),
-                            key=lambda p: p.power_cap_w)
+            points = sorted((replace(p, iterations=many, iter_time_cv_pct=3.0, windows=many, run_iterations=many)
+                             for p in self.true_profile(kind, board).cap_points), key=lambda p: p.power_cap_w)
             self._history[key] = _Known(points, min(100.0, 100.0 * self._demand(kind)), points[-1].power_w,
                                         points[-1].iter_time_s, runs=0, updated=self._stamp())
 

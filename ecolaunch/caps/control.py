@@ -101,7 +101,8 @@ class CapController:
         if not (allowed_slowdown_pct >= 0 and math.isfinite(allowed_slowdown_pct)):
             raise ConfigError(f"allowed slowdown must be >= 0 %, got {allowed_slowdown_pct!r}")
         self._profiled = tuple(points)
-        self._profile_curve = fit_curve(self._profiled, prior) if prior else fit_curve(self._profiled)
+        self._prior = prior
+        self._profile_curve = self._fit(self._profiled)
         #: why this run's iterations cannot be its profile's job undisturbed (:func:`off_profile`), first seen;
         #: None while they can
         self.off_profile: str | None = None
@@ -112,7 +113,6 @@ class CapController:
         self.waiting = 0.0  # the waiting jobs this job's slowdown delays (set_waiting)
         self._queue_lifted = False  # the cap is where the queue raised it: the way back down is not a down move
         self.settings = settings or ControlSettings()
-        self._prior = prior
         self.cap_w = float(cap_w)
         self.moves: list[CapMove] = []
         self.measured_slowdown_pct: float | None = None  # at the current cap, latest look
@@ -126,10 +126,10 @@ class CapController:
         self._skip = self.settings.settle_iters
         self._since_look = 0
         self._down_moves = 0
-        self.borrowed = borrowed
         #: why the borrowed points were dropped (the run's own reference contradicts them), None while they stand
         self.disowned: str | None = None
-        self._borrowed_tested = False  # whether the run measured its own reference (a window at the top cap) yet
+        #: the points are borrowed and the run has not measured its own reference (a window at the top cap) yet
+        self._borrowed_untested = borrowed
         #: a window at the top cap is due to measure the reference inside this run (once a run): always when the
         #: points are borrowed, whatever runs they claim to have measured it in
         self._reference_due = self.settings.reference_window and (
@@ -186,13 +186,12 @@ class CapController:
         if stats is None or self._power_s <= 0:
             return None
         cap = self.cap_w
-        if self.borrowed and not self._borrowed_tested and cap >= self._bounds[1] - _EPS_W:
-            self._borrowed_tested, self._reference_due = True, False  # the run's own reference: measured now
+        if self._borrowed_untested and cap >= self._bounds[1] - _EPS_W:
+            self._borrowed_untested, self._reference_due = False, False  # the run's own reference: measured now
             self._test_borrowed(stats)
         off = off_profile(self._profile_curve, cap, stats)
         if off is None:  # one window inside a run: no error that repeats from run to run
-            self._observed[cap] = CapPoint(cap, stats.mean_s, self._energy_j / self._power_s, stats.count,
-                                           stats.cv_pct, 1, stats.count)
+            self._observed[cap] = self._window_point(cap, stats)
         else:  # disturbed (or another job): what these iterations measured teaches the curve nothing
             self._observed.pop(cap, None)
             if self.off_profile is None:
@@ -200,7 +199,7 @@ class CapController:
                 self.off_profile = off
         points = self.points()
         lo, hi = self._bounds
-        model = fit_curve(points, self._prior) if self._prior else fit_curve(points)
+        model = self._fit(points)
         ref = model.predict(hi).iter_time_s
         slow = 100.0 * (stats.mean_s / ref - 1.0)
         self.measured_slowdown_pct = slow
@@ -274,9 +273,17 @@ class CapController:
                          f"is {diff:+.1f} % from the borrowed profile's {theirs.iter_time_s * 1e3:.4g} ms (the errors "
                          f"of both allow {tolerance:.1f} %): following the run's own measurements")
         logger.info("cap control: %s", self.disowned)
-        own = CapPoint(hi, stats.mean_s, self._energy_j / self._power_s, stats.count, stats.cv_pct, 1, stats.count)
         self._profiled = ()  # what the run measured itself (its windows below the top, this one) stays
-        self._profile_curve = fit_curve((own,), self._prior) if self._prior else fit_curve((own,))
+        self._profile_curve = self._fit((self._window_point(hi, stats),))
+
+    def _window_point(self, cap_w: float, stats: IterationStats) -> CapPoint:
+        """What the window just measured at ``cap_w`` is as a point: one window inside a run (no error that repeats
+        from run to run), its power the readings' time-weighted mean."""
+        return CapPoint(cap_w, stats.mean_s, self._energy_j / self._power_s, stats.count, stats.cv_pct, 1, stats.count)
+
+    def _fit(self, points: Sequence[CapPoint]):
+        """The curve of ``points`` read with the loop's prior (the default one without)."""
+        return fit_curve(points, self._prior) if self._prior else fit_curve(points)
 
     def _move(self, cap_w: float, slow: float, why: str) -> CapMove:
         move = CapMove(self.cap_w, cap_w, slow, why)
