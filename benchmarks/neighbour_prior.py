@@ -70,9 +70,9 @@ from _common import emit  # noqa: E402
 from ecolaunch.errors import ConfigError  # noqa: E402
 from ecolaunch.jobmodel import capchoice as cc  # noqa: E402
 from ecolaunch.jobmodel import capcurve as jc  # noqa: E402
-from ecolaunch.jobmodel import powercap as pc  # noqa: E402
 from ecolaunch.profile.zeus_data import ZeusSweep  # noqa: E402
 from ecolaunch.sim.truth import vendored_zeus_curves  # noqa: E402
+from powercap_accuracy import true_optimum, profiled_caps  # noqa: E402
 
 SCENARIOS = ("nearest-batch", "batch-sizes", "other-boards", "all")
 PRIORS = ("held-out", "siblings", "gnn", "gnn-alone", "exact")
@@ -231,16 +231,12 @@ def score(job: ZeusSweep, prior: jc.CapPrior, mode: str) -> Score:
     pts = {p.power_cap_w: p for p in job.points}
     caps = sorted(pts)
     hi = caps[-1]
-    if mode == "profiled":
-        wanted = pc.profile_caps(caps[0], hi, uncapped_power_w=pts[hi].power_w)
-        measured = sorted({min(caps, key=lambda c: abs(c - w)) for w in wanted})
-    else:
-        measured = [hi]
+    measured = profiled_caps(pts) if mode == "profiled" else [hi]
     model = jc.fit_curve([pts[c] for c in measured], prior)
     errs = [abs(model.predict(c).iter_time_s / pts[c].iter_time_s - 1.0) for c in caps if c not in measured]
     t_ref = pts[hi].iter_time_s
-    ok = [c for c in caps if pts[c].iter_time_s <= (1 + BOUND_PCT / 100) * t_ref * (1 + 1e-9)]
-    best = min(pts[c].iter_time_s * pts[c].power_w for c in ok)
+    opt = pts[true_optimum(pts, BOUND_PCT, 1.0, hi)]
+    best = opt.iter_time_s * opt.power_w
 
     def outcome(z: float) -> tuple[float, bool]:
         cap = cc.choose_cap(model, caps, BOUND_PCT, 1.0, hi, z=z, min_saving_pct=0.0).cap_w

@@ -101,8 +101,7 @@ def evaluate(curves: list[zd.ZeusSweep], prior_for, *, slowdown_pct: float, eta:
         if len(caps) < 2:
             continue
         lo, hi = caps[0], caps[-1]
-        wanted = pc.profile_caps(lo, hi, uncapped_power_w=pts[hi].power_w)
-        profiled = sorted({min(caps, key=lambda c: abs(c - w)) for w in wanted})
+        profiled = profiled_caps(pts)
         model = jc.fit_curve([pts[c] for c in profiled], prior_for(curve))
         for c in caps:
             pred, true = model.predict(c), pts[c]
@@ -115,7 +114,7 @@ def evaluate(curves: list[zd.ZeusSweep], prior_for, *, slowdown_pct: float, eta:
                 res.held_power_err.append(ep)
         # the curve's own accuracy: no margin (the launcher keeps one; benchmarks/cap_control.py scores that)
         choice = cc.choose_cap(model, caps, slowdown_pct, eta, hi, z=0.0, min_saving_pct=0.0)
-        opt = _true_optimum(pts, slowdown_pct, eta, hi)
+        opt = true_optimum(pts, slowdown_pct, eta, hi)
         cost = lambda p: eta * p.iter_time_s * p.power_w + (1 - eta) * hi * p.iter_time_s  # noqa: E731, B023
         violated = pts[choice.cap_w].iter_time_s > (1 + slowdown_pct / 100) * pts[hi].iter_time_s * (1 + 1e-9)
         loss = 100.0 * (cost(pts[choice.cap_w]) / cost(pts[opt]) - 1.0)
@@ -130,7 +129,15 @@ def evaluate(curves: list[zd.ZeusSweep], prior_for, *, slowdown_pct: float, eta:
     return res
 
 
-def _true_optimum(pts: dict[float, CapPoint], slowdown_pct: float, eta: float, hi: float) -> float:
+def profiled_caps(pts: dict[float, CapPoint]) -> list[float]:
+    """The caps of a trace (``pts``: cap -> point) the profiler would measure: the nearest to each of
+    ``powercap.profile_caps`` between its lowest and its top cap, for the job's uncapped power."""
+    caps = sorted(pts)
+    wanted = pc.profile_caps(caps[0], caps[-1], uncapped_power_w=pts[caps[-1]].power_w)
+    return sorted({min(caps, key=lambda c: abs(c - w)) for w in wanted})
+
+
+def true_optimum(pts: dict[float, CapPoint], slowdown_pct: float, eta: float, hi: float) -> float:
     t_ref = pts[hi].iter_time_s
     feasible = [c for c in sorted(pts) if pts[c].iter_time_s <= (1 + slowdown_pct / 100) * t_ref * (1 + 1e-9)]
     cost = {c: eta * pts[c].iter_time_s * pts[c].power_w + (1 - eta) * hi * pts[c].iter_time_s for c in feasible}
@@ -197,8 +204,7 @@ def slowdown_errors(curves: list[zd.ZeusSweep], train: list[zd.ZeusSweep]) -> li
         if len(caps) < 2:
             continue
         hi = caps[-1]
-        wanted = pc.profile_caps(caps[0], hi, uncapped_power_w=pts[hi].power_w)
-        profiled = sorted({min(caps, key=lambda c: abs(c - w)) for w in wanted})
+        profiled = profiled_caps(pts)
         model = jc.fit_curve([pts[c] for c in profiled], priors[net])
         ref = model.predict(hi).iter_time_s
         for c in caps:
