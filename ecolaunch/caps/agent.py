@@ -15,9 +15,9 @@ import errno
 import json
 import logging
 import os
-import threading
 import time
 from pathlib import Path
+from typing import Protocol
 
 from ecolaunch.caps.keeper import CapKeeper, CapReport
 from ecolaunch.caps.ledger import LedgerWriteError
@@ -36,6 +36,15 @@ __all__ = ["CapAgent", "agent_alive"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
+
+
+class Stop(Protocol):
+    """What :meth:`CapAgent.run` waits on: a ``threading.Event``, or the command's stop signals
+    (``ecolaunch.cli.stopsignals.StopSignals``, which a signal handler can set without a lock)."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class CapAgent:
@@ -105,7 +114,7 @@ class CapAgent:
             logger.warning("restored the caps but could not update the ledger %s: %s", self.keeper.ledger_path, e)
             return CapReport()
 
-    def run(self, interval_s: float, stop: threading.Event) -> CapReport:
+    def run(self, interval_s: float, stop: Stop) -> CapReport:
         """Pass every ``interval_s`` seconds until ``stop`` is set; then restore every GPU and return that report.
 
         A device error, a state error or a ledger that cannot be written in one pass is logged (once while it lasts)

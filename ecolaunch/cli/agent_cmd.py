@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import signal
-import threading
 from pathlib import Path
 
 import click
 
 from ecolaunch.cli.command import Command, Failed
+from ecolaunch.cli.stopsignals import StopSignals
 from ecolaunch.errors import with_hint
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -76,19 +76,11 @@ def agent(ctx: click.Context, once: bool, restore: bool, interval_s: float, ledg
             click.echo(f"ecolaunch agent: set {_describe(report.applied)}; restored {_describe(report.restored)}"
                        + (f"; ignored {len(report.ignored)} request(s)" if report.ignored else ""))
             return
-        stop, got = threading.Event(), []
-
-        def on_signal(signum, _frame) -> None:
-            got.append(signum)
-            stop.set()
-
-        saved = {s: signal.signal(s, on_signal) for s in _STOP_SIGNALS}
-        click.echo(f"ecolaunch agent: serving {environment.state_dir} on {backend.kind} GPUs every {interval_s:g} s", err=True)
-        try:
+        with StopSignals(_STOP_SIGNALS) as stop:
+            click.echo(f"ecolaunch agent: serving {environment.state_dir} on {backend.kind} GPUs every {interval_s:g} s",
+                       err=True)
             report = cap_agent.run(interval_s, stop)
-        finally:
-            for s, handler in saved.items():
-                signal.signal(s, handler)
+        got = stop.received
         why = f" ({signal.Signals(got[0]).name})" if got else ""
         click.echo(f"ecolaunch agent: stopped{why}; restored {_describe(report.restored)}", err=True)
         if got:  # stopped by a signal: 128 + its number, as the launcher and the exporter (issue 41: it exited 0)

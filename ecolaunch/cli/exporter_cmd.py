@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import signal
 import socket
-import threading
 
 import click
 
 from ecolaunch.cli.command import Command, Failed
+from ecolaunch.cli.stopsignals import StopSignals
 from ecolaunch.config import ENV_POLICY_FILE, ENV_SIMULATE, ENV_STATE_DIR
 from ecolaunch.errors import with_hint
 
@@ -39,41 +39,33 @@ def exporter(ctx: click.Context, port: int, addr: str, verbose: bool) -> None:
     from ecolaunch.state.store import StateStore  # lazy: as above
 
     restore_logging = stderr_logging("ecolaunch exporter", verbose)
-    stop, got = threading.Event(), []
-
-    def on_signal(signum, _frame) -> None:
-        got.append(signum)
-        stop.set()
-
-    saved = {s: signal.signal(s, on_signal) for s in _STOP_SIGNALS}
     try:
-        environment, rules = resolve()
-        backend = open_gpus(environment)
-        try:
-            metrics = registry(StateStore(environment.state_dir, group=rules.state_group), backend)
+        with StopSignals(_STOP_SIGNALS) as stop:
+            environment, rules = resolve()
+            backend = open_gpus(environment)
             try:
-                server, _ = start_http_server(port, addr, registry=metrics)
-            except socket.gaierror as e:
-                raise click.BadParameter(with_hint(f"{addr!r} is no address of this host ({e.strerror})",
-                                                   f"give an IP address: {DEFAULT_ADDR}, 0.0.0.0 or ::"),
-                                         param_hint="'--addr'") from None
-            except OSError as e:
-                raise Failed(f"cannot serve on {addr} port {port}: {e.strerror or e}",
-                             hint="choose another --port (0 picks a free one), or stop what serves there") from e
-            host, bound = server.server_address[:2]
-            where = f"[{host}]" if ":" in host else host
-            click.echo(f"ecolaunch exporter: serving http://{where}:{bound}/metrics for {environment.state_dir} on "
-                       f"{backend.kind} GPUs", err=True)
-            stop.wait()
-            server.shutdown()
-            server.server_close()
-        finally:
-            backend.close()
-        click.echo(f"ecolaunch exporter: stopped ({signal.Signals(got[0]).name})", err=True)
-        ctx.exit(from_signal(got[0]))
+                metrics = registry(StateStore(environment.state_dir, group=rules.state_group), backend)
+                try:
+                    server, _ = start_http_server(port, addr, registry=metrics)
+                except socket.gaierror as e:
+                    raise click.BadParameter(with_hint(f"{addr!r} is no address of this host ({e.strerror})",
+                                                       f"give an IP address: {DEFAULT_ADDR}, 0.0.0.0 or ::"),
+                                             param_hint="'--addr'") from None
+                except OSError as e:
+                    raise Failed(f"cannot serve on {addr} port {port}: {e.strerror or e}",
+                                 hint="choose another --port (0 picks a free one), or stop what serves there") from e
+                host, bound = server.server_address[:2]
+                where = f"[{host}]" if ":" in host else host
+                click.echo(f"ecolaunch exporter: serving http://{where}:{bound}/metrics for {environment.state_dir} on "
+                           f"{backend.kind} GPUs", err=True)
+                stop.wait()
+                server.shutdown()
+                server.server_close()
+            finally:
+                backend.close()
+            click.echo(f"ecolaunch exporter: stopped ({signal.Signals(stop.received[0]).name})", err=True)
+            ctx.exit(from_signal(stop.received[0]))
     finally:
-        for s, handler in saved.items():
-            signal.signal(s, handler)
         restore_logging()
 
 
