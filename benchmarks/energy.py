@@ -71,7 +71,7 @@ Writes ``energy.md`` (means ± 95 % intervals), ``energy.json`` and (with matplo
      "busy_goal": {TRACE: {ROW: {FIGURE: {"mean", "ci95"}}, "met": bool}} (with --share-if-sooner: busy_goal),
      "margin_scale": S, "lift_caps_waiting": N | null, "share_if_sooner": bool, "wait_weight": W,
      "reference_window": bool, "repeating_error_pct": PCT | null, "colleague_profiles": bool,
-     "shared_history": bool, "exact_first_start": bool}
+     "shared_history": bool, "exact_first_start": bool, "link_slowdown_pct": PCT | null}
 
 ``KEY``: ``node_energy_kwh``, ``gpu_energy_kwh``, ``gpu_dynamic_energy_kwh`` (the GPUs' energy above their idle
 power: what caps and placements move; node energy is about half fixed host power), ``job_energy_kwh``, ``mean_jct_s``, ``p95_jct_s``,
@@ -206,6 +206,10 @@ def run_all(seeds: list[int], policies: list[str], worlds: list[str], traces: li
     return out
 
 
+#: the share of speed the measured world's multi-GPU jobs keep on a worse-linked set (``--link-slowdown``); None: Gavel's
+LINK_SPEED: float | None = None
+
+
 def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights,
             lift_caps_waiting: int | None = None, share_if_sooner: bool = False, wait_weight: float = 0.0) -> dict:
     from ecolaunch.sim.metrics import summarize
@@ -216,7 +220,8 @@ def run_one(name: str, world_name: str, machine, policy: str, seed: int, weights
     if world_name == "model":
         sim = entry.simulation(machine, trace, policy, _policy(policy, None, None))
     else:
-        sim = entry.simulation(machine, trace, policy, _policy(policy, trace, weights), seed=seed)
+        sim = entry.simulation(machine, trace, policy, _policy(policy, trace, weights), seed=seed,
+                               link_speed=LINK_SPEED)
     sim.lift_caps_waiting, sim.share_if_sooner = lift_caps_waiting, share_if_sooner
     sim.rules = replace(sim.rules, wait_weight=wait_weight)
     result = sim.run(trace)
@@ -871,10 +876,19 @@ def main() -> None:
     parser.add_argument("--wait-weight", type=float, default=0.0, metavar="W",
                         help="caps that weigh the queue: every trace runs under [energy] wait_weight = W "
                              "(capchoice.queue_eta; default 0: the queue is not counted, as shipped)")
+    parser.add_argument("--link-slowdown", type=float, default=None, metavar="PCT",
+                        help="the measured world's multi-GPU jobs run PCT %% slower on a worse-linked set, every type "
+                             "alike (a lab's `ecolaunch calibrate --links` figure); default: Gavel's across-server "
+                             "slowdown of each type")
     parser.add_argument("--share-if-sooner", action="store_true",
                         help="every job asks for the sharing contract and knows its length exactly "
                              "(Simulation(share_if_sooner=True)): an upper bound on what a history tells")
     args = parser.parse_args()
+    if args.link_slowdown is not None:
+        if not args.link_slowdown >= 0:
+            parser.error(f"--link-slowdown must be a percentage >= 0, got {args.link_slowdown}")
+        global LINK_SPEED
+        LINK_SPEED = 1.0 / (1.0 + args.link_slowdown / 100.0)
     if args.lift_caps_waiting is not None and args.lift_caps_waiting < 1:
         parser.error(f"--lift-caps-waiting must be a whole number >= 1, got {args.lift_caps_waiting}")
     if args.seeds < 1:
@@ -910,6 +924,7 @@ def main() -> None:
     result["share_if_sooner"], result["wait_weight"] = args.share_if_sooner, args.wait_weight
     result["colleague_profiles"], result["shared_history"] = not args.no_colleague_profiles, args.shared_history
     result["exact_first_start"] = args.exact_first_start
+    result["link_slowdown_pct"] = args.link_slowdown
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)
     folds = ("the GNN scoring a job was trained without its job type (k-fold by type)" if result["folds"] else
@@ -931,7 +946,9 @@ def main() -> None:
         + (" Every job asks for the sharing contract and knows its length exactly (`--share-if-sooner`)."
            if args.share_if_sooner else "")
         + (f" Caps weigh the queue: `[energy] wait_weight = {args.wait_weight:g}` (`--wait-weight`)."
-           if args.wait_weight else "") + "\n\n" + table
+           if args.wait_weight else "")
+        + (f" A worse-linked set slows every multi-GPU job by {args.link_slowdown:g} % (`--link-slowdown`), not "
+           "Gavel's across-server figure of its type." if args.link_slowdown is not None else "") + "\n\n" + table
         + "\n## Goals (gnn against curve and the oracle, paired by seed)\n\n```json\n"
         + json.dumps(result["goals"], indent=2) + "\n```\n"
         + ("\n## Share of the oracle's saving against `exclusive` (ratio of paired means, bootstrap 95 % interval "

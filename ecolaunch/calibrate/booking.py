@@ -1,8 +1,8 @@
 """Who uses a GPU, and the calibration's own booking of it in the state graph.
 
 What lives here: :class:`Occupant` and :func:`occupants` (an ecolaunch job of another launcher, or a process the
-driver shows that no ecolaunch job owns), :class:`GpuBusy`, :func:`book` (one running job named ``calibrate``, with
-a heavy profile). Nothing here prints. Why a calibration books its GPU like a launch:
+driver shows that no ecolaunch job owns), :class:`GpuBusy`, :func:`book` (one running job named ``calibrate`` on
+one GPU or a link probe's pair, with a heavy profile). Nothing here prints. Why a calibration books its GPU like a launch:
 docs/admin.md#how-a-calibration-runs.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 import uuid as uuidlib
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import psutil
@@ -100,39 +100,50 @@ def _process_owner(pid: int) -> tuple[str | None, str | None]:
         return None, name
 
 
-def book(session: Session, gpu_uuid: str, launcher: Launcher, *, force: bool) -> tuple[Placement, list[Occupant]]:
-    """Book ``gpu_uuid`` for the calibration, in one transaction with the check of who uses it.
+def book(session: Session, gpu_uuids: str | Sequence[str], launcher: Launcher, *,
+         force: bool) -> tuple[Placement, list[Occupant]]:
+    """Book ``gpu_uuids`` (one GPU, or the pair of a link probe) for the calibration, in one transaction with the
+    check of who uses them.
 
-    Returns the placement and the occupants found (empty unless ``force``). Raises GpuBusy when someone uses the
-    GPU and not ``force``, and EcolaunchError when the GPU is not one of the host's.
+    Returns the placement and the occupants found (empty unless ``force``). Raises GpuBusy when someone uses a GPU
+    and not ``force``, and EcolaunchError when a GPU is not one of the host's.
     """
+    uuids = [gpu_uuids] if isinstance(gpu_uuids, str) else list(gpu_uuids)
     with session.store.transaction() as graph:
         session.refresh(graph)
         host = graph.hosts.get(session.host)
-        gpu = host.gpus.get(gpu_uuid) if host is not None else None
-        if gpu is None:
-            raise EcolaunchError(f"GPU {gpu_uuid} is not a GPU of host {session.host}", hint="this is an ecolaunch bug")
-        found = occupants(graph, gpu)
-        if found and not force:
-            raise GpuBusy(gpu, found)
-        job = Job.queued(uuidlib.uuid4().hex[:8], user=launcher.user, host=session.host, nproc=1, seq=graph.take_seq(),
-                         submitted_at=time.time(),
-                         request={"calibrate": True, "memory_mib": gpu.memory_total_mib, "allowed_slowdown_pct": None},
+        gpus: dict[str, GpuNode] = {}
+        found: list[Occupant] = []
+        for uuid in uuids:
+            gpu = host.gpus.get(uuid) if host is not None else None
+            if gpu is None:
+                raise EcolaunchError(f"GPU {uuid} is not a GPU of host {session.host}",
+                                     hint="this is an ecolaunch bug")
+            on_it = occupants(graph, gpu)
+            if on_it and not force:
+                raise GpuBusy(gpu, on_it)
+            gpus[uuid] = gpu
+            found += [o for o in on_it if o not in found]
+        job = Job.queued(uuidlib.uuid4().hex[:8], user=launcher.user, host=session.host, nproc=len(uuids),
+                         seq=graph.take_seq(), submitted_at=time.time(),
+                         request={"calibrate": True, "memory_mib": min(g.memory_total_mib for g in gpus.values()),
+                                  "allowed_slowdown_pct": None},
                          name=JOB_NAME, uid=launcher.uid, launcher_pid=launcher.pid,
                          launcher_start_time=launcher.start_time)
         graph.jobs[job.id] = job
         # every unit and all memory busy: what the policies see, so that nothing is packed beside a calibration
-        profile = Profile(sm_util_pct=100.0, mem_bw_util_pct=100.0, memory_mib=gpu.memory_total_mib,
-                          power_w=gpu.power_limit_max_w)
-        decision_doc = {"policy": JOB_NAME, "gpus": [gpu_uuid]}
-        graph.book(job.id, [gpu_uuid], {}, decision_doc, profile, time.time())
-        decision = Decision(policy=JOB_NAME, gpus=(gpu_uuid,), power_caps_w={}, colocated_with={},
+        first = gpus[uuids[0]]
+        profile = Profile(sm_util_pct=100.0, mem_bw_util_pct=100.0, memory_mib=first.memory_total_mib,
+                          power_w=first.power_limit_max_w)
+        decision_doc = {"policy": JOB_NAME, "gpus": uuids}
+        graph.book(job.id, uuids, {}, decision_doc, profile, time.time())
+        decision = Decision(policy=JOB_NAME, gpus=tuple(uuids), power_caps_w={}, colocated_with={},
                             reasons=["ecolaunch calibrate"])
-        return Placement(job=job, decision=decision, gpus={gpu_uuid: gpu}), found
+        return Placement(job=job, decision=decision, gpus=gpus), found
 
 
 def still_alone(session: Session, job: Job, *, ignore_names: Collection[str] = ()) -> list[Occupant]:
-    """Refresh the calibration's lease and return who else is on its GPU now (empty: nobody)."""
+    """Refresh the calibration's lease and return who else is on its GPUs now (empty: nobody)."""
     with session.store.transaction() as graph:
         session.refresh(graph)
         current = graph.jobs.get(job.id)
@@ -140,5 +151,10 @@ def still_alone(session: Session, job: Job, *, ignore_names: Collection[str] = (
             graph.jobs[job.id] = current = job  # the state was rebuilt under it: register it again
         current.heartbeat_at = time.time()
         host = graph.hosts.get(session.host)
-        gpu = host.gpus.get(job.gpus[0]) if host is not None else None
-        return [] if gpu is None else occupants(graph, gpu, own_job=job.id, ignore_names=ignore_names)
+        found: list[Occupant] = []
+        for uuid in job.gpus:
+            gpu = host.gpus.get(uuid) if host is not None else None
+            if gpu is not None:
+                found += [o for o in occupants(graph, gpu, own_job=job.id, ignore_names=ignore_names)
+                          if o not in found]
+        return found

@@ -85,6 +85,11 @@ def build(name: str, device: str = "auto", busy_pct: float = 100.0) -> Workload:
 
 def _mm(torch: Any, device: str, gpu: bool) -> tuple[str, Callable[[], None]]:
     n, count, dtype = (8192, 100, torch.bfloat16) if gpu else (256, 8, torch.float32)
+    return products(torch, device, n, count, dtype)
+
+
+def products(torch: Any, device: str, n: int, count: int, dtype: Any) -> tuple[str, Callable[[], None]]:
+    """``count`` products of two ``n`` x ``n`` matrices on ``device``: what they are in words, and the body."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     out = torch.empty(n, n, device=device, dtype=dtype)
 

@@ -1,4 +1,5 @@
-"""Calibration results on disk: one versioned JSON file per GPU model under ``<state dir>/calibration/``.
+"""Calibration results on disk: one versioned JSON file per GPU model under ``<state dir>/calibration/``, and one
+per model for a link probe (``links-*.json``, ``kind: links``).
 
 What lives here: the file name of a model's results (:func:`file_name`), writing one atomically
 (:func:`write_result`) and reading them back under the rule of trust, every access through :mod:`ecolaunch.safefs`.
@@ -21,18 +22,27 @@ from ecolaunch.safefs import OWN_DIR_MODE, RECORD_MODE, RefusedFile, open_dir, r
 from ecolaunch.statedir import CALIBRATION_DIR, StateLayout
 from ecolaunch.validate import is_real
 
-__all__ = ["FORMAT", "VERSION", "StoredResult", "file_name", "read_results", "validate", "write_result"]
+__all__ = ["FORMAT", "LINKS_KIND", "VERSION", "StoredResult", "file_name", "is_links", "read_results", "validate",
+           "write_result"]
 
 FORMAT = "ecolaunch-calibration"
 VERSION = 1
+#: the ``kind`` of a link probe's document (``ecolaunch calibrate --links``); a GPU's calibration has none
+LINKS_KIND = "links"
 MAX_BYTES = 4 * 1024 * 1024
 _SLUG = re.compile(r"[^a-z0-9]+")
 
 
-def file_name(gpu_name: str, simulated: bool) -> str:
-    """``NVIDIA H200`` -> ``nvidia-h200.json`` (``.simulated.json`` for simulated GPUs)."""
+def file_name(gpu_name: str, simulated: bool, *, links: bool = False) -> str:
+    """``NVIDIA H200`` -> ``nvidia-h200.json`` (``.simulated.json`` for simulated GPUs; ``links-nvidia-h200.json``
+    for a link probe's)."""
     slug = _SLUG.sub("-", gpu_name.lower()).strip("-") or "gpu"
-    return f"{slug}{'.simulated' if simulated else ''}.json"
+    return f"{'links-' if links else ''}{slug}{'.simulated' if simulated else ''}.json"
+
+
+def is_links(doc: dict[str, Any]) -> bool:
+    """Whether a (valid) document is a link probe's rather than a GPU's calibration."""
+    return doc.get("kind") == LINKS_KIND
 
 
 def _trusted_owners() -> set[int]:
@@ -45,7 +55,7 @@ def write_result(state_dir: Path, doc: dict[str, Any]) -> Path:
     Raises StateError when the directory cannot be used (someone else's, a link, writable by others) or written.
     """
     validate(doc)
-    name = file_name(doc["gpu"]["name"], bool(doc["simulated"]))
+    name = file_name(doc["gpu"]["name"], bool(doc["simulated"]), links=is_links(doc))
     layout = StateLayout(state_dir)
     directory = layout.calibration
     data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
@@ -131,6 +141,21 @@ def validate(doc: Any) -> None:
             raise ConfigError(f"gpu.{key} = {value!r} is not a positive number")
     if not isinstance(doc.get("simulated"), bool):
         raise ConfigError("simulated is not true or false")
+    if is_links(doc):
+        _validate_links(doc)
+        return
     for key in ("alone", "pairs"):
         if not isinstance(doc.get(key), list):
             raise ConfigError(f"{key} is not a list")
+
+
+def _validate_links(doc: dict[str, Any]) -> None:
+    pairs = doc.get("pairs")
+    if not isinstance(pairs, list) or len(pairs) != 2:
+        raise ConfigError("pairs is not a list of the best- and the worst-linked pair")
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, dict) or not isinstance(pair.get("link"), str):
+            raise ConfigError(f"pairs[{i}].link is missing")
+        for key in ("step_ms", "allreduce_ms"):
+            if not is_real(pair.get(key)) or not 0 < pair[key] < 1e9:
+                raise ConfigError(f"pairs[{i}].{key} = {pair.get(key)!r} is not a positive number")

@@ -16,6 +16,7 @@ import traceback
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from ecolaunch.cli.command import Command, Failed
 from ecolaunch.config import ENV_JSON, ENV_SIMULATE, ENV_STATE_DIR
@@ -47,11 +48,14 @@ class _Stopped(Exception):
               help="Measure at the current cap only (alone and pairs): needs neither root nor the cap agent.")
 @click.option("--no-mps", is_flag=True, help="Leave out the pairs under MPS.")
 @click.option("--force", is_flag=True, help="Calibrate a GPU that runs someone's work (its figures are flagged).")
+@click.option("--links", is_flag=True,
+              help="Measure the links instead: a 2-worker data-parallel step on the best- and the worst-linked pair "
+                   "of one GPU model (docs/admin.md#measuring-the-links-between-gpus).")
 @click.option("--show", is_flag=True, help="List the calibration results of the state directory, then exit.")
 @click.option("--json", "as_json", is_flag=True, envvar=ENV_JSON, help=f"Print JSON. [env var: {ENV_JSON}]")
 @click.option("-v", "--verbose", is_flag=True, help="Log each step (INFO) and print tracebacks.")
 def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: float, workloads: str, no_caps: bool,
-              no_mps: bool, force: bool, show: bool, as_json: bool, verbose: bool) -> None:
+              no_mps: bool, force: bool, links: bool, show: bool, as_json: bool, verbose: bool) -> None:
     """Measure this machine's GPUs: canned workloads alone at up to 3 power caps and in pairs sharing a GPU.
 
     Writes one file per GPU model under <state dir>/calibration/ (ECOLAUNCH_STATE_DIR); `ecolaunch policy train`
@@ -61,6 +65,9 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
     host), and `policy train` leaves it out. On simulated GPUs
     (ECOLAUNCH_SIMULATE) the workloads run CPU stand-ins: the figures are not measurements. With the defaults one
     GPU model takes at most about 10 minutes.
+
+    --links measures how much a worse link slows a data-parallel step instead (one file per model, links-*.json):
+    it needs two GPUs of one model linked differently, nobody using them.
     """
     # lazy: registering the subcommands loads every cli module; the calibrator's load when `ecolaunch calibrate` runs
     from ecolaunch.admin.safety import warn_unsafe_interpreter
@@ -72,6 +79,16 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
     if show:
         _show(environment.state_dir, as_json)
         return
+    if links and gpus:
+        raise click.BadParameter("--links chooses its own pairs (the best- and the worst-linked of one model)",
+                                 param_hint="'--gpu'")
+    if links:
+        ctx = click.get_current_context()
+        given = [f"--{n.replace('_', '-')}" for n in ("settle_s", "budget_s", "workloads", "no_caps", "no_mps")
+                 if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} cannot apply to --links, which runs its own step on two GPUs "
+                                   "and sets no caps (it takes --seconds, --force and --json)")
     try:
         settings = Settings(workloads=tuple(w.strip() for w in workloads.split(",") if w.strip()), seconds=seconds,
                             settle_s=settle_s, budget_s=budget_s, caps=not no_caps, mps=not no_mps, force=force)
@@ -81,7 +98,8 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
     warn_unsafe_interpreter()  # once: when root's imports are not root's alone, isolating its workers cannot help
     saved = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        written, skipped = _run(environment, rules, settings, gpus)
+        written, skipped = (_run_links(environment, rules, seconds, force) if links else
+                            _run(environment, rules, settings, gpus))
     except _Stopped as e:
         click.echo(f"ecolaunch calibrate: stopped by signal {e.signum}; the GPU's booking is released and its caps "
                    "restored; nothing written for it", err=True)
@@ -110,13 +128,18 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
         restore()
     if as_json:
         click.echo(json.dumps([{"path": str(path), **doc} for path, doc in written], indent=1, sort_keys=True))
+    elif written and links:
+        for path, doc in written:
+            click.echo(_links_summary(doc))
+            click.echo(f"wrote {path} ({doc['wall_s']:.1f} s)")
     elif written:
         for path, doc in written:
             click.echo(_summary(doc))
             click.echo(f"wrote {path} ({doc['wall_s']:.1f} s)")
         click.echo("next: `ecolaunch policy train` trains the GNN on these results and the job history; launches, "
                    "`ecolaunch predict` and `ecolaunch simulate` then use its weights")
-    _outcome(written, skipped, settings.caps)
+    if not links:
+        _outcome(written, skipped, settings.caps)
 
 
 def _outcome(written: list[tuple[Any, dict]], skipped: list, caps_asked: bool) -> None:
@@ -149,25 +172,14 @@ def _skipped_line(skipped: list) -> str:
 
 def _run(environment, rules, settings, selectors: tuple[str, ...]) -> tuple[list[tuple[Any, dict]], list]:
     # lazy: as in calibrate(): the calibrator, its booking and the session load when `ecolaunch calibrate` runs
-    from ecolaunch.calibrate.booking import GpuBusy, occupants
+    from ecolaunch.calibrate.booking import GpuBusy
     from ecolaunch.calibrate.results import write_result  # lazy: as above
     from ecolaunch.calibrate.plan import cap_access, choose_gpus, closed_gpus  # lazy: as above
     from ecolaunch.calibrate.run import SIMULATED_NOTE, calibrate_gpu  # lazy: as above
-    from ecolaunch.runtime import current_groups, current_user, open_gpus  # lazy: as above
-    from ecolaunch.caps.job import orphan_keeper  # lazy: as above
-    from ecolaunch.launch.session import Launcher, Session  # lazy: as above
-    from ecolaunch.policy.baselines import ExclusivePolicy  # lazy: as above
-    from ecolaunch.state.reconcile import process_start_time  # lazy: as above
-    from ecolaunch.state.store import StateStore  # lazy: as above
+    from ecolaunch.runtime import current_groups, current_user  # lazy: as above
 
-    backend = open_gpus(environment)
-    store = StateStore(environment.state_dir, group=rules.state_group)
-    session = Session(store, backend, ExclusivePolicy(), rules,
-                      cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
-    graph = session.snapshot()
-    host = graph.hosts.get(session.host)
+    backend, session, host, busy = _open(environment, rules)
     host_gpus = list(host.gpus.values()) if host is not None else []
-    busy = {g.uuid: occupants(graph, g) for g in host_gpus}
     closed = closed_gpus(rules, current_user(), current_groups(), host_gpus)
     try:
         choice = choose_gpus(host_gpus, busy, selectors, closed, root=os.geteuid() == 0)
@@ -192,8 +204,7 @@ def _run(environment, rules, settings, selectors: tuple[str, ...]) -> tuple[list
     say = _progress
     if backend.kind == "simulated":
         say(SIMULATED_NOTE)
-    launcher = Launcher(pid=os.getpid(), start_time=process_start_time(os.getpid()), uid=os.getuid(),
-                        user=current_user())
+    launcher = _launcher()
     say(f"{len(chosen)} GPU(s): " + ", ".join(f"{g.index} ({g.name})" for g in chosen) +
         f"; up to {settings.budget_s:g} s each; results in {environment.state_dir}/calibration/")
     written = []
@@ -202,6 +213,78 @@ def _run(environment, rules, settings, selectors: tuple[str, ...]) -> tuple[list
                             progress=say, shielded=_signals_held)
         written.append((write_result(environment.state_dir, doc), doc))
     return written, choice.skipped
+
+
+def _open(environment, rules):
+    """The backend, the session, this host in the state graph (None: no GPUs) and who uses each of its GPUs."""
+    # lazy: as in calibrate()
+    from ecolaunch.calibrate.booking import occupants
+    from ecolaunch.caps.job import orphan_keeper  # lazy: as above
+    from ecolaunch.launch.session import Session  # lazy: as above
+    from ecolaunch.policy.baselines import ExclusivePolicy  # lazy: as above
+    from ecolaunch.runtime import open_gpus  # lazy: as above
+    from ecolaunch.state.store import StateStore  # lazy: as above
+
+    backend = open_gpus(environment)
+    store = StateStore(environment.state_dir, group=rules.state_group)
+    session = Session(store, backend, ExclusivePolicy(), rules,
+                      cap_keeper=orphan_keeper(backend, rules, environment.state_dir))
+    graph = session.snapshot()
+    host = graph.hosts.get(session.host)
+    busy = {g.uuid: occupants(graph, g) for g in (host.gpus.values() if host is not None else ())}
+    return backend, session, host, busy
+
+
+def _launcher():
+    from ecolaunch.launch.session import Launcher  # lazy: as in calibrate()
+    from ecolaunch.runtime import current_user  # lazy: as above
+    from ecolaunch.state.reconcile import process_start_time  # lazy: as above
+
+    return Launcher(pid=os.getpid(), start_time=process_start_time(os.getpid()), uid=os.getuid(), user=current_user())
+
+
+def _run_links(environment, rules, seconds: float, force: bool) -> tuple[list[tuple[Any, dict]], list]:
+    """``--links``: the best- and the worst-linked pair of one model, measured and written."""
+    # lazy: as in calibrate()
+    from ecolaunch.calibrate.links import calibrate_links, choose_pairs
+    from ecolaunch.calibrate.plan import closed_gpus  # lazy: as above
+    from ecolaunch.calibrate.results import write_result  # lazy: as above
+    from ecolaunch.calibrate.run import SIMULATED_NOTE  # lazy: as above
+    from ecolaunch.runtime import current_groups, current_user  # lazy: as above
+
+    backend, session, host, busy = _open(environment, rules)
+    if host is None or not host.gpus:
+        raise EcolaunchError(f"no GPUs on host {session.host}", hint=f"check the driver, or set {ENV_SIMULATE}")
+    closed = [] if os.geteuid() == 0 else list(closed_gpus(rules, current_user(), current_groups(),
+                                                           host.gpus.values()))
+    choice = choose_pairs(host, {} if force else busy, closed)
+    if not choice.pairs:
+        in_use = any(busy.values()) and not force
+        raise Failed(f"nothing to compare: {choice.why}",
+                     exit_code=exitcodes.NO_PLACEMENT if in_use else exitcodes.ERROR,
+                     hint="try again when the GPUs are free (`ecolaunch status` shows who uses which)" if in_use else
+                          "a link probe compares a best- and a worst-linked pair of one GPU model; this host's "
+                          "links are what `nvidia-smi topo -m` shows")
+    simulated = backend.kind == "simulated"
+    if simulated:
+        _progress(SIMULATED_NOTE)
+    doc = calibrate_links(session, choice.pairs, dict(os.environ), simulated=simulated, launcher=_launcher(),
+                          seconds=seconds, force=force, progress=_progress, shielded=_signals_held,
+                          note=SIMULATED_NOTE if simulated else None)
+    return [(write_result(environment.state_dir, doc), doc)], []
+
+
+def _links_summary(doc: dict) -> str:
+    lines = [f"links of {doc['gpu']['name']} on {doc['host']}" +
+             (" (simulated: not measurements)" if doc["simulated"] else "")]
+    lines.append(f"  {'GPUs':<8}{'link':<13}{'step ms':>9}{'all-reduce ms':>15}{'GB/s':>8}")
+    for p in doc["pairs"]:
+        lines.append(f"  {'+'.join(map(str, p['gpus'])):<8}{p['link']:<13}{p['step_ms']:>9.2f}"
+                     f"{p['allreduce_ms']:>15.2f}{p['busbw_gb_s']:>8.1f}")
+    pen = doc["penalty"]
+    lines.append(f"  the worse link slows the step by {pen['step_slowdown_pct']:+.1f} % "
+                 f"(± {pen['step_slowdown_se_pct']:.1f} points) and the all-reduce by {pen['allreduce_slowdown_pct']:+.1f} %")
+    return "\n".join(lines)
 
 
 def _say_reserved(choice) -> None:
@@ -249,7 +332,7 @@ def _summary(doc: dict) -> str:
 
 def _show(state_dir, as_json: bool) -> None:
     # lazy: registering the subcommands loads every cli module; the results load only when `calibrate --show` runs
-    from ecolaunch.calibrate.results import read_results
+    from ecolaunch.calibrate.results import is_links, read_results
 
     stored = read_results(state_dir)
     for r in stored:
@@ -266,10 +349,11 @@ def _show(state_dir, as_json: bool) -> None:
     rows = [("MODEL", "WHEN", "ALONE", "PAIRS", "MPS", "FILE")]
     for r in usable:
         d = r.doc
-        name = d["gpu"]["name"] + (" (simulated)" if d["simulated"] else "")
+        links = is_links(d)
+        name = d["gpu"]["name"] + (" links" if links else "") + (" (simulated)" if d["simulated"] else "")
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(d.get("started_at") or 0))
-        mps = "yes" if d.get("mps", {}).get("measured") else "no"
-        rows.append((name, when, str(len(d["alone"])), str(len(d["pairs"])), mps, str(r.path)))
+        mps = "-" if links else "yes" if d.get("mps", {}).get("measured") else "no"
+        rows.append((name, when, "-" if links else str(len(d["alone"])), str(len(d["pairs"])), mps, str(r.path)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         click.echo("  ".join(f"{c:<{w}}" for c, w in zip(row, widths)) + "  " + row[-1])

@@ -8,6 +8,7 @@ the other subcommands, registered beside this one, must not pay for).
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -66,6 +67,47 @@ def _refuse_machine_options(trace_name: str, own: str) -> None:
             f"{', '.join(_model_traces())}"))
 
 
+def _link_speed(text: str | None, measured: bool, trace_name: str) -> tuple[float | None, str | None]:
+    """``--link-slowdown``: the share of speed a worse-linked set keeps, and a line that says where it comes from."""
+    if text is None:
+        return None, None
+    if not measured:
+        raise click.BadParameter(with_hint(f"the model world plays no link between GPUs, so trace {trace_name!r} "
+                                           "cannot take a link slowdown",
+                                           "pick a measured trace (workstation-topology has split pairs)"),
+                                 param_hint="'--link-slowdown'")
+    if text.strip() == "calibrated":
+        pct, where = _calibrated_slowdown()
+    else:
+        try:
+            pct, where = float(text), "--link-slowdown"
+        except ValueError:
+            pct, where = math.nan, ""
+        if not 0 <= pct < 1e4:
+            raise click.BadParameter(with_hint(f"{text!r} is not a percentage >= 0 or 'calibrated'",
+                                               "e.g. --link-slowdown 12.5, or --link-slowdown calibrated"),
+                                     param_hint="'--link-slowdown'")
+    return 1.0 / (1.0 + pct / 100.0), (f"links: a worse-linked set runs every multi-GPU job {pct:.1f} % slower "
+                                        f"({where})")
+
+
+def _calibrated_slowdown() -> tuple[float, str]:
+    """The step slowdown of the newest link probe of the state directory (one made on real GPUs first)."""
+    # lazy: the results load only when --link-slowdown calibrated is given
+    from ecolaunch.calibrate.results import is_links, read_results
+
+    state_dir = Environment.from_env().state_dir
+    docs = [r for r in read_results(state_dir) if r.doc is not None and is_links(r.doc)]
+    if not docs:
+        raise click.BadParameter(with_hint(f"no link probe in {state_dir}/calibration/",
+                                           "run `ecolaunch calibrate --links` on this machine first, or give a "
+                                           "percentage"), param_hint="'--link-slowdown'")
+    newest = max(docs, key=lambda r: (not r.doc["simulated"], r.doc.get("started_at") or 0))
+    pct = max(0.0, float(newest.doc["penalty"]["step_slowdown_pct"]))
+    said = f"{newest.path}" + (", made on simulated GPUs: not a measurement" if newest.doc["simulated"] else "")
+    return pct, said
+
+
 def _model_traces() -> list[str]:
     # lazy: as in _trace_help
     from ecolaunch.sim.trace_registry import MODEL, trace_names
@@ -87,9 +129,13 @@ def _model_traces() -> list[str]:
 @click.option("--jobs", type=click.IntRange(1, 1_000_000), default=None, help="number of jobs (default: the trace's)")
 @click.option("--backfill", type=click.Choice(["yes", "no"]), default=None,
               help="EASY backfill in the queue (default: as the launcher, every policy but exclusive)")
+@click.option("--link-slowdown", metavar="PCT|calibrated", default=None,
+              help="a measured trace's multi-GPU jobs run PCT % slower on a worse-linked set, every type alike "
+                   "(calibrated: as `ecolaunch calibrate --links` measured this machine's); default: Gavel's "
+                   "across-server slowdown of each type, an upper bound for one host's links")
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], seed: int, jobs: int | None,
-             backfill: str | None, as_json: bool) -> None:
+             backfill: str | None, link_slowdown: str | None, as_json: bool) -> None:
     """Run each policy on the same trace and machine, and print energy (node, GPU-only, job-attributed),
     mean and p95 job completion time, mean slowdown against running alone, QoS violations, makespan and GPU
     utilization. Deterministic: the same arguments give the same numbers."""
@@ -114,6 +160,7 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
     if entry.brings_machine:  # a measured trace runs on the boards its measurements are of
         _refuse_machine_options(trace_name, gpus_label(machine))
         gpus = gpus_label(machine)
+    link_speed, link_said = _link_speed(link_slowdown, entry.brings_machine, trace_name)
     trace = entry.build(machine, seed=seed, jobs=jobs)
     weights = Environment.from_env().gnn_weights
     if weights is not None and any(p in ("gnn", "no-gnn") for p in policies):
@@ -133,7 +180,7 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
         chosen = [as_launched(c, trace, p) if p in ("curve", "curve-link") else c for p, c in zip(policies, chosen)]
     rows = []
     for name, policy in zip(policies, chosen):
-        sim = entry.simulation(machine, trace, name, policy, seed=seed)
+        sim = entry.simulation(machine, trace, name, policy, seed=seed, link_speed=link_speed)
         if backfill is not None:
             sim.backfill = backfill == "yes"
         show_bar = not as_json and len(trace.jobs) >= 2000 and sys.stderr.isatty()
@@ -151,10 +198,12 @@ def simulate(gpus: str, hosts: int, trace_name: str, policies: tuple[str, ...], 
         rows.append(summarize(result))
     if as_json:
         doc = {"trace": trace.name, "machine": gpus, "hosts": hosts, "seed": seed, "jobs": len(trace.jobs),
-               "policies": {r.policy: r.to_dict() for r in rows}}
+               "link_speed": link_speed, "policies": {r.policy: r.to_dict() for r in rows}}
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
         return
     click.echo(f"trace {trace.name}: {len(trace.jobs)} jobs on {hosts} x {gpus} (seed {seed})")
+    if link_said:
+        click.echo(link_said)
     header = (f"{'policy':<11}{'node kWh':>10}{'GPU kWh':>10}{'job kWh':>10}{'mean JCT':>11}{'p95 JCT':>11}"
               f"{'slowdown':>10}{'QoS viol':>10}{'makespan':>11}{'GPU util':>10}{'shared':>8}")
     click.echo(header)

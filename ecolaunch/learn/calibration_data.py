@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ecolaunch.calibrate.plausible import check_pair
-from ecolaunch.calibrate.results import read_results
+from ecolaunch.calibrate.results import is_links, read_results
 from ecolaunch.errors import ConfigError
 from ecolaunch.learn.train import LabelledState
 from ecolaunch.policy.features import scenario_graph
@@ -58,6 +58,8 @@ def calibration_samples(state_dir: Path, *, simulated: bool, weight: float = 3.0
     for stored in read_results(state_dir):
         if stored.doc is None:
             out.skipped["file unreadable or not trusted"] += 1
+            continue
+        if is_links(stored.doc):  # a link probe's: nothing of one GPU's workloads to learn
             continue
         if stored.doc["simulated"] != simulated:
             out.skipped["made on simulated GPUs" if stored.doc["simulated"] else "made on real GPUs"] += 1

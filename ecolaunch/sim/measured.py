@@ -231,8 +231,14 @@ class MeasuredWorld:
     board: str = BOARD
     max_jobs_per_gpu: int = 2
     oom_after_s: float = OOM_AFTER_S
+    #: the share of its speed every multi-GPU job keeps on GPUs linked worse than the best set of its size: a lab's
+    #: own figure (``ecolaunch calibrate --links``' ``speed_kept``); None: Gavel's per type (:meth:`link_factor`)
+    link_speed: float | None = None
 
     def __post_init__(self) -> None:
+        if self.link_speed is not None and not 0 < self.link_speed <= 1:
+            raise ConfigError(f"a split set's share of speed must be in (0, 1], got {self.link_speed!r}",
+                              hint="give the link slowdown as a percentage >= 0")
         self.kinds = job_kinds()  # the reference board's (V100): folds, and the speed work_s is counted at
         self.model: GpuModel = lookup(self.board)
         self._boards = {name: (lookup(name), job_kinds(gpu)) for name, gpu in BOARDS.items()}
@@ -304,9 +310,11 @@ class MeasuredWorld:
     def link_factor(self, kind: str, nproc: int, best: bool) -> float:
         """The speed a multi-GPU job keeps on GPUs linked worse than the best set of its size on the host
         (``best``: they are as well linked as any): Gavel's measured unconsolidated / consolidated throughput of
-        its type and size (1.0 when unmeasured)."""
+        its type and size (1.0 when unmeasured), or :attr:`link_speed` for every type and size when set."""
         if nproc < 2 or best:
             return 1.0
+        if self.link_speed is not None:
+            return self.link_speed
         pair = _multi_gpu().get((kind, nproc))
         return 1.0 if pair is None else min(1.0, pair[1] / pair[0])
 

@@ -77,12 +77,14 @@ COLLEAGUE_PROFILES = True
 
 
 def measured_simulation(name: str, machine: MachineSpec, trace: Trace, policy_name: str, policy=None, *,
-                        seed: int = 0):
+                        seed: int = 0, link_speed: float | None = None):
     """A :class:`~ecolaunch.sim.engine.Simulation` of trace ``name`` in a fresh measured world (its own history
     and seeded noise) under the trace's rules. ``policy_name`` ``"oracle"`` builds the world's oracle (``policy``
     is then ignored); ecolaunch's own policies (:data:`ECOLAUNCH_POLICIES`) run under its closed loop, and those told
-    the machine's history start a first launch from a colleague's profile (:data:`COLLEAGUE_PROFILES`)."""
-    world = MeasuredWorld(seed=seed)
+    the machine's history start a first launch from a colleague's profile (:data:`COLLEAGUE_PROFILES`).
+    ``link_speed``: the share of speed a multi-GPU job keeps on a worse-linked set (:attr:`MeasuredWorld.link_speed`;
+    None: Gavel's per type)."""
+    world = MeasuredWorld(seed=seed, link_speed=link_speed)
     if policy_name == "oracle":
         policy = measured_oracle(world, {j.id: j.kind for j in trace.jobs})
     elif "bind_world" in dir(type(policy)):  # a policy told what the machine's history holds (sim/first_curves.py)

@@ -60,12 +60,17 @@ class TraceEntry:
         return replace(trace, description=f"{self.description}; {trace.description}")
 
     def simulation(self, machine: MachineSpec, trace: Trace, policy_name: str, policy, *,
-                   seed: int = 0) -> Simulation:
+                   seed: int = 0, link_speed: float | None = None) -> Simulation:
         """The simulation that runs ``policy`` (registered as ``policy_name``) on this trace: a measured trace's in
-        a fresh measured world of seed ``seed`` (see :func:`~ecolaunch.sim.measured_traces.measured_simulation`),
-        else the model world's."""
+        a fresh measured world of seed ``seed`` whose worse-linked sets keep ``link_speed`` of a job's speed (None:
+        Gavel's per type; see :func:`~ecolaunch.sim.measured_traces.measured_simulation`), else the model world's
+        (which plays no link, so ``link_speed`` must be None)."""
         if self.brings_machine:
-            return measured_simulation(self.name, machine, trace, policy_name, policy, seed=seed)
+            return measured_simulation(self.name, machine, trace, policy_name, policy, seed=seed,
+                                       link_speed=link_speed)
+        if link_speed is not None:
+            raise ConfigError(f"the model world plays no link between GPUs: a link slowdown cannot apply to trace "
+                              f"{self.name!r}", hint="pick a measured trace (workstation-topology has split pairs)")
         return Simulation(machine, policy)
 
 
