@@ -2,7 +2,7 @@
 each wait swept, beside the default row ``curve``, on measured traces, paired by seed.
 
     python benchmarks/link_wait.py [--seeds 5] [--first-seed 0] [--trace NAME ...] [--wait SHARE:UNKNOWN_S ...]
-                                   [--json] [--out benchmarks/results/issue39/link]
+                                   [--link-slowdown PCT] [--json] [--out benchmarks/results/issue39/link]
 
 Each ``--wait SHARE:UNKNOWN_S`` is a row ``curve-link`` holding out at most ``SHARE`` times the job's expected length
 (``bound``: its slowdown bound's share; ``inf``: without limit) and ``UNKNOWN_S`` seconds when its length is unknown
@@ -49,11 +49,11 @@ def _row(policy, trace, share: float | None, unknown_s: float):
     return as_launched(BudgetedPolicy(inner, priors), trace, policy)
 
 
-def run(traces: list[str], seeds: list[int], waits: list[str], save=None) -> dict:
+def run(traces: list[str], seeds: list[int], waits: list[str], save=None, link_speed: float | None = None) -> dict:
     from ecolaunch.sim.metrics import summarize
     from ecolaunch.sim.trace_registry import TRACES
 
-    out: dict = {"seeds": seeds, "waits": waits, "traces": {}}
+    out: dict = {"seeds": seeds, "waits": waits, "link_speed": link_speed, "traces": {}}
     for name in traces:
         entry = TRACES[name]
         machine = entry.machine(None)
@@ -67,7 +67,8 @@ def run(traces: list[str], seeds: list[int], waits: list[str], save=None) -> dic
                 else:
                     share, unknown = wait.split(":")
                     policy = _row("curve-link", trace, _number(share), _number(unknown))
-                sim = entry.simulation(machine, trace, "curve" if wait == "curve" else "curve-link", policy, seed=seed)
+                sim = entry.simulation(machine, trace, "curve" if wait == "curve" else "curve-link", policy, seed=seed,
+                                       link_speed=link_speed)
                 summary = summarize(sim.run(trace))
                 for k in KEYS:
                     per_seed[k].append(round(getattr(summary, k), 4))
@@ -136,6 +137,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "issue39" / "link")
     parser.add_argument("--split-speeds", action="store_true", help="only Gavel's split speeds (see above)")
+    parser.add_argument("--link-slowdown", type=float, default=None, metavar="PCT",
+                        help="the measured world's multi-GPU jobs run PCT %% slower on a worse-linked set, every type "
+                             "alike (default: Gavel's across-server slowdown of each type); writes "
+                             "link_wait-slowdown-PCT.{json,md}")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.split_speeds:
@@ -145,12 +150,17 @@ def main() -> None:
                                          f"(median {r['median']}); the worst split costs {r['worst_split_lengths']} "
                                          "lengths" for n, r in speeds.items()))
         return
+    if args.link_slowdown is not None and not args.link_slowdown >= 0:
+        parser.error(f"--link-slowdown must be a percentage >= 0, got {args.link_slowdown}")
+    link_speed = None if args.link_slowdown is None else 1.0 / (1.0 + args.link_slowdown / 100.0)
+    stem = "link_wait" if args.link_slowdown is None else f"link_wait-slowdown-{args.link_slowdown:g}"
+
     def save(result: dict) -> None:
-        (args.out / "link_wait.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-        (args.out / "link_wait.md").write_text(table(result) + "\n")
+        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        (args.out / f"{stem}.md").write_text(table(result) + "\n")
 
     result = run(args.trace or list(DEFAULT_TRACES), list(range(args.first_seed, args.first_seed + args.seeds)),
-                 args.wait or list(DEFAULT_WAITS), save)
+                 args.wait or list(DEFAULT_WAITS), save, link_speed)
     emit(result, args.json, table(result))
 
 

@@ -245,6 +245,18 @@ def test_the_lift_ablation_reaches_the_simulation_and_refuses_less_than_one(ener
     assert ran.returncode == 2 and "--lift-caps-waiting must be a whole number >= 1, got 0" in ran.stderr
 
 
+def test_the_link_slowdown_reaches_the_world_and_refuses_a_negative_one(energy, monkeypatch) -> None:
+    worlds = _seen(monkeypatch, "world")
+    monkeypatch.setattr(energy, "LINK_SPEED", 0.8)
+    from ecolaunch.sim.trace_registry import TRACES
+    machine = TRACES["workstation-measured"].machine(None, 1)
+    energy.run_one("workstation-measured", "measured", machine, "exclusive", 0, None)
+    assert [w.link_speed for w in worlds] == [0.8]
+    ran = subprocess.run([sys.executable, str(BENCHMARKS / "energy.py"), "--link-slowdown", "-5"],
+                         env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2 and "--link-slowdown must be a percentage >= 0, got -5.0" in ran.stderr
+
+
 @pytest.mark.slow  # a benchmark smoke test: the benchmark's figures, end to end
 def test_the_sharing_contract_reaches_the_simulation_and_its_jobs_are_counted(energy, monkeypatch) -> None:
     seen = _seen(monkeypatch, "share_if_sooner")
