@@ -2,8 +2,8 @@
 
 What lives here: :class:`Occupant` and :func:`occupants` (an ecolaunch job of another launcher, or a process the
 driver shows that no ecolaunch job owns), :class:`GpuBusy`, :func:`book` (one running job named ``calibrate`` on
-one GPU or a link probe's pair, with a heavy profile). Nothing here prints. Why a calibration books its GPU like a launch:
-docs/admin.md#how-a-calibration-runs.
+one GPU or a link probe's pair, with a heavy profile). Nothing here prints. Why a calibration books its GPU like a
+launch: docs/admin.md#how-a-calibration-runs.
 """
 
 from __future__ import annotations

@@ -2,15 +2,17 @@
 
 What lives here: :func:`probe` (what a rank measures) and :func:`main` (its command line: ``python -I -m
 ecolaunch.calibrate.linkprobe --rank R --port P --device cpu|cuda [--seconds S] [--mib M] [--parent PID]``; rank 0
-prints one JSON line). What does not: choosing and booking the pairs, starting the ranks (:mod:`ecolaunch.calibrate.links`).
+prints one JSON line). What does not: choosing and booking the pairs, starting the ranks
+(:mod:`ecolaunch.calibrate.links`).
 
 The step is what a data-parallel job does at every iteration: its compute on each GPU, then an all-reduce of one
 gradient bucket (DDP's default bucket is 25 MiB). The compute per bucket is a training job's: one bf16 4096 x 4096
 matrix product (137 GFLOP) per 25 MiB of fp32 gradient is ResNet-50's ratio at about 24 images per GPU (25.6 M
-parameters, 102 MB of gradient; 3.8 G multiply-adds an image forward, He et al. 2016, and twice that backward). A rank measures the compute alone, the
-all-reduce alone and the step, the same number of times on both ranks (rank 0 chooses the count from a first timing
-and sends it), since a collective that one rank skips would wait forever. NCCL on GPUs, gloo on CPU (simulated
-GPUs: the figures are then the host's memory, not a link). docs/admin.md#measuring-the-links-between-gpus.
+parameters, 102 MB of gradient; 3.8 G multiply-adds an image forward, He et al. 2016, and twice that backward). A
+rank measures the compute alone, the all-reduce alone and the step, the same number of times on both ranks (rank 0
+chooses the count from a first timing and sends it), since a collective that one rank skips would wait forever. NCCL
+on GPUs, gloo on CPU (simulated GPUs: the figures are then the host's memory, not a link).
+docs/admin.md#measuring-the-links-between-gpus.
 """
 
 from __future__ import annotations

@@ -157,17 +157,17 @@ def _run_ranks(pair: tuple[GpuNode, GpuNode], env: Mapping[str, str], *, simulat
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
                                           stderr=errs[-1], env=rank_env, cwd=HELPER_CWD, close_fds=True))
         deadline = time.monotonic() + seconds + PROBE_SLACK_S
-        out = b""
-        try:
-            out, _ = procs[0].communicate(timeout=max(1.0, deadline - time.monotonic()))
-            procs[1].wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise WorkerError(f"the link probe on GPUs {pair[0].index}+{pair[1].index} did not finish within "
-                              f"{seconds + PROBE_SLACK_S:.0f} s" + _tail(errs)) from None
-        failed = [r for r, p in enumerate(procs) if p.returncode != 0]
+        # both at once: a rank that fails ends the probe now, not when the other gives up waiting for it
+        while None in (codes := [p.poll() for p in procs]) and not any(codes):
+            if time.monotonic() > deadline:
+                raise WorkerError(f"the link probe on GPUs {pair[0].index}+{pair[1].index} did not finish within "
+                                  f"{seconds + PROBE_SLACK_S:.0f} s" + _tail(errs))
+            time.sleep(0.05)
+        failed = [r for r, p in enumerate(procs) if p.returncode]
         if failed:
             raise WorkerError(f"the link probe's rank {failed[0]} on GPUs {pair[0].index}+{pair[1].index} exited "
                               f"{procs[failed[0]].returncode}" + _tail(errs[failed[0]:failed[0] + 1]))
+        out = procs[0].stdout.read() if procs[0].stdout is not None else b""
         try:
             return json.loads(out.decode().strip().splitlines()[-1])
         except (ValueError, IndexError) as e:
@@ -177,6 +177,8 @@ def _run_ranks(pair: tuple[GpuNode, GpuNode], env: Mapping[str, str], *, simulat
             if p.poll() is None:
                 p.kill()
                 p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
         for f in errs:
             f.close()
 

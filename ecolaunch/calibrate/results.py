@@ -159,3 +159,6 @@ def _validate_links(doc: dict[str, Any]) -> None:
         for key in ("step_ms", "allreduce_ms"):
             if not is_real(pair.get(key)) or not 0 < pair[key] < 1e9:
                 raise ConfigError(f"pairs[{i}].{key} = {pair.get(key)!r} is not a positive number")
+    penalty = doc.get("penalty")
+    if not isinstance(penalty, dict) or not is_real(penalty.get("step_slowdown_pct")):
+        raise ConfigError("penalty.step_slowdown_pct is missing")

@@ -77,8 +77,8 @@ def agent(ctx: click.Context, once: bool, restore: bool, interval_s: float, ledg
                        + (f"; ignored {len(report.ignored)} request(s)" if report.ignored else ""))
             return
         with StopSignals(_STOP_SIGNALS) as stop:
-            click.echo(f"ecolaunch agent: serving {environment.state_dir} on {backend.kind} GPUs every {interval_s:g} s",
-                       err=True)
+            click.echo(f"ecolaunch agent: serving {environment.state_dir} on {backend.kind} GPUs every "
+                       f"{interval_s:g} s", err=True)
             report = cap_agent.run(interval_s, stop)
         got = stop.received
         why = f" ({signal.Signals(got[0]).name})" if got else ""

@@ -283,7 +283,8 @@ def _links_summary(doc: dict) -> str:
                      f"{p['allreduce_ms']:>15.2f}{p['busbw_gb_s']:>8.1f}")
     pen = doc["penalty"]
     lines.append(f"  the worse link slows the step by {pen['step_slowdown_pct']:+.1f} % "
-                 f"(± {pen['step_slowdown_se_pct']:.1f} points) and the all-reduce by {pen['allreduce_slowdown_pct']:+.1f} %")
+                 f"(± {pen['step_slowdown_se_pct']:.1f} points) and the all-reduce by "
+                 f"{pen['allreduce_slowdown_pct']:+.1f} %")
     return "\n".join(lines)
 
 

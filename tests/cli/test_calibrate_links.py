@@ -162,13 +162,38 @@ def test_a_killed_calibrator_leaves_no_rank_behind(sim_env) -> None:
     assert jobs(env) == []  # the booking's launcher is dead: the next reader frees it
 
 
+def test_a_rank_that_fails_ends_the_probe_at_once_with_its_stderr(sim_env, monkeypatch) -> None:
+    """Rank 1 exits 3 at its start: the probe says so and stops rank 0, which would otherwise wait for it for
+    RENDEZVOUS_TIMEOUT_S."""
+    import sys
+
+    from ecolaunch.calibrate import links
+    from ecolaunch.calibrate.worker import WorkerError
+
+    real = links.helper_argv
+
+    def argv(module: str, *args: str) -> list[str]:
+        if "--rank" in args and args[args.index("--rank") + 1] == "1":
+            return [sys.executable, "-c", "import sys; print('rank 1 gives up', file=sys.stderr); sys.exit(3)"]
+        return real(module, *args)
+
+    monkeypatch.setattr(links, "helper_argv", argv)
+    host = _host(sim_env(FOUR))
+    pair = tuple(sorted(host.gpus.values(), key=lambda g: g.index)[:2])
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match="the link probe's rank 1 on GPUs 0\\+1 exited 3:\nrank 1 gives up"):
+        links._run_ranks(pair, dict(os.environ), simulated=True, seconds=1.0)
+    assert time.monotonic() - started < links.RENDEZVOUS_TIMEOUT_S / 2
+    assert _probes() == []  # rank 0 stopped
+
+
 def test_a_link_document_is_checked_and_the_world_plays_its_figure() -> None:
     pair = {"link": "nvlink", "step_ms": 10.0, "allreduce_ms": 1.0}
     doc = {"format": "ecolaunch-calibration", "version": 1, "kind": "links", "simulated": False,
            "gpu": {"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "power_limit_max_w": 700},
-           "pairs": [pair, {**pair, "link": "system", "step_ms": 12.0}]}
+           "pairs": [pair, {**pair, "link": "system", "step_ms": 12.0}], "penalty": {"step_slowdown_pct": 20.0}}
     validate(doc)
-    for broken, why in (({"pairs": [pair]}, "best- and the worst-linked pair"),
+    for broken, why in (({"pairs": [pair]}, "best- and the worst-linked pair"), ({"penalty": {}}, "penalty"),
                         ({"pairs": [pair, {**pair, "step_ms": 0}]}, r"pairs\[1\]\.step_ms = 0 is not")):
         with pytest.raises(ConfigError, match=why):
             validate({**doc, **broken})
