@@ -887,8 +887,10 @@ def main() -> None:
     if args.link_slowdown is not None:
         if not args.link_slowdown >= 0:
             parser.error(f"--link-slowdown must be a percentage >= 0, got {args.link_slowdown}")
+        from ecolaunch.sim.measured import link_speed_of
+
         global LINK_SPEED
-        LINK_SPEED = 1.0 / (1.0 + args.link_slowdown / 100.0)
+        LINK_SPEED = link_speed_of(args.link_slowdown)
     if args.lift_caps_waiting is not None and args.lift_caps_waiting < 1:
         parser.error(f"--lift-caps-waiting must be a whole number >= 1, got {args.lift_caps_waiting}")
     if args.seeds < 1:

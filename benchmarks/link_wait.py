@@ -152,7 +152,9 @@ def main() -> None:
         return
     if args.link_slowdown is not None and not args.link_slowdown >= 0:
         parser.error(f"--link-slowdown must be a percentage >= 0, got {args.link_slowdown}")
-    link_speed = None if args.link_slowdown is None else 1.0 / (1.0 + args.link_slowdown / 100.0)
+    from ecolaunch.sim.measured import link_speed_of
+
+    link_speed = None if args.link_slowdown is None else link_speed_of(args.link_slowdown)
     stem = "link_wait" if args.link_slowdown is None else f"link_wait-slowdown-{args.link_slowdown:g}"
 
     def save(result: dict) -> None:

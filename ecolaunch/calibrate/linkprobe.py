@@ -21,12 +21,13 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from ecolaunch.jobmodel.capchoice import iteration_stats
 
 __all__ = ["DEFAULT_MIB", "main", "probe"]
 
@@ -39,16 +40,18 @@ RENDEZVOUS_TIMEOUT_S = 120.0
 
 
 def _timed(run: Callable[[], None], count: int, sync: Callable[[], None]) -> tuple[float, float]:
-    """Mean seconds of ``count`` runs and its standard error in % (each run timed to the device's end)."""
+    """Seconds per run of ``count`` runs and its standard error in % (each run timed to the device's end), summarised
+    as every window is (:func:`~ecolaunch.jobmodel.capchoice.iteration_stats`: trimmed mean, robust spread)."""
     times = []
     for _ in range(count):
         start = time.perf_counter()
         run()
         sync()
         times.append(time.perf_counter() - start)
-    mean = statistics.fmean(times)
-    se = statistics.stdev(times) / len(times) ** 0.5 if len(times) > 1 else 0.0
-    return mean, 100.0 * se / mean if mean > 0 else 0.0
+    stats = iteration_stats(times)
+    if stats is None:  # no time above 0: a clock that did not advance
+        raise RuntimeError(f"no iteration time measured in {count} runs")
+    return stats.mean_s, stats.se_pct
 
 
 def _compute(torch: Any, device: str, gpu: bool, mib: int) -> tuple[str, Callable[[], None]]:

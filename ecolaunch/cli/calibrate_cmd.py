@@ -128,16 +128,13 @@ def calibrate(gpus: tuple[str, ...], seconds: float, settle_s: float, budget_s: 
         restore()
     if as_json:
         click.echo(json.dumps([{"path": str(path), **doc} for path, doc in written], indent=1, sort_keys=True))
-    elif written and links:
+    else:
         for path, doc in written:
-            click.echo(_links_summary(doc))
+            click.echo(_links_summary(doc) if links else _summary(doc))
             click.echo(f"wrote {path} ({doc['wall_s']:.1f} s)")
-    elif written:
-        for path, doc in written:
-            click.echo(_summary(doc))
-            click.echo(f"wrote {path} ({doc['wall_s']:.1f} s)")
-        click.echo("next: `ecolaunch policy train` trains the GNN on these results and the job history; launches, "
-                   "`ecolaunch predict` and `ecolaunch simulate` then use its weights")
+        if written and not links:
+            click.echo("next: `ecolaunch policy train` trains the GNN on these results and the job history; launches, "
+                       "`ecolaunch predict` and `ecolaunch simulate` then use its weights")
     if not links:
         _outcome(written, skipped, settings.caps)
 

@@ -87,8 +87,9 @@ def _link_speed(text: str | None, measured: bool, trace_name: str) -> tuple[floa
             raise click.BadParameter(with_hint(f"{text!r} is not a percentage >= 0 or 'calibrated'",
                                                "e.g. --link-slowdown 12.5, or --link-slowdown calibrated"),
                                      param_hint="'--link-slowdown'")
-    return 1.0 / (1.0 + pct / 100.0), (f"links: a worse-linked set runs every multi-GPU job {pct:.1f} % slower "
-                                        f"({where})")
+    from ecolaunch.sim.measured import link_speed_of  # lazy: the simulator loads numpy, as in simulate()
+
+    return link_speed_of(pct), f"links: a worse-linked set runs every multi-GPU job {pct:.1f} % slower ({where})"
 
 
 def _calibrated_slowdown() -> tuple[float, str]:

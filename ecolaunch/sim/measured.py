@@ -41,7 +41,7 @@ from ecolaunch.sim.workloads import ASSUMED_MEMORY_MIB
 from ecolaunch.state.graph import GpuNode, StateGraph
 
 __all__ = ["BOARD", "FOLDS", "FOLD_SEED", "HeldOutPriors", "JobKind", "MeasuredWorld", "Noise", "held_out_prior",
-           "holdout_key", "job_kinds", "measured_oracle", "network_of"]
+           "holdout_key", "job_kinds", "link_speed_of", "measured_oracle", "network_of"]
 
 BOARD = "V100-PCIE-16GB"
 GAVEL_GPU = "v100"
@@ -216,6 +216,12 @@ class _Known:
     iter_time_s: float
     runs: int = 1  # launches of it so far, this one included
     updated: int = 0  # when history last stored it (the world's count of stores): first launches take the newest
+
+
+def link_speed_of(slowdown_pct: float) -> float:
+    """The share of its speed a job keeps on a worse-linked set that runs it ``slowdown_pct`` % slower (its time
+    times 1 + slowdown / 100): :attr:`MeasuredWorld.link_speed` of a lab's ``--link-slowdown``."""
+    return 1.0 / (1.0 + slowdown_pct / 100.0)
 
 
 @dataclass
